@@ -1,0 +1,76 @@
+//! Kernel timing with timestamp queries, where the adapter has them.
+use crate::context::GpuContext;
+use crate::error::{GpuError, GpuResult};
+
+/// Times compute passes: pass `i` writes timestamps `2i` and `2i+1`.
+pub struct KernelTimer {
+    set: wgpu::QuerySet,
+    resolve: wgpu::Buffer,
+    read: wgpu::Buffer,
+    passes: u32,
+    period_ns: f64,
+}
+
+impl KernelTimer {
+    /// A timer for up to `passes` passes, or `None` without TIMESTAMP_QUERY.
+    pub fn new(ctx: &GpuContext, passes: u32) -> Option<KernelTimer> {
+        if !ctx.has_timestamps() || passes == 0 {
+            return None;
+        }
+        let count = passes * 2;
+        let set = ctx.device.create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some("ridgeline-timer"),
+            ty: wgpu::QueryType::Timestamp,
+            count,
+        });
+        let bytes = count as u64 * 8;
+        let resolve = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("timer-resolve"),
+            size: bytes,
+            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        let read = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("timer-read"),
+            size: bytes,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        Some(KernelTimer { set, resolve, read, passes, period_ns: ctx.queue.get_timestamp_period() as f64 })
+    }
+
+    /// Timestamp writes for pass `i`.
+    pub fn writes(&self, i: u32) -> Option<wgpu::ComputePassTimestampWrites<'_>> {
+        (i < self.passes).then(|| wgpu::ComputePassTimestampWrites {
+            query_set: &self.set,
+            beginning_of_pass_write_index: Some(2 * i),
+            end_of_pass_write_index: Some(2 * i + 1),
+        })
+    }
+
+    /// Encodes the resolve; call after the timed passes, before submitting.
+    pub fn resolve(&self, enc: &mut wgpu::CommandEncoder) {
+        enc.resolve_query_set(&self.set, 0..self.passes * 2, &self.resolve, 0);
+        enc.copy_buffer_to_buffer(&self.resolve, 0, &self.read, 0, self.passes as u64 * 16);
+    }
+
+    /// Milliseconds of each pass (after the submission that resolved them).
+    pub fn read_ms(&self, ctx: &GpuContext) -> GpuResult<Vec<f64>> {
+        let slice = self.read.slice(..);
+        let (tx, rx) = std::sync::mpsc::channel();
+        slice.map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        ctx.wait()?;
+        rx.recv()
+            .map_err(|e| GpuError::Map(e.to_string()))?
+            .map_err(|e| GpuError::Map(e.to_string()))?;
+        let out = {
+            let view = slice.get_mapped_range().map_err(|e| GpuError::Map(e.to_string()))?;
+            let ts: &[u64] = bytemuck::cast_slice(&view);
+            ts.chunks(2).map(|p| p[1].saturating_sub(p[0]) as f64 * self.period_ns / 1e6).collect()
+        };
+        self.read.unmap();
+        Ok(out)
+    }
+}

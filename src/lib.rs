@@ -1,3 +1,25 @@
 //! Ridgeline: an embedded analytic SQL engine on Apache DataFusion whose heavy
-//! operators run on the GPU through wgpu.
+//! operators run on the GPU through wgpu (WGSL compute shaders), with fast CPU
+//! paths when there is no GPU.
+//!
+//! ```no_run
+//! # async fn demo() -> datafusion::error::Result<()> {
+//! use ridgeline::{GpuMode, Ridgeline};
+//! let rl = Ridgeline::builder().gpu_mode(GpuMode::Auto).build()?;
+//! rl.register_parquet("lineitem", "data/lineitem.parquet").await?;
+//! rl.make_resident("lineitem").await?; // keep its columns on the GPU
+//! rl.sql("SELECT count(*) FROM lineitem").await?.show().await?;
+//! # Ok(()) }
+//! ```
+pub mod cli;
+pub mod config;
+pub mod exec;
 pub mod gen;
+pub mod gpu_batch;
+pub mod optimizer;
+pub mod resident;
+pub mod session;
+
+pub use config::RidgelineOptions;
+pub use ridgeline_operators::{GpuContext, GpuError, GpuMode};
+pub use session::{Ridgeline, RidgelineBuilder, RidgelineSessionExt};

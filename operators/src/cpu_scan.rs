@@ -12,23 +12,28 @@
 //!   ([`ScanConfig::partition_bytes`], see [`default_partition_bytes`]).
 //! * Pass one: a worker sums one partition (SIMD reduction, no writes). This pulls the
 //!   partition into the worker's L2 cache.
-//! * The tiny sequential scan over the partition sums: the worker adds its sum to the
-//!   running total of all earlier partitions, in partition order.
+//! * The tiny sequential scan over the partition sums gives the partition its offset.
 //! * Pass two: the same worker scans the partition again, now from its cache, with an
 //!   in-register SIMD scan (log2(lanes) shift+add steps, the paper's horizontal
-//!   variant) plus the partition's offset, and writes the result.
+//!   variant) plus the offset, and writes the result.
 //!
 //! Workers claim partitions in increasing order from a shared counter, so each worker
 //! does both passes of a partition on the same core (the paper pins threads for the same
-//! reason). Instead of a barrier per iteration of `threads` partitions, the sequential
-//! scan of partition sums is a hand-off between neighbours: the worker holding partition
-//! `k` waits only until partition `k - 1` has published its running total, which that
-//! worker does right after its own pass one (so the wait is short), then publishes its
-//! own. This is the adjacent-thread synchronisation the paper suggests instead of a
-//! central barrier; it needs no double-buffered sum array, and a worker that finishes
-//! early simply takes the next partition. Since a worker only ever waits for partitions
-//! claimed before its own, and those are held by running workers, the scheme cannot
-//! deadlock however many of the requested workers actually get a thread.
+//! reason), and a worker that finishes early simply takes the next partition. Instead of
+//! the paper's barrier per round of `threads` partitions, partitions publish their sum
+//! and then their inclusive prefix in a slot, and a worker finds its offset by looking
+//! back over its predecessors' slots (the "decoupled look-back" of single-pass GPU
+//! scans): normally it only waits for its neighbour to finish that neighbour's pass
+//! one. If the neighbour's thread is descheduled (a busy machine: Ridgeline's executor
+//! threads share the cores with rayon's), the waiting worker sums the neighbour's
+//! partition itself after waiting about twice as long as its own pass one took, so one
+//! slow thread never stalls the others. No worker waits for another indefinitely,
+//! whatever number of the requested workers actually get a thread.
+//!
+//! Out-of-place scans whose input and output together exceed the last-level cache write
+//! the output with non-temporal (streaming) stores, which skip reading each output line
+//! from memory before overwriting it: a third less memory traffic for a memory-bound
+//! operation. Smaller outputs are written normally and stay cached for their consumer.
 //!
 //! Workers run on rayon's current pool (the global pool unless the call is made inside
 //! `ThreadPool::install`); no threads or pools are created per call. The parallelism is
@@ -57,9 +62,9 @@
 //!   sums, multiple SIMD accumulators), so results can differ from the sequential
 //!   reference by rounding, and consecutive outputs at a partition boundary are not
 //!   guaranteed to be monotone even for non-negative inputs. For a given input, SIMD
-//!   level and partition size the result is deterministic and does not depend on the
-//!   number of threads that actually run (the one-pass single-threaded path, taken for
-//!   `threads <= 1` and small inputs, adds in yet another order). Use the `*_seq`
+//!   level and partition size the result is deterministic: it does not depend on the
+//!   number of threads or on their timing (the one-pass single-threaded path, taken
+//!   for `threads <= 1` and small inputs, adds in yet another order). Use the `*_seq`
 //!   functions when a bit-exact sequential float result is required.
 //!
 //! # Lengths
@@ -71,10 +76,10 @@
 //! scans return the total of all elements (the value an `(n + 1)`-th output would have),
 //! which is what partitioning needs for the size of the scattered output.
 
-use std::cell::UnsafeCell;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 // ---------------------------------------------------------------------------------------
 // Public API: errors, element trait, configuration
@@ -164,15 +169,29 @@ pub const MIN_PARALLEL_PARTITIONS: usize = 4;
 /// Fallback L2 size when it cannot be detected: 1 MiB.
 pub const DEFAULT_L2_BYTES: usize = 1 << 20;
 
+/// Fallback last-level cache size when it cannot be detected: 16 MiB.
+pub const DEFAULT_LLC_BYTES: usize = 16 << 20;
+
 /// Per-core L2 cache size in bytes: on Linux read from
 /// `/sys/devices/system/cpu/cpu0/cache/index*/` (the level-2 data or unified cache),
 /// divided by the number of logical CPUs sharing it (hyperthreads); elsewhere, or if
 /// that fails, [`DEFAULT_L2_BYTES`]. Detected once and cached.
 pub fn l2_cache_bytes() -> usize {
     static L2: OnceLock<usize> = OnceLock::new();
-    *L2.get_or_init(|| match detect_l2() {
+    *L2.get_or_init(|| match detect_cache(CacheWanted::Level(2)) {
         Some((size, sharers)) => (size / sharers.max(1)).max(16 << 10),
         None => DEFAULT_L2_BYTES,
+    })
+}
+
+/// Size in bytes of the last-level cache seen by CPU 0 (whole, not per core), detected
+/// like [`l2_cache_bytes`]; [`DEFAULT_LLC_BYTES`] if unknown. Out-of-place scans whose
+/// input and output together exceed it write the output with streaming stores.
+pub fn last_level_cache_bytes() -> usize {
+    static LLC: OnceLock<usize> = OnceLock::new();
+    *LLC.get_or_init(|| match detect_cache(CacheWanted::Last) {
+        Some((size, _)) => size.max(64 << 10),
+        None => DEFAULT_LLC_BYTES,
     })
 }
 
@@ -181,19 +200,28 @@ pub fn default_partition_bytes() -> usize {
     (l2_cache_bytes() / 2).clamp(8 << 10, 8 << 20)
 }
 
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+#[derive(Clone, Copy)]
+enum CacheWanted {
+    Level(u32),
+    Last,
+}
+
+/// `(size in bytes, number of logical CPUs sharing it)` of a data or unified cache of
+/// CPU 0.
 #[cfg(target_os = "linux")]
-fn detect_l2() -> Option<(usize, usize)> {
+fn detect_cache(wanted: CacheWanted) -> Option<(usize, usize)> {
     let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+    let mut best: Option<(u32, usize, usize)> = None;
     for entry in dir.flatten() {
-        let name = entry.file_name();
-        if !name.to_string_lossy().starts_with("index") {
+        if !entry.file_name().to_string_lossy().starts_with("index") {
             continue;
         }
         let path = entry.path();
         let read = |f: &str| std::fs::read_to_string(path.join(f)).ok();
-        if read("level").as_deref().map(str::trim) != Some("2") {
+        let Some(level) = read("level").and_then(|l| l.trim().parse::<u32>().ok()) else {
             continue;
-        }
+        };
         if read("type").as_deref().map(str::trim) == Some("Instruction") {
             continue;
         }
@@ -204,13 +232,19 @@ fn detect_l2() -> Option<(usize, usize)> {
             .as_deref()
             .and_then(count_cpu_list)
             .unwrap_or(1);
-        return Some((size, sharers));
+        let better = match wanted {
+            CacheWanted::Level(l) => level == l,
+            CacheWanted::Last => best.is_none_or(|(b, _, _)| level > b),
+        };
+        if better {
+            best = Some((level, size, sharers));
+        }
     }
-    None
+    best.map(|(_, size, sharers)| (size, sharers))
 }
 
 #[cfg(not(target_os = "linux"))]
-fn detect_l2() -> Option<(usize, usize)> {
+fn detect_cache(_wanted: CacheWanted) -> Option<(usize, usize)> {
     None
 }
 
@@ -356,7 +390,13 @@ pub fn exclusive_scan_with<T: ScanElem>(
     out: &mut [T],
 ) -> Result<T, ScanLenMismatch> {
     check_len(input.len(), out.len())?;
-    Ok(scan_out_of_place(cfg, simd_level(), Mode::Exclusive, input, out))
+    Ok(scan_out_of_place(
+        cfg,
+        simd_level(),
+        Mode::Exclusive,
+        input,
+        out,
+    ))
 }
 
 /// [`inclusive_scan_in_place`] with an explicit configuration.
@@ -449,6 +489,8 @@ impl_float_elem!(f32, f64);
 pub trait KernelElem: Copy + Send + Sync + 'static {
     const ZERO: Self;
     fn add(self, rhs: Self) -> Self;
+    fn to_bits(self) -> u64;
+    fn from_bits(bits: u64) -> Self;
     fn kernels(level: Level) -> Kernels<Self>;
 }
 
@@ -464,6 +506,10 @@ type SumFn<R> = unsafe fn(*const R, usize) -> R;
 pub struct Kernels<R> {
     inclusive: ScanFn<R>,
     exclusive: ScanFn<R>,
+    /// As `inclusive`/`exclusive` but with non-temporal stores where the target has
+    /// them; only for `src != dst`.
+    inclusive_nt: ScanFn<R>,
+    exclusive_nt: ScanFn<R>,
     sum: SumFn<R>,
 }
 
@@ -512,13 +558,29 @@ fn detect_level() -> Level {
 }
 
 macro_rules! impl_kernel_elem {
-    ($t:ty, $zero:expr, |$a:ident, $b:ident| $add:expr, $x86:ident) => {
+    (
+        $t:ty,
+        $zero:expr,
+        |$a:ident, $b:ident| $add:expr,
+        |$x:ident| $to:expr,
+        |$bits:ident| $from:expr,
+        $x86:ident
+    ) => {
         impl KernelElem for $t {
             const ZERO: $t = $zero;
             #[inline(always)]
             fn add(self, rhs: $t) -> $t {
                 let ($a, $b) = (self, rhs);
                 $add
+            }
+            #[inline(always)]
+            fn to_bits(self) -> u64 {
+                let $x = self;
+                $to
+            }
+            #[inline(always)]
+            fn from_bits($bits: u64) -> $t {
+                $from
             }
             fn kernels(level: Level) -> Kernels<$t> {
                 match level {
@@ -529,6 +591,8 @@ macro_rules! impl_kernel_elem {
                     _ => Kernels {
                         inclusive: scalar_inclusive::<$t>,
                         exclusive: scalar_exclusive::<$t>,
+                        inclusive_nt: scalar_inclusive::<$t>,
+                        exclusive_nt: scalar_exclusive::<$t>,
                         sum: scalar_sum::<$t>,
                     },
                 }
@@ -537,10 +601,31 @@ macro_rules! impl_kernel_elem {
     };
 }
 
-impl_kernel_elem!(u32, 0, |a, b| a.wrapping_add(b), u32k);
-impl_kernel_elem!(u64, 0, |a, b| a.wrapping_add(b), u64k);
-impl_kernel_elem!(f32, 0.0, |a, b| a + b, f32k);
-impl_kernel_elem!(f64, 0.0, |a, b| a + b, f64k);
+impl_kernel_elem!(
+    u32,
+    0,
+    |a, b| a.wrapping_add(b),
+    |x| x as u64,
+    |b| b as u32,
+    u32k
+);
+impl_kernel_elem!(u64, 0, |a, b| a.wrapping_add(b), |x| x, |b| b, u64k);
+impl_kernel_elem!(
+    f32,
+    0.0,
+    |a, b| a + b,
+    |x| x.to_bits() as u64,
+    |b| f32::from_bits(b as u32),
+    f32k
+);
+impl_kernel_elem!(
+    f64,
+    0.0,
+    |a, b| a + b,
+    |x| x.to_bits(),
+    |b| f64::from_bits(b),
+    f64k
+);
 
 /// Portable kernels (also the tails of the SIMD kernels on x86_64).
 unsafe fn scalar_inclusive<R: KernelElem>(src: *const R, dst: *mut R, n: usize, carry: R) -> R {
@@ -592,7 +677,7 @@ mod x86 {
     //! `#[target_feature]` function so that everything inlines into one loop.
 
     use super::{scalar_exclusive, scalar_inclusive, scalar_sum, Kernels};
-    use core::arch::x86_64::*;
+    use core::arch::x86_64::_mm_sfence;
 
     macro_rules! kernels {
         ($feat:literal, $ops:ident, $T:ty, $name:ident) => {
@@ -600,30 +685,75 @@ mod x86 {
             mod $name {
                 use super::*;
 
+                /// Scalar head so that `dst` becomes vector-aligned (for streaming stores).
+                #[inline]
                 #[target_feature(enable = $feat)]
-                pub(super) unsafe fn inclusive(src: *const $T, dst: *mut $T, n: usize, carry: $T) -> $T {
+                unsafe fn head_len(dst: *mut $T, n: usize) -> usize {
+                    let mis = dst as usize % $ops::ALIGN;
+                    if mis == 0 {
+                        0
+                    } else {
+                        (($ops::ALIGN - mis) / core::mem::size_of::<$T>()).min(n)
+                    }
+                }
+
+                /// `NT`: write with non-temporal (streaming) stores, which skip the
+                /// read-for-ownership of the output lines; for outputs that do not fit
+                /// in the cache anyway.
+                #[target_feature(enable = $feat)]
+                pub(super) unsafe fn inclusive<const NT: bool>(
+                    src: *const $T,
+                    dst: *mut $T,
+                    n: usize,
+                    carry: $T,
+                ) -> $T {
+                    let head = if NT { head_len(dst, n) } else { 0 };
+                    let carry = scalar_inclusive(src, dst, head, carry);
                     let lanes = $ops::LANES;
                     let mut c = $ops::splat(carry);
-                    let mut i = 0usize;
+                    let mut i = head;
                     while i + lanes <= n {
                         let p = $ops::scan($ops::load(src.add(i)));
-                        $ops::store(dst.add(i), $ops::add(p, c));
+                        let v = $ops::add(p, c);
+                        if NT {
+                            $ops::stream(dst.add(i), v);
+                        } else {
+                            $ops::store(dst.add(i), v);
+                        }
                         c = $ops::add(c, $ops::bcast_last(p));
                         i += lanes;
+                    }
+                    if NT {
+                        _mm_sfence();
                     }
                     scalar_inclusive(src.add(i), dst.add(i), n - i, $ops::first(c))
                 }
 
                 #[target_feature(enable = $feat)]
-                pub(super) unsafe fn exclusive(src: *const $T, dst: *mut $T, n: usize, carry: $T) -> $T {
+                pub(super) unsafe fn exclusive<const NT: bool>(
+                    src: *const $T,
+                    dst: *mut $T,
+                    n: usize,
+                    carry: $T,
+                ) -> $T {
+                    let head = if NT { head_len(dst, n) } else { 0 };
+                    let carry = scalar_exclusive(src, dst, head, carry);
                     let lanes = $ops::LANES;
                     let mut c = $ops::splat(carry);
-                    let mut i = 0usize;
+                    let mut i = head;
                     while i + lanes <= n {
                         let p = $ops::scan($ops::load(src.add(i)));
-                        $ops::store(dst.add(i), $ops::add($ops::shift1(p), c));
+                        let v = $ops::add($ops::shift1(p), c);
+                        if NT {
+                            $ops::stream(dst.add(i), v);
+                        } else {
+                            $ops::store(dst.add(i), v);
+                        }
                         c = $ops::add(c, $ops::bcast_last(p));
                         i += lanes;
+                    }
+                    if NT {
+                        _mm_sfence();
                     }
                     scalar_exclusive(src.add(i), dst.add(i), n - i, $ops::first(c))
                 }
@@ -658,6 +788,12 @@ mod x86 {
     mod sse2_u32 {
         use core::arch::x86_64::*;
         pub const LANES: usize = 4;
+        pub const ALIGN: usize = 16;
+        #[inline]
+        #[target_feature(enable = "sse2")]
+        pub unsafe fn stream(p: *mut u32, v: __m128i) {
+            _mm_stream_si128(p.cast(), v)
+        }
         #[inline]
         #[target_feature(enable = "sse2")]
         pub unsafe fn load(p: *const u32) -> __m128i {
@@ -720,6 +856,12 @@ mod x86 {
     mod sse2_u64 {
         use core::arch::x86_64::*;
         pub const LANES: usize = 2;
+        pub const ALIGN: usize = 16;
+        #[inline]
+        #[target_feature(enable = "sse2")]
+        pub unsafe fn stream(p: *mut u64, v: __m128i) {
+            _mm_stream_si128(p.cast(), v)
+        }
         #[inline]
         #[target_feature(enable = "sse2")]
         pub unsafe fn load(p: *const u64) -> __m128i {
@@ -778,6 +920,12 @@ mod x86 {
     mod sse2_f32 {
         use core::arch::x86_64::*;
         pub const LANES: usize = 4;
+        pub const ALIGN: usize = 16;
+        #[inline]
+        #[target_feature(enable = "sse2")]
+        pub unsafe fn stream(p: *mut f32, v: __m128) {
+            _mm_stream_ps(p, v)
+        }
         #[inline]
         #[target_feature(enable = "sse2")]
         pub unsafe fn load(p: *const f32) -> __m128 {
@@ -842,6 +990,12 @@ mod x86 {
     mod sse2_f64 {
         use core::arch::x86_64::*;
         pub const LANES: usize = 2;
+        pub const ALIGN: usize = 16;
+        #[inline]
+        #[target_feature(enable = "sse2")]
+        pub unsafe fn stream(p: *mut f64, v: __m128d) {
+            _mm_stream_pd(p, v)
+        }
         #[inline]
         #[target_feature(enable = "sse2")]
         pub unsafe fn load(p: *const f64) -> __m128d {
@@ -899,6 +1053,12 @@ mod x86 {
     mod avx2_u32 {
         use core::arch::x86_64::*;
         pub const LANES: usize = 8;
+        pub const ALIGN: usize = 32;
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        pub unsafe fn stream(p: *mut u32, v: __m256i) {
+            _mm256_stream_si256(p.cast(), v)
+        }
         #[inline]
         #[target_feature(enable = "avx2")]
         pub unsafe fn load(p: *const u32) -> __m256i {
@@ -968,6 +1128,12 @@ mod x86 {
     mod avx2_u64 {
         use core::arch::x86_64::*;
         pub const LANES: usize = 4;
+        pub const ALIGN: usize = 32;
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        pub unsafe fn stream(p: *mut u64, v: __m256i) {
+            _mm256_stream_si256(p.cast(), v)
+        }
         #[inline]
         #[target_feature(enable = "avx2")]
         pub unsafe fn load(p: *const u64) -> __m256i {
@@ -1031,6 +1197,12 @@ mod x86 {
     mod avx2_f32 {
         use core::arch::x86_64::*;
         pub const LANES: usize = 8;
+        pub const ALIGN: usize = 32;
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        pub unsafe fn stream(p: *mut f32, v: __m256) {
+            _mm256_stream_ps(p, v)
+        }
         #[inline]
         #[target_feature(enable = "avx2")]
         pub unsafe fn load(p: *const f32) -> __m256 {
@@ -1101,6 +1273,12 @@ mod x86 {
     mod avx2_f64 {
         use core::arch::x86_64::*;
         pub const LANES: usize = 4;
+        pub const ALIGN: usize = 32;
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        pub unsafe fn stream(p: *mut f64, v: __m256d) {
+            _mm256_stream_pd(p, v)
+        }
         #[inline]
         #[target_feature(enable = "avx2")]
         pub unsafe fn load(p: *const f64) -> __m256d {
@@ -1176,14 +1354,18 @@ mod x86 {
             pub(super) mod $name {
                 use super::*;
                 pub(in super::super) const SSE2: Kernels<$T> = Kernels {
-                    inclusive: $sse2::inclusive,
-                    exclusive: $sse2::exclusive,
+                    inclusive: $sse2::inclusive::<false>,
+                    exclusive: $sse2::exclusive::<false>,
+                    inclusive_nt: $sse2::inclusive::<true>,
+                    exclusive_nt: $sse2::exclusive::<true>,
                     sum: $sse2::sum,
                 };
                 /// Only valid where AVX2 was detected.
                 pub(in super::super) const AVX2: Kernels<$T> = Kernels {
-                    inclusive: $avx2::inclusive,
-                    exclusive: $avx2::exclusive,
+                    inclusive: $avx2::inclusive::<false>,
+                    exclusive: $avx2::exclusive::<false>,
+                    inclusive_nt: $avx2::inclusive::<true>,
+                    exclusive_nt: $avx2::exclusive::<true>,
                     sum: $avx2::sum,
                 };
             }
@@ -1206,29 +1388,89 @@ enum Mode {
     Exclusive,
 }
 
-fn scan_out_of_place<T: ScanElem>(cfg: &ScanConfig, level: Level, mode: Mode, input: &[T], out: &mut [T]) -> T {
+/// Internal knobs of one scan, chosen by the public functions (tests set them directly).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Tuning {
+    /// Write the output with non-temporal stores (out-of-place only).
+    stream: bool,
+    /// Steal a predecessor's pass one as soon as it is missing instead of first waiting
+    /// about as long as our own pass one took (tests use it to exercise stealing).
+    eager_steal: bool,
+}
+
+impl Tuning {
+    const PLAIN: Tuning = Tuning {
+        stream: false,
+        eager_steal: false,
+    };
+}
+
+fn scan_out_of_place<T: ScanElem>(
+    cfg: &ScanConfig,
+    level: Level,
+    mode: Mode,
+    input: &[T],
+    out: &mut [T],
+) -> T {
+    let tuning = Tuning {
+        stream: use_streaming_stores(std::mem::size_of_val(out)),
+        eager_steal: false,
+    };
+    scan_out_of_place_tuned(cfg, level, mode, input, out, tuning)
+}
+
+fn scan_out_of_place_tuned<T: ScanElem>(
+    cfg: &ScanConfig,
+    level: Level,
+    mode: Mode,
+    input: &[T],
+    out: &mut [T],
+    tuning: Tuning,
+) -> T {
     debug_assert_eq!(input.len(), out.len());
     let n = input.len().min(out.len());
     // `Sealed` guarantees `T` and `T::Repr` have the same layout; the slices do not overlap.
     let src = input.as_ptr().cast::<T::Repr>();
     let dst = out.as_mut_ptr().cast::<T::Repr>();
     // SAFETY: `n` elements are readable at `src` and writable at `dst`, disjoint.
-    T::from_repr(unsafe { scan_raw(cfg, level, mode, src, dst, n) })
+    T::from_repr(unsafe { scan_raw(cfg, level, mode, src, dst, n, tuning) })
 }
 
 fn scan_in_place<T: ScanElem>(cfg: &ScanConfig, level: Level, mode: Mode, data: &mut [T]) -> T {
+    scan_in_place_tuned(cfg, level, mode, data, Tuning::PLAIN)
+}
+
+fn scan_in_place_tuned<T: ScanElem>(
+    cfg: &ScanConfig,
+    level: Level,
+    mode: Mode,
+    data: &mut [T],
+    tuning: Tuning,
+) -> T {
     let n = data.len();
     let dst = data.as_mut_ptr().cast::<T::Repr>();
+    let tuning = Tuning {
+        stream: false,
+        ..tuning
+    };
     // SAFETY: `n` elements are readable and writable at `dst`; the kernels read each
     // element before writing it.
-    T::from_repr(unsafe { scan_raw(cfg, level, mode, dst.cast_const(), dst, n) })
+    T::from_repr(unsafe { scan_raw(cfg, level, mode, dst.cast_const(), dst, n, tuning) })
+}
+
+/// Out-of-place outputs are written with non-temporal (streaming) stores when input and
+/// output together exceed the last-level cache: they would not stay cached anyway, and
+/// streaming stores skip reading the output lines from memory before overwriting them
+/// (a third of the memory traffic of a scan).
+fn use_streaming_stores(out_bytes: usize) -> bool {
+    cfg!(target_arch = "x86_64") && out_bytes.saturating_mul(2) > last_level_cache_bytes()
 }
 
 /// Scans `n` elements from `src` to `dst` (equal or disjoint); returns the total.
 ///
 /// # Safety
 /// `n` elements readable at `src`, writable at `dst`; `src == dst` or the ranges are
-/// disjoint; `level` is supported by this CPU.
+/// disjoint; `level` is supported by this CPU; `tuning.stream` only if `src != dst`.
 unsafe fn scan_raw<R: KernelElem>(
     cfg: &ScanConfig,
     level: Level,
@@ -1236,11 +1478,15 @@ unsafe fn scan_raw<R: KernelElem>(
     src: *const R,
     dst: *mut R,
     n: usize,
+    tuning: Tuning,
 ) -> R {
+    debug_assert!(!tuning.stream || n == 0 || src != dst.cast_const());
     let k = R::kernels(level);
-    let scan = match mode {
-        Mode::Inclusive => k.inclusive,
-        Mode::Exclusive => k.exclusive,
+    let scan = match (mode, tuning.stream) {
+        (Mode::Inclusive, false) => k.inclusive,
+        (Mode::Exclusive, false) => k.exclusive,
+        (Mode::Inclusive, true) => k.inclusive_nt,
+        (Mode::Exclusive, true) => k.exclusive_nt,
     };
     let part = cfg.partition_elems(std::mem::size_of::<R>());
     let parts = n.div_ceil(part);
@@ -1249,21 +1495,18 @@ unsafe fn scan_raw<R: KernelElem>(
         return unsafe { scan(src, dst, n, R::ZERO) };
     }
     let workers = cfg.threads.min(parts);
-    let shared = Shared {
-        next: Padded(AtomicUsize::new(0)),
-        turn: Padded(AtomicUsize::new(0)),
-        carry: UnsafeCell::new(R::ZERO),
-        abort: AtomicBool::new(false),
-    };
+    let slots: Vec<Slot> = (0..parts).map(|_| Slot::default()).collect();
     let job = Job {
-        shared: &shared,
+        next: Padded(AtomicUsize::new(0)),
+        slots: &slots,
         sum: k.sum,
         scan,
         src: SendConst(src),
         dst: SendMut(dst),
         n,
         part,
-        parts,
+        in_place: src == dst.cast_const(),
+        eager_steal: tuning.eager_steal,
     };
     rayon::scope(|s| {
         for _ in 1..workers {
@@ -1271,124 +1514,218 @@ unsafe fn scan_raw<R: KernelElem>(
         }
         job.work();
     });
-    shared.carry.into_inner()
+    let last = &slots[parts - 1];
+    debug_assert_eq!(last.state.load(Ordering::Acquire), INCLUSIVE);
+    R::from_bits(last.inclusive.load(Ordering::Acquire))
 }
 
-/// Aligns a value to its own cache line.
+/// Aligns a value to its own cache lines.
 #[repr(align(128))]
 struct Padded<T>(T);
 
-/// State shared by the workers of one parallel scan.
-struct Shared<R> {
-    /// Next partition to claim.
-    next: Padded<AtomicUsize>,
-    /// The partition whose turn it is to read and advance `carry`.
-    turn: Padded<AtomicUsize>,
-    /// Sum of all partitions before `turn`; only the worker holding partition `turn`
-    /// touches it (ownership passes on with a release store to `turn`).
-    carry: UnsafeCell<R>,
-    /// Set when a worker unwinds, so that the others stop waiting for it.
-    abort: AtomicBool,
-}
+/// Slot states: nothing published yet, the partition's sum, the inclusive prefix (the
+/// sum of this and all earlier partitions).
+const EMPTY: u8 = 0;
+const AGGREGATE: u8 = 1;
+const INCLUSIVE: u8 = 2;
 
-// SAFETY: `carry` is only accessed by the worker whose turn it is (see `Job::work`).
-unsafe impl<R: Send> Sync for Shared<R> {}
+/// What a partition has published. Values are element bits (see `KernelElem::to_bits`),
+/// written before the release store of `state` that announces them.
+#[derive(Default)]
+struct Slot {
+    state: AtomicU8,
+    aggregate: AtomicU64,
+    inclusive: AtomicU64,
+    /// Workers currently reading this partition to compute its sum for themselves; the
+    /// owner must not overwrite an in-place partition while any are.
+    stealers: AtomicUsize,
+}
 
 #[derive(Clone, Copy)]
 struct SendConst<R>(*const R);
 #[derive(Clone, Copy)]
 struct SendMut<R>(*mut R);
-// SAFETY: the workers access disjoint partitions of the buffers behind these pointers,
-// which outlive the rayon scope.
+// SAFETY: the workers only write disjoint partitions of the buffers behind these
+// pointers (reads of another partition are coordinated through `Slot::stealers`), and
+// the buffers outlive the rayon scope.
 unsafe impl<R: Send> Send for SendConst<R> {}
 unsafe impl<R: Send> Sync for SendConst<R> {}
 unsafe impl<R: Send> Send for SendMut<R> {}
 unsafe impl<R: Send> Sync for SendMut<R> {}
 
+/// One parallel scan, shared by its workers.
 struct Job<'a, R> {
-    shared: &'a Shared<R>,
+    /// Next partition to claim.
+    next: Padded<AtomicUsize>,
+    slots: &'a [Slot],
     sum: SumFn<R>,
     scan: ScanFn<R>,
     src: SendConst<R>,
     dst: SendMut<R>,
     n: usize,
     part: usize,
-    parts: usize,
+    in_place: bool,
+    eager_steal: bool,
 }
 
-// SAFETY: see `Shared` and `SendConst`/`SendMut`; the fn pointers are plain code.
-unsafe impl<R: Send> Sync for Job<'_, R> {}
+/// Spin a while, then yield the CPU (the thread we wait for may need it).
+fn backoff(spins: &mut u32) {
+    if *spins < 4096 {
+        *spins += 1;
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+}
 
-/// Sets `abort` if dropped during unwinding.
-struct AbortOnUnwind<'a>(&'a AtomicBool);
+/// Decrements a stealer count when dropped (also if the sum kernel unwound).
+struct StealGuard<'a>(&'a AtomicUsize);
 
-impl Drop for AbortOnUnwind<'_> {
+impl Drop for StealGuard<'_> {
     fn drop(&mut self) {
-        if std::thread::panicking() {
-            self.0.store(true, Ordering::Relaxed);
-        }
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
 impl<R: KernelElem> Job<'_, R> {
-    /// One worker: claim partitions in order until none are left. Per partition: pass one
-    /// (sum), take the running total from the previous partition and hand on the new one,
-    /// pass two (scan with offset, reading the partition from cache).
+    /// Pointers and length of partition `p`.
+    fn partition(&self, p: usize) -> (*const R, *mut R, usize) {
+        let start = p * self.part;
+        let len = self.part.min(self.n - start);
+        // SAFETY: partition `p < parts` lies within the `n` elements that the caller of
+        // `scan_raw` vouched for.
+        unsafe { (self.src.0.add(start), self.dst.0.add(start), len) }
+    }
+
+    /// One worker: claim partitions in order until none are left. Per partition:
+    /// pass one (sum, which also brings the partition into this core's cache), publish
+    /// the sum, derive the offset from the predecessors (below), publish the inclusive
+    /// prefix, pass two (scan plus offset, reading the partition from cache).
+    ///
+    /// The offset is found by looking back over the predecessors' slots: an inclusive
+    /// prefix ends the walk, a published sum is collected and the walk goes on. A
+    /// predecessor with nothing published yet is normally just finishing its own pass
+    /// one, so we wait for it, but only about as long as our own pass one took: if its
+    /// worker is descheduled (other busy threads on the machine), we sum its partition
+    /// ourselves rather than stall. No worker ever waits for another one indefinitely.
+    ///
+    /// The offset is always computed as `inclusive[j] + sum[j + 1] + ... + sum[p - 1]`,
+    /// added left to right from an inclusive prefix that was itself computed that way,
+    /// so it equals the plain sequential scan over the partition sums bit for bit, no
+    /// matter where the walk stopped or who computed which sum: float results do not
+    /// depend on thread timing.
     fn work(&self) {
-        let sh = self.shared;
-        let _guard = AbortOnUnwind(&sh.abort);
+        let mut pending: Vec<R> = Vec::new();
         loop {
-            let p = sh.next.0.fetch_add(1, Ordering::Relaxed);
-            if p >= self.parts {
+            let p = self.next.0.fetch_add(1, Ordering::Relaxed);
+            if p >= self.slots.len() {
                 return;
             }
-            let start = p * self.part;
-            let len = self.part.min(self.n - start);
-            // SAFETY: partition `p` lies within the `n` elements the caller of `scan_raw`
-            // vouched for, and only this worker touches it.
-            let (src, dst) = unsafe { (self.src.0.add(start), self.dst.0.add(start)) };
+            let (src, dst, len) = self.partition(p);
+            let slot = &self.slots[p];
+
             // Pass one.
-            // SAFETY: as above.
-            let local = unsafe { (self.sum)(src, len) };
-            // The sequential scan over partition sums, one hand-off at a time.
-            if !wait_for_turn(&sh.turn.0, &sh.abort, p) {
-                return;
-            }
-            // SAFETY: it is partition `p`'s turn: no other worker touches `carry` until
-            // the release store below; the acquire in `wait_for_turn` made the previous
-            // owner's write visible.
-            let offset = unsafe {
-                let offset = *sh.carry.get();
-                *sh.carry.get() = offset.add(local);
-                offset
+            let started = Instant::now();
+            // SAFETY: only this worker writes partition `p`; it is readable.
+            let aggregate = unsafe { (self.sum)(src, len) };
+            let patience = if self.eager_steal {
+                Duration::ZERO
+            } else {
+                // A neighbour that started its pass one with ours should finish within
+                // this; the floor avoids pointless steals on tiny, cached partitions.
+                started.elapsed() * 2 + Duration::from_micros(2)
             };
-            sh.turn.0.store(p + 1, Ordering::Release);
+            slot.aggregate.store(aggregate.to_bits(), Ordering::Relaxed);
+            slot.state.store(AGGREGATE, Ordering::Release);
+
+            // Look back for the offset.
+            pending.clear();
+            let mut base = R::ZERO;
+            let mut j = p;
+            while j > 0 {
+                j -= 1;
+                match self.await_predecessor(j, patience) {
+                    (INCLUSIVE, v) => {
+                        base = v;
+                        break;
+                    }
+                    (_, v) => pending.push(v),
+                }
+            }
+            let offset = pending.iter().rev().fold(base, |acc, &a| acc.add(a));
+            slot.inclusive
+                .store(offset.add(aggregate).to_bits(), Ordering::Relaxed);
+            // SeqCst pairs with the stealer's protocol in `await_predecessor`.
+            slot.state.store(INCLUSIVE, Ordering::SeqCst);
+
+            // A worker that stole our pass one may still be reading this partition; in
+            // place, we must not overwrite it under them. (Rare, and short.)
+            if self.in_place {
+                let mut spins = 0u32;
+                while slot.stealers.load(Ordering::SeqCst) != 0 {
+                    backoff(&mut spins);
+                }
+            }
+
             // Pass two.
-            // SAFETY: as above.
+            // SAFETY: as above; nobody else reads partition `p` any more.
             unsafe { (self.scan)(src, dst, len, offset) };
         }
     }
-}
 
-/// Waits until `turn == p`; returns false if another worker panicked.
-fn wait_for_turn(turn: &AtomicUsize, abort: &AtomicBool, p: usize) -> bool {
-    let mut spins = 0u32;
-    loop {
-        if turn.load(Ordering::Acquire) == p {
-            return true;
-        }
-        if abort.load(Ordering::Relaxed) {
-            return false;
-        }
-        if spins < 2048 {
-            spins += 1;
+    /// The state and value a predecessor `j` has published: `INCLUSIVE` with its
+    /// inclusive prefix, or otherwise its sum (published, or computed here after waiting
+    /// `patience` in vain).
+    fn await_predecessor(&self, j: usize, patience: Duration) -> (u8, R) {
+        let slot = &self.slots[j];
+        let published = |state: u8| match state {
+            INCLUSIVE => Some((
+                INCLUSIVE,
+                R::from_bits(slot.inclusive.load(Ordering::Relaxed)),
+            )),
+            AGGREGATE => Some((
+                AGGREGATE,
+                R::from_bits(slot.aggregate.load(Ordering::Relaxed)),
+            )),
+            state => {
+                debug_assert_eq!(state, EMPTY);
+                None
+            }
+        };
+        let mut waited_since: Option<Instant> = None;
+        let mut spins = 0u32;
+        loop {
+            if let Some(found) = published(slot.state.load(Ordering::Acquire)) {
+                return found;
+            }
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(32) || patience.is_zero() {
+                let since = *waited_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= patience {
+                    break;
+                }
+            }
             std::hint::spin_loop();
-        } else {
-            // The predecessor's thread is descheduled (oversubscribed machine): let it run.
-            std::thread::yield_now();
         }
+        // Steal: announce the read, then check again (SeqCst on both sides: either the
+        // owner sees our announcement before its pass two, or we see its publication).
+        slot.stealers.fetch_add(1, Ordering::SeqCst);
+        let _guard = StealGuard(&slot.stealers);
+        if let Some(found) = published(slot.state.load(Ordering::SeqCst)) {
+            return found;
+        }
+        #[cfg(test)]
+        tests::STEALS.fetch_add(1, Ordering::Relaxed);
+        let (src, _, len) = self.partition(j);
+        // SAFETY: partition `j` is readable and its owner will not write it before
+        // `stealers` drops back to zero.
+        (AGGREGATE, unsafe { (self.sum)(src, len) })
     }
 }
+
+// SAFETY: the raw pointers are covered by `SendConst`/`SendMut`; the rest is atomics,
+// shared references to atomics, and plain fn pointers.
+unsafe impl<R: Send> Sync for Job<'_, R> {}
 
 // ---------------------------------------------------------------------------------------
 // Tests
@@ -1400,6 +1737,9 @@ mod tests {
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};
     use std::fmt::Debug;
+
+    /// Number of predecessor sums computed by a waiting worker (stealing), all tests.
+    pub(super) static STEALS: AtomicUsize = AtomicUsize::new(0);
 
     /// Every kernel level this machine can run.
     fn levels() -> Vec<Level> {
@@ -1414,19 +1754,24 @@ mod tests {
         v
     }
 
-    /// Configurations for an input of `n` elements of `size` bytes: 1, 2, 3 and 8
-    /// threads, with tiny partitions (forcing many partitions and the parallel path even
-    /// for small inputs) and the default size. Partition sizes that would give more than
-    /// a few thousand partitions are skipped to keep the test fast.
+    /// Configurations for an input of `n` elements of `size` bytes: one single-threaded
+    /// configuration, then 2, 3 and 8 threads with tiny partitions (forcing many
+    /// partitions and the parallel path even for small inputs) and the default size.
+    /// Configurations that would take the single-threaded path anyway, or give more than
+    /// 2048 partitions (slow in debug builds), are left out.
     fn configs(n: usize, size: usize) -> Vec<ScanConfig> {
-        let mut out = Vec::new();
-        for threads in [1, 2, 3, 8] {
+        let mut out = vec![ScanConfig {
+            threads: 1,
+            partition_bytes: 64,
+        }];
+        for threads in [2, 3, 8] {
             for part_bytes in [size, 3 * size, 64, 200, 4096, default_partition_bytes()] {
                 let cfg = ScanConfig {
                     threads,
                     partition_bytes: part_bytes,
                 };
-                if n / cfg.partition_elems(size) <= 4096 {
+                let parts = n.div_ceil(cfg.partition_elems(size));
+                if (MIN_PARALLEL_PARTITIONS..=2048).contains(&parts) {
                     out.push(cfg);
                 }
             }
@@ -1474,6 +1819,28 @@ mod tests {
                 let total = scan_in_place(&cfg, level, Mode::Exclusive, &mut buf);
                 assert_eq!(buf, excl_ref, "exclusive in-place {ctx}");
                 assert_eq!(total, total_ref, "exclusive in-place total {ctx}");
+
+                // Streaming stores, and stealing predecessors' pass one whenever it is
+                // not published yet.
+                let tuning = Tuning {
+                    stream: true,
+                    eager_steal: true,
+                };
+                let mut out = vec![T::ZERO; n];
+                scan_out_of_place_tuned(&cfg, level, Mode::Inclusive, data, &mut out, tuning);
+                assert_eq!(out, incl_ref, "inclusive streaming/stealing {ctx}");
+                let mut out = vec![T::ZERO; n];
+                let total =
+                    scan_out_of_place_tuned(&cfg, level, Mode::Exclusive, data, &mut out, tuning);
+                assert_eq!(out, excl_ref, "exclusive streaming/stealing {ctx}");
+                assert_eq!(total, total_ref, "exclusive streaming/stealing total {ctx}");
+                let mut buf = data.to_vec();
+                let total = scan_in_place_tuned(&cfg, level, Mode::Exclusive, &mut buf, tuning);
+                assert_eq!(buf, excl_ref, "exclusive in-place stealing {ctx}");
+                assert_eq!(total, total_ref, "exclusive in-place stealing total {ctx}");
+                let mut buf = data.to_vec();
+                scan_in_place_tuned(&cfg, level, Mode::Inclusive, &mut buf, tuning);
+                assert_eq!(buf, incl_ref, "inclusive in-place stealing {ctx}");
             }
         }
 
@@ -1498,7 +1865,10 @@ mod tests {
         inclusive_scan_with(&cfg, data, &mut out).unwrap();
         assert_eq!(out, incl_ref, "inclusive_scan_with n={n}");
         let mut out = vec![T::ZERO; n];
-        assert_eq!(exclusive_scan_with(&cfg, data, &mut out).unwrap(), total_ref);
+        assert_eq!(
+            exclusive_scan_with(&cfg, data, &mut out).unwrap(),
+            total_ref
+        );
         assert_eq!(out, excl_ref, "exclusive_scan_with n={n}");
         let mut buf = data.to_vec();
         inclusive_scan_in_place_with(&cfg, &mut buf);
@@ -1563,8 +1933,8 @@ mod tests {
 
     #[test]
     fn usize_isize_random() {
-        check_type::<usize>(5, |r| r.random_range(0..1000usize), 1);
-        check_type::<isize>(6, |r| r.random_range(-1000..1000isize), -1);
+        check_type::<usize>(5, |r| r.random_range(0..1000u64) as usize, 1);
+        check_type::<isize>(6, |r| r.random_range(-1000..1000i64) as isize, -1);
     }
 
     /// Integer-valued floats: every partial sum is exact (|sum| < 2^24 for f32), so the
@@ -1588,7 +1958,9 @@ mod tests {
             check_exact(&vec![i32::MIN; n]);
             check_exact(&vec![i64::MIN; n]);
             check_exact(&vec![i64::MAX; n]);
-            let alt: Vec<i64> = (0..n).map(|i| if i % 2 == 0 { i64::MIN } else { i64::MAX }).collect();
+            let alt: Vec<i64> = (0..n)
+                .map(|i| if i % 2 == 0 { i64::MIN } else { i64::MAX })
+                .collect();
             check_exact(&alt);
             let alt: Vec<u32> = (0..n as u32).map(|i| u32::MAX - i).collect();
             check_exact(&alt);
@@ -1637,7 +2009,13 @@ mod tests {
         assert_eq!(out, [9, 9]);
         let mut long = [9u32; 4];
         let err = inclusive_scan(&input, &mut long).unwrap_err();
-        assert_eq!(err, ScanLenMismatch { input_len: 3, output_len: 4 });
+        assert_eq!(
+            err,
+            ScanLenMismatch {
+                input_len: 3,
+                output_len: 4
+            }
+        );
         assert_eq!(long, [9; 4]);
         assert!(err.to_string().contains("does not match"));
     }
@@ -1668,15 +2046,30 @@ mod tests {
         let tol = 0.05f64.max(4.0 * seq_err);
         for level in levels() {
             for cfg in [
-                ScanConfig { threads: 1, partition_bytes: 1 << 18 },
-                ScanConfig { threads: 2, partition_bytes: 1 << 12 },
-                ScanConfig { threads: 3, partition_bytes: 1000 },
-                ScanConfig { threads: 8, partition_bytes: 1 << 16 },
+                ScanConfig {
+                    threads: 1,
+                    partition_bytes: 1 << 18,
+                },
+                ScanConfig {
+                    threads: 2,
+                    partition_bytes: 1 << 12,
+                },
+                ScanConfig {
+                    threads: 3,
+                    partition_bytes: 1000,
+                },
+                ScanConfig {
+                    threads: 8,
+                    partition_bytes: 1 << 16,
+                },
             ] {
                 let mut out = vec![0f32; n];
                 scan_out_of_place(&cfg, level, Mode::Inclusive, &data, &mut out);
                 let err = max_err(&out);
-                assert!(err <= tol, "inclusive {level:?} {cfg:?}: err {err} > tol {tol} (seq err {seq_err})");
+                assert!(
+                    err <= tol,
+                    "inclusive {level:?} {cfg:?}: err {err} > tol {tol} (seq err {seq_err})"
+                );
 
                 let mut ex = vec![0f32; n];
                 let total = scan_out_of_place(&cfg, level, Mode::Exclusive, &data, &mut ex);
@@ -1692,39 +2085,89 @@ mod tests {
                 // Deterministic for a fixed configuration, whatever the thread timing.
                 let mut again = vec![0f32; n];
                 scan_out_of_place(&cfg, level, Mode::Inclusive, &data, &mut again);
-                assert!(out.iter().zip(&again).all(|(a, b)| a.to_bits() == b.to_bits()));
+                assert!(out
+                    .iter()
+                    .zip(&again)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()));
             }
+            // ... and whatever the number of threads and whether predecessors' sums were
+            // stolen, for a fixed partition size.
+            let run = |threads: usize, eager_steal: bool| {
+                let cfg = ScanConfig {
+                    threads,
+                    partition_bytes: 1 << 12,
+                };
+                let mut out = vec![0f32; n];
+                let tuning = Tuning {
+                    stream: false,
+                    eager_steal,
+                };
+                scan_out_of_place_tuned(&cfg, level, Mode::Inclusive, &data, &mut out, tuning);
+                out.iter().map(|x| x.to_bits()).collect::<Vec<u32>>()
+            };
+            let two = run(2, false);
+            assert_eq!(two, run(3, false), "{level:?}");
+            assert_eq!(two, run(8, true), "{level:?}");
         }
     }
 
     #[test]
     fn f64_random_within_tolerance() {
-        // Multiples of 2^-20 in [-1, 1): every partial sum of up to 2^32 of them is exact
-        // in f64, giving an exact reference; then perturb to get general values.
+        // General f64 values: prefixes stay around sqrt(n), where f64 rounding is ~1e-14.
         let n = 100_001;
         let data = random_vec(n, 12, |r| r.random_range(-1.0f64..1.0) * (1.0 + 1e-9));
         let mut seq = vec![0f64; n];
         inclusive_scan_seq(&data, &mut seq).unwrap();
         for level in levels() {
-            let cfg = ScanConfig { threads: 2, partition_bytes: 2048 };
+            let cfg = ScanConfig {
+                threads: 2,
+                partition_bytes: 2048,
+            };
             let mut out = vec![0f64; n];
             scan_out_of_place(&cfg, level, Mode::Inclusive, &data, &mut out);
-            let err = out.iter().zip(&seq).map(|(a, b)| (a - b).abs()).fold(0f64, f64::max);
+            let err = out
+                .iter()
+                .zip(&seq)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f64, f64::max);
             assert!(err < 1e-9, "{level:?}: err {err}");
         }
     }
 
     #[test]
     fn float_special_values_propagate() {
-        let data = vec![1.0f32, f32::INFINITY, 2.0, f32::NAN, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0];
+        let data = vec![
+            1.0f32,
+            f32::INFINITY,
+            2.0,
+            f32::NAN,
+            3.0,
+            4.0,
+            5.0,
+            6.0,
+            7.0,
+            8.0,
+        ];
         for level in levels() {
-            for cfg in [ScanConfig { threads: 1, partition_bytes: 64 }, ScanConfig { threads: 2, partition_bytes: 4 }] {
+            for cfg in [
+                ScanConfig {
+                    threads: 1,
+                    partition_bytes: 64,
+                },
+                ScanConfig {
+                    threads: 2,
+                    partition_bytes: 4,
+                },
+            ] {
                 let mut out = vec![0f32; data.len()];
                 scan_out_of_place(&cfg, level, Mode::Inclusive, &data, &mut out);
                 assert_eq!(out[0], 1.0);
                 assert_eq!(out[1], f32::INFINITY);
                 assert_eq!(out[2], f32::INFINITY);
-                assert!(out[3..].iter().all(|x| x.is_nan()), "{level:?} {cfg:?} {out:?}");
+                assert!(
+                    out[3..].iter().all(|x| x.is_nan()),
+                    "{level:?} {cfg:?} {out:?}"
+                );
             }
         }
     }
@@ -1754,7 +2197,10 @@ mod tests {
         assert_eq!(ScanConfig::with_threads(3).threads, 3);
 
         // Partition lengths: whole elements, at least one, cache-line multiples.
-        let c = |b| ScanConfig { threads: 2, partition_bytes: b };
+        let c = |b| ScanConfig {
+            threads: 2,
+            partition_bytes: b,
+        };
         assert_eq!(c(0).partition_elems(4), 1);
         assert_eq!(c(4).partition_elems(4), 1);
         assert_eq!(c(12).partition_elems(4), 3);
@@ -1762,6 +2208,103 @@ mod tests {
         assert_eq!(c(100).partition_elems(8), 8);
         assert_eq!(c(1 << 18).partition_elems(4), 1 << 16);
         assert!(["avx2", "sse2", "scalar"].contains(&simd_level_name()));
+    }
+
+    /// Streaming stores need a scalar head until the output is vector-aligned: try every
+    /// misalignment of input and output.
+    #[test]
+    fn streaming_misaligned_slices() {
+        fn run<T: ScanElem + PartialEq + Debug>(data: &[T]) {
+            for level in levels() {
+                for in_off in 0..4 {
+                    for out_off in 0..9 {
+                        for n in [0usize, 1, 5, 17, 100, 1000 - in_off] {
+                            let input = &data[in_off..in_off + n];
+                            let mut incl_ref = vec![T::ZERO; n];
+                            let mut excl_ref = vec![T::ZERO; n];
+                            inclusive_scan_seq(input, &mut incl_ref).unwrap();
+                            let total_ref = exclusive_scan_seq(input, &mut excl_ref).unwrap();
+                            let mut backing = vec![T::ZERO; n + out_off];
+                            for (threads, part_bytes) in [(1, 1 << 16), (2, 40)] {
+                                let cfg = ScanConfig {
+                                    threads,
+                                    partition_bytes: part_bytes,
+                                };
+                                let tuning = Tuning {
+                                    stream: true,
+                                    eager_steal: false,
+                                };
+                                let out = &mut backing[out_off..];
+                                scan_out_of_place_tuned(
+                                    &cfg,
+                                    level,
+                                    Mode::Inclusive,
+                                    input,
+                                    out,
+                                    tuning,
+                                );
+                                assert_eq!(
+                                    out,
+                                    &incl_ref[..],
+                                    "{level:?} {in_off} {out_off} {n} {cfg:?}"
+                                );
+                                let total = scan_out_of_place_tuned(
+                                    &cfg,
+                                    level,
+                                    Mode::Exclusive,
+                                    input,
+                                    out,
+                                    tuning,
+                                );
+                                assert_eq!(
+                                    out,
+                                    &excl_ref[..],
+                                    "{level:?} {in_off} {out_off} {n} {cfg:?}"
+                                );
+                                assert_eq!(total, total_ref);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        run(&random_vec(1000, 41, |r| r.random::<u32>()));
+        run(&random_vec(1000, 42, |r| r.random::<i64>()));
+        run(&random_vec(1000, 43, |r| r.random_range(-8i32..=8) as f32));
+        run(&random_vec(1000, 44, |r| r.random_range(-8i32..=8) as f64));
+    }
+
+    /// Stealing happens (here forced: `eager_steal`) and keeps results exact, in place
+    /// too, where the owner of a stolen partition must wait before overwriting it.
+    #[test]
+    fn stealing_is_exercised_and_exact() {
+        let data = random_vec(300_000, 51, |r| r.random::<u64>());
+        let mut incl_ref = vec![0u64; data.len()];
+        inclusive_scan_seq(&data, &mut incl_ref).unwrap();
+        let tuning = Tuning {
+            stream: false,
+            eager_steal: true,
+        };
+        let before = STEALS.load(Ordering::Relaxed);
+        for round in 0..20 {
+            let cfg = ScanConfig {
+                threads: 2 + round % 3,
+                partition_bytes: 1024 + 64 * round,
+            };
+            let mut buf = data.clone();
+            scan_in_place_tuned(&cfg, simd_level(), Mode::Inclusive, &mut buf, tuning);
+            assert_eq!(buf, incl_ref, "round {round}");
+            let mut out = vec![0u64; data.len()];
+            scan_out_of_place_tuned(&cfg, simd_level(), Mode::Inclusive, &data, &mut out, tuning);
+            assert_eq!(out, incl_ref, "round {round}");
+        }
+        let steals = STEALS.load(Ordering::Relaxed) - before;
+        println!("steals: {steals}");
+        // Two pool threads racing through ~20 000 partitions with zero patience: some
+        // predecessor is always caught mid pass one (unless the pool has one thread).
+        if rayon::current_num_threads() >= 2 {
+            assert!(steals > 0, "no steals observed");
+        }
     }
 
     /// Many concurrent scans from different threads share rayon's pool safely.
@@ -1774,7 +2317,10 @@ mod tests {
             for t in 0..4 {
                 let (data, expected) = (&data, &expected);
                 s.spawn(move || {
-                    let cfg = ScanConfig { threads: 1 + t, partition_bytes: 4096 };
+                    let cfg = ScanConfig {
+                        threads: 1 + t,
+                        partition_bytes: 4096,
+                    };
                     for _ in 0..5 {
                         let mut out = vec![0u32; data.len()];
                         inclusive_scan_with(&cfg, data, &mut out).unwrap();
@@ -1788,7 +2334,10 @@ mod tests {
             for t in 0..4 {
                 let (data, expected) = (&data, &expected);
                 s.spawn(move |_| {
-                    let cfg = ScanConfig { threads: 2 + t, partition_bytes: 8192 };
+                    let cfg = ScanConfig {
+                        threads: 2 + t,
+                        partition_bytes: 8192,
+                    };
                     let mut out = vec![0u32; data.len()];
                     inclusive_scan_with(&cfg, data, &mut out).unwrap();
                     assert_eq!(&out, expected);
@@ -1797,58 +2346,90 @@ mod tests {
         });
     }
 
-    /// Release-mode timing of the fast path against the sequential loop at 2^26 u32
-    /// (and a few other shapes). Run with
-    /// `cargo test --release -p ridgeline-operators cpu_scan::tests::timing -- --ignored --nocapture`.
+    /// Release-mode timing of the fast path against the sequential loop, 2^26 u32 out of
+    /// place (plus a few variants). Run with
+    /// `cargo test --release -p ridgeline-operators cpu_scan::tests::timing -- --ignored --nocapture`
+    /// (`RAYON_NUM_THREADS` sets the pool; the fast path is timed with 1 and 2 threads).
     #[test]
     #[ignore]
     fn timing() {
         use std::time::Instant;
-        fn best_of<F: FnMut()>(reps: usize, mut f: F) -> f64 {
-            let mut best = f64::INFINITY;
-            for _ in 0..reps {
-                let t = Instant::now();
-                f();
-                best = best.min(t.elapsed().as_secs_f64());
-            }
-            best
+        /// (min, median) seconds over `reps` runs.
+        fn time<F: FnMut()>(reps: usize, mut f: F) -> (f64, f64) {
+            let mut v: Vec<f64> = (0..reps)
+                .map(|_| {
+                    let t = Instant::now();
+                    f();
+                    t.elapsed().as_secs_f64()
+                })
+                .collect();
+            v.sort_by(f64::total_cmp);
+            (v[0], v[reps / 2])
         }
         let n = 1usize << 26;
-        let reps = 7;
+        let reps = 11;
         let data = random_vec(n, 31, |r| r.random_range(0..1000u32));
         let mut expected = vec![0u32; n];
-        let mut out = vec![0u32; n];
-        let mut buf = data.clone();
         inclusive_scan_seq(&data, &mut expected).unwrap();
-        let gelem = |t: f64| n as f64 / t / 1e9;
-        println!("cpu_scan timing: n = 2^26 u32, simd = {}, l2 = {} B, default partition = {} B, rayon threads = {}",
-            simd_level_name(), l2_cache_bytes(), default_partition_bytes(), rayon::current_num_threads());
-        let t_seq = best_of(reps, || inclusive_scan_seq(&data, &mut out).unwrap());
-        println!("  sequential out-of-place        {:8.2} ms  {:6.2} Gelem/s", t_seq * 1e3, gelem(t_seq));
-        let t_seq_ip = best_of(reps, || {
-            buf.copy_from_slice(&data);
-            inclusive_scan_seq_in_place(&mut buf)
-        });
-        let t_copy = best_of(reps, || buf.copy_from_slice(&data));
-        println!("  sequential in-place (+copy)    {:8.2} ms (copy alone {:.2} ms)", t_seq_ip * 1e3, t_copy * 1e3);
-        let cfg1 = ScanConfig { threads: 1, ..ScanConfig::default() };
-        let t_simd1 = best_of(reps, || inclusive_scan_with(&cfg1, &data, &mut out).unwrap());
-        assert_eq!(out, expected);
-        println!("  fast, 1 thread (SIMD one-pass) {:8.2} ms  {:6.2} Gelem/s  {:.2}x", t_simd1 * 1e3, gelem(t_simd1), t_seq / t_simd1);
-        for part in [64 << 10, 128 << 10, default_partition_bytes(), 1 << 20, 4 << 20] {
-            let cfg = ScanConfig { threads: 2, partition_bytes: part };
+        let mut out = vec![0u32; n];
+        let level = simd_level();
+        println!(
+            "cpu_scan timing: 2^26 u32 out of place, SIMD {}, L2 {} KiB, LLC {} KiB, \
+             default partition {} KiB, rayon pool {} threads",
+            simd_level_name(),
+            l2_cache_bytes() >> 10,
+            last_level_cache_bytes() >> 10,
+            default_partition_bytes() >> 10,
+            rayon::current_num_threads()
+        );
+        let (seq, seq_med) = time(reps, || inclusive_scan_seq(&data, &mut out).unwrap());
+        let report = |name: &str, (t, med): (f64, f64)| {
+            println!(
+                "  {name:<44} min {:7.2} ms ({:5.2} Gelem/s, {:4.2}x)  median {:7.2} ms ({:4.2}x)",
+                t * 1e3,
+                n as f64 / t / 1e9,
+                seq / t,
+                med * 1e3,
+                seq_med / med
+            );
+        };
+        report("sequential loop", (seq, seq_med));
+        let (copy, _) = time(reps, || out.copy_from_slice(&data));
+        println!("  (memcpy of the same size: {:.2} ms)", copy * 1e3);
+        for (threads, part, stream) in [
+            (1, default_partition_bytes(), true),
+            (2, default_partition_bytes(), true),
+            (2, default_partition_bytes(), false),
+            (2, 64 << 10, true),
+            (2, 1 << 20, true),
+        ] {
+            let cfg = ScanConfig {
+                threads,
+                partition_bytes: part,
+            };
+            let tuning = Tuning {
+                stream,
+                eager_steal: false,
+            };
             out.fill(0);
-            let t = best_of(reps, || inclusive_scan_with(&cfg, &data, &mut out).unwrap());
+            let t = time(reps, || {
+                scan_out_of_place_tuned(&cfg, level, Mode::Inclusive, &data, &mut out, tuning);
+            });
             assert_eq!(out, expected);
-            println!("  fast, 2 threads, part {:5} KiB {:8.2} ms  {:6.2} Gelem/s  {:.2}x vs sequential",
-                part >> 10, t * 1e3, gelem(t), t_seq / t);
+            let name = format!(
+                "fast, {threads} thread(s), {} KiB parts, streaming {stream}",
+                part >> 10
+            );
+            report(&name, t);
         }
-        let cfg = ScanConfig { threads: 2, ..ScanConfig::default() };
-        let t_ip = best_of(reps, || {
-            buf.copy_from_slice(&data);
-            inclusive_scan_in_place_with(&cfg, &mut buf)
-        });
-        assert_eq!(buf, expected);
-        println!("  fast in-place, 2 threads (+copy) {:8.2} ms", t_ip * 1e3);
+        // The public entry point as callers use it (default config: all pool threads).
+        out.fill(0);
+        let t = time(reps, || inclusive_scan(&data, &mut out).unwrap());
+        assert_eq!(out, expected);
+        report("inclusive_scan (ScanConfig::default())", t);
+        let cfg = ScanConfig::with_threads(2);
+        let t = time(reps, || inclusive_scan_with(&cfg, &data, &mut out).unwrap());
+        assert_eq!(out, expected);
+        report("inclusive_scan_with(threads: 2)", t);
     }
 }

@@ -6,11 +6,13 @@
 //! [`pool::BufferPool`] with a memory budget, staged transfers
 //! ([`transfer`]) and segmented [`DeviceArray`]s that never exceed the binding limit.
 pub mod array;
+pub mod compact;
 pub mod context;
 pub mod cpu_scan;
 pub mod error;
 pub mod mode;
 pub mod pool;
+pub mod scan;
 pub mod testing;
 pub mod timing;
 pub mod transfer;
@@ -19,3 +21,4 @@ pub use array::DeviceArray;
 pub use context::{global, GpuContext};
 pub use error::{GpuError, GpuResult};
 pub use mode::GpuMode;
+pub use wgpu;

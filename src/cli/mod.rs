@@ -1,0 +1,185 @@
+//! The `ridgeline` command line: `query`, the interactive shell, `gen`, `gpu`,
+//! `demo` and `bench`.
+pub mod bench;
+pub mod demo;
+pub mod output;
+pub mod shell;
+
+use crate::gen::skyline::{write_skyline, SkylineDist};
+use crate::gen::tpch::{write_tpch, OutputFormat};
+use crate::{GpuMode, Ridgeline};
+use clap::{Parser, Subcommand};
+use datafusion::error::{DataFusionError, Result};
+use output::Format;
+use std::path::PathBuf;
+
+/// Ridgeline: SQL over Arrow, CSV and Parquet with GPU operators.
+#[derive(Parser, Debug)]
+#[command(name = "ridgeline", version, about)]
+pub struct Cli {
+    /// Where operators run: off, auto or on (default: RIDGELINE_GPU, else auto).
+    #[arg(long, global = true)]
+    pub gpu: Option<GpuMode>,
+    /// Command; none starts the interactive shell.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run one or more `;`-separated SQL statements.
+    Query {
+        /// The SQL text.
+        sql: String,
+        /// Register a table: NAME=PATH (.csv with header, .parquet, .arrow).
+        #[arg(long = "table", value_name = "NAME=PATH")]
+        tables: Vec<String>,
+        /// Output format.
+        #[arg(long, default_value = "table")]
+        format: Format,
+        /// Keep the registered tables on the GPU.
+        #[arg(long)]
+        resident: bool,
+        /// Print the physical plan (GPU nodes marked) instead of running.
+        #[arg(long)]
+        explain: bool,
+    },
+    /// Generate data sets.
+    Gen {
+        /// What to generate.
+        #[command(subcommand)]
+        what: GenCommand,
+    },
+    /// Report the GPU adapter (name, backend, driver, limits, features) or why there is none.
+    Gpu,
+    /// The showcase on built-in data: TPC-H and skyline data generated in memory.
+    Demo {
+        /// TPC-H scale factor.
+        #[arg(long, default_value_t = 0.1)]
+        sf: f64,
+    },
+    /// Benchmarks.
+    Bench {
+        /// Which benchmark.
+        #[command(subcommand)]
+        what: BenchCommand,
+    },
+}
+
+/// `gen` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum GenCommand {
+    /// The 8 TPC-H tables through the tpchgen crates.
+    Tpch {
+        /// Scale factor.
+        #[arg(long)]
+        sf: f64,
+        /// Output directory.
+        #[arg(long)]
+        out: PathBuf,
+        /// parquet or csv.
+        #[arg(long, default_value = "parquet")]
+        format: OutputFormat,
+    },
+    /// Börzsönyi-style skyline data (columns d0..d{D-1}, smaller is better).
+    Skyline {
+        /// independent, correlated or anticorrelated.
+        #[arg(long)]
+        dist: SkylineDist,
+        /// Dimensions.
+        #[arg(long)]
+        dims: usize,
+        /// Rows.
+        #[arg(long)]
+        rows: usize,
+        /// Random seed.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// Output file (.csv, .parquet or .arrow).
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+/// `bench` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum BenchCommand {
+    /// Upload, readback and device-copy GB/s from 1 MiB up to --max-mib.
+    Transfer {
+        /// Largest size in MiB.
+        #[arg(long, default_value_t = 1024)]
+        max_mib: u64,
+        /// Repetitions per size (the median is reported).
+        #[arg(long, default_value_t = 3)]
+        iterations: usize,
+    },
+}
+
+/// Builds an engine in `mode` (or the environment's).
+pub fn engine(mode: Option<GpuMode>) -> Result<Ridgeline> {
+    let mut b = Ridgeline::builder();
+    if let Some(m) = mode {
+        b = b.gpu_mode(m);
+    }
+    b.build()
+}
+
+/// Registers `NAME=PATH` tables.
+pub async fn register_tables(rl: &Ridgeline, tables: &[String], resident: bool) -> Result<()> {
+    for t in tables {
+        let (name, path) = t
+            .split_once('=')
+            .ok_or_else(|| DataFusionError::Plan(format!("--table expects NAME=PATH, got '{t}'")))?;
+        rl.register_file(name.trim(), path.trim()).await?;
+        if resident {
+            rl.make_resident(name.trim()).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs the command line.
+pub async fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        None => shell::run(engine(cli.gpu)?).await,
+        Some(Command::Query { sql, tables, format, resident, explain }) => {
+            let rl = engine(cli.gpu)?;
+            register_tables(&rl, &tables, resident).await?;
+            let mut out = std::io::stdout().lock();
+            output::run_statements(&rl, &sql, format, explain, &mut out).await
+        }
+        Some(Command::Gen { what: GenCommand::Tpch { sf, out, format } }) => {
+            let files = tokio::task::spawn_blocking(move || write_tpch(sf, &out, format, true))
+                .await
+                .map_err(|e| DataFusionError::Execution(e.to_string()))??;
+            for f in files {
+                println!("{}", f.display());
+            }
+            Ok(())
+        }
+        Some(Command::Gen { what: GenCommand::Skyline { dist, dims, rows, seed, out } }) => {
+            write_skyline(dist, dims, rows, seed, &out)?;
+            println!("{} ({rows} rows, {dims} dims, {dist})", out.display());
+            Ok(())
+        }
+        Some(Command::Gpu) => match ridgeline_operators::context::global() {
+            Ok(ctx) => {
+                println!("{}", ctx.report());
+                Ok(())
+            }
+            Err(e) => Err(DataFusionError::Execution(format!("{e}"))),
+        },
+        Some(Command::Demo { sf }) => demo::run(engine(cli.gpu)?, sf).await,
+        Some(Command::Bench { what: BenchCommand::Transfer { max_mib, iterations } }) => {
+            tokio::task::spawn_blocking(move || bench::transfer(max_mib, iterations))
+                .await
+                .map_err(|e| DataFusionError::Execution(e.to_string()))?
+        }
+    }
+}
+
+/// An error as one line (DataFusion's position information kept).
+pub fn one_line(e: &DataFusionError) -> String {
+    e.to_string().split_whitespace().collect::<Vec<_>>().join(" ")
+}

@@ -1,0 +1,63 @@
+//! Ridgeline's session settings (`SET ridgeline.gpu = 'on'` and friends) and the
+//! device context a session uses.
+use datafusion::common::config::ConfigExtension;
+use datafusion::common::extensions_options;
+use datafusion::config::ConfigOptions;
+use datafusion::error::{DataFusionError, Result};
+use ridgeline_operators::{context, GpuContext, GpuMode};
+use std::sync::Arc;
+
+extensions_options! {
+    /// Ridgeline settings, under the `ridgeline.` prefix.
+    pub struct RidgelineOptions {
+        /// Where operators run: off, auto or on (default: `RIDGELINE_GPU`, else auto).
+        pub gpu: String, default = "auto".to_string()
+        /// Rows an operator's input must have before auto mode moves it to the GPU.
+        pub min_gpu_rows: usize, default = 1_000_000
+        /// Rows a GPU operator gathers into one device chunk (0: from the memory budget).
+        pub chunk_rows: usize, default = 0
+    }
+}
+
+impl ConfigExtension for RidgelineOptions {
+    const PREFIX: &'static str = "ridgeline";
+}
+
+impl RidgelineOptions {
+    /// The options of a session (defaults when Ridgeline is not installed).
+    pub fn from_config(cfg: &ConfigOptions) -> RidgelineOptions {
+        cfg.extensions.get::<RidgelineOptions>().cloned().unwrap_or_default()
+    }
+    /// The GPU mode.
+    pub fn mode(&self) -> Result<GpuMode> {
+        self.gpu.parse().map_err(DataFusionError::Configuration)
+    }
+    /// Rows per device chunk: the setting, or what a quarter of the memory budget holds
+    /// at 64 bytes a row, within [1M, 256M] rows.
+    pub fn chunk_rows(&self, ctx: Option<&GpuContext>) -> usize {
+        if self.chunk_rows > 0 {
+            return self.chunk_rows;
+        }
+        let budget = ctx.map_or(1u64 << 30, |c| c.pool().budget());
+        ((budget / 4 / 64) as usize).clamp(1 << 20, 1 << 28)
+    }
+}
+
+/// The device for a session in `mode`: `Ok(None)` means run on the CPU (mode off,
+/// or auto without an adapter, which warns once); mode on without an adapter is an
+/// error.
+pub fn device_for(mode: GpuMode) -> Result<Option<Arc<GpuContext>>> {
+    match mode {
+        GpuMode::Off => Ok(None),
+        GpuMode::Auto => match context::global() {
+            Ok(c) => Ok(Some(c)),
+            Err(e) => {
+                context::warn_once(&format!("no GPU, running on the CPU ({e})"));
+                Ok(None)
+            }
+        },
+        GpuMode::On => context::global().map(Some).map_err(|e| {
+            DataFusionError::Execution(format!("GPU mode is 'on' but the GPU is unavailable: {e}"))
+        }),
+    }
+}

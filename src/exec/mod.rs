@@ -1,0 +1,73 @@
+//! Physical plan nodes, one operator per file.
+//!
+//! GPU operators implement [`GpuExec`]: besides DataFusion's `execute`, which
+//! returns host record batches so any GPU node runs correctly under a CPU parent,
+//! they offer `execute_gpu`, which returns device batches. GPU parents call it on
+//! GPU children, so data crosses the bus once per island of GPU operators. The
+//! boundary rule marks where an island starts ([`GpuLoadExec`]) and ends
+//! ([`GpuUnloadExec`]).
+pub mod gpu_load;
+pub mod gpu_scan;
+pub mod gpu_unload;
+
+pub use gpu_load::GpuLoadExec;
+pub use gpu_scan::GpuScanExec;
+pub use gpu_unload::GpuUnloadExec;
+
+use crate::gpu_batch::GpuBatch;
+use datafusion::error::Result;
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::ExecutionPlan;
+use futures::stream::BoxStream;
+use std::sync::Arc;
+
+/// A stream of device batches.
+pub type GpuBatchStream = BoxStream<'static, Result<GpuBatch>>;
+
+/// An operator that can hand its output over on the device.
+pub trait GpuExec: ExecutionPlan {
+    /// Executes `partition`, producing device batches.
+    fn execute_gpu(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<GpuBatchStream>;
+    /// Whether this node consumes device batches from its children (boundary nodes do not).
+    fn consumes_gpu_input(&self) -> bool {
+        true
+    }
+}
+
+/// The plan as a GPU operator, if it is one.
+pub fn as_gpu(plan: &Arc<dyn ExecutionPlan>) -> Option<&dyn GpuExec> {
+    let p: &dyn ExecutionPlan = plan.as_ref();
+    if let Some(x) = p.downcast_ref::<GpuScanExec>() {
+        return Some(x);
+    }
+    if let Some(x) = p.downcast_ref::<GpuLoadExec>() {
+        return Some(x);
+    }
+    None
+}
+
+/// Names of the GPU operators in a plan (for `demo`, `bench` and tests).
+pub fn gpu_operator_names(plan: &Arc<dyn ExecutionPlan>) -> Vec<String> {
+    let mut out = Vec::new();
+    fn walk(p: &Arc<dyn ExecutionPlan>, out: &mut Vec<String>) {
+        if p.name().starts_with("Gpu") && !out.iter().any(|n| n == p.name()) {
+            out.push(p.name().to_string());
+        }
+        for c in p.children() {
+            walk(c, out);
+        }
+    }
+    walk(plan, &mut out);
+    out
+}
+
+pub(crate) fn blocking_err(e: tokio::task::JoinError) -> datafusion::error::DataFusionError {
+    datafusion::error::DataFusionError::Execution(format!("GPU task failed: {e}"))
+}
+
+/// `apply_expressions` for nodes that own no expressions.
+pub(crate) fn no_expressions(
+    _f: &mut dyn FnMut(&Arc<dyn datafusion::physical_expr::PhysicalExpr>) -> Result<datafusion::common::tree_node::TreeNodeRecursion>,
+) -> Result<datafusion::common::tree_node::TreeNodeRecursion> {
+    Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+}

@@ -1,0 +1,58 @@
+//! Inserts explicit boundary nodes where a plan crosses between CPU and GPU:
+//! `GpuLoadExec` under a GPU operator whose input is a CPU operator, and
+//! `GpuUnloadExec` under a CPU operator (or at the root) whose input is a GPU
+//! operator. Runs after every rule that places operators on the GPU.
+use crate::exec::{as_gpu, GpuLoadExec, GpuUnloadExec};
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::config::ConfigOptions;
+use datafusion::error::Result;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::ExecutionPlan;
+use std::sync::Arc;
+
+/// The boundary rule.
+#[derive(Debug, Default)]
+pub struct GpuBoundaries;
+
+impl PhysicalOptimizerRule for GpuBoundaries {
+    fn optimize(&self, plan: Arc<dyn ExecutionPlan>, _config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
+        let plan = plan
+            .transform_up(|node| {
+                let gpu_consumer = as_gpu(&node).map(|g| g.consumes_gpu_input());
+                let is_unload = node.downcast_ref::<GpuUnloadExec>().is_some();
+                let mut changed = false;
+                let children: Vec<Arc<dyn ExecutionPlan>> = node
+                    .children()
+                    .into_iter()
+                    .map(|c| {
+                        let child_gpu = as_gpu(c).is_some();
+                        match gpu_consumer {
+                            Some(true) if !child_gpu => {
+                                changed = true;
+                                Arc::new(GpuLoadExec::new(c.clone())) as Arc<dyn ExecutionPlan>
+                            }
+                            None if child_gpu && !is_unload => {
+                                changed = true;
+                                Arc::new(GpuUnloadExec::new(c.clone()))
+                            }
+                            _ => c.clone(),
+                        }
+                    })
+                    .collect();
+                if !changed {
+                    return Ok(Transformed::no(node));
+                }
+                #[allow(deprecated)]
+                let n = node.with_new_children(children)?;
+                Ok(Transformed::yes(n))
+            })?
+            .data;
+        Ok(if as_gpu(&plan).is_some() { Arc::new(GpuUnloadExec::new(plan)) } else { plan })
+    }
+    fn name(&self) -> &str {
+        "ridgeline_gpu_boundaries"
+    }
+    fn schema_check(&self) -> bool {
+        true
+    }
+}

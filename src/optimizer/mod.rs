@@ -1,0 +1,3 @@
+//! Physical optimizer rules that place operators on the GPU.
+pub mod boundaries;
+pub use boundaries::GpuBoundaries;

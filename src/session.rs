@@ -1,0 +1,179 @@
+//! The embedding API: [`Ridgeline`] (a builder, table registration, `sql`) and
+//! the one-line opt-in for existing DataFusion users,
+//! [`RidgelineSessionExt::with_ridgeline`].
+use crate::config::{device_for, RidgelineOptions};
+use crate::optimizer::GpuBoundaries;
+use crate::resident::{ResidentData, ResidentTable};
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use datafusion::datasource::MemTable;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::session_state::SessionStateBuilder;
+use datafusion::prelude::{CsvReadOptions, DataFrame, ParquetReadOptions, SessionConfig, SessionContext};
+use ridgeline_operators::GpuMode;
+use std::sync::Arc;
+
+/// Installs Ridgeline into a DataFusion session state builder.
+pub trait RidgelineSessionExt {
+    /// Adds Ridgeline's settings (`ridgeline.*`), physical optimizer rules and
+    /// functions. The GPU mode defaults to `RIDGELINE_GPU` (else auto).
+    fn with_ridgeline(self) -> Self;
+}
+
+impl RidgelineSessionExt for SessionStateBuilder {
+    fn with_ridgeline(mut self) -> Self {
+        let cfg = self.config().get_or_insert_with(SessionConfig::new);
+        if cfg.options().extensions.get::<RidgelineOptions>().is_none() {
+            let mut opts = RidgelineOptions::default();
+            if let Ok(m) = GpuMode::from_env() {
+                opts.gpu = m.to_string();
+            }
+            cfg.options_mut().extensions.insert(opts);
+        }
+        self.with_physical_optimizer_rule(Arc::new(GpuBoundaries))
+    }
+}
+
+/// Builder for [`Ridgeline`].
+#[derive(Default)]
+pub struct RidgelineBuilder {
+    mode: Option<GpuMode>,
+    memory_budget: Option<u64>,
+    config: Option<SessionConfig>,
+}
+
+impl RidgelineBuilder {
+    /// Where operators run (default: `RIDGELINE_GPU`, else auto).
+    pub fn gpu_mode(mut self, mode: GpuMode) -> Self {
+        self.mode = Some(mode);
+        self
+    }
+    /// Device memory budget in bytes (default: `RIDGELINE_GPU_MEMORY`, else a
+    /// default for the adapter type).
+    pub fn memory_budget(mut self, bytes: u64) -> Self {
+        self.memory_budget = Some(bytes);
+        self
+    }
+    /// A DataFusion session configuration to start from.
+    pub fn config(mut self, config: SessionConfig) -> Self {
+        self.config = Some(config);
+        self
+    }
+    /// Builds the engine. Mode `on` without a usable adapter is an error here, so
+    /// a service fails at start-up rather than at its first query.
+    pub fn build(self) -> Result<Ridgeline> {
+        let mode = match self.mode {
+            Some(m) => m,
+            None => GpuMode::from_env().map_err(DataFusionError::Configuration)?,
+        };
+        let mut config = self.config.unwrap_or_default().with_information_schema(true);
+        let mut opts = RidgelineOptions::default();
+        opts.gpu = mode.to_string();
+        config.options_mut().extensions.insert(opts);
+        let dev = device_for(mode)?;
+        if let (Some(d), Some(b)) = (&dev, self.memory_budget) {
+            d.pool().set_budget(b);
+        }
+        let state = SessionStateBuilder::new().with_default_features().with_config(config).with_ridgeline().build();
+        Ok(Ridgeline { ctx: SessionContext::new_with_state(state) })
+    }
+}
+
+/// An embedded Ridgeline engine: a DataFusion session with Ridgeline installed.
+#[derive(Clone)]
+pub struct Ridgeline {
+    ctx: SessionContext,
+}
+
+impl Ridgeline {
+    /// A builder.
+    pub fn builder() -> RidgelineBuilder {
+        RidgelineBuilder::default()
+    }
+    /// An engine with the default settings.
+    pub fn new() -> Result<Ridgeline> {
+        Self::builder().build()
+    }
+    /// The DataFusion session.
+    pub fn session(&self) -> &SessionContext {
+        &self.ctx
+    }
+    /// The current GPU mode.
+    pub fn gpu_mode(&self) -> Result<GpuMode> {
+        RidgelineOptions::from_config(self.ctx.state().config().options()).mode()
+    }
+    /// Changes the GPU mode (mode `on` without an adapter is an error).
+    pub fn set_gpu_mode(&self, mode: GpuMode) -> Result<()> {
+        device_for(mode)?;
+        let state = self.ctx.state_ref();
+        let mut st = state.write();
+        st.config_mut().options_mut().set("ridgeline.gpu", mode.as_str())
+    }
+    /// Registers a CSV file (with a header line).
+    pub async fn register_csv(&self, name: &str, path: &str) -> Result<()> {
+        self.ctx.register_csv(name, path, CsvReadOptions::new().has_header(true)).await
+    }
+    /// Registers a Parquet file or directory.
+    pub async fn register_parquet(&self, name: &str, path: &str) -> Result<()> {
+        self.ctx.register_parquet(name, path, ParquetReadOptions::default()).await
+    }
+    /// Registers an Arrow IPC file.
+    pub async fn register_arrow(&self, name: &str, path: &str) -> Result<()> {
+        self.ctx.register_arrow(name, path, Default::default()).await
+    }
+    /// Registers a file by its extension (.csv, .parquet, .arrow / .ipc / .feather).
+    pub async fn register_file(&self, name: &str, path: &str) -> Result<()> {
+        let lower = path.to_ascii_lowercase();
+        if lower.ends_with(".csv") {
+            self.register_csv(name, path).await
+        } else if lower.ends_with(".parquet") || std::path::Path::new(path).is_dir() {
+            self.register_parquet(name, path).await
+        } else if lower.ends_with(".arrow") || lower.ends_with(".ipc") || lower.ends_with(".feather") {
+            self.register_arrow(name, path).await
+        } else {
+            Err(DataFusionError::Plan(format!(
+                "cannot tell the format of '{path}': expected a .csv, .parquet or .arrow file (or a Parquet directory)"
+            )))
+        }
+    }
+    /// Registers in-memory batches (host memory).
+    pub fn register_batches(&self, name: &str, schema: SchemaRef, batches: Vec<RecordBatch>) -> Result<()> {
+        let parts = self.ctx.state().config().target_partitions().max(1);
+        let mut partitions: Vec<Vec<RecordBatch>> = vec![Vec::new(); parts];
+        for (i, b) in batches.into_iter().enumerate() {
+            partitions[i % parts].push(b);
+        }
+        self.ctx.register_table(name, Arc::new(MemTable::try_new(schema, partitions)?))?;
+        Ok(())
+    }
+    /// Registers batches as a GPU-resident table: the columns are uploaded once and
+    /// stay on the device. Without a GPU (mode off, or auto without an adapter) the
+    /// table is kept in host memory instead. Returns whether it is on the GPU.
+    pub async fn register_resident(&self, name: &str, schema: SchemaRef, batches: Vec<RecordBatch>) -> Result<bool> {
+        let opts = RidgelineOptions::from_config(self.ctx.state().config().options());
+        let Some(dev) = device_for(opts.mode()?)? else {
+            self.register_batches(name, schema, batches)?;
+            return Ok(false);
+        };
+        let chunk_rows = opts.chunk_rows(Some(&dev));
+        let parts = self.ctx.state().config().target_partitions();
+        let n = name.to_string();
+        let data = tokio::task::spawn_blocking(move || ResidentData::upload(&dev, &n, schema, &batches, chunk_rows, parts))
+            .await
+            .map_err(crate::exec::blocking_err)??;
+        self.ctx.register_table(name, Arc::new(ResidentTable::new(data)))?;
+        Ok(true)
+    }
+    /// Makes an already registered table GPU-resident (reads it once).
+    pub async fn make_resident(&self, name: &str) -> Result<bool> {
+        let df = self.ctx.table(name).await?;
+        let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+        let batches = df.collect().await?;
+        self.ctx.deregister_table(name)?;
+        self.register_resident(name, schema, batches).await
+    }
+    /// Plans a SQL statement.
+    pub async fn sql(&self, sql: &str) -> Result<DataFrame> {
+        self.ctx.sql(sql).await
+    }
+}

@@ -59,3 +59,74 @@ pub fn transfer(max_mib: u64, iterations: usize) -> Result<()> {
     ctx.pool().trim();
     Ok(())
 }
+
+/// GPU exclusive scan (u32) at 2^lo .. 2^hi elements next to cub::DeviceScan, and
+/// the CPU scan against the sequential loop.
+pub fn scan(lo: u32, hi: u32, iterations: usize) -> Result<()> {
+    use ridgeline_operators::cpu_scan;
+    let ctx = context::global().map_err(|e| DataFusionError::Execution(e.to_string()))?;
+    println!("bench scan on {} ({:?}); GPU: median of {iterations}, CPU: best of {iterations}", ctx.info().name, ctx.info().backend);
+    println!("{:>6} | {:>10} | {:>9} | {:>6} | {:>15} | {:>14} | {:>8}", "n", "GPU ms", "GPU GB/s", "timed", "CPU scan ms", "CPU seq ms", "CPU x");
+    for k in lo..=hi {
+        let n = 1usize << k;
+        let b = ridgeline_operators::scan::bench_scan(&ctx, n, iterations.max(1)).map_err(|e| DataFusionError::Execution(e.to_string()))?;
+        let input: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761) >> 8).collect();
+        let mut out = vec![0u32; n];
+        let best = |f: &mut dyn FnMut()| {
+            (0..iterations.max(1))
+                .map(|_| {
+                    let t = Instant::now();
+                    f();
+                    t.elapsed().as_secs_f64() * 1e3
+                })
+                .fold(f64::INFINITY, f64::min)
+        };
+        let fast = best(&mut || {
+            cpu_scan::exclusive_scan(&input, &mut out).unwrap();
+        });
+        let seq = best(&mut || {
+            cpu_scan::exclusive_scan_seq(&input, &mut out).unwrap();
+        });
+        println!(
+            "{:>6} | {:>10.3} | {:>9.1} | {:>6} | {:>15.3} | {:>14.3} | {:>8.2}",
+            format!("2^{k}"),
+            b.ms,
+            b.gb_per_s,
+            if b.gpu_timed { "gpu" } else { "wall" },
+            fast,
+            seq,
+            seq / fast
+        );
+    }
+    println!("anchor: cub::DeviceScan::ExclusiveSum 2^28 u32 on the H100: 0.88 ms; CPU threads: {}", rayon::current_num_threads());
+    Ok(())
+}
+
+/// GPU compaction, stable vs Jumping Jack, over selectivity.
+pub fn compact(lo: u32, hi: u32, iterations: usize) -> Result<()> {
+    use ridgeline_operators::compact::{bench_compact, CompactAlgo};
+    let ctx = context::global().map_err(|e| DataFusionError::Execution(e.to_string()))?;
+    println!("bench compact on {} ({:?}), flags + one u32 column, median of {iterations}", ctx.info().name, ctx.info().backend);
+    println!("{:>6} | {:>5} | {:>10} | {:>10} | {:>9} | {:>13}", "n", "sel", "stable ms", "JJ ms", "GB/s*", "scratch/input");
+    for k in lo..=hi {
+        let n = 1usize << k;
+        for sel in [0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0] {
+            let g = |e: ridgeline_operators::GpuError| DataFusionError::Execution(e.to_string());
+            let s = bench_compact(&ctx, n, sel, CompactAlgo::Stable, iterations.max(1)).map_err(g)?;
+            let j = bench_compact(&ctx, n, sel, CompactAlgo::JumpingJack, iterations.max(1)).map_err(g)?;
+            let best = s.ms.min(j.ms);
+            let gbs = (s.input_bytes as f64 + (s.count * 4) as f64) / (best / 1e3) / 1e9;
+            println!(
+                "{:>6} | {:>4.0}% | {:>10.3} | {:>10.3} | {:>9.1} | {:>13.4}",
+                format!("2^{k}"),
+                sel * 100.0,
+                s.ms,
+                j.ms,
+                gbs,
+                s.scratch_bytes.max(j.scratch_bytes) as f64 / s.input_bytes.max(1) as f64
+            );
+        }
+    }
+    println!("* bytes read (flags + column) + bytes written, at the faster algorithm; anchor: cub::DeviceSelect::Flagged 2^28 at 50%: 0.87 ms");
+    Ok(())
+}

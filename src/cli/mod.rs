@@ -114,6 +114,31 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 3)]
         iterations: usize,
     },
+    /// GPU exclusive prefix sum of u32 at 2^min-log2 .. 2^max-log2 elements, and the
+    /// CPU scan against the sequential loop.
+    Scan {
+        /// Smallest size, log2.
+        #[arg(long, default_value_t = 20)]
+        min_log2: u32,
+        /// Largest size, log2.
+        #[arg(long, default_value_t = 28)]
+        max_log2: u32,
+        /// Repetitions (GPU: median; CPU: best).
+        #[arg(long, default_value_t = 5)]
+        iterations: usize,
+    },
+    /// GPU stream compaction (stable vs Jumping Jack) over selectivity 0..100%.
+    Compact {
+        /// Smallest size, log2.
+        #[arg(long, default_value_t = 20)]
+        min_log2: u32,
+        /// Largest size, log2.
+        #[arg(long, default_value_t = 28)]
+        max_log2: u32,
+        /// Repetitions (GPU: median; CPU: best).
+        #[arg(long, default_value_t = 5)]
+        iterations: usize,
+    },
 }
 
 /// Builds an engine in `mode` (or the environment's).
@@ -171,11 +196,13 @@ pub async fn run(cli: Cli) -> Result<()> {
             Err(e) => Err(DataFusionError::Execution(format!("{e}"))),
         },
         Some(Command::Demo { sf }) => demo::run(engine(cli.gpu)?, sf).await,
-        Some(Command::Bench { what: BenchCommand::Transfer { max_mib, iterations } }) => {
-            tokio::task::spawn_blocking(move || bench::transfer(max_mib, iterations))
-                .await
-                .map_err(|e| DataFusionError::Execution(e.to_string()))?
-        }
+        Some(Command::Bench { what }) => tokio::task::spawn_blocking(move || match what {
+            BenchCommand::Transfer { max_mib, iterations } => bench::transfer(max_mib, iterations),
+            BenchCommand::Scan { min_log2, max_log2, iterations } => bench::scan(min_log2, max_log2, iterations),
+            BenchCommand::Compact { min_log2, max_log2, iterations } => bench::compact(min_log2, max_log2, iterations),
+        })
+        .await
+        .map_err(|e| DataFusionError::Execution(e.to_string()))?,
     }
 }
 

@@ -158,11 +158,24 @@ impl Ridgeline {
         let chunk_rows = opts.chunk_rows(Some(&dev));
         let parts = self.ctx.state().config().target_partitions();
         let n = name.to_string();
-        let data = tokio::task::spawn_blocking(move || ResidentData::upload(&dev, &n, schema, &batches, chunk_rows, parts))
+        let (s2, b2) = (schema.clone(), batches.clone());
+        let data = tokio::task::spawn_blocking(move || ResidentData::upload(&dev, &n, s2, &b2, chunk_rows, parts))
             .await
-            .map_err(crate::exec::blocking_err)??;
-        self.ctx.register_table(name, Arc::new(ResidentTable::new(data)))?;
-        Ok(true)
+            .map_err(crate::exec::blocking_err)?;
+        match data {
+            Ok(d) => {
+                self.ctx.register_table(name, Arc::new(ResidentTable::new(d)))?;
+                Ok(true)
+            }
+            // Out of device memory (or budget), lost device: keep the table on the host.
+            Err(e) if crate::gpu_batch::is_gpu_error(&e) => {
+                log::warn!("table {name} stays in host memory: {e}");
+                eprintln!("warning: table {name} stays in host memory: {e}");
+                self.register_batches(name, schema, batches)?;
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
     }
     /// Makes an already registered table GPU-resident (reads it once).
     pub async fn make_resident(&self, name: &str) -> Result<bool> {

@@ -126,3 +126,4 @@ fn batches_project_without_copies() {
     assert!(Arc::ptr_eq(&p.columns[0], &g.columns[3]));
     assert_eq!(p.download(&ctx).unwrap(), batch.project(&[3, 0]).unwrap());
 }
+

@@ -2347,27 +2347,16 @@ mod tests {
     }
 
     /// Release-mode timing of the fast path against the sequential loop, 2^26 u32 out of
-    /// place (plus a few variants). Run with
+    /// place (plus a few variants). The variants run interleaved, one run each per
+    /// round, so that background load hits them alike. Run with
     /// `cargo test --release -p ridgeline-operators cpu_scan::tests::timing -- --ignored --nocapture`
     /// (`RAYON_NUM_THREADS` sets the pool; the fast path is timed with 1 and 2 threads).
     #[test]
     #[ignore]
     fn timing() {
         use std::time::Instant;
-        /// (min, median) seconds over `reps` runs.
-        fn time<F: FnMut()>(reps: usize, mut f: F) -> (f64, f64) {
-            let mut v: Vec<f64> = (0..reps)
-                .map(|_| {
-                    let t = Instant::now();
-                    f();
-                    t.elapsed().as_secs_f64()
-                })
-                .collect();
-            v.sort_by(f64::total_cmp);
-            (v[0], v[reps / 2])
-        }
         let n = 1usize << 26;
-        let reps = 11;
+        let rounds = 15;
         let data = random_vec(n, 31, |r| r.random_range(0..1000u32));
         let mut expected = vec![0u32; n];
         inclusive_scan_seq(&data, &mut expected).unwrap();
@@ -2375,61 +2364,97 @@ mod tests {
         let level = simd_level();
         println!(
             "cpu_scan timing: 2^26 u32 out of place, SIMD {}, L2 {} KiB, LLC {} KiB, \
-             default partition {} KiB, rayon pool {} threads",
+             default partition {} KiB, rayon pool {} threads, {rounds} rounds",
             simd_level_name(),
             l2_cache_bytes() >> 10,
             last_level_cache_bytes() >> 10,
             default_partition_bytes() >> 10,
             rayon::current_num_threads()
         );
-        let (seq, seq_med) = time(reps, || inclusive_scan_seq(&data, &mut out).unwrap());
-        let report = |name: &str, (t, med): (f64, f64)| {
-            println!(
-                "  {name:<44} min {:7.2} ms ({:5.2} Gelem/s, {:4.2}x)  median {:7.2} ms ({:4.2}x)",
-                t * 1e3,
-                n as f64 / t / 1e9,
-                seq / t,
-                med * 1e3,
-                seq_med / med
-            );
-        };
-        report("sequential loop", (seq, seq_med));
-        let (copy, _) = time(reps, || out.copy_from_slice(&data));
-        println!("  (memcpy of the same size: {:.2} ms)", copy * 1e3);
-        for (threads, part, stream) in [
-            (1, default_partition_bytes(), true),
-            (2, default_partition_bytes(), true),
-            (2, default_partition_bytes(), false),
-            (2, 64 << 10, true),
-            (2, 1 << 20, true),
-        ] {
-            let cfg = ScanConfig {
-                threads,
-                partition_bytes: part,
-            };
-            let tuning = Tuning {
-                stream,
-                eager_steal: false,
-            };
-            out.fill(0);
-            let t = time(reps, || {
-                scan_out_of_place_tuned(&cfg, level, Mode::Inclusive, &data, &mut out, tuning);
-            });
-            assert_eq!(out, expected);
-            let name = format!(
-                "fast, {threads} thread(s), {} KiB parts, streaming {stream}",
-                part >> 10
-            );
-            report(&name, t);
+        let part = default_partition_bytes();
+        // (name, threads, partition bytes, streaming stores); threads 0: sequential loop.
+        let variants: Vec<(String, usize, usize, bool)> = vec![
+            ("sequential loop".into(), 0, 0, false),
+            ("fast, 1 thread (one-pass SIMD)".into(), 1, part, true),
+            (
+                "fast, 2 threads (default: inclusive_scan_with)".into(),
+                2,
+                part,
+                true,
+            ),
+            (
+                "fast, 2 threads, no streaming stores".into(),
+                2,
+                part,
+                false,
+            ),
+            (
+                format!("fast, 2 threads, {} KiB partitions", part >> 11),
+                2,
+                part / 2,
+                true,
+            ),
+            (
+                format!("fast, 2 threads, {} KiB partitions", part >> 9),
+                2,
+                part * 2,
+                true,
+            ),
+        ];
+        let mut times = vec![Vec::new(); variants.len()];
+        for _ in 0..rounds {
+            for (v, &(_, threads, part_bytes, stream)) in variants.iter().enumerate() {
+                out.fill(0);
+                let t = Instant::now();
+                match threads {
+                    0 => inclusive_scan_seq(&data, &mut out).unwrap(),
+                    _ if stream
+                        == (2 * std::mem::size_of_val(&out[..]) > last_level_cache_bytes()) =>
+                    {
+                        // The public entry point, exactly as callers use it.
+                        let cfg = ScanConfig {
+                            threads,
+                            partition_bytes: part_bytes,
+                        };
+                        inclusive_scan_with(&cfg, &data, &mut out).unwrap()
+                    }
+                    _ => {
+                        let cfg = ScanConfig {
+                            threads,
+                            partition_bytes: part_bytes,
+                        };
+                        let tuning = Tuning {
+                            stream,
+                            eager_steal: false,
+                        };
+                        scan_out_of_place_tuned(
+                            &cfg,
+                            level,
+                            Mode::Inclusive,
+                            &data,
+                            &mut out,
+                            tuning,
+                        );
+                    }
+                }
+                times[v].push(t.elapsed().as_secs_f64());
+                assert_eq!(out, expected, "{}", variants[v].0);
+            }
         }
-        // The public entry point as callers use it (default config: all pool threads).
-        out.fill(0);
-        let t = time(reps, || inclusive_scan(&data, &mut out).unwrap());
-        assert_eq!(out, expected);
-        report("inclusive_scan (ScanConfig::default())", t);
-        let cfg = ScanConfig::with_threads(2);
-        let t = time(reps, || inclusive_scan_with(&cfg, &data, &mut out).unwrap());
-        assert_eq!(out, expected);
-        report("inclusive_scan_with(threads: 2)", t);
+        for t in &mut times {
+            t.sort_by(f64::total_cmp);
+        }
+        let (seq_min, seq_med) = (times[0][0], times[0][rounds / 2]);
+        for ((name, ..), t) in variants.iter().zip(&times) {
+            let (min, med) = (t[0], t[rounds / 2]);
+            println!(
+                "  {name:<48} median {:6.2} ms ({:4.2} Gelem/s, {:4.2}x)   min {:6.2} ms ({:4.2}x)",
+                med * 1e3,
+                n as f64 / med / 1e9,
+                seq_med / med,
+                min * 1e3,
+                seq_min / min
+            );
+        }
     }
 }

@@ -1,0 +1,27 @@
+//! A table that does not fit the device memory budget stays in host memory (with a
+//! warning) and queries still answer. Its own test binary, so lowering the shared
+//! context's budget cannot disturb other tests.
+use arrow::array::{ArrayRef, AsArray, Int64Array, RecordBatch};
+use arrow::datatypes::Int64Type;
+use ridgeline_operators::testing::test_context;
+use std::sync::Arc;
+
+#[tokio::test]
+async fn resident_table_over_budget_falls_back_to_host() {
+    let Some(ctx) = test_context() else { return };
+    ctx.pool().trim();
+    ctx.pool().set_budget(1 << 20); // 1 MiB
+    let rl = ridgeline::Ridgeline::builder().gpu_mode(ridgeline::GpuMode::On).build().unwrap();
+    let rows = 1_000_000usize; // 8 MB of i64
+    let a: ArrayRef = Arc::new(Int64Array::from_iter_values(0..rows as i64));
+    let b = RecordBatch::try_from_iter([("x", a)]).unwrap();
+    let on_gpu = rl.register_resident("big", b.schema(), vec![b.clone()]).await.unwrap();
+    assert!(!on_gpu, "a table larger than the budget must stay on the host");
+    let n = rl.sql("SELECT count(*), sum(x) FROM big").await.unwrap().collect().await.unwrap();
+    assert_eq!(n[0].column(0).as_primitive::<Int64Type>().value(0), rows as i64);
+    assert_eq!(n[0].column(1).as_primitive::<Int64Type>().value(0), (rows as i64 - 1) * rows as i64 / 2);
+    // a small table still fits
+    let small = b.slice(0, 1000);
+    assert!(rl.register_resident("small", small.schema(), vec![small]).await.unwrap());
+    ctx.pool().set_budget(4 << 30);
+}

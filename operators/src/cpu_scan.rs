@@ -35,9 +35,13 @@
 //! from memory before overwriting it: a third less memory traffic for a memory-bound
 //! operation. Smaller outputs are written normally and stay cached for their consumer.
 //!
-//! Workers run on rayon's current pool (the global pool unless the call is made inside
-//! `ThreadPool::install`); no threads or pools are created per call. The parallelism is
-//! therefore at most `min(threads, pool size)`.
+//! The calling thread is the first worker and starts at once; the other `threads - 1`
+//! are jobs spawned on rayon's current pool (the global pool unless the call is made
+//! inside `ThreadPool::install`), which join as the pool gets to them. No threads or
+//! pools are created per call. The caller returns as soon as every partition is done:
+//! it never waits for a helper that did not get a thread in time (a late helper finds
+//! nothing left to claim), so a busy pool makes the scan less parallel, not slower than
+//! the caller alone.
 //!
 //! Inputs smaller than [`MIN_PARALLEL_PARTITIONS`] partitions, and all calls with
 //! `threads <= 1`, go straight to the single-threaded one-pass SIMD scan.
@@ -77,8 +81,8 @@
 //! which is what partitioning needs for the size of the scattered output.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 // ---------------------------------------------------------------------------------------
@@ -123,8 +127,8 @@ pub trait ScanElem: Copy + Send + Sync + 'static + sealed::Sealed {
 /// Configuration of the parallel fast path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ScanConfig {
-    /// Number of workers. `0` and `1` mean single-threaded. The workers run on rayon's
-    /// current pool, so at most the pool's size of them run at once.
+    /// Number of workers: the calling thread plus `threads - 1` jobs on rayon's current
+    /// pool. `0` and `1` mean single-threaded.
     pub threads: usize,
     /// Size of one partition in bytes (rounded down to whole elements, at least one
     /// element; at 64 bytes or more also down to a multiple of a 64-byte cache line).
@@ -1494,11 +1498,12 @@ unsafe fn scan_raw<R: KernelElem>(
         // SAFETY: forwarded from the caller.
         return unsafe { scan(src, dst, n, R::ZERO) };
     }
-    let workers = cfg.threads.min(parts);
-    let slots: Vec<Slot> = (0..parts).map(|_| Slot::default()).collect();
-    let job = Job {
+    let job = Arc::new(Job {
         next: Padded(AtomicUsize::new(0)),
-        slots: &slots,
+        done: Padded(AtomicUsize::new(0)),
+        active: AtomicUsize::new(0),
+        poisoned: AtomicBool::new(false),
+        slots: (0..parts).map(|_| Slot::default()).collect(),
         sum: k.sum,
         scan,
         src: SendConst(src),
@@ -1507,17 +1512,49 @@ unsafe fn scan_raw<R: KernelElem>(
         part,
         in_place: src == dst.cast_const(),
         eager_steal: tuning.eager_steal,
-    };
-    rayon::scope(|s| {
-        for _ in 1..workers {
-            s.spawn(|_| job.work());
-        }
-        job.work();
     });
-    let last = &slots[parts - 1];
+    // If this thread unwinds, the helpers must stop touching the buffers first.
+    let guard = CallerGuard(&job);
+    // Helpers join as the pool gets to them; this thread starts at once.
+    for _ in 1..cfg.threads.min(parts) {
+        let job = Arc::clone(&job);
+        rayon::spawn(move || job.help());
+    }
+    job.help();
+    // Every partition is claimed now; wait for those still in progress on helpers (not
+    // for helpers that have not started: they will find nothing left to claim).
+    let mut spins = 0u32;
+    while job.done.0.load(Ordering::Acquire) < parts {
+        if job.poisoned.load(Ordering::Relaxed) {
+            panic!("a cpu_scan worker panicked");
+        }
+        backoff(&mut spins);
+    }
+    drop(guard);
+    let last = &job.slots[parts - 1];
     debug_assert_eq!(last.state.load(Ordering::Acquire), INCLUSIVE);
     R::from_bits(last.inclusive.load(Ordering::Acquire))
 }
+
+/// On unwinding out of `scan_raw`: close the job and wait until no helper is inside it,
+/// so that none touches the caller's buffers after they are gone.
+struct CallerGuard<'a, R>(&'a Job<R>);
+
+impl<R> Drop for CallerGuard<'_, R> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.next.0.store(CLOSED, Ordering::SeqCst);
+            let mut spins = 0u32;
+            while self.0.active.load(Ordering::SeqCst) != 0 {
+                backoff(&mut spins);
+            }
+        }
+    }
+}
+
+/// `Job::next` after a failure: no claim can succeed any more (and `fetch_add` on it
+/// cannot overflow in practice).
+const CLOSED: usize = usize::MAX / 2;
 
 /// Aligns a value to its own cache lines.
 #[repr(align(128))]
@@ -1547,17 +1584,26 @@ struct SendConst<R>(*const R);
 struct SendMut<R>(*mut R);
 // SAFETY: the workers only write disjoint partitions of the buffers behind these
 // pointers (reads of another partition are coordinated through `Slot::stealers`), and
-// the buffers outlive the rayon scope.
+// only while the caller of `scan_raw` waits for them (see `Job`).
 unsafe impl<R: Send> Send for SendConst<R> {}
 unsafe impl<R: Send> Sync for SendConst<R> {}
 unsafe impl<R: Send> Send for SendMut<R> {}
 unsafe impl<R: Send> Sync for SendMut<R> {}
 
-/// One parallel scan, shared by its workers.
-struct Job<'a, R> {
-    /// Next partition to claim.
+/// One parallel scan, shared (`Arc`) by the calling thread and the helpers it spawned
+/// on rayon's pool. The caller returns once every partition is `done`; a helper that
+/// starts later still holds the `Arc` but only touches the atomics: its claim fails, so
+/// it never dereferences the (by then dangling) buffer pointers.
+struct Job<R> {
+    /// Next partition to claim (`CLOSED` after a failure).
     next: Padded<AtomicUsize>,
-    slots: &'a [Slot],
+    /// Partitions whose pass two has finished.
+    done: Padded<AtomicUsize>,
+    /// Workers inside `help` (only needed to unwind safely).
+    active: AtomicUsize,
+    /// A worker unwound; the caller panics too.
+    poisoned: AtomicBool,
+    slots: Box<[Slot]>,
     sum: SumFn<R>,
     scan: ScanFn<R>,
     src: SendConst<R>,
@@ -1566,6 +1612,18 @@ struct Job<'a, R> {
     part: usize,
     in_place: bool,
     eager_steal: bool,
+}
+
+/// A worker's registration in `Job::active`; poisons the job if the worker unwinds.
+struct ActiveGuard<'a, R>(&'a Job<R>);
+
+impl<R> Drop for ActiveGuard<'_, R> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.poisoned.store(true, Ordering::SeqCst);
+        }
+        self.0.active.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Spin a while, then yield the CPU (the thread we wait for may need it).
@@ -1587,7 +1645,16 @@ impl Drop for StealGuard<'_> {
     }
 }
 
-impl<R: KernelElem> Job<'_, R> {
+impl<R: KernelElem> Job<R> {
+    /// Register, then work until no partition is left to claim.
+    fn help(&self) {
+        // Registration precedes every claim (SeqCst on both), so a caller that closed
+        // `next` and then saw `active == 0` knows no claim can succeed any more.
+        self.active.fetch_add(1, Ordering::SeqCst);
+        let _active = ActiveGuard(self);
+        self.work();
+    }
+
     /// Pointers and length of partition `p`.
     fn partition(&self, p: usize) -> (*const R, *mut R, usize) {
         let start = p * self.part;
@@ -1617,7 +1684,7 @@ impl<R: KernelElem> Job<'_, R> {
     fn work(&self) {
         let mut pending: Vec<R> = Vec::new();
         loop {
-            let p = self.next.0.fetch_add(1, Ordering::Relaxed);
+            let p = self.next.0.fetch_add(1, Ordering::SeqCst);
             if p >= self.slots.len() {
                 return;
             }
@@ -1670,6 +1737,7 @@ impl<R: KernelElem> Job<'_, R> {
             // Pass two.
             // SAFETY: as above; nobody else reads partition `p` any more.
             unsafe { (self.scan)(src, dst, len, offset) };
+            self.done.0.fetch_add(1, Ordering::Release);
         }
     }
 
@@ -1722,10 +1790,6 @@ impl<R: KernelElem> Job<'_, R> {
         (AGGREGATE, unsafe { (self.sum)(src, len) })
     }
 }
-
-// SAFETY: the raw pointers are covered by `SendConst`/`SendMut`; the rest is atomics,
-// shared references to atomics, and plain fn pointers.
-unsafe impl<R: Send> Sync for Job<'_, R> {}
 
 // ---------------------------------------------------------------------------------------
 // Tests
@@ -2346,25 +2410,27 @@ mod tests {
         });
     }
 
-    /// Release-mode timing of the fast path against the sequential loop, 2^26 u32 out of
-    /// place (plus a few variants). The variants run interleaved, one run each per
-    /// round, so that background load hits them alike. Run with
-    /// `cargo test --release -p ridgeline-operators cpu_scan::tests::timing -- --ignored --nocapture`
-    /// (`RAYON_NUM_THREADS` sets the pool; the fast path is timed with 1 and 2 threads).
-    #[test]
-    #[ignore]
-    fn timing() {
+    /// Times the sequential loop and variants of the fast path on `2^log` elements out
+    /// of place. The variants run interleaved, one run each per round, so that background
+    /// load hits them alike. Prints median and minimum times and speedups.
+    fn timing_report<T: ScanElem + PartialEq + Debug>(
+        name: &str,
+        log: u32,
+        rounds: usize,
+        gen: impl FnMut(&mut SmallRng) -> T,
+    ) {
         use std::time::Instant;
-        let n = 1usize << 26;
-        let rounds = 15;
-        let data = random_vec(n, 31, |r| r.random_range(0..1000u32));
-        let mut expected = vec![0u32; n];
+        let n = 1usize << log;
+        let data = random_vec(n, 31, gen);
+        let mut expected = vec![T::ZERO; n];
         inclusive_scan_seq(&data, &mut expected).unwrap();
-        let mut out = vec![0u32; n];
+        let mut out = vec![T::ZERO; n];
         let level = simd_level();
+        let streams = use_streaming_stores(std::mem::size_of_val(&out[..]));
         println!(
-            "cpu_scan timing: 2^26 u32 out of place, SIMD {}, L2 {} KiB, LLC {} KiB, \
-             default partition {} KiB, rayon pool {} threads, {rounds} rounds",
+            "cpu_scan timing: 2^{log} {name} out of place, SIMD {}, L2 {} KiB, LLC {} KiB, \
+             default partition {} KiB, streaming stores {streams}, rayon pool {} threads, \
+             {rounds} rounds",
             simd_level_name(),
             l2_cache_bytes() >> 10,
             last_level_cache_bytes() >> 10,
@@ -2375,67 +2441,52 @@ mod tests {
         // (name, threads, partition bytes, streaming stores); threads 0: sequential loop.
         let variants: Vec<(String, usize, usize, bool)> = vec![
             ("sequential loop".into(), 0, 0, false),
-            ("fast, 1 thread (one-pass SIMD)".into(), 1, part, true),
+            ("fast, 1 thread (one-pass SIMD)".into(), 1, part, streams),
             (
                 "fast, 2 threads (default: inclusive_scan_with)".into(),
                 2,
                 part,
-                true,
+                streams,
             ),
             (
-                "fast, 2 threads, no streaming stores".into(),
+                format!("fast, 2 threads, streaming stores {}", !streams),
                 2,
                 part,
-                false,
+                !streams,
             ),
             (
                 format!("fast, 2 threads, {} KiB partitions", part >> 11),
                 2,
                 part / 2,
-                true,
+                streams,
             ),
             (
                 format!("fast, 2 threads, {} KiB partitions", part >> 9),
                 2,
                 part * 2,
-                true,
+                streams,
             ),
         ];
         let mut times = vec![Vec::new(); variants.len()];
         for _ in 0..rounds {
             for (v, &(_, threads, part_bytes, stream)) in variants.iter().enumerate() {
-                out.fill(0);
+                out.fill(T::ZERO);
+                let cfg = ScanConfig {
+                    threads,
+                    partition_bytes: part_bytes,
+                };
                 let t = Instant::now();
-                match threads {
-                    0 => inclusive_scan_seq(&data, &mut out).unwrap(),
-                    _ if stream
-                        == (2 * std::mem::size_of_val(&out[..]) > last_level_cache_bytes()) =>
-                    {
-                        // The public entry point, exactly as callers use it.
-                        let cfg = ScanConfig {
-                            threads,
-                            partition_bytes: part_bytes,
-                        };
-                        inclusive_scan_with(&cfg, &data, &mut out).unwrap()
-                    }
-                    _ => {
-                        let cfg = ScanConfig {
-                            threads,
-                            partition_bytes: part_bytes,
-                        };
-                        let tuning = Tuning {
-                            stream,
-                            eager_steal: false,
-                        };
-                        scan_out_of_place_tuned(
-                            &cfg,
-                            level,
-                            Mode::Inclusive,
-                            &data,
-                            &mut out,
-                            tuning,
-                        );
-                    }
+                if threads == 0 {
+                    inclusive_scan_seq(&data, &mut out).unwrap();
+                } else if stream == streams {
+                    // The public entry point, exactly as callers use it.
+                    inclusive_scan_with(&cfg, &data, &mut out).unwrap();
+                } else {
+                    let tuning = Tuning {
+                        stream,
+                        eager_steal: false,
+                    };
+                    scan_out_of_place_tuned(&cfg, level, Mode::Inclusive, &data, &mut out, tuning);
                 }
                 times[v].push(t.elapsed().as_secs_f64());
                 assert_eq!(out, expected, "{}", variants[v].0);
@@ -2448,13 +2499,34 @@ mod tests {
         for ((name, ..), t) in variants.iter().zip(&times) {
             let (min, med) = (t[0], t[rounds / 2]);
             println!(
-                "  {name:<48} median {:6.2} ms ({:4.2} Gelem/s, {:4.2}x)   min {:6.2} ms ({:4.2}x)",
+                "  {name:<48} median {:8.3} ms ({:4.2} Gelem/s, {:4.2}x)   min {:8.3} ms ({:4.2}x)",
                 med * 1e3,
                 n as f64 / med / 1e9,
                 seq_med / med,
                 min * 1e3,
                 seq_min / min
             );
+        }
+    }
+
+    /// Release-mode timing, the headline figure: 2^26 u32. Run with
+    /// `cargo test --release -p ridgeline-operators cpu_scan::tests::timing -- --ignored --nocapture`
+    /// (`RAYON_NUM_THREADS` sets the pool; the fast path is timed with 1 and 2 threads).
+    #[test]
+    #[ignore]
+    fn timing() {
+        timing_report::<u32>("u32", 26, 15, |r| r.random_range(0..1000u32));
+    }
+
+    /// Release-mode timing of the other benchmark shapes (u32 and i64 at 2^20, 2^24,
+    /// 2^26), run like [`timing`] with `timing_more`.
+    #[test]
+    #[ignore]
+    fn timing_more() {
+        for log in [20, 24, 26] {
+            let rounds = if log == 26 { 9 } else { 25 };
+            timing_report::<u32>("u32", log, rounds, |r| r.random_range(0..1000u32));
+            timing_report::<i64>("i64", log, rounds, |r| r.random_range(-1000..1000i64));
         }
     }
 }

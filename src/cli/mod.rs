@@ -102,6 +102,20 @@ pub enum GenCommand {
     },
 }
 
+/// Sizes 2^min_log2 .. 2^max_log2 and repetitions of a kernel benchmark.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct SizeRange {
+    /// Smallest size, log2.
+    #[arg(long, default_value_t = 20)]
+    pub min_log2: u32,
+    /// Largest size, log2.
+    #[arg(long, default_value_t = 28)]
+    pub max_log2: u32,
+    /// Repetitions (GPU: median; CPU: best).
+    #[arg(long, default_value_t = 5)]
+    pub iterations: usize,
+}
+
 /// `bench` subcommands.
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
@@ -117,27 +131,13 @@ pub enum BenchCommand {
     /// GPU exclusive prefix sum of u32 at 2^min-log2 .. 2^max-log2 elements, and the
     /// CPU scan against the sequential loop.
     Scan {
-        /// Smallest size, log2.
-        #[arg(long, default_value_t = 20)]
-        min_log2: u32,
-        /// Largest size, log2.
-        #[arg(long, default_value_t = 28)]
-        max_log2: u32,
-        /// Repetitions (GPU: median; CPU: best).
-        #[arg(long, default_value_t = 5)]
-        iterations: usize,
+        #[command(flatten)]
+        range: SizeRange,
     },
     /// GPU stream compaction (stable vs Jumping Jack) over selectivity 0..100%.
     Compact {
-        /// Smallest size, log2.
-        #[arg(long, default_value_t = 20)]
-        min_log2: u32,
-        /// Largest size, log2.
-        #[arg(long, default_value_t = 28)]
-        max_log2: u32,
-        /// Repetitions (GPU: median; CPU: best).
-        #[arg(long, default_value_t = 5)]
-        iterations: usize,
+        #[command(flatten)]
+        range: SizeRange,
     },
 }
 
@@ -198,8 +198,8 @@ pub async fn run(cli: Cli) -> Result<()> {
         Some(Command::Demo { sf }) => demo::run(engine(cli.gpu)?, sf).await,
         Some(Command::Bench { what }) => tokio::task::spawn_blocking(move || match what {
             BenchCommand::Transfer { max_mib, iterations } => bench::transfer(max_mib, iterations),
-            BenchCommand::Scan { min_log2, max_log2, iterations } => bench::scan(min_log2, max_log2, iterations),
-            BenchCommand::Compact { min_log2, max_log2, iterations } => bench::compact(min_log2, max_log2, iterations),
+            BenchCommand::Scan { range } => bench::scan(range.min_log2, range.max_log2, range.iterations),
+            BenchCommand::Compact { range } => bench::compact(range.min_log2, range.max_log2, range.iterations),
         })
         .await
         .map_err(|e| DataFusionError::Execution(e.to_string()))?,

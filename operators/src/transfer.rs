@@ -243,9 +243,7 @@ impl GpuContext {
             }
             let (stage, start, len, st) = inflight.pop_front().expect("loop condition");
             while st.load(Ordering::Acquire) == PENDING {
-                if let Err(e) = self.wait() {
-                    return Err(e);
-                }
+                self.wait()?;
             }
             if st.load(Ordering::Acquire) == FAILED {
                 result = Err(GpuError::Map("staging buffer could not be mapped for reading".into()));

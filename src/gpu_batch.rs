@@ -203,10 +203,10 @@ fn upload_bitmap(ctx: &GpuContext, bits: &BooleanBuffer) -> Result<DeviceArray> 
     // `sliced` realigns a bitmap with a non-zero offset so bit 0 is row 0.
     let buf = bits.sliced();
     let words = bits.len().div_ceil(32);
-    let mut bytes = buf.as_slice().to_vec();
-    bytes.resize(words * 4, 0);
+    // BytesSource pads the bitmap's bytes with zeros up to whole words.
+    let bytes = &buf.as_slice()[..bits.len().div_ceil(8)];
     let seg = ctx.segment_rows() / 32;
-    DeviceArray::upload_from(ctx, words, 4, seg, &ridgeline_operators::transfer::BytesSource(&bytes)).map_err(gpu_err)
+    DeviceArray::upload_from(ctx, words, 4, seg, &ridgeline_operators::transfer::BytesSource(bytes)).map_err(gpu_err)
 }
 
 /// Uploads one Arrow array; types without a device layout stay on the host.
@@ -226,9 +226,7 @@ pub fn upload_array(ctx: &GpuContext, array: &dyn Array) -> Result<GpuColumn> {
         .ok_or_else(|| DataFusionError::NotImplemented(format!("GPU columns of type {dt}")))?;
     let len = array.len();
     let seg = ctx.segment_rows();
-    let raw = |bytes: &[u8], es: usize| {
-        DeviceArray::upload_from(ctx, len, es, seg, &ridgeline_operators::transfer::BytesSource(bytes)).map_err(gpu_err)
-    };
+
     fn bytes_of<T: ArrowPrimitiveType>(a: &dyn Array) -> &[u8] {
         let v = a.as_primitive::<T>().values();
         let s: &[T::Native] = v;
@@ -236,6 +234,7 @@ pub fn upload_array(ctx: &GpuContext, array: &dyn Array) -> Result<GpuColumn> {
         unsafe { std::slice::from_raw_parts(s.as_ptr() as *const u8, std::mem::size_of_val(s)) }
     }
     let up = |src: &dyn UploadSource, es: usize| DeviceArray::upload_from(ctx, len, es, seg, src).map_err(gpu_err);
+    let raw = |bytes: &[u8], es: usize| up(&ridgeline_operators::transfer::BytesSource(bytes), es);
     let values = match &dt {
         DataType::Int8 => up(&convert(array.as_primitive::<Int8Type>().values(), |v: i8| v as i32), 4)?,
         DataType::Int16 => up(&convert(array.as_primitive::<Int16Type>().values(), |v: i16| v as i32), 4)?,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 fn arrays(n: usize, seed: u64, with_nulls: bool) -> Vec<ArrayRef> {
     let mut r = rand::rngs::SmallRng::seed_from_u64(seed);
-    let mut valid = |r: &mut rand::rngs::SmallRng| !with_nulls || r.random_ratio(7, 10);
+    let valid = |r: &mut rand::rngs::SmallRng| !with_nulls || r.random_ratio(7, 10);
     macro_rules! prim {
         ($arr:ty, $gen:expr) => {{
             let v: $arr = (0..n).map(|_| if valid(&mut r) { Some($gen(&mut r)) } else { None }).collect();

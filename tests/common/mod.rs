@@ -1,7 +1,7 @@
 //! Shared test fixtures: engines in CPU and GPU mode with the same tables.
 #![allow(dead_code)]
 use arrow::array::*;
-use arrow::datatypes::*;
+
 use ridgeline::{GpuMode, Ridgeline};
 use std::sync::{Arc, OnceLock};
 

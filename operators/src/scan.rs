@@ -65,11 +65,15 @@ const ELEM_U64_WGSL: &str = include_str!("../../shaders/scan_elem_u64.wgsl");
 const ELEM_U64EMU_WGSL: &str = include_str!("../../shaders/scan_elem_u64emu.wgsl");
 const WG_SUBGROUP_WGSL: &str = include_str!("../../shaders/scan_wg_subgroup.wgsl");
 const WG_SHARED_WGSL: &str = include_str!("../../shaders/scan_wg_shared.wgsl");
+const LOOKBACK_WGSL: &str = include_str!("../../shaders/scan_lookback.wgsl");
+const LB_SUBGROUP_WGSL: &str = include_str!("../../shaders/scan_lb_subgroup.wgsl");
+const LB_SHARED_WGSL: &str = include_str!("../../shaders/scan_lb_shared.wgsl");
 
 /// Kernel flags (shaders/scan.wgsl `F_*`).
 const F_EXCLUSIVE: u32 = 1;
 const F_OFFSETS: u32 = 2;
 const F_TOTAL: u32 = 4;
+const F_FORCE_FB: u32 = 8;
 
 /// Element type of a scan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -118,6 +122,22 @@ pub enum Int64Path {
     Emulated,
 }
 
+/// The scan algorithm (see the module documentation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum ScanAlgorithm {
+    /// Single pass: chained scan with decoupled look-back and decoupled fallback
+    /// (shaders/scan_lookback.wgsl). Reads the input once. Used for 32-bit elements
+    /// (`u32`, `i32`, `f32`); 64-bit elements take [`ScanAlgorithm::ReduceThenScan`].
+    #[default]
+    SinglePass,
+    /// The portable reduce-then-scan (shaders/scan.wgsl): reads the input twice,
+    /// never waits on another workgroup.
+    ReduceThenScan,
+}
+
+/// Default look-back steps on a not-ready predecessor before the fallback.
+pub const DEFAULT_LOOKBACK_SPINS: u32 = 64;
+
 /// Tuning and path selection for [`scan_with`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ScanOptions {
@@ -132,13 +152,38 @@ pub struct ScanOptions {
     pub vectors_per_thread: u32,
     /// 64-bit integer arithmetic.
     pub int64: Int64Path,
+    /// Single pass (default) or reduce-then-scan.
+    pub algorithm: ScanAlgorithm,
+    /// Single pass: look-back steps a workgroup waits on a predecessor whose
+    /// descriptor is not ready before it reduces that tile itself (the fallback).
+    /// 0 falls back at the first not-ready descriptor.
+    pub lookback_spins: u32,
+    /// Single pass, testing: every tile reduces its predecessor in the same segment
+    /// by the fallback, whatever the predecessor's descriptor says.
+    pub force_fallback: bool,
 }
 
 impl Default for ScanOptions {
-    /// Subgroups where available, 256 invocations, 4 vectors each (tiles of 4096
-    /// 32-bit or 2048 64-bit elements), native 64-bit integers where available.
+    /// Single pass, subgroups where available, 256 invocations, 4 vectors each
+    /// (tiles of 4096 32-bit or 2048 64-bit elements), native 64-bit integers where
+    /// available.
     fn default() -> Self {
-        ScanOptions { subgroups: true, workgroup_size: 256, vectors_per_thread: 4, int64: Int64Path::Auto }
+        ScanOptions {
+            subgroups: true,
+            workgroup_size: 256,
+            vectors_per_thread: 4,
+            int64: Int64Path::Auto,
+            algorithm: ScanAlgorithm::SinglePass,
+            lookback_spins: DEFAULT_LOOKBACK_SPINS,
+            force_fallback: false,
+        }
+    }
+}
+
+impl ScanOptions {
+    /// Default options with the given algorithm.
+    pub fn with_algorithm(algorithm: ScanAlgorithm) -> Self {
+        ScanOptions { algorithm, ..Default::default() }
     }
 }
 
@@ -282,10 +327,22 @@ pub struct ScanBench {
     pub gpu_timed: bool,
     /// Whether the subgroup path ran.
     pub subgroups: bool,
+    /// The algorithm that ran.
+    pub algorithm: ScanAlgorithm,
+    /// Invocations per workgroup.
+    pub workgroup_size: u32,
+    /// Elements per tile (one workgroup).
+    pub tile_elems: u64,
+    /// Dispatches of one scan (the single pass: the state initialisation plus one
+    /// per segment).
+    pub dispatches: usize,
 }
 
-/// Times an exclusive `u32` scan of `n` elements (default options, the context's
-/// segmentation): one warm-up run, then the median of `reps` (at least 1) runs.
+/// Times an exclusive `u32` scan of `n` elements (default options, i.e. the single
+/// pass, the context's segmentation): one warm-up run, then the median of `reps`
+/// (at least 1) runs. The time covers every dispatch of the scan (for the single
+/// pass: the state initialisation and the scan dispatches), not the allocation.
+/// [`bench_scan_with`] with [`ScanOptions::with_algorithm`] times the old path.
 pub fn bench_scan(ctx: &GpuContext, n: usize, reps: usize) -> GpuResult<ScanBench> {
     bench_scan_with(ctx, n, reps, &ScanOptions::default())
 }
@@ -299,8 +356,10 @@ pub fn bench_scan_with(ctx: &GpuContext, n: usize, reps: usize, opts: &ScanOptio
     let values = DeviceArray::alloc_segmented(ctx, n, 4, input.seg_rows())?;
     let total = DeviceArray::alloc_segmented(ctx, 1, 4, 4)?;
     let mut times = Vec::new();
+    let mut dispatches = 0;
     for rep in 0..=reps.max(1) {
         let pass = build_array_scan(ctx, &k, &input, &values, &total, ScanKind::Exclusive)?;
+        dispatches = pass.dispatches.len();
         let timer = KernelTimer::new(ctx, 1);
         let mut enc = ctx.encoder("bench-scan");
         let t0 = std::time::Instant::now();
@@ -322,7 +381,17 @@ pub fn bench_scan_with(ctx: &GpuContext, n: usize, reps: usize, opts: &ScanOptio
     times.sort_by(|a, b| a.total_cmp(b));
     let ms = times[times.len() / 2];
     let gb_per_s = if ms > 0.0 { (2 * n * 4) as f64 / (ms * 1e-3) / 1e9 } else { 0.0 };
-    Ok(ScanBench { n, ms, gb_per_s, gpu_timed: ctx.has_timestamps(), subgroups: k.subgroups })
+    Ok(ScanBench {
+        n,
+        ms,
+        gb_per_s,
+        gpu_timed: ctx.has_timestamps(),
+        subgroups: k.subgroups,
+        algorithm: if k.single_pass { ScanAlgorithm::SinglePass } else { ScanAlgorithm::ReduceThenScan },
+        workgroup_size: k.wg,
+        tile_elems: k.tile(),
+        dispatches,
+    })
 }
 
 // ---------------------------------------------------------------------------------
@@ -404,6 +473,20 @@ impl Pass {
     }
 }
 
+/// shaders/scan_lookback.wgsl `LbParams`.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct LbParams {
+    n: u32,
+    nvec: u32,
+    tiles: u32,
+    tile_base: u32,
+    flags: u32,
+    ctr: u32,
+    spins: u32,
+    pad: u32,
+}
+
 /// shaders/scan.wgsl `Params`.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -463,6 +546,9 @@ pub(crate) struct ScanKernel {
     subgroups: bool,
     wg: u32,
     vpt: u32,
+    single_pass: bool,
+    spins: u32,
+    force_fallback: bool,
 }
 
 impl ScanKernel {
@@ -486,7 +572,16 @@ impl ScanKernel {
         let eb = if matches!(elem, Elem::U32 | Elem::F32) { 4 } else { 8 };
         let shared = 2 * opts.workgroup_size as u64 * eb + 16;
         let subgroups = check_workgroup(ctx, opts.subgroups, opts.workgroup_size, shared)?;
-        Ok(ScanKernel { elem, subgroups, wg: opts.workgroup_size, vpt: opts.vectors_per_thread })
+        let single_pass = opts.algorithm == ScanAlgorithm::SinglePass && matches!(elem, Elem::U32 | Elem::F32);
+        Ok(ScanKernel {
+            elem,
+            subgroups,
+            wg: opts.workgroup_size,
+            vpt: opts.vectors_per_thread,
+            single_pass,
+            spins: opts.lookback_spins,
+            force_fallback: opts.force_fallback,
+        })
     }
 
     /// Elements per 16-byte vector.
@@ -517,6 +612,90 @@ impl ScanKernel {
         let src = format!("{elem_src}\n{}\n{SCAN_WGSL}", wg_part(self.subgroups));
         let defs = [("T", t.to_string()), ("WG", self.wg.to_string()), ("VPT", self.vpt.to_string())];
         ctx.pipeline(&name, &src, entry, &defs)
+    }
+
+    /// A pipeline of the single-pass module (32-bit elements only).
+    fn lb_pipeline(&self, ctx: &GpuContext, entry: &str) -> GpuResult<Arc<wgpu::ComputePipeline>> {
+        let t = if self.elem == Elem::F32 { "f32" } else { "u32" };
+        let name = format!("scanlb-{t}-{}", if self.subgroups { "subgroup" } else { "shared" });
+        let lb = if self.subgroups { LB_SUBGROUP_WGSL } else { LB_SHARED_WGSL };
+        let src = format!("{ELEM_VEC4_WGSL}\n{}\n{LOOKBACK_WGSL}\n{lb}", wg_part(self.subgroups));
+        let defs = [("T", t.to_string()), ("WG", self.wg.to_string()), ("VPT", self.vpt.to_string())];
+        ctx.pipeline(&name, &src, entry, &defs)
+    }
+
+    /// Records the single-pass scan of `parts` (see [`ScanKernel::record`]): the
+    /// state initialisation, then one look-back dispatch per part.
+    fn record_single_pass(
+        &self,
+        ctx: &GpuContext,
+        pass: &mut Pass,
+        parts: &[(&wgpu::Buffer, &wgpu::Buffer, u64)],
+        kind: ScanKind,
+        total: &wgpu::Buffer,
+    ) -> GpuResult<()> {
+        let tile = self.tile();
+        let tiles: Vec<u64> = parts.iter().map(|p| p.2.div_ceil(tile)).collect();
+        let nt: u64 = tiles.iter().sum();
+        if nt == 0 {
+            return Err(GpuError::Invalid("scan of an empty part list".into()));
+        }
+        for &(src, dst, n) in parts {
+            self.check_padded(src, n)?;
+            self.check_padded(dst, n)?;
+        }
+        let words = 2 * nt + parts.len() as u64;
+        if words > u32::MAX as u64 {
+            return Err(GpuError::Invalid(format!("single-pass scan of {nt} tiles")));
+        }
+        let state = ctx.pool().alloc(words * 4)?;
+        let init = self.lb_pipeline(ctx, "init_state")?;
+        let ub = ctx.uniform(&LbParams { n: words as u32, nvec: 0, tiles: 0, tile_base: 0, flags: 0, ctr: 0, spins: 0, pad: 0 });
+        pass.dispatch(
+            ctx,
+            &init,
+            &[
+                wgpu::BindGroupEntry { binding: 2, resource: state.raw().as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 4, resource: ub.as_entire_binding() },
+            ],
+            words.div_ceil(self.wg as u64),
+        )?;
+        let pipe = self.lb_pipeline(ctx, "scan_lookback")?;
+        let mut base = 0u64;
+        for (i, (&(src, dst, n), &t)) in parts.iter().zip(&tiles).enumerate() {
+            let mut flags = if kind == ScanKind::Exclusive { F_EXCLUSIVE } else { 0 };
+            if i + 1 == parts.len() {
+                flags |= F_TOTAL;
+            }
+            if self.force_fallback {
+                flags |= F_FORCE_FB;
+            }
+            let ub = ctx.uniform(&LbParams {
+                n: n as u32,
+                nvec: n.div_ceil(self.vec()) as u32,
+                tiles: t as u32,
+                tile_base: base as u32,
+                flags,
+                ctr: (2 * nt) as u32 + i as u32,
+                spins: self.spins,
+                pad: 0,
+            });
+            pass.dispatch(
+                ctx,
+                &pipe,
+                &[
+                    wgpu::BindGroupEntry { binding: 0, resource: src.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: 1, resource: dst.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: 2, resource: state.raw().as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: 3, resource: total.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: 4, resource: ub.as_entire_binding() },
+                ],
+                t,
+            )?;
+            base += t;
+        }
+        pass.keep.push(state);
+        Ok(())
     }
 
     /// Checks that a buffer holding `n` elements can be accessed as whole vectors.
@@ -615,8 +794,9 @@ impl ScanKernel {
 
     /// Records the scan of a list of buffers that form one logical array
     /// (`(src, dst, rows)` per part, in order): prefix sums into each `dst`, the
-    /// grand total into `total[0]`. Recursive over the tile totals. Every part must
-    /// have at least one row.
+    /// grand total into `total[0]`. Single pass where configured, else
+    /// reduce-then-scan, recursive over the tile totals. Every part must have at
+    /// least one row.
     pub(crate) fn record(
         &self,
         ctx: &GpuContext,
@@ -625,6 +805,9 @@ impl ScanKernel {
         kind: ScanKind,
         total: &wgpu::Buffer,
     ) -> GpuResult<()> {
+        if self.single_pass {
+            return self.record_single_pass(ctx, pass, parts, kind, total);
+        }
         let flags = if kind == ScanKind::Exclusive { F_EXCLUSIVE } else { 0 };
         let tile = self.tile();
         let tiles: Vec<u64> = parts.iter().map(|p| p.2.div_ceil(tile)).collect();

@@ -41,13 +41,17 @@
 use crate::array::DeviceArray;
 use crate::context::GpuContext;
 use crate::error::{GpuError, GpuResult};
-use crate::scan::{check_workgroup, elem_u32_part, wg_part, Pass, ScanKernel, ScanKind, ScanOptions, ScanType};
+use crate::scan::{
+    check_workgroup, elem_u32_part, wg_part, Pass, ScanAlgorithm, ScanKernel, ScanKind, ScanOptions, ScanType,
+};
 use crate::timing::KernelTimer;
 use std::fmt::Write as _;
 
 const COMPACT_WGSL: &str = include_str!("../../shaders/compact.wgsl");
 const SEL_FLAGS_WGSL: &str = include_str!("../../shaders/compact_sel_flags.wgsl");
 const SEL_BITMAP_WGSL: &str = include_str!("../../shaders/compact_sel_bitmap.wgsl");
+const COUNT_WGSL: &str = include_str!("../../shaders/compact_count.wgsl");
+const STABLE_WGSL: &str = include_str!("../../shaders/compact_stable.wgsl");
 
 /// Auto's lower selectivity bound for Jumping Jack (fraction of rows selected).
 ///
@@ -144,6 +148,22 @@ pub enum CompactAlgo {
     Auto,
 }
 
+/// How the count and the scatter are done (both keep the algorithm's output).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum CompactPath {
+    /// The count pass reads the selection once (flags: also writing it as a bitmap,
+    /// n/8 bytes of scratch; a bitmap: popcounts only), the block counts are scanned
+    /// by the single-pass scan, and the scatter reads only the bitmap and the
+    /// columns, with coalesced 16-byte loads (shaders/compact_count.wgsl,
+    /// shaders/compact_stable.wgsl; Jumping Jack uses its kernel on the bitmap).
+    #[default]
+    Fast,
+    /// The first implementation: count kernel, reduce-then-scan of the block
+    /// counts, scatter kernels that read the selection (flags or bitmap) again and
+    /// copy one row per invocation (shaders/compact.wgsl). Kept for comparison.
+    Legacy,
+}
+
 /// Options of [`compact_with`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CompactOptions {
@@ -162,6 +182,8 @@ pub struct CompactOptions {
     /// Rows per block (one workgroup): a multiple of 128, at most
     /// `32 * workgroup_size`.
     pub block_rows: u32,
+    /// Fast (default) or legacy kernels.
+    pub path: CompactPath,
 }
 
 impl Default for CompactOptions {
@@ -173,6 +195,7 @@ impl Default for CompactOptions {
             subgroups: true,
             workgroup_size: 256,
             block_rows: 4096,
+            path: CompactPath::Fast,
         }
     }
 }
@@ -252,6 +275,13 @@ pub struct CompactBench {
     pub scratch_bytes: u64,
     /// Input bytes (flags plus the column).
     pub input_bytes: u64,
+    /// Median GPU time of the count pass (count kernel plus the scan of the block
+    /// counts), in milliseconds (part of `ms`).
+    pub count_ms: f64,
+    /// Median GPU time of the scatter pass, in milliseconds (part of `ms`).
+    pub scatter_ms: f64,
+    /// The kernels that ran.
+    pub path: CompactPath,
 }
 
 /// Times the compaction of one `u32` column of `n` rows by 0/1 flags selecting a
@@ -284,6 +314,7 @@ pub fn bench_compact_with(
     let cols = [Column::new(&v)];
     let mut gpu = Vec::new();
     let mut wall = Vec::new();
+    let mut parts = Vec::new();
     let mut last = None;
     for rep in 0..=reps.max(1) {
         let timer = KernelTimer::new(ctx, 2);
@@ -291,20 +322,33 @@ pub fn bench_compact_with(
         let out = compact_impl(ctx, Selection::Flags(&f), &cols, opts, timer.as_ref())?;
         ctx.wait()?;
         let w = t0.elapsed().as_secs_f64() * 1e3;
-        let g = match &timer {
-            Some(t) => t.read_ms(ctx)?.iter().sum(),
-            None => w,
+        let (g, p) = match &timer {
+            Some(t) => {
+                let v = t.read_ms(ctx)?;
+                (v.iter().sum(), (v[0], v[1]))
+            }
+            None => (w, (f64::NAN, f64::NAN)),
         };
         if rep > 0 {
             gpu.push(g);
             wall.push(w);
+            parts.push(p);
         }
         last = Some(out);
     }
     let out = last.expect("at least one run");
     gpu.sort_by(|a, b| a.total_cmp(b));
     wall.sort_by(|a, b| a.total_cmp(b));
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    let count_ms = median(parts.iter().map(|p| p.0).collect());
+    let scatter_ms = median(parts.iter().map(|p| p.1).collect());
     Ok(CompactBench {
+        count_ms,
+        scatter_ms,
+        path: opts.path,
         n,
         count: out.count,
         algo: out.algo,
@@ -345,6 +389,8 @@ struct Plan {
     subgroups: bool,
     wg: u32,
     block: u32,
+    /// CompactPath::Fast.
+    fast: bool,
 }
 
 /// Output of the count step.
@@ -355,6 +401,9 @@ struct Counted {
     seg_first: Vec<u64>,
     count: usize,
     scratch_bytes: u64,
+    /// Fast path with flags: the selection as a bitmap, one buffer per segment
+    /// (`ceil(rows / 32)` words, the Arrow layout).
+    bits: Vec<crate::pool::GpuBuffer>,
 }
 
 impl Plan {
@@ -401,7 +450,9 @@ impl Plan {
                 "blocks of {block} rows (expected a multiple of 128, at most 32 x the workgroup size {wg})"
             )));
         }
-        let shared = 2 * wg as u64 * 4 + 3 * (block as u64 / 32) * 4 + 64;
+        let fast = opts.path == CompactPath::Fast;
+        let per_block = if fast { (block as u64).max(3 * (block as u64 / 32) * 4) } else { 3 * (block as u64 / 32) * 4 };
+        let shared = 2 * wg as u64 * 4 + per_block + 64;
         let subgroups = check_workgroup(ctx, opts.subgroups, wg, shared)?;
         let mut seg_len = Vec::new();
         let mut seg_blocks = Vec::new();
@@ -413,26 +464,27 @@ impl Plan {
             seg_blocks.push((b, blocks));
             blocks += b;
         }
-        Ok(Plan { n, seg_rows, seg_len, seg_blocks, blocks, subgroups, wg, block })
+        Ok(Plan { n, seg_rows, seg_len, seg_blocks, blocks, subgroups, wg, block, fast })
     }
 
-    fn sel_part(&self, sel: &Selection<'_>) -> (&'static str, &'static str) {
-        if sel.is_bitmap() {
+    fn sel_part(&self, bitmap: bool) -> (&'static str, &'static str) {
+        if bitmap {
             ("bitmap", SEL_BITMAP_WGSL)
         } else {
             ("flags", SEL_FLAGS_WGSL)
         }
     }
 
-    /// The compaction module for a column layout (`None`: the count kernel only).
+    /// The legacy compaction module (compact.wgsl) for a column layout (`None`: the
+    /// count kernel only), reading the selection as a bitmap or as flags.
     fn pipeline(
         &self,
         ctx: &GpuContext,
-        sel: &Selection<'_>,
+        bitmap: bool,
         layout: Option<&[ColumnLayout]>,
         entry: &str,
     ) -> GpuResult<std::sync::Arc<wgpu::ComputePipeline>> {
-        let (sname, spart) = self.sel_part(sel);
+        let (sname, spart) = self.sel_part(bitmap);
         let cols = layout.unwrap_or(&[]);
         let gen = generate_columns(cols, self.block);
         let name = format!(
@@ -452,6 +504,30 @@ impl Plan {
         ctx.pipeline(&name, &src, entry, &defs)
     }
 
+    /// The fast path's count kernels (compact_count.wgsl).
+    fn count_pipeline(&self, ctx: &GpuContext, entry: &str) -> GpuResult<std::sync::Arc<wgpu::ComputePipeline>> {
+        let name = format!("compact-count-{}", if self.subgroups { "subgroup" } else { "shared" });
+        let src = format!("{}\n{}\n{COUNT_WGSL}", elem_u32_part(), wg_part(self.subgroups));
+        let defs = [("WG", self.wg.to_string()), ("BLOCK", self.block.to_string())];
+        ctx.pipeline(&name, &src, entry, &defs)
+    }
+
+    /// The fast path's stable scatter (compact_stable.wgsl) for a column layout.
+    fn stable_pipeline(&self, ctx: &GpuContext, layout: &[ColumnLayout]) -> GpuResult<std::sync::Arc<wgpu::ComputePipeline>> {
+        let gen = generate_fast(layout, self.block);
+        let name = format!("compact-stable-{}-{}", if self.subgroups { "subgroup" } else { "shared" }, gen.key);
+        let src = format!("{}\n{}\n{STABLE_WGSL}", elem_u32_part(), wg_part(self.subgroups));
+        let defs = [
+            ("WG", self.wg.to_string()),
+            ("BLOCK", self.block.to_string()),
+            ("VB_WORDS", gen.vb_words.to_string()),
+            ("COLUMN_DECLS", gen.decls),
+            ("COPY_COLUMNS", gen.copy),
+            ("FLUSH_COLUMNS", gen.flush),
+        ];
+        ctx.pipeline(&name, &src, "scatter", &defs)
+    }
+
     fn params(&self, seg: usize, out_first: u64) -> Params {
         let (blocks, base) = self.seg_blocks[seg];
         Params {
@@ -467,7 +543,9 @@ impl Plan {
     }
 
     /// Count pass + scan of the block counts, then the readback of the per-segment
-    /// output offsets and the count.
+    /// output offsets and the count. Fast path: compact_count.wgsl (flags are also
+    /// written as a bitmap) and the single-pass scan; legacy: compact.wgsl's
+    /// `count_blocks` and reduce-then-scan.
     fn count(&self, ctx: &GpuContext, sel: &Selection<'_>, timer: Option<&KernelTimer>) -> GpuResult<Counted> {
         let nseg = self.seg_len.len();
         if self.n == 0 {
@@ -479,31 +557,68 @@ impl Plan {
             }
             let offs = ctx.pool().alloc(4)?;
             let scratch_bytes = offs.size();
-            return Ok(Counted { offs, seg_first: vec![0], count: 0, scratch_bytes });
+            return Ok(Counted { offs, seg_first: vec![0], count: 0, scratch_bytes, bits: Vec::new() });
         }
         let counts = ctx.pool().alloc(self.blocks * 4)?;
         let offs = ctx.pool().alloc(self.blocks * 4)?;
         let total = ctx.pool().alloc(4)?;
         let probe = DeviceArray::alloc_segmented(ctx, nseg + 1, 4, (nseg + 1).div_ceil(4) * 4)?;
         let mut pass = Pass::default();
-        let count_pipe = self.pipeline(ctx, sel, None, "count_blocks")?;
-        for seg in 0..nseg {
-            let ub = ctx.uniform(&self.params(seg, 0));
-            pass.dispatch(
-                ctx,
-                &count_pipe,
-                &[
-                    wgpu::BindGroupEntry { binding: 0, resource: sel.array().segment(seg).0.as_entire_binding() },
-                    wgpu::BindGroupEntry { binding: 1, resource: counts.raw().as_entire_binding() },
-                    wgpu::BindGroupEntry { binding: 3, resource: ub.as_entire_binding() },
-                ],
-                self.seg_blocks[seg].0,
-            )?;
+        let mut bits = Vec::new();
+        if self.fast {
+            let bitmap = sel.is_bitmap();
+            let pipe = self.count_pipeline(ctx, if bitmap { "count_bitmap" } else { "count_flags" })?;
+            for seg in 0..nseg {
+                let ub = ctx.uniform(&self.params(seg, 0));
+                let sbuf = sel.array().segment(seg).0;
+                if bitmap {
+                    pass.dispatch(
+                        ctx,
+                        &pipe,
+                        &[
+                            wgpu::BindGroupEntry { binding: 1, resource: counts.raw().as_entire_binding() },
+                            wgpu::BindGroupEntry { binding: 3, resource: ub.as_entire_binding() },
+                            wgpu::BindGroupEntry { binding: 5, resource: sbuf.as_entire_binding() },
+                        ],
+                        self.seg_blocks[seg].0,
+                    )?;
+                } else {
+                    let b = ctx.pool().alloc((self.seg_len[seg].div_ceil(32) * 4) as u64)?;
+                    pass.dispatch(
+                        ctx,
+                        &pipe,
+                        &[
+                            wgpu::BindGroupEntry { binding: 0, resource: sbuf.as_entire_binding() },
+                            wgpu::BindGroupEntry { binding: 1, resource: counts.raw().as_entire_binding() },
+                            wgpu::BindGroupEntry { binding: 2, resource: b.raw().as_entire_binding() },
+                            wgpu::BindGroupEntry { binding: 3, resource: ub.as_entire_binding() },
+                        ],
+                        self.seg_blocks[seg].0,
+                    )?;
+                    bits.push(b);
+                }
+            }
+        } else {
+            let count_pipe = self.pipeline(ctx, sel.is_bitmap(), None, "count_blocks")?;
+            for seg in 0..nseg {
+                let ub = ctx.uniform(&self.params(seg, 0));
+                pass.dispatch(
+                    ctx,
+                    &count_pipe,
+                    &[
+                        wgpu::BindGroupEntry { binding: 0, resource: sel.array().segment(seg).0.as_entire_binding() },
+                        wgpu::BindGroupEntry { binding: 1, resource: counts.raw().as_entire_binding() },
+                        wgpu::BindGroupEntry { binding: 3, resource: ub.as_entire_binding() },
+                    ],
+                    self.seg_blocks[seg].0,
+                )?;
+            }
         }
+        let algorithm = if self.fast { ScanAlgorithm::SinglePass } else { ScanAlgorithm::ReduceThenScan };
         let sk = ScanKernel::new(
             ctx,
             ScanType::U32,
-            &ScanOptions { subgroups: self.subgroups, workgroup_size: self.wg, ..Default::default() },
+            &ScanOptions { subgroups: self.subgroups, workgroup_size: self.wg, algorithm, ..Default::default() },
         )?;
         sk.record(ctx, &mut pass, &[(counts.raw(), offs.raw(), self.blocks)], ScanKind::Exclusive, total.raw())?;
         let mut enc = ctx.encoder("compact-count");
@@ -520,8 +635,9 @@ impl Plan {
             + offs.size()
             + total.size()
             + probe.device_bytes()
-            + pass.keep.iter().map(|b| b.size()).sum::<u64>();
-        Ok(Counted { offs, seg_first, count, scratch_bytes })
+            + pass.keep.iter().map(|b| b.size()).sum::<u64>()
+            + bits.iter().map(|b| b.size()).sum::<u64>();
+        Ok(Counted { offs, seg_first, count, scratch_bytes, bits })
     }
 }
 
@@ -605,6 +721,90 @@ fn generate_columns(cols: &[ColumnLayout], block: u32) -> Generated {
             b += 3;
             k += 1;
         }
+    }
+    g.vb_words = (k * (block / 32 + 1)).max(1);
+    g
+}
+
+/// WGSL for the columns of one launch of the fast stable scatter
+/// (compact_stable.wgsl): per column, bindings `in` (read as 16-byte vectors), `lo`,
+/// `hi` and, with validity, `vin`, `vlo`, `vhi`; the loads of one 4-row vector `v`
+/// with selection nibble `nib`, the stores of its selected rows (rank `q` in the
+/// block, output row `boff + q`), and the per-word validity flush.
+fn generate_fast(cols: &[ColumnLayout], block: u32) -> Generated {
+    let mut g = Generated { key: String::new(), decls: String::new(), copy: String::new(), flush: String::new(), vb_words: 1 };
+    let mut loads = String::new();
+    let mut lanes: [String; 4] = Default::default();
+    let mut b = FIRST_COLUMN_BINDING;
+    let mut k = 0u32;
+    for (c, col) in cols.iter().enumerate() {
+        let oty = if col.wide { "vec2<u32>" } else { "u32" };
+        g.key.push(match (col.wide, col.validity) {
+            (false, false) => 'a',
+            (false, true) => 'b',
+            (true, false) => 'c',
+            (true, true) => 'd',
+        });
+        let _ = writeln!(
+            g.decls,
+            "@group(0) @binding({}) var<storage, read> in{c}: array<vec4<u32>>;\n\
+             @group(0) @binding({}) var<storage, read_write> lo{c}: array<{oty}>;\n\
+             @group(0) @binding({}) var<storage, read_write> hi{c}: array<{oty}>;",
+            b,
+            b + 1,
+            b + 2
+        );
+        b += 3;
+        let exprs: [String; 4] = if col.wide {
+            let _ = writeln!(
+                loads,
+                "        var a{c} = vec4<u32>();\n        var b{c} = vec4<u32>();\n        \
+                 if ((nib & 3u) != 0u) {{ a{c} = in{c}[2u * v]; }}\n        \
+                 if ((nib & 12u) != 0u) {{ b{c} = in{c}[2u * v + 1u]; }}"
+            );
+            [format!("a{c}.xy"), format!("a{c}.zw"), format!("b{c}.xy"), format!("b{c}.zw")]
+        } else {
+            let _ = writeln!(loads, "        let x{c} = in{c}[v];");
+            [format!("x{c}.x"), format!("x{c}.y"), format!("x{c}.z"), format!("x{c}.w")]
+        };
+        for (lane, e) in exprs.iter().enumerate() {
+            let _ = writeln!(lanes[lane], "            if (in_lo) {{ lo{c}[idx] = {e}; }} else {{ hi{c}[idx] = {e}; }}");
+        }
+        if col.validity {
+            let _ = writeln!(
+                g.decls,
+                "@group(0) @binding({}) var<storage, read> vin{c}: array<u32>;\n\
+                 @group(0) @binding({}) var<storage, read_write> vlo{c}: array<atomic<u32>>;\n\
+                 @group(0) @binding({}) var<storage, read_write> vhi{c}: array<atomic<u32>>;",
+                b,
+                b + 1,
+                b + 2
+            );
+            let _ = writeln!(loads, "        let vn{c} = vin{c}[v / 8u] >> ((v % 8u) * 4u);");
+            for (lane, l) in lanes.iter_mut().enumerate() {
+                let _ = writeln!(
+                    l,
+                    "            if (((vn{c} >> {lane}u) & 1u) != 0u) {{ let qq = bq + q; atomicOr(&vb[{k}u * VBW + qq / 32u], 1u << (qq % 32u)); }}"
+                );
+            }
+            let _ = writeln!(
+                g.flush,
+                "        {{ let bits = atomicLoad(&vb[{k}u * VBW + w]);\n          \
+                 if (shared_word) {{ if (bits != 0u) {{ if (in_lo) {{ atomicOr(&vlo{c}[widx], bits); }} else {{ atomicOr(&vhi{c}[widx], bits); }} }} }}\n          \
+                 else if (in_lo) {{ atomicStore(&vlo{c}[widx], bits); }} else {{ atomicStore(&vhi{c}[widx], bits); }} }}"
+            );
+            b += 3;
+            k += 1;
+        }
+    }
+    g.copy = loads;
+    for (lane, l) in lanes.iter().enumerate() {
+        let _ = write!(
+            g.copy,
+            "        if ((nib & {}u) != 0u) {{\n            let local = boff + q - p.out_first;\n            \
+             let in_lo = local < p.out_rows;\n            let idx = select(local - p.out_rows, local, in_lo);\n{l}            q += 1u;\n        }}\n",
+            1u32 << lane
+        );
     }
     g.vb_words = (k * (block / 32 + 1)).max(1);
     g
@@ -694,11 +894,28 @@ fn compact_impl(
             .iter()
             .map(|c| ColumnLayout { wide: c.values.elem_size() == 8, validity: c.validity.is_some() })
             .collect();
+        let fast_stable = plan.fast && algo == CompactAlgo::Stable;
+        // The fast path's scatter reads the selection as a bitmap: the selection's
+        // own, or the one the count pass built from the flags.
+        let bitmap = plan.fast || sel.is_bitmap();
+        let sel_buf = |seg: usize| -> &wgpu::Buffer {
+            if plan.fast && !sel.is_bitmap() {
+                counted.bits[seg].raw()
+            } else {
+                sel.array().segment(seg).0
+            }
+        };
         let entry = if algo == CompactAlgo::JumpingJack { "scatter_jj" } else { "scatter_stable" };
         let groups = group_columns(ctx, &layout, plan.block, plan.wg)?;
         let pipes = groups
             .iter()
-            .map(|g| plan.pipeline(ctx, &sel, Some(&layout[g.clone()]), entry))
+            .map(|g| {
+                if fast_stable {
+                    plan.stable_pipeline(ctx, &layout[g.clone()])
+                } else {
+                    plan.pipeline(ctx, bitmap, Some(&layout[g.clone()]), entry)
+                }
+            })
             .collect::<GpuResult<Vec<_>>>()?;
         for seg in 0..plan.seg_len.len() {
             let (first, end) = (counted.seg_first[seg], counted.seg_first[seg + 1]);
@@ -710,7 +927,7 @@ fn compact_impl(
             let ub = ctx.uniform(&plan.params(seg, lo as u64 * s as u64));
             for (g, pipe) in groups.iter().zip(&pipes) {
                 let mut entries = vec![
-                    wgpu::BindGroupEntry { binding: 0, resource: sel.array().segment(seg).0.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: 0, resource: sel_buf(seg).as_entire_binding() },
                     wgpu::BindGroupEntry { binding: 2, resource: counted.offs.raw().as_entire_binding() },
                     wgpu::BindGroupEntry { binding: 3, resource: ub.as_entire_binding() },
                 ];

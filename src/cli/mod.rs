@@ -1,6 +1,7 @@
 //! The `ridgeline` command line: `query`, the interactive shell, `gen`, `gpu`,
 //! `demo` and `bench`.
 pub mod bench;
+pub mod bench_tpch;
 pub mod demo;
 pub mod output;
 pub mod shell;
@@ -139,6 +140,9 @@ pub enum BenchCommand {
         #[command(flatten)]
         range: SizeRange,
     },
+    /// The 22 TPC-H queries: CPU and GPU mode side by side (min / median ms), optional
+    /// answer checks and DuckDB on the same Parquet files.
+    Tpch(bench_tpch::TpchArgs),
 }
 
 /// Builds an engine in `mode` (or the environment's).
@@ -196,10 +200,12 @@ pub async fn run(cli: Cli) -> Result<()> {
             Err(e) => Err(DataFusionError::Execution(format!("{e}"))),
         },
         Some(Command::Demo { sf }) => demo::run(engine(cli.gpu)?, sf).await,
+        Some(Command::Bench { what: BenchCommand::Tpch(args) }) => bench_tpch::run(args).await,
         Some(Command::Bench { what }) => tokio::task::spawn_blocking(move || match what {
             BenchCommand::Transfer { max_mib, iterations } => bench::transfer(max_mib, iterations),
             BenchCommand::Scan { range } => bench::scan(range.min_log2, range.max_log2, range.iterations),
             BenchCommand::Compact { range } => bench::compact(range.min_log2, range.max_log2, range.iterations),
+            BenchCommand::Tpch(_) => Err(DataFusionError::Internal("bench tpch runs on the async runtime".into())),
         })
         .await
         .map_err(|e| DataFusionError::Execution(e.to_string()))?,

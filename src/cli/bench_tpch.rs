@@ -1,0 +1,947 @@
+//! `ridgeline bench tpch`: the 22 TPC-H queries timed in CPU and GPU mode side by
+//! side (and, with `--duckdb`, in DuckDB on the same Parquet files), with optional
+//! answer checks (GPU against CPU at any scale factor; the published SF 1 answers
+//! from a dbgen `answers/` directory).
+//!
+//! Data is generated in memory with the tpchgen crates, or read from a Parquet
+//! directory (`--data`, one `<table>.parquet` file or directory per table, as
+//! `ridgeline gen tpch` writes it). Loading is not part of the query timings: each
+//! query runs once to warm up, then `--iterations` times per mode; the table shows
+//! the minimum and the median.
+use crate::exec::gpu_operator_names;
+use crate::gen::tpch::{generate_all, table_schema, write_tpch, OutputFormat, TPCH_TABLES};
+use crate::{GpuMode, Ridgeline};
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use arrow::util::display::{ArrayFormatter, FormatOptions};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::physical_plan::{collect, ExecutionPlan};
+use datafusion::prelude::{ParquetReadOptions, SessionContext};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The 22 TPC-H queries (`sql/tpch/qN.sql`), embedded so the binary works anywhere.
+pub const QUERIES: [&str; 22] = [
+    include_str!("../../sql/tpch/q1.sql"),
+    include_str!("../../sql/tpch/q2.sql"),
+    include_str!("../../sql/tpch/q3.sql"),
+    include_str!("../../sql/tpch/q4.sql"),
+    include_str!("../../sql/tpch/q5.sql"),
+    include_str!("../../sql/tpch/q6.sql"),
+    include_str!("../../sql/tpch/q7.sql"),
+    include_str!("../../sql/tpch/q8.sql"),
+    include_str!("../../sql/tpch/q9.sql"),
+    include_str!("../../sql/tpch/q10.sql"),
+    include_str!("../../sql/tpch/q11.sql"),
+    include_str!("../../sql/tpch/q12.sql"),
+    include_str!("../../sql/tpch/q13.sql"),
+    include_str!("../../sql/tpch/q14.sql"),
+    include_str!("../../sql/tpch/q15.sql"),
+    include_str!("../../sql/tpch/q16.sql"),
+    include_str!("../../sql/tpch/q17.sql"),
+    include_str!("../../sql/tpch/q18.sql"),
+    include_str!("../../sql/tpch/q19.sql"),
+    include_str!("../../sql/tpch/q20.sql"),
+    include_str!("../../sql/tpch/q21.sql"),
+    include_str!("../../sql/tpch/q22.sql"),
+];
+
+/// Arguments of `ridgeline bench tpch`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct TpchArgs {
+    /// Scale factor.
+    #[arg(long)]
+    pub sf: f64,
+    /// Parquet directory with one <table>.parquet file (or directory) per table, as
+    /// `ridgeline gen tpch` writes; generated there first when it holds no TPC-H tables.
+    #[arg(long, value_name = "DIR")]
+    pub data: Option<PathBuf>,
+    /// Queries to run, e.g. 1,6,10-12 (default: all 22).
+    #[arg(long, value_name = "LIST")]
+    pub queries: Option<String>,
+    /// Modes to time: off (CPU only), on (GPU only) or both (default).
+    // The id is the global `--gpu`'s, with the same value type, so clap lets this
+    // subcommand have its own `--gpu` (with `both`, read as `auto`).
+    #[arg(long = "gpu", id = "gpu", value_name = "off|on|both", value_parser = parse_modes)]
+    pub gpu: Option<GpuMode>,
+    /// Make the tables GPU-resident (otherwise they are in host memory).
+    #[arg(long)]
+    pub resident: bool,
+    /// Timed runs per query and mode, after one warm-up run.
+    #[arg(long, default_value_t = 3)]
+    pub iterations: usize,
+    /// Verify the answers: GPU mode against CPU mode, and at SF 1 against --answers.
+    #[arg(long)]
+    pub check: bool,
+    /// Directory with the published SF 1 answers in dbgen's format (answers/qN.out,
+    /// `|`-separated with a header line); default: RIDGELINE_TPCH_ANSWERS. Implies --check.
+    #[arg(long, value_name = "DIR")]
+    pub answers: Option<PathBuf>,
+    /// Also time DuckDB (Python package) on the same Parquet files.
+    #[arg(long)]
+    pub duckdb: bool,
+    /// A duckdb wheel to install offline (default: RIDGELINE_DUCKDB_WHEEL).
+    #[arg(long, value_name = "PATH")]
+    pub duckdb_wheel: Option<PathBuf>,
+}
+
+fn parse_modes(s: &str) -> std::result::Result<GpuMode, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "both" | "auto" => Ok(GpuMode::Auto),
+        other => other.parse::<GpuMode>().map_err(|_| format!("invalid value '{s}': expected off, on or both")),
+    }
+}
+
+fn exec_err(msg: impl Into<String>) -> DataFusionError {
+    DataFusionError::Execution(msg.into())
+}
+
+/// Parses `1,6,10-12` (a `q` prefix is allowed; `all` means all 22).
+pub fn parse_queries(list: Option<&str>) -> Result<Vec<usize>> {
+    let all: Vec<usize> = (1..=22).collect();
+    let Some(list) = list.map(str::trim).filter(|l| !l.is_empty() && !l.eq_ignore_ascii_case("all")) else {
+        return Ok(all);
+    };
+    let num = |s: &str| -> Result<usize> {
+        let t = s.trim().trim_start_matches(['q', 'Q']);
+        match t.parse::<usize>() {
+            Ok(n) if (1..=22).contains(&n) => Ok(n),
+            _ => Err(DataFusionError::Plan(format!("--queries: '{}' is not a TPC-H query number (1 to 22)", s.trim()))),
+        }
+    };
+    let mut out = Vec::new();
+    for part in list.split(',').filter(|p| !p.trim().is_empty()) {
+        let range = match part.split_once('-') {
+            Some((a, b)) => num(a)?..=num(b)?,
+            None => {
+                let n = num(part)?;
+                n..=n
+            }
+        };
+        if range.is_empty() {
+            return Err(DataFusionError::Plan(format!("--queries: empty range '{}'", part.trim())));
+        }
+        for q in range {
+            if !out.contains(&q) {
+                out.push(q);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One table: name, schema, batches.
+type Table = (String, SchemaRef, Vec<RecordBatch>);
+
+/// The Parquet path of each table in `dir`: `<table>.parquet` (file or directory) or `<table>/`.
+fn find_tables(dir: &Path) -> (Vec<(String, PathBuf)>, Vec<&'static str>) {
+    let mut found = Vec::new();
+    let mut missing = Vec::new();
+    for t in TPCH_TABLES {
+        let candidates = [dir.join(format!("{t}.parquet")), dir.join(t)];
+        match candidates.into_iter().find(|p| p.exists()) {
+            Some(p) => found.push((t.to_string(), p)),
+            None => missing.push(t),
+        }
+    }
+    (found, missing)
+}
+
+/// Makes sure `dir` holds the 8 tables as Parquet: uses them when all are there,
+/// writes them at `sf` when none is (into a fresh directory first when `dir` does
+/// not exist, so an interrupted run leaves nothing half-written behind).
+async fn ensure_parquet(dir: &Path, sf: f64) -> Result<Vec<(String, PathBuf)>> {
+    let (found, missing) = find_tables(dir);
+    if missing.is_empty() {
+        return Ok(found);
+    }
+    if !found.is_empty() {
+        return Err(DataFusionError::Plan(format!(
+            "{} holds some TPC-H tables but not {} (expected <table>.parquet files or directories, as `ridgeline gen tpch` writes)",
+            dir.display(),
+            missing.join(", ")
+        )));
+    }
+    let fresh = !dir.exists();
+    let target = if fresh {
+        let name = dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| "tpch".into());
+        dir.with_file_name(format!(".{name}.partial-{}", std::process::id()))
+    } else {
+        dir.to_path_buf()
+    };
+    eprintln!("writing TPC-H SF {sf} as Parquet to {}", dir.display());
+    let t2 = target.clone();
+    tokio::task::spawn_blocking(move || write_tpch(sf, &t2, OutputFormat::Parquet, true))
+        .await
+        .map_err(|e| exec_err(format!("data generation failed: {e}")))??;
+    if fresh {
+        std::fs::rename(&target, dir)
+            .map_err(|e| exec_err(format!("cannot move {} to {}: {e}", target.display(), dir.display())))?;
+    }
+    let (found, missing) = find_tables(dir);
+    if !missing.is_empty() {
+        return Err(exec_err(format!("{} lacks {} after generation", dir.display(), missing.join(", "))));
+    }
+    Ok(found)
+}
+
+/// Reads Parquet tables into memory.
+async fn read_parquet(files: &[(String, PathBuf)]) -> Result<Vec<Table>> {
+    let ctx = SessionContext::new();
+    let mut out = Vec::new();
+    for (name, path) in files {
+        let p = path.to_string_lossy().to_string();
+        let df = ctx
+            .read_parquet(p.as_str(), ParquetReadOptions::default())
+            .await
+            .map_err(|e| exec_err(format!("cannot read table {name} from {p}: {e}")))?;
+        let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+        let batches = df.collect().await?;
+        out.push((name.clone(), schema, batches));
+    }
+    Ok(out)
+}
+
+/// Where `--duckdb` writes generated data when no `--data` is given.
+fn default_cache_dir(sf: f64) -> PathBuf {
+    let name = format!("tpch-sf{sf}");
+    if Path::new("target").is_dir() {
+        Path::new("target").join(name)
+    } else {
+        std::env::temp_dir().join(format!("ridgeline-{name}"))
+    }
+}
+
+/// Timings of one query in one engine / mode.
+#[derive(Clone, Debug)]
+struct Timing {
+    min_ms: f64,
+    median_ms: f64,
+    rows: usize,
+}
+
+/// One query in one Ridgeline mode.
+struct ModeRun {
+    timing: Timing,
+    result: Vec<Vec<String>>,
+    gpu_ops: Vec<String>,
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+async fn execute(rl: &Ridgeline, sql: &str) -> Result<(Vec<RecordBatch>, Arc<dyn ExecutionPlan>)> {
+    let df = rl.sql(sql).await?;
+    let plan = df.create_physical_plan().await?;
+    let batches = collect(plan.clone(), rl.session().task_ctx()).await?;
+    Ok((batches, plan))
+}
+
+/// Warm-up, then `iterations` timed runs (planning and execution).
+async fn run_mode(rl: &Ridgeline, sql: &str, iterations: usize) -> Result<ModeRun> {
+    let (batches, mut plan) = execute(rl, sql).await?;
+    let result = to_rows(&batches)?;
+    let mut times = Vec::with_capacity(iterations);
+    for _ in 0..iterations {
+        let t = Instant::now();
+        let (_, p) = execute(rl, sql).await?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+        plan = p;
+    }
+    Ok(ModeRun {
+        timing: Timing { min_ms: times.iter().copied().fold(f64::INFINITY, f64::min), median_ms: median(&times), rows: result.len() },
+        result,
+        gpu_ops: gpu_operator_names(&plan),
+    })
+}
+
+/// Result rows as display strings (NULL as `NULL`).
+fn to_rows(batches: &[RecordBatch]) -> Result<Vec<Vec<String>>> {
+    let opts = FormatOptions::default().with_null("NULL");
+    let mut rows = Vec::new();
+    for b in batches {
+        let fmts = b.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &opts)).collect::<std::result::Result<Vec<_>, _>>()?;
+        for i in 0..b.num_rows() {
+            rows.push(fmts.iter().map(|f| f.value(i).to_string()).collect());
+        }
+    }
+    Ok(rows)
+}
+
+/// Tolerances for numeric cells.
+#[derive(Clone, Copy)]
+struct Tol {
+    rel: f64,
+    abs: f64,
+}
+
+/// GPU against CPU.
+const TOL_MODES: Tol = Tol { rel: 1e-9, abs: 1e-12 };
+/// Against dbgen's answers, which are rounded to 2 decimals.
+const TOL_ANSWERS: Tol = Tol { rel: 1e-9, abs: 0.01 + 1e-9 };
+
+fn cell_eq(a: &str, b: &str, tol: Tol) -> bool {
+    let (a, b) = (a.trim(), b.trim());
+    if a == b {
+        return true;
+    }
+    match (a.parse::<f64>(), b.parse::<f64>()) {
+        (Ok(x), Ok(y)) => {
+            let d = (x - y).abs();
+            d <= tol.abs || d <= tol.rel * x.abs().max(y.abs())
+        }
+        _ => false,
+    }
+}
+
+/// Compares results; `None` when equal, else the first difference.
+fn compare(got: &[Vec<String>], want: &[Vec<String>], ordered: bool, tol: Tol) -> Option<String> {
+    let (mut g, mut w) = (got.to_vec(), want.to_vec());
+    if !ordered {
+        g.sort();
+        w.sort();
+    }
+    let show = |r: &Vec<String>| r.iter().map(|c| c.trim()).collect::<Vec<_>>().join("|");
+    for (i, (a, b)) in g.iter().zip(w.iter()).enumerate() {
+        if a.len() != b.len() || !a.iter().zip(b).all(|(x, y)| cell_eq(x, y, tol)) {
+            return Some(format!("row {}: {} vs {}", i + 1, show(a), show(b)));
+        }
+    }
+    if g.len() != w.len() {
+        let extra = if g.len() > w.len() { &g[w.len()] } else { &w[g.len()] };
+        return Some(format!("{} rows vs {}; first unmatched row {}: {}", g.len(), w.len(), g.len().min(w.len()) + 1, show(extra)));
+    }
+    None
+}
+
+/// Reads dbgen's `qN.out`: a header line, then `|`-separated rows.
+fn read_answer(dir: &Path, q: usize) -> Result<Option<Vec<Vec<String>>>> {
+    let path = dir.join(format!("q{q}.out"));
+    if !path.exists() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(&path).map_err(|e| exec_err(format!("cannot read {}: {e}", path.display())))?;
+    Ok(Some(
+        text.lines()
+            .skip(1)
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| l.split('|').map(|c| c.trim().to_string()).collect())
+            .collect(),
+    ))
+}
+
+/// Whether the query's result order is defined (top-level ORDER BY).
+fn is_ordered(sql: &str) -> bool {
+    sql.to_ascii_lowercase().contains("order by")
+}
+
+fn fmt_ms(ms: f64) -> String {
+    if !ms.is_finite() {
+        "-".into()
+    } else if ms >= 100.0 {
+        format!("{ms:.0}")
+    } else if ms >= 10.0 {
+        format!("{ms:.1}")
+    } else {
+        format!("{ms:.2}")
+    }
+}
+
+fn geomean(v: &[f64]) -> f64 {
+    if v.is_empty() || v.iter().any(|x| !(*x > 0.0)) {
+        return f64::NAN;
+    }
+    (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp()
+}
+
+/// Prints an aligned table; columns flagged `true` are right-aligned.
+fn print_table(headers: &[(String, bool)], rows: &[Vec<String>]) {
+    let mut w: Vec<usize> = headers.iter().map(|(h, _)| h.chars().count()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            w[i] = w[i].max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let n = cells.len();
+        let parts: Vec<String> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let pad = w[i].saturating_sub(c.chars().count());
+                if headers[i].1 {
+                    format!("{}{c}", " ".repeat(pad))
+                } else if i + 1 == n {
+                    c.to_string()
+                } else {
+                    format!("{c}{}", " ".repeat(pad))
+                }
+            })
+            .collect();
+        println!("{}", parts.join(" | ").trim_end());
+    };
+    line(headers.iter().map(|(h, _)| h.as_str()).collect());
+    println!("{}", w.iter().map(|n| "-".repeat(*n)).collect::<Vec<_>>().join("-+-"));
+    for r in rows {
+        line(r.iter().map(String::as_str).collect());
+    }
+}
+
+/// Per-query outcome.
+struct QueryOutcome {
+    q: usize,
+    cpu: Option<std::result::Result<ModeRun, String>>,
+    gpu: Option<std::result::Result<ModeRun, String>>,
+    check: Option<String>,
+}
+
+/// Runs `ridgeline bench tpch`.
+pub async fn run(args: TpchArgs) -> Result<()> {
+    let sf = args.sf;
+    if !(sf.is_finite() && sf > 0.0) {
+        return Err(DataFusionError::Plan(format!("invalid scale factor {sf}: it must be a positive number")));
+    }
+    if args.iterations == 0 {
+        return Err(DataFusionError::Plan("--iterations must be at least 1".into()));
+    }
+    let queries = parse_queries(args.queries.as_deref())?;
+    let answers_dir = args.answers.clone().or_else(|| std::env::var_os("RIDGELINE_TPCH_ANSWERS").map(PathBuf::from));
+    let check = args.check || args.answers.is_some();
+    if let Some(d) = &args.answers {
+        if !d.is_dir() {
+            return Err(DataFusionError::Plan(format!("--answers {}: not a directory", d.display())));
+        }
+    }
+
+    // Modes.
+    let mode = args.gpu.unwrap_or(GpuMode::Auto);
+    let run_cpu = mode != GpuMode::On;
+    let mut run_gpu = mode != GpuMode::Off;
+    let mut gpu_line = "GPU: off".to_string();
+    if run_gpu {
+        match ridgeline_operators::context::global() {
+            Ok(c) => gpu_line = format!("GPU: {} ({:?})", c.info().name, c.info().backend),
+            Err(e) if mode == GpuMode::On => {
+                return Err(exec_err(format!("--gpu on, but the GPU is unavailable: {e}")));
+            }
+            Err(e) => {
+                gpu_line = format!("GPU: unavailable ({e}); timing CPU mode only");
+                run_gpu = false;
+            }
+        }
+    }
+
+    // DuckDB set-up first, so a missing Python fails before the long part.
+    let duck_python = if args.duckdb { Some(duckdb::python(args.duckdb_wheel.as_deref())?) } else { None };
+
+    // Data.
+    let data_dir = match (&args.data, args.duckdb) {
+        (Some(d), _) => Some(d.clone()),
+        (None, true) => Some(default_cache_dir(sf)),
+        (None, false) => None,
+    };
+    let t = Instant::now();
+    let (tables, files, source) = match &data_dir {
+        Some(d) => {
+            let files = ensure_parquet(d, sf).await?;
+            (read_parquet(&files).await?, files, format!("read from {}", d.display()))
+        }
+        None => {
+            let gen = tokio::task::spawn_blocking(move || generate_all(sf))
+                .await
+                .map_err(|e| exec_err(format!("data generation failed: {e}")))??;
+            let tables = gen
+                .into_iter()
+                .map(|(n, b)| Ok((n.clone(), table_schema(&n)?, b)))
+                .collect::<Result<Vec<_>>>()?;
+            (tables, vec![], "generated in memory".to_string())
+        }
+    };
+    let rows_total: usize = tables.iter().map(|(_, _, b)| b.iter().map(|x| x.num_rows()).sum::<usize>()).sum();
+    if let Some((_, _, b)) = tables.iter().find(|(n, _, _)| n == "supplier") {
+        let want = tpchgen::generators::SupplierGenerator::calculate_row_count(sf, 1, 1);
+        let got: usize = b.iter().map(|x| x.num_rows()).sum();
+        if got as i64 != want {
+            eprintln!("warning: supplier has {got} rows, SF {sf} has {want}: the data is of another scale factor");
+        }
+    }
+    let gen_ms = t.elapsed().as_secs_f64() * 1e3;
+
+    // One engine; the mode is switched per run.
+    let rl = Ridgeline::builder().gpu_mode(if run_gpu { GpuMode::On } else { GpuMode::Off }).build()?;
+    let t = Instant::now();
+    let mut all_resident = args.resident;
+    for (name, schema, batches) in tables {
+        if args.resident {
+            all_resident &= rl.register_resident(&name, schema, batches).await?;
+        } else {
+            rl.register_batches(&name, schema, batches)?;
+        }
+    }
+    let placement = if !args.resident {
+        "in host memory"
+    } else if all_resident {
+        "GPU-resident"
+    } else {
+        "resident where they fit (some or all in host memory)"
+    };
+    println!("bench tpch: SF {sf}, {rows_total} rows {source} in {gen_ms:.0} ms; tables {placement} in {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
+    println!("{gpu_line}; {} timed runs per query and mode after one warm-up (planning + execution)", args.iterations);
+
+    // Ridgeline runs.
+    let mut outcomes = Vec::new();
+    for &q in &queries {
+        let sql = QUERIES[q - 1];
+        let mut o = QueryOutcome { q, cpu: None, gpu: None, check: None };
+        if run_cpu {
+            rl.set_gpu_mode(GpuMode::Off)?;
+            o.cpu = Some(run_mode(&rl, sql, args.iterations).await.map_err(|e| super::one_line(&e)));
+        }
+        if run_gpu {
+            rl.set_gpu_mode(GpuMode::On)?;
+            o.gpu = Some(run_mode(&rl, sql, args.iterations).await.map_err(|e| super::one_line(&e)));
+        }
+        if check {
+            o.check = Some(check_query(&o, sql, sf, answers_dir.as_deref())?);
+        }
+        outcomes.push(o);
+    }
+
+    // DuckDB.
+    let mut duck: Option<duckdb::Report> = None;
+    if let Some(py) = &duck_python {
+        duck = Some(duckdb::run(py, &files, &queries, args.iterations).await?);
+    }
+
+    // The table.
+    let mut headers: Vec<(String, bool)> = vec![("query".into(), false)];
+    if run_cpu {
+        headers.extend([("CPU min ms".into(), true), ("CPU med ms".into(), true)]);
+    }
+    if run_gpu {
+        headers.extend([("GPU min ms".into(), true), ("GPU med ms".into(), true)]);
+    }
+    if run_cpu && run_gpu {
+        headers.push(("CPU/GPU".into(), true));
+    }
+    if duck.is_some() {
+        headers.extend([("DuckDB min ms".into(), true), ("DuckDB med ms".into(), true)]);
+    }
+    headers.push(("rows".into(), true));
+    if run_gpu {
+        headers.push(("GPU operators".into(), false));
+    }
+    if check {
+        headers.push(("check".into(), false));
+    }
+    let mut rows = Vec::new();
+    let mut errors = Vec::new();
+    // geometric means over the queries where every column has a time
+    let mut gm: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for o in &outcomes {
+        let mut r = vec![format!("q{}", o.q)];
+        let mut cols: Vec<(&str, Option<&Timing>)> = Vec::new();
+        for (name, run) in [("CPU", &o.cpu), ("GPU", &o.gpu)] {
+            match run {
+                Some(Ok(m)) => cols.push((name, Some(&m.timing))),
+                Some(Err(e)) => {
+                    errors.push(format!("q{} {name}: {e}", o.q));
+                    cols.push((name, None));
+                }
+                None => {}
+            }
+        }
+        let duck_t = duck.as_ref().map(|d| match d.queries.get(&o.q) {
+            Some(Ok(t)) => Some(t),
+            Some(Err(e)) => {
+                errors.push(format!("q{} DuckDB: {e}", o.q));
+                None
+            }
+            None => None,
+        });
+        for (_, t) in &cols {
+            match t {
+                Some(t) => r.extend([fmt_ms(t.min_ms), fmt_ms(t.median_ms)]),
+                None => r.extend(["error".into(), "error".into()]),
+            }
+        }
+        let cpu_t = cols.iter().find(|c| c.0 == "CPU").and_then(|c| c.1);
+        let gpu_t = cols.iter().find(|c| c.0 == "GPU").and_then(|c| c.1);
+        if run_cpu && run_gpu {
+            r.push(match (cpu_t, gpu_t) {
+                (Some(c), Some(g)) => format!("{:.2}", c.median_ms / g.median_ms),
+                _ => "-".into(),
+            });
+        }
+        if let Some(d) = &duck_t {
+            match d {
+                Some(t) => r.extend([fmt_ms(t.min_ms), fmt_ms(t.median_ms)]),
+                None => r.extend(["error".into(), "error".into()]),
+            }
+        }
+        let n_rows = cpu_t.or(gpu_t).map(|t| t.rows);
+        let mut rows_cell = n_rows.map(|n| n.to_string()).unwrap_or_else(|| "-".into());
+        if let (Some(n), Some(Some(d))) = (n_rows, &duck_t) {
+            if d.rows != n {
+                rows_cell = format!("{n} (DuckDB {})", d.rows);
+            }
+        }
+        r.push(rows_cell);
+        if run_gpu {
+            r.push(match &o.gpu {
+                Some(Ok(m)) if m.gpu_ops.is_empty() => "none".into(),
+                Some(Ok(m)) => m.gpu_ops.iter().map(|n| n.trim_start_matches("Gpu").trim_end_matches("Exec")).collect::<Vec<_>>().join(","),
+                _ => "-".into(),
+            });
+        }
+        if let Some(c) = &o.check {
+            r.push(c.clone());
+        }
+        // every time column present: record for the geometric mean
+        let all = cols.iter().all(|c| c.1.is_some()) && duck_t.as_ref().is_none_or(|d| d.is_some());
+        if all {
+            for (name, t) in &cols {
+                let t = t.expect("checked");
+                gm.entry(if *name == "CPU" { "cpu_min" } else { "gpu_min" }).or_default().push(t.min_ms);
+                gm.entry(if *name == "CPU" { "cpu_med" } else { "gpu_med" }).or_default().push(t.median_ms);
+            }
+            if let Some(Some(t)) = &duck_t {
+                gm.entry("duck_min").or_default().push(t.min_ms);
+                gm.entry("duck_med").or_default().push(t.median_ms);
+            }
+        }
+        rows.push(r);
+    }
+    if outcomes.len() > 1 {
+        let g = |k: &str| gm.get(k).map(|v| geomean(v)).unwrap_or(f64::NAN);
+        let mut r = vec!["geomean".to_string()];
+        if run_cpu {
+            r.extend([fmt_ms(g("cpu_min")), fmt_ms(g("cpu_med"))]);
+        }
+        if run_gpu {
+            r.extend([fmt_ms(g("gpu_min")), fmt_ms(g("gpu_med"))]);
+        }
+        if run_cpu && run_gpu {
+            let ratio = g("cpu_med") / g("gpu_med");
+            r.push(if ratio.is_finite() { format!("{ratio:.2}") } else { "-".into() });
+        }
+        if duck.is_some() {
+            r.extend([fmt_ms(g("duck_min")), fmt_ms(g("duck_med"))]);
+        }
+        while r.len() < headers.len() {
+            r.push(String::new());
+        }
+        rows.push(r);
+    }
+    println!();
+    print_table(&headers, &rows);
+    if let Some(d) = &duck {
+        println!("DuckDB {} ({} threads): tables loaded into memory from the same Parquet files", d.version, d.threads);
+    }
+    if run_gpu {
+        println!("GPU operators: Gpu*Exec nodes in the GPU-mode plan");
+    }
+    if check {
+        let mut what = Vec::new();
+        if run_cpu && run_gpu {
+            what.push("GPU vs CPU (relative tolerance 1e-9)".to_string());
+        }
+        match &answers_dir {
+            Some(d) if sf == 1.0 => what.push(format!("SF1 answers in {} (to 0.01)", d.display())),
+            Some(_) => what.push("no answer files (they are for SF 1 only)".into()),
+            None if sf == 1.0 => what.push(
+                "no SF1 answers (pass --answers DIR: dbgen's answers/ directory from the TPC-H tools, qN.out)".into(),
+            ),
+            None => {}
+        }
+        if what.is_empty() {
+            what.push("nothing to compare: one mode only and no answers".into());
+        }
+        println!("check: {}", what.join("; "));
+    }
+    for e in &errors {
+        println!("error: {e}");
+    }
+    let mismatches = outcomes.iter().filter(|o| o.check.as_deref().is_some_and(|c| c.starts_with("MISMATCH"))).count();
+    if !errors.is_empty() || mismatches > 0 {
+        return Err(exec_err(format!(
+            "bench tpch: {} queries failed, {mismatches} answers did not match",
+            errors.len()
+        )));
+    }
+    Ok(())
+}
+
+/// The check column for one query.
+fn check_query(o: &QueryOutcome, sql: &str, sf: f64, answers: Option<&Path>) -> Result<String> {
+    let ordered = is_ordered(sql);
+    let cpu = match &o.cpu {
+        Some(Ok(m)) => Some(&m.result),
+        Some(Err(_)) => return Ok("ERROR".into()),
+        None => None,
+    };
+    let gpu = match &o.gpu {
+        Some(Ok(m)) => Some(&m.result),
+        Some(Err(_)) => return Ok("ERROR".into()),
+        None => None,
+    };
+    let mut checked = Vec::new();
+    if let (Some(c), Some(g)) = (cpu, gpu) {
+        if let Some(d) = compare(g, c, ordered, TOL_MODES) {
+            return Ok(format!("MISMATCH GPU vs CPU, {d}"));
+        }
+        checked.push("gpu=cpu");
+    }
+    if let (Some(dir), true) = (answers, sf == 1.0) {
+        match read_answer(dir, o.q)? {
+            Some(want) => {
+                for (name, got) in [("CPU", cpu), ("GPU", gpu)] {
+                    if let Some(got) = got {
+                        if let Some(d) = compare(got, &want, ordered, TOL_ANSWERS) {
+                            return Ok(format!("MISMATCH {name} vs answer, {d}"));
+                        }
+                    }
+                }
+                checked.push("answer");
+            }
+            None => checked.push("no answer file"),
+        }
+    }
+    Ok(if checked.is_empty() { "-".into() } else { "OK".into() })
+}
+
+/// DuckDB through its Python package.
+mod duckdb {
+    use super::{exec_err, median, Timing};
+    use datafusion::error::{DataFusionError, Result};
+    use std::collections::BTreeMap;
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+
+    /// DuckDB's results: per query timings or an error.
+    pub struct Report {
+        pub version: String,
+        pub threads: usize,
+        pub queries: BTreeMap<usize, std::result::Result<Timing, String>>,
+    }
+
+    const SCRIPT: &str = r#"
+import json, sys, time
+import duckdb
+
+cfg = json.load(open(sys.argv[1]))
+con = duckdb.connect()
+con.execute("SET threads TO %d" % int(cfg["threads"]))
+for name, path in cfg["tables"].items():
+    src = "read_parquet('%s')" % path.replace("'", "''")
+    kind = "VIEW" if cfg["views"] else "TABLE"
+    con.execute("CREATE %s %s AS SELECT * FROM %s" % (kind, name, src))
+out = {"version": duckdb.__version__, "queries": {}}
+for q, sql in cfg["queries"].items():
+    try:
+        rows = len(con.execute(sql).fetchall())
+        times = []
+        for _ in range(int(cfg["iterations"])):
+            t = time.perf_counter()
+            con.execute(sql).fetchall()
+            times.append((time.perf_counter() - t) * 1e3)
+        out["queries"][q] = {"times_ms": times, "rows": rows}
+    except Exception as e:
+        out["queries"][q] = {"error": " ".join(str(e).split())}
+print(json.dumps(out))
+"#;
+
+    fn venv_python(venv: &Path) -> PathBuf {
+        if cfg!(windows) {
+            venv.join("Scripts").join("python.exe")
+        } else {
+            venv.join("bin").join("python")
+        }
+    }
+
+    /// `Ok(version)` when `python` can import duckdb.
+    fn probe(python: &Path) -> std::result::Result<String, String> {
+        match Command::new(python).args(["-c", "import duckdb; print(duckdb.__version__)"]).output() {
+            Ok(o) if o.status.success() => Ok(String::from_utf8_lossy(&o.stdout).trim().to_string()),
+            Ok(o) => Err(tail(&o.stderr)),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    fn tail(bytes: &[u8]) -> String {
+        let s = String::from_utf8_lossy(bytes);
+        let lines: Vec<&str> = s.lines().filter(|l| !l.trim().is_empty()).collect();
+        lines[lines.len().saturating_sub(3)..].join(" / ")
+    }
+
+    fn run_step(cmd: &mut Command, what: &str) -> Result<()> {
+        eprintln!("duckdb: {what}");
+        let o = cmd.output().map_err(|e| exec_err(format!("DuckDB set-up: cannot {what}: {e}")))?;
+        if o.status.success() {
+            Ok(())
+        } else {
+            Err(exec_err(format!("DuckDB set-up: {what} failed: {}", tail(&o.stderr))))
+        }
+    }
+
+    /// A Python that can import duckdb: RIDGELINE_PYTHON, else the project's virtual
+    /// environment (RIDGELINE_DUCKDB_VENV, default ./.venv-duckdb), else `python3`;
+    /// failing those, creates the environment and installs duckdb into it (from
+    /// `wheel` / RIDGELINE_DUCKDB_WHEEL offline, else from the package index).
+    pub fn python(wheel: Option<&Path>) -> Result<PathBuf> {
+        if let Some(p) = std::env::var_os("RIDGELINE_PYTHON") {
+            let p = PathBuf::from(p);
+            return match probe(&p) {
+                Ok(_) => Ok(p),
+                Err(e) => Err(exec_err(format!("RIDGELINE_PYTHON={} cannot import duckdb: {e}", p.display()))),
+            };
+        }
+        let venv = std::env::var_os("RIDGELINE_DUCKDB_VENV").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(".venv-duckdb"));
+        let vpy = venv_python(&venv);
+        if vpy.exists() && probe(&vpy).is_ok() {
+            return Ok(vpy);
+        }
+        let system = PathBuf::from("python3");
+        if !vpy.exists() && probe(&system).is_ok() {
+            return Ok(system);
+        }
+        let wheel = wheel.map(Path::to_path_buf).or_else(|| std::env::var_os("RIDGELINE_DUCKDB_WHEEL").map(PathBuf::from));
+        if let Some(w) = &wheel {
+            if !w.is_file() {
+                return Err(DataFusionError::Plan(format!("duckdb wheel {} does not exist", w.display())));
+            }
+        }
+        if !vpy.exists() {
+            run_step(
+                Command::new("python3").arg("-m").arg("venv").arg(&venv),
+                &format!("create the virtual environment {} (python3 -m venv)", venv.display()),
+            )?;
+        }
+        match &wheel {
+            Some(w) => run_step(
+                Command::new(&vpy).args(["-m", "pip", "install", "--quiet", "--no-index"]).arg(w),
+                &format!("install {} into {}", w.display(), venv.display()),
+            )?,
+            None => run_step(
+                Command::new(&vpy).args(["-m", "pip", "install", "--quiet", "duckdb"]),
+                &format!(
+                    "install duckdb into {} (pip install duckdb; offline, pass --duckdb-wheel or RIDGELINE_DUCKDB_WHEEL)",
+                    venv.display()
+                ),
+            )?,
+        }
+        probe(&vpy).map_err(|e| exec_err(format!("duckdb was installed into {} but does not import: {e}", venv.display())))?;
+        Ok(vpy)
+    }
+
+    /// DuckDB's SQL for a query: the TPC-H text is accepted as is.
+    fn dialect(sql: &str) -> String {
+        sql.trim().trim_end_matches(';').to_string()
+    }
+
+    /// Runs the queries in DuckDB over the Parquet `files`.
+    pub async fn run(python: &Path, files: &[(String, PathBuf)], queries: &[usize], iterations: usize) -> Result<Report> {
+        let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let mut tables = serde_json::Map::new();
+        for (name, path) in files {
+            let abs = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
+            let src = if abs.is_dir() { abs.join("*.parquet") } else { abs };
+            tables.insert(name.clone(), src.to_string_lossy().to_string().into());
+        }
+        let qs: serde_json::Map<String, serde_json::Value> =
+            queries.iter().map(|&q| (q.to_string(), dialect(super::QUERIES[q - 1]).into())).collect();
+        let views = std::env::var("RIDGELINE_DUCKDB_VIEWS").is_ok_and(|v| v == "1");
+        let cfg = serde_json::json!({ "threads": threads, "iterations": iterations, "tables": tables, "queries": qs, "views": views });
+        let dir = std::env::temp_dir().join(format!("ridgeline-duckdb-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| exec_err(format!("cannot create {}: {e}", dir.display())))?;
+        let (script, input) = (dir.join("bench_tpch.py"), dir.join("input.json"));
+        std::fs::write(&script, SCRIPT).map_err(|e| exec_err(format!("cannot write {}: {e}", script.display())))?;
+        std::fs::write(&input, cfg.to_string()).map_err(|e| exec_err(format!("cannot write {}: {e}", input.display())))?;
+        let py = python.to_path_buf();
+        let (s2, i2) = (script.clone(), input.clone());
+        let out = tokio::task::spawn_blocking(move || Command::new(&py).arg(&s2).arg(&i2).output())
+            .await
+            .map_err(|e| exec_err(format!("DuckDB run failed: {e}")))?
+            .map_err(|e| exec_err(format!("cannot run {}: {e}", python.display())));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = out?;
+        if !out.status.success() {
+            return Err(exec_err(format!("DuckDB script failed: {}", tail(&out.stderr))));
+        }
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .map_err(|e| exec_err(format!("cannot parse DuckDB's output ({e}): {}", tail(&out.stdout))))?;
+        let mut report = Report {
+            version: v["version"].as_str().unwrap_or("?").to_string(),
+            threads,
+            queries: BTreeMap::new(),
+        };
+        for &q in queries {
+            let r = &v["queries"][q.to_string()];
+            let res = if let Some(e) = r["error"].as_str() {
+                Err(e.to_string())
+            } else {
+                let times: Vec<f64> = r["times_ms"].as_array().map(|a| a.iter().filter_map(|x| x.as_f64()).collect()).unwrap_or_default();
+                match (times.is_empty(), r["rows"].as_u64()) {
+                    (false, Some(rows)) => Ok(Timing {
+                        min_ms: times.iter().copied().fold(f64::INFINITY, f64::min),
+                        median_ms: median(&times),
+                        rows: rows as usize,
+                    }),
+                    _ => Err("no result from DuckDB".to_string()),
+                }
+            };
+            report.queries.insert(q, res);
+        }
+        Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_lists() {
+        assert_eq!(parse_queries(None).unwrap().len(), 22);
+        assert_eq!(parse_queries(Some("1,6")).unwrap(), vec![1, 6]);
+        assert_eq!(parse_queries(Some("q3, 10-12,3")).unwrap(), vec![3, 10, 11, 12]);
+        assert!(parse_queries(Some("23")).is_err());
+        assert!(parse_queries(Some("5-2")).is_err());
+        assert!(parse_queries(Some("x")).is_err());
+    }
+
+    #[test]
+    fn comparisons() {
+        let r = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let a = vec![r(&["A", "1.0000000001"]), r(&["B", "2"])];
+        let b = vec![r(&["B", "2"]), r(&["A", "1"])];
+        assert!(compare(&a, &b, false, TOL_MODES).is_none());
+        assert!(compare(&a, &b, true, TOL_MODES).unwrap().starts_with("row 1"));
+        let c = vec![r(&["A", "1.01"]), r(&["B", "2"])];
+        assert!(compare(&c, &b, false, TOL_MODES).is_some());
+        assert!(compare(&c, &b, false, TOL_ANSWERS).is_none());
+        assert!(compare(&a[..1], &b, false, TOL_MODES).unwrap().contains("1 rows vs 2"));
+        assert!(cell_eq(" x ", "x", TOL_MODES));
+    }
+
+    #[test]
+    fn answer_file_format() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("q3.out"), "l_orderkey |revenue |o_orderdat|o_shippriority\n    2456423|406181.01|1995-03-05|    0\n").unwrap();
+        let a = read_answer(dir.path(), 3).unwrap().unwrap();
+        assert_eq!(a, vec![vec!["2456423", "406181.01", "1995-03-05", "0"]]);
+        assert!(read_answer(dir.path(), 4).unwrap().is_none());
+    }
+}

@@ -33,9 +33,15 @@
 // deterministic (the fallback reduces in exactly the owner's order, so even f32
 // bits agree), so the halves are always consistent and atomicMax is a safe publish.
 //
+// Loads and stores are coalesced: with XPOSE the tile goes through workgroup memory
+// (invocations load and store neighbouring 16-byte vectors, one padding vector
+// every 8 to spread the blocked accesses over the banks); without it (the tile does
+// not fit workgroup memory) each invocation reads and writes its own vectors.
+//
 // Prepended by the Rust side: scan_elem_vec4.wgsl (T = u32 or f32), a
 // scan_wg_*.wgsl part and the matching scan_lb_*.wgsl part (lookback_step,
-// is_leader). Placeholders: WG (wg part), VPT.
+// is_leader). Placeholders: WG (wg part), VPT, XPOSE (true / false), XPOSE_VECS
+// (vectors of the transpose buffer: TILE_VECS * 9 / 8, or 1 without it).
 
 struct LbParams {
     n: u32,          // elements in this segment
@@ -76,6 +82,13 @@ var<workgroup> lb_spins: u32;
 var<workgroup> lb_prefix: T;
 
 var<private> vals: array<array<T, VEC>, VPT>;
+
+const XPOSE: bool = {{XPOSE}};
+var<workgroup> xbuf: array<S, {{XPOSE_VECS}}>;
+
+fn xi(i: u32) -> u32 {
+    return i + i / 8u;
+}
 
 fn to_bits(x: T) -> u32 {
     return bitcast<u32>(x);
@@ -124,13 +137,32 @@ fn load_vec(vi: u32) -> array<T, VEC> {
     return a;
 }
 
-// Loads this invocation's vectors of local tile tl into `vals` and returns their sum.
-fn load_tile(tl: u32, r: u32) -> T {
+// Loads this invocation's vectors (r * VPT ..) of local tile tl into `vals` and
+// returns their sum. Every invocation must call it (barrier with XPOSE).
+fn load_tile(tl: u32, r: u32, lid: u32) -> T {
     let first = tl * TILE_VECS + r * VPT;
     var sum = zero();
+    if (XPOSE) {
+        for (var j = 0u; j < VPT; j++) {
+            let li = j * WG + lid;
+            let vi = tl * TILE_VECS + li;
+            var a: array<T, VEC>;
+            if (vi < p.nvec) {
+                a = load_vec(vi);
+            } else {
+                for (var k = 0u; k < VEC; k++) {
+                    a[k] = zero();
+                }
+            }
+            xbuf[xi(li)] = pack(a);
+        }
+        workgroupBarrier();
+    }
     for (var j = 0u; j < VPT; j++) {
         let vi = first + j;
-        if (vi < p.nvec) {
+        if (XPOSE) {
+            vals[j] = unpack(xbuf[xi(r * VPT + j)]);
+        } else if (vi < p.nvec) {
             vals[j] = load_vec(vi);
         } else {
             for (var k = 0u; k < VEC; k++) {
@@ -185,7 +217,7 @@ fn scan_lookback(inv: Inv) {
     }
     let tile = p.tile_base + tl;
     let r = rank_of(inv);
-    let sum = load_tile(tl, r);
+    let sum = load_tile(tl, r, inv.lid);
     let sc = wg_excl_scan(inv, sum);
     if (is_leader(inv)) {
         if (tile == 0u) {
@@ -234,19 +266,31 @@ fn scan_lookback(inv: Inv) {
     let first = tl * TILE_VECS + r * VPT;
     for (var j = 0u; j < VPT; j++) {
         let vi = first + j;
-        if (vi < p.nvec) {
-            var o: array<T, VEC>;
-            for (var k = 0u; k < VEC; k++) {
-                let x = vals[j][k];
-                if (exclusive) {
-                    o[k] = carry;
-                    carry = add(carry, x);
-                } else {
-                    carry = add(carry, x);
-                    o[k] = carry;
-                }
+        var o: array<T, VEC>;
+        for (var k = 0u; k < VEC; k++) {
+            let x = vals[j][k];
+            if (exclusive) {
+                o[k] = carry;
+                carry = add(carry, x);
+            } else {
+                carry = add(carry, x);
+                o[k] = carry;
             }
+        }
+        if (XPOSE) {
+            xbuf[xi(r * VPT + j)] = pack(o);
+        } else if (vi < p.nvec) {
             dst[vi] = pack(o);
+        }
+    }
+    if (XPOSE) {
+        workgroupBarrier();
+        for (var j = 0u; j < VPT; j++) {
+            let li = j * WG + inv.lid;
+            let vi = tl * TILE_VECS + li;
+            if (vi < p.nvec) {
+                dst[vi] = xbuf[xi(li)];
+            }
         }
     }
     if ((p.flags & F_TOTAL) != 0u && tl + 1u == p.tiles && is_leader(inv)) {

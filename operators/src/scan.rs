@@ -161,6 +161,10 @@ pub struct ScanOptions {
     /// Single pass, testing: every tile reduces its predecessor in the same segment
     /// by the fallback, whatever the predecessor's descriptor says.
     pub force_fallback: bool,
+    /// Single pass: move the tile through workgroup memory so global loads and
+    /// stores are coalesced (used when the tile fits the adapter's workgroup
+    /// memory; otherwise each invocation accesses its own vectors directly).
+    pub transpose: bool,
 }
 
 impl Default for ScanOptions {
@@ -176,6 +180,7 @@ impl Default for ScanOptions {
             algorithm: ScanAlgorithm::SinglePass,
             lookback_spins: DEFAULT_LOOKBACK_SPINS,
             force_fallback: false,
+            transpose: true,
         }
     }
 }
@@ -549,6 +554,7 @@ pub(crate) struct ScanKernel {
     single_pass: bool,
     spins: u32,
     force_fallback: bool,
+    transpose: bool,
 }
 
 impl ScanKernel {
@@ -573,6 +579,10 @@ impl ScanKernel {
         let shared = 2 * opts.workgroup_size as u64 * eb + 16;
         let subgroups = check_workgroup(ctx, opts.subgroups, opts.workgroup_size, shared)?;
         let single_pass = opts.algorithm == ScanAlgorithm::SinglePass && matches!(elem, Elem::U32 | Elem::F32);
+        let tile_bytes = opts.workgroup_size as u64 * opts.vectors_per_thread as u64 * 16 * 9 / 8 + 16;
+        let transpose = single_pass
+            && opts.transpose
+            && shared + tile_bytes <= ctx.limits().max_compute_workgroup_storage_size as u64;
         Ok(ScanKernel {
             elem,
             subgroups,
@@ -581,6 +591,7 @@ impl ScanKernel {
             single_pass,
             spins: opts.lookback_spins,
             force_fallback: opts.force_fallback,
+            transpose,
         })
     }
 
@@ -617,10 +628,17 @@ impl ScanKernel {
     /// A pipeline of the single-pass module (32-bit elements only).
     fn lb_pipeline(&self, ctx: &GpuContext, entry: &str) -> GpuResult<Arc<wgpu::ComputePipeline>> {
         let t = if self.elem == Elem::F32 { "f32" } else { "u32" };
-        let name = format!("scanlb-{t}-{}", if self.subgroups { "subgroup" } else { "shared" });
+        let name = format!("scanlb-{t}-{}-{}", if self.subgroups { "subgroup" } else { "shared" }, self.transpose);
         let lb = if self.subgroups { LB_SUBGROUP_WGSL } else { LB_SHARED_WGSL };
         let src = format!("{ELEM_VEC4_WGSL}\n{}\n{LOOKBACK_WGSL}\n{lb}", wg_part(self.subgroups));
-        let defs = [("T", t.to_string()), ("WG", self.wg.to_string()), ("VPT", self.vpt.to_string())];
+        let xv = if self.transpose { self.wg * self.vpt * 9 / 8 + 1 } else { 1 };
+        let defs = [
+            ("T", t.to_string()),
+            ("WG", self.wg.to_string()),
+            ("VPT", self.vpt.to_string()),
+            ("XPOSE", self.transpose.to_string()),
+            ("XPOSE_VECS", xv.to_string()),
+        ];
         ctx.pipeline(&name, &src, entry, &defs)
     }
 

@@ -13,7 +13,7 @@ use ridgeline_operators::compact::{
 };
 use ridgeline_operators::cpu_scan::{exclusive_scan_seq, inclusive_scan_seq, ScanElem};
 use ridgeline_operators::scan::{
-    bench_scan, read_scalar, scan, scan_with, total, Int64Path, ScanKind, ScanOptions, ScanType,
+    bench_scan, read_scalar, scan, scan_with, total, Int64Path, ScanAlgorithm, ScanKind, ScanOptions, ScanType,
 };
 use ridgeline_operators::testing::test_context;
 use ridgeline_operators::{DeviceArray, GpuContext, GpuError};
@@ -26,8 +26,19 @@ fn rng(seed: u64) -> rand::rngs::SmallRng {
 /// 64-bit), plus odd ones.
 const SIZES: &[usize] = &[0, 1, 2, 3, 5, 31, 33, 127, 129, 255, 257, 1023, 1025, 2047, 2049, 4095, 4097, 8191, 8193, 12_345, 65_537];
 
-fn both_paths() -> [ScanOptions; 2] {
-    [ScanOptions::default(), ScanOptions { subgroups: false, ..Default::default() }]
+/// The single pass (default, immediate fallback, forced fallback) and the old
+/// reduce-then-scan, each with and without subgroup operations.
+fn both_paths() -> Vec<ScanOptions> {
+    let rts = ScanOptions::with_algorithm(ScanAlgorithm::ReduceThenScan);
+    let mut v = Vec::new();
+    for subgroups in [true, false] {
+        v.push(ScanOptions { subgroups, ..Default::default() });
+        v.push(ScanOptions { subgroups, lookback_spins: 0, ..Default::default() });
+        v.push(ScanOptions { subgroups, force_fallback: true, ..Default::default() });
+        v.push(ScanOptions { subgroups, transpose: false, ..Default::default() });
+        v.push(ScanOptions { subgroups, ..rts });
+    }
+    v
 }
 
 /// Runs one GPU scan of `data` and compares it (and its total) with the sequential
@@ -85,9 +96,9 @@ fn scan_recursion_depths_and_tunings() {
     let mut r = rng(2);
     // tiles of 128 elements: 200_003 elements need three levels of tile sums
     let data: Vec<u32> = (0..200_003).map(|_| r.random()).collect();
-    for subgroups in [true, false] {
+    for base in both_paths() {
         for (wg, vpt) in [(32u32, 1u32), (64, 3), (128, 16), (1024, 1)] {
-            let opts = ScanOptions { subgroups, workgroup_size: wg, vectors_per_thread: vpt, ..Default::default() };
+            let opts = ScanOptions { workgroup_size: wg, vectors_per_thread: vpt, ..base };
             check_scan(&ctx, &data, 8192, ScanType::U32, ScanKind::Exclusive, &opts, "tuned u32");
             check_scan(&ctx, &data[..4097], 4096, ScanType::U32, ScanKind::Inclusive, &opts, "tuned u32 small");
         }
@@ -587,5 +598,87 @@ fn bench_scan_and_compact() {
             "compact {n} rows, selectivity {s}: stable {:.1} ms, jumping jack {:.1} ms (scratch {} of {} input bytes)",
             st.ms, jj.ms, st.scratch_bytes, st.input_bytes
         );
+    }
+}
+
+/// Timings of every path at one size, with correctness checks at that size (for a
+/// real GPU: `RIDGELINE_GPU=on cargo test --release -p ridgeline-operators --test
+/// scan_compact bench_paths -- --ignored --nocapture`; `RIDGELINE_BENCH_ROWS`
+/// defaults to 2^28).
+#[test]
+#[ignore]
+fn bench_paths() {
+    use ridgeline_operators::compact::{bench_compact_with, CompactPath};
+    use ridgeline_operators::scan::{bench_scan_with, ScanAlgorithm};
+    let Some(ctx) = test_context() else { return };
+    let n = std::env::var("RIDGELINE_BENCH_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(1usize << 28);
+    let reps = std::env::var("RIDGELINE_BENCH_REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(10usize);
+    eprintln!("adapter {:?}, {n} rows, segment rows {}", ctx.info().name, ctx.segment_rows());
+    // correctness at full size first
+    let data: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761) >> 22).collect();
+    let d = DeviceArray::upload(&ctx, &data).unwrap();
+    let mut want = vec![0u32; n];
+    let t = exclusive_scan_seq(&data, &mut want).unwrap();
+    for opts in [ScanOptions::default(), ScanOptions::with_algorithm(ScanAlgorithm::ReduceThenScan)] {
+        let out = scan_with(&ctx, &d, ScanType::U32, ScanKind::Exclusive, &opts).unwrap();
+        let got = out.values.download::<u32>(&ctx).unwrap();
+        assert!(got == want, "scan differs at full size: {opts:?}");
+        assert_eq!(read_scalar::<u32>(&ctx, &out.total).unwrap(), t);
+    }
+    eprintln!("scan correct at {n}");
+    drop((d, want));
+    let mut r = rng(99);
+    let flags: Vec<u32> = (0..n).map(|_| r.random_range(0..2)).collect();
+    let f = DeviceArray::upload(&ctx, &flags).unwrap();
+    let v = DeviceArray::upload(&ctx, &data).unwrap();
+    let want: Vec<u32> = (0..n).filter(|&i| flags[i] != 0).map(|i| data[i]).collect();
+    for path in [CompactPath::Fast, CompactPath::Legacy] {
+        let opts = CompactOptions { path, ..Default::default() };
+        let out = compact_with(&ctx, Selection::Flags(&f), &[Column::new(&v)], &opts).unwrap();
+        assert!(out.columns[0].values.download::<u32>(&ctx).unwrap() == want, "compaction differs at full size: {path:?}");
+    }
+    eprintln!("compaction correct at {n}");
+    drop((f, v, want, flags, data));
+    let sp = |spins: u32, wg: u32, vpt: u32| ScanOptions { lookback_spins: spins, workgroup_size: wg, vectors_per_thread: vpt, ..Default::default() };
+    let mut scan_opts = vec![("reduce-then-scan", ScanOptions::with_algorithm(ScanAlgorithm::ReduceThenScan)), ("single pass default", ScanOptions::default())];
+    for (wg, vpt) in [(256, 2), (256, 6), (256, 8), (512, 4), (512, 2), (128, 8), (1024, 2)] {
+        scan_opts.push(("single pass", sp(64, wg, vpt)));
+    }
+    for spins in [0, 8, 1024] {
+        scan_opts.push(("single pass spins", sp(spins, 256, 4)));
+    }
+    scan_opts.push(("single pass, no subgroups", ScanOptions { subgroups: false, ..Default::default() }));
+    scan_opts.push(("single pass, no transpose", ScanOptions { transpose: false, ..Default::default() }));
+    scan_opts.push(("single pass, force fallback", ScanOptions { force_fallback: true, ..Default::default() }));
+    for (name, o) in scan_opts {
+        match bench_scan_with(&ctx, n, reps, &o) {
+            Ok(b) => eprintln!(
+                "scan {name}: wg {} vpt {} spins {}: {:.3} ms, {:.0} GB/s ({:?}, {} dispatches, timestamps {})",
+                o.workgroup_size, o.vectors_per_thread, o.lookback_spins, b.ms, b.gb_per_s, b.algorithm, b.dispatches, b.gpu_timed
+            ),
+            Err(e) => eprintln!("scan {name}: {o:?}: {e}"),
+        }
+    }
+    for s in [0.5, 0.01, 0.9, 1.0] {
+        let mut copts = vec![
+            ("fast stable", CompactOptions::default()),
+            ("legacy stable", CompactOptions { path: CompactPath::Legacy, ..Default::default() }),
+            ("fast jj", CompactOptions { algo: CompactAlgo::JumpingJack, ..Default::default() }),
+        ];
+        if s == 0.5 {
+            copts.push(("fast stable 8192", CompactOptions { block_rows: 8192, ..Default::default() }));
+            copts.push(("fast stable wg512 8192", CompactOptions { workgroup_size: 512, block_rows: 8192, ..Default::default() }));
+            copts.push(("fast stable wg512 16384", CompactOptions { workgroup_size: 512, block_rows: 16384, ..Default::default() }));
+            copts.push(("fast stable wg128 4096", CompactOptions { workgroup_size: 128, block_rows: 4096, ..Default::default() }));
+        }
+        for (name, o) in copts {
+            match bench_compact_with(&ctx, n, s, &o, reps) {
+                Ok(b) => eprintln!(
+                    "compact sel {s} {name}: {:.3} ms (count {:.3} + scatter {:.3}), wall {:.1} ms, scratch {} of {}",
+                    b.ms, b.count_ms, b.scatter_ms, b.wall_ms, b.scratch_bytes, b.input_bytes
+                ),
+                Err(e) => eprintln!("compact {name}: {e}"),
+            }
+        }
     }
 }

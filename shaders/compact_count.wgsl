@@ -64,18 +64,18 @@ fn count_flags(inv: Inv) {
         nib[v] = bits;
     }
     workgroupBarrier();
-    var c = 0u;
-    for (var w = inv.lid; w < WORDS; w += WG) {
-        if (w * 32u < nb) {
-            var word = 0u;
-            for (var k = 0u; k < 8u; k++) {
-                word |= nib[w * 8u + k] << (4u * k);
-            }
-            bits_out[block * WORDS + w] = word;
-            c += countOneBits(word);
-        }
+    // One word per invocation (WORDS <= WG), branch-free up to the reduction
+    // (subgroup lanes need not reconverge after a divergent branch).
+    let w = min(inv.lid, WORDS - 1u);
+    var word = 0u;
+    for (var k = 0u; k < 8u; k++) {
+        word |= nib[w * 8u + k] << (4u * k);
     }
-    let total = wg_reduce(inv, c);
+    let mine = inv.lid < WORDS && inv.lid * 32u < nb;
+    let total = wg_reduce(inv, select(0u, countOneBits(word), mine));
+    if (mine) {
+        bits_out[block * WORDS + w] = word;
+    }
     if (inv.lid == 0u) {
         counts[p.block_base + block] = total;
     }
@@ -88,18 +88,13 @@ fn count_bitmap(inv: Inv) {
         return; // whole workgroup
     }
     let nb = block_rows(block);
-    var c = 0u;
-    for (var w = inv.lid; w < WORDS; w += WG) {
-        if (w * 32u < nb) {
-            var word = bits_in[block * WORDS + w];
-            let rem = nb - w * 32u;
-            if (rem < 32u) {
-                word &= (1u << rem) - 1u;
-            }
-            c += countOneBits(word);
-        }
-    }
-    let total = wg_reduce(inv, c);
+    // Branch-free up to the reduction, as in count_flags.
+    let nw = (nb + 31u) / 32u;
+    let w = min(inv.lid, nw - 1u);
+    let rem = nb - w * 32u;
+    let mask = select(0xffffffffu, (1u << min(rem, 31u)) - 1u, rem < 32u);
+    let word = select(0u, bits_in[block * WORDS + w] & mask, inv.lid < nw);
+    let total = wg_reduce(inv, countOneBits(word));
     if (inv.lid == 0u) {
         counts[p.block_base + block] = total;
     }

@@ -76,21 +76,16 @@ fn scatter(inv: Inv) {
     }
     let nb = min(BLOCK, p.n - block * BLOCK);
     let r = rank_of(inv);
-    var c = 0u;
+    // Branch-free up to the workgroup scan (subgroup lanes need not reconverge
+    // after a divergent branch): invocations past the block's words count zero.
+    let nw = (nb + 31u) / 32u;
+    let rw = min(r, nw - 1u);
+    let rem = nb - rw * 32u;
+    let mask = select(0xffffffffu, (1u << min(rem, 31u)) - 1u, rem < 32u);
+    let word = select(0u, selbits[block * WORDS + rw] & mask, r < nw);
+    let sc = wg_excl_scan(inv, countOneBits(word));
     if (r < WORDS) {
-        var word = 0u;
-        if (r * 32u < nb) {
-            word = selbits[block * WORDS + r];
-            let rem = nb - r * 32u;
-            if (rem < 32u) {
-                word &= (1u << rem) - 1u;
-            }
-        }
         selw[r] = word;
-        c = countOneBits(word);
-    }
-    let sc = wg_excl_scan(inv, c);
-    if (r < WORDS) {
         wpre[r] = sc.ex;
     }
     workgroupBarrier();

@@ -21,11 +21,10 @@ fn lookback_step(inv: Inv) {
         }
         return;
     }
+    // No divergent branch before the subgroup operations (lanes need not
+    // reconverge after one): invalid lanes read tile 0 and drop it.
     let valid = lane < pos;
-    var d = vec2<u32>(0u, 0u);
-    if (valid) {
-        d = read_desc(pos - 1u - lane);
-    }
+    let d = select(vec2<u32>(0u, 0u), read_desc(select(0u, pos - 1u - lane, valid)), valid);
     let nvalid = min(pos, inv.sg_size);
     let first_nr = subgroupMin(select(LB_NONE, lane, valid && d.x == 0u));
     let first_inc = subgroupMin(select(LB_NONE, lane, valid && d.x == FLAG_INC));

@@ -38,7 +38,7 @@
 // every 8 to spread the blocked accesses over the banks); without it (the tile does
 // not fit workgroup memory) each invocation reads and writes its own vectors.
 //
-// Prepended by the Rust side: scan_elem_vec4.wgsl (T = u32 or f32), a
+// Prepended by the Rust side: scan_elem_vec4.wgsl (T = u32 or f32, S = vec4<T>), a
 // scan_wg_*.wgsl part and the matching scan_lb_*.wgsl part (lookback_step,
 // is_leader). Placeholders: WG (wg part), VPT, XPOSE (true / false), XPOSE_VECS
 // (vectors of the transpose buffer: TILE_VECS * 9 / 8, or 1 without it).
@@ -81,7 +81,7 @@ var<workgroup> lb_pos: u32;     // tiles lb_pos .. tile-1 are summed in lb_prefi
 var<workgroup> lb_spins: u32;
 var<workgroup> lb_prefix: T;
 
-var<private> vals: array<array<T, VEC>, VPT>;
+var<private> vals: array<S, VPT>;
 
 const XPOSE: bool = {{XPOSE}};
 var<workgroup> xbuf: array<S, {{XPOSE_VECS}}>;
@@ -112,29 +112,30 @@ fn publish_agg_max(tile: u32, x: T) {
 }
 
 // (flag, value bits) of a tile's descriptor; flag 0 when not ready or when the
-// two halves were caught between an AGG and an INC publish.
+// two halves were caught between an AGG and an INC publish. Branch-free: it runs
+// right before subgroup operations, and Vulkan does not promise that the lanes of
+// a subgroup reconverge after a divergent branch.
 fn read_desc(tile: u32) -> vec2<u32> {
     let a = atomicLoad(&state[2u * tile]);
     let b = atomicLoad(&state[2u * tile + 1u]);
     let f = a >> 16u;
-    if (f != (b >> 16u)) {
-        return vec2<u32>(0u, 0u);
-    }
-    return vec2<u32>(f, (a & 0xffffu) | (b << 16u));
+    let same = f == (b >> 16u);
+    return vec2<u32>(select(0u, f, same), select(0u, (a & 0xffffu) | (b << 16u), same));
 }
 
-// Vector vi of src, lanes at or past n replaced by zero.
-fn load_vec(vi: u32) -> array<T, VEC> {
-    var a = unpack(src[vi]);
-    let first = vi * VEC;
-    if (first + VEC > p.n) {
-        for (var k = 0u; k < VEC; k++) {
-            if (first + k >= p.n) {
-                a[k] = zero();
-            }
-        }
-    }
-    return a;
+// Vector vi of src, lanes at or past n replaced by zero. Whole-vector
+// operations only (no dynamically indexed arrays, which can end up in local memory).
+// vi may be past nvec (then every lane reads as zero): callers need no branch
+// before their workgroup scan.
+fn load_vec(vi: u32) -> S {
+    let a = src[min(vi, p.nvec - 1u)];
+    let idx = vec4<u32>(vi * 4u) + vec4<u32>(0u, 1u, 2u, 3u);
+    return select(S(), a, idx < vec4<u32>(p.n));
+}
+
+// The sum of a vector added to s, left to right (the one order every path uses).
+fn add_vec(s: T, a: S) -> T {
+    return add(add(add(add(s, a.x), a.y), a.z), a.w);
 }
 
 // Loads this invocation's vectors (r * VPT ..) of local tile tl into `vals` and
@@ -145,33 +146,19 @@ fn load_tile(tl: u32, r: u32, lid: u32) -> T {
     if (XPOSE) {
         for (var j = 0u; j < VPT; j++) {
             let li = j * WG + lid;
-            let vi = tl * TILE_VECS + li;
-            var a: array<T, VEC>;
-            if (vi < p.nvec) {
-                a = load_vec(vi);
-            } else {
-                for (var k = 0u; k < VEC; k++) {
-                    a[k] = zero();
-                }
-            }
-            xbuf[xi(li)] = pack(a);
+            xbuf[xi(li)] = load_vec(tl * TILE_VECS + li);
         }
         workgroupBarrier();
+        for (var j = 0u; j < VPT; j++) {
+            vals[j] = xbuf[xi(r * VPT + j)];
+        }
+    } else {
+        for (var j = 0u; j < VPT; j++) {
+            vals[j] = load_vec(first + j);
+        }
     }
     for (var j = 0u; j < VPT; j++) {
-        let vi = first + j;
-        if (XPOSE) {
-            vals[j] = unpack(xbuf[xi(r * VPT + j)]);
-        } else if (vi < p.nvec) {
-            vals[j] = load_vec(vi);
-        } else {
-            for (var k = 0u; k < VEC; k++) {
-                vals[j][k] = zero();
-            }
-        }
-        for (var k = 0u; k < VEC; k++) {
-            sum = add(sum, vals[j][k]);
-        }
+        sum = add_vec(sum, vals[j]);
     }
     return sum;
 }
@@ -182,18 +169,7 @@ fn sum_tile(tl: u32, r: u32) -> T {
     let first = tl * TILE_VECS + r * VPT;
     var sum = zero();
     for (var j = 0u; j < VPT; j++) {
-        let vi = first + j;
-        var a: array<T, VEC>;
-        if (vi < p.nvec) {
-            a = load_vec(vi);
-        } else {
-            for (var k = 0u; k < VEC; k++) {
-                a[k] = zero();
-            }
-        }
-        for (var k = 0u; k < VEC; k++) {
-            sum = add(sum, a[k]);
-        }
+        sum = add_vec(sum, load_vec(first + j));
     }
     return sum;
 }
@@ -266,21 +242,17 @@ fn scan_lookback(inv: Inv) {
     let first = tl * TILE_VECS + r * VPT;
     for (var j = 0u; j < VPT; j++) {
         let vi = first + j;
-        var o: array<T, VEC>;
-        for (var k = 0u; k < VEC; k++) {
-            let x = vals[j][k];
-            if (exclusive) {
-                o[k] = carry;
-                carry = add(carry, x);
-            } else {
-                carry = add(carry, x);
-                o[k] = carry;
-            }
-        }
+        let x = vals[j];
+        let c1 = add(carry, x.x);
+        let c2 = add(c1, x.y);
+        let c3 = add(c2, x.z);
+        let c4 = add(c3, x.w);
+        let o = select(S(c1, c2, c3, c4), S(carry, c1, c2, c3), exclusive);
+        carry = c4;
         if (XPOSE) {
-            xbuf[xi(r * VPT + j)] = pack(o);
+            xbuf[xi(r * VPT + j)] = o;
         } else if (vi < p.nvec) {
-            dst[vi] = pack(o);
+            dst[vi] = o;
         }
     }
     if (XPOSE) {

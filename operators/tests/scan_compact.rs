@@ -682,3 +682,56 @@ fn bench_paths() {
         }
     }
 }
+
+/// Diagnostics for a real GPU: where a tuned single-pass scan differs, and the
+/// device's streaming copy time for calibration (`--ignored --nocapture`).
+#[test]
+#[ignore]
+fn diagnose_single_pass() {
+    let Some(ctx) = test_context() else { return };
+    let mut r = rng(2);
+    let data: Vec<u32> = (0..200_003).map(|_| r.random()).collect();
+    let mut want = vec![0u32; data.len()];
+    exclusive_scan_seq(&data, &mut want).unwrap();
+    let d = DeviceArray::upload_segmented(&ctx, &data, 8192).unwrap();
+    for (wg, vpt) in [(64u32, 3u32), (64, 4), (128, 3), (32, 3), (256, 3), (64, 1)] {
+        for (name, o) in [
+            ("default", ScanOptions::default()),
+            ("no transpose", ScanOptions { transpose: false, ..Default::default() }),
+            ("force fallback", ScanOptions { force_fallback: true, ..Default::default() }),
+            ("spins 100000", ScanOptions { lookback_spins: 100_000, ..Default::default() }),
+            ("no subgroups", ScanOptions { subgroups: false, ..Default::default() }),
+        ] {
+            let opts = ScanOptions { workgroup_size: wg, vectors_per_thread: vpt, ..o };
+            let mut bad = 0usize;
+            let mut first = None;
+            for _ in 0..5 {
+                let got = scan_with(&ctx, &d, ScanType::U32, ScanKind::Exclusive, &opts).unwrap().values.download::<u32>(&ctx).unwrap();
+                let diffs: Vec<usize> = (0..want.len()).filter(|&i| got[i] != want[i]).collect();
+                if !diffs.is_empty() {
+                    bad += 1;
+                    if first.is_none() {
+                        let i = diffs[0];
+                        first = Some(format!(
+                            "{} diffs, first {i} (delta {}), last {}",
+                            diffs.len(),
+                            want[i].wrapping_sub(got[i]),
+                            diffs[diffs.len() - 1]
+                        ));
+                    }
+                }
+            }
+            eprintln!("wg {wg} vpt {vpt} {name}: {bad}/5 runs wrong {}", first.unwrap_or_default());
+        }
+    }
+    let n = 1usize << 28;
+    let big = DeviceArray::alloc(&ctx, n, 4).unwrap();
+    for _ in 0..3 {
+        ctx.wait().unwrap();
+        let t0 = std::time::Instant::now();
+        let c = big.duplicate(&ctx).unwrap();
+        ctx.wait().unwrap();
+        eprintln!("copy kernel 1 GiB: {:.3} ms wall", t0.elapsed().as_secs_f64() * 1e3);
+        drop(c);
+    }
+}

@@ -75,8 +75,9 @@ pub struct TpchArgs {
     /// Verify the answers: GPU mode against CPU mode, and at SF 1 against --answers.
     #[arg(long)]
     pub check: bool,
-    /// Directory with the published SF 1 answers in dbgen's format (answers/qN.out,
-    /// `|`-separated with a header line); default: RIDGELINE_TPCH_ANSWERS. Implies --check.
+    /// Directory with the published SF 1 answers: dbgen/answers/qN.out from the TPC-H
+    /// tools (tpc.org), `|`-separated with a header line; default: RIDGELINE_TPCH_ANSWERS.
+    /// Implies --check.
     #[arg(long, value_name = "DIR")]
     pub answers: Option<PathBuf>,
     /// Also time DuckDB (Python package) on the same Parquet files.
@@ -360,7 +361,7 @@ fn fmt_ms(ms: f64) -> String {
 }
 
 fn geomean(v: &[f64]) -> f64 {
-    if v.is_empty() || v.iter().any(|x| !(*x > 0.0)) {
+    if v.is_empty() || v.iter().any(|x| x.is_nan() || *x <= 0.0) {
         return f64::NAN;
     }
     (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp()
@@ -498,7 +499,8 @@ pub async fn run(args: TpchArgs) -> Result<()> {
         "resident where they fit (some or all in host memory)"
     };
     println!("bench tpch: SF {sf}, {rows_total} rows {source} in {gen_ms:.0} ms; tables {placement} in {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
-    println!("{gpu_line}; {} timed runs per query and mode after one warm-up (planning + execution)", args.iterations);
+    let runs = if args.iterations == 1 { "1 timed run".to_string() } else { format!("{} timed runs", args.iterations) };
+    println!("{gpu_line}; {runs} per query and mode after one warm-up (planning + execution)");
 
     // Ridgeline runs.
     let mut outcomes = Vec::new();
@@ -676,10 +678,14 @@ pub async fn run(args: TpchArgs) -> Result<()> {
     }
     let mismatches = outcomes.iter().filter(|o| o.check.as_deref().is_some_and(|c| c.starts_with("MISMATCH"))).count();
     if !errors.is_empty() || mismatches > 0 {
-        return Err(exec_err(format!(
-            "bench tpch: {} queries failed, {mismatches} answers did not match",
-            errors.len()
-        )));
+        let mut what = Vec::new();
+        if !errors.is_empty() {
+            what.push(format!("{} runs failed", errors.len()));
+        }
+        if mismatches > 0 {
+            what.push(format!("{mismatches} of {} queries did not match", outcomes.len()));
+        }
+        return Err(exec_err(format!("bench tpch: {}", what.join(", "))));
     }
     Ok(())
 }
@@ -698,6 +704,7 @@ fn check_query(o: &QueryOutcome, sql: &str, sf: f64, answers: Option<&Path>) -> 
         None => None,
     };
     let mut checked = Vec::new();
+    let mut missing = false;
     if let (Some(c), Some(g)) = (cpu, gpu) {
         if let Some(d) = compare(g, c, ordered, TOL_MODES) {
             return Ok(format!("MISMATCH GPU vs CPU, {d}"));
@@ -716,10 +723,11 @@ fn check_query(o: &QueryOutcome, sql: &str, sf: f64, answers: Option<&Path>) -> 
                 }
                 checked.push("answer");
             }
-            None => checked.push("no answer file"),
+            None => missing = true,
         }
     }
-    Ok(if checked.is_empty() { "-".into() } else { "OK".into() })
+    let status = if checked.is_empty() { "-" } else { "OK" };
+    Ok(if missing { format!("{status} (no q{}.out)", o.q) } else { status.to_string() })
 }
 
 /// DuckDB through its Python package.

@@ -16,6 +16,9 @@ extensions_options! {
         pub min_gpu_rows: usize, default = 1_000_000
         /// Rows a GPU operator gathers into one device chunk (0: from the memory budget).
         pub chunk_rows: usize, default = 0
+        /// Compaction of GPU filters: auto (measured choice), stable or jumping_jack
+        /// (Jumping Jack only runs where no parent needs the input order).
+        pub compaction: String, default = "auto".to_string()
     }
 }
 
@@ -31,6 +34,18 @@ impl RidgelineOptions {
     /// The GPU mode.
     pub fn mode(&self) -> Result<GpuMode> {
         self.gpu.parse().map_err(DataFusionError::Configuration)
+    }
+    /// The compaction algorithm setting.
+    pub fn compaction(&self) -> Result<ridgeline_operators::compact::CompactAlgo> {
+        use ridgeline_operators::compact::CompactAlgo;
+        match self.compaction.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(CompactAlgo::Auto),
+            "stable" => Ok(CompactAlgo::Stable),
+            "jumping_jack" | "jumpingjack" | "jj" => Ok(CompactAlgo::JumpingJack),
+            other => Err(DataFusionError::Configuration(format!(
+                "ridgeline.compaction must be auto, stable or jumping_jack, not '{other}'"
+            ))),
+        }
     }
     /// Rows per device chunk: the setting, or what a quarter of the memory budget holds
     /// at 64 bytes a row, within [1M, 256M] rows.

@@ -16,6 +16,7 @@ pub mod config;
 pub mod exec;
 pub mod gen;
 pub mod gpu_batch;
+pub mod gpu_expr;
 pub mod optimizer;
 pub mod resident;
 pub mod session;

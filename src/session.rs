@@ -2,7 +2,7 @@
 //! the one-line opt-in for existing DataFusion users,
 //! [`RidgelineSessionExt::with_ridgeline`].
 use crate::config::{device_for, RidgelineOptions};
-use crate::optimizer::GpuBoundaries;
+use crate::optimizer::{GpuBoundaries, GpuFilterRule};
 use crate::resident::{ResidentData, ResidentTable};
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
@@ -30,7 +30,7 @@ impl RidgelineSessionExt for SessionStateBuilder {
             }
             cfg.options_mut().extensions.insert(opts);
         }
-        self.with_physical_optimizer_rule(Arc::new(GpuBoundaries))
+        self.with_physical_optimizer_rule(Arc::new(GpuFilterRule)).with_physical_optimizer_rule(Arc::new(GpuBoundaries))
     }
 }
 

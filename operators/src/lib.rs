@@ -12,6 +12,7 @@ pub mod cpu_scan;
 pub mod error;
 pub mod mode;
 pub mod pool;
+pub mod rowwise;
 pub mod scan;
 pub mod testing;
 pub mod timing;

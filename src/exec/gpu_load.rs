@@ -76,6 +76,9 @@ impl GpuExec for GpuLoadExec {
     fn consumes_gpu_input(&self) -> bool {
         false
     }
+    fn cpu_plan(&self) -> Option<Result<Arc<dyn ExecutionPlan>>> {
+        Some(Ok(self.input.clone()))
+    }
     fn execute_gpu(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<GpuBatchStream> {
         let opts = RidgelineOptions::from_config(ctx.session_config().options());
         let dev = device_for(opts.mode()?)?.ok_or_else(|| gpu_err(GpuError::Disabled))?;

@@ -1,7 +1,7 @@
 //! `GpuUnloadExec`: the GPU -> CPU boundary. Downloads each device batch once and
 //! hands it to its CPU parent in `batch_size` slices.
 use super::{as_gpu, blocking_err, GpuBatchStream};
-use crate::gpu_batch::{gpu_err, GpuBatch};
+use crate::gpu_batch::{gpu_err, is_gpu_error, GpuBatch};
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use datafusion::error::{DataFusionError, Result};
@@ -58,6 +58,42 @@ pub(crate) fn download_stream(schema: SchemaRef, gpu: GpuBatchStream, batch_size
     Ok(Box::pin(RecordBatchStreamAdapter::new(schema, s)))
 }
 
+fn warn_fallback(e: &DataFusionError) {
+    log::warn!("GPU failed, running on the CPU instead: {e}");
+    eprintln!("warning: GPU failed, running on the CPU instead: {e}");
+}
+
+/// A stream fed by a task through a channel.
+fn async_stream<F, Fut>(f: F) -> impl futures::Stream<Item = Result<RecordBatch>> + Send + 'static
+where
+    F: FnOnce(tokio::sync::mpsc::Sender<Result<RecordBatch>>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel(2);
+    let task = tokio::spawn(f(tx));
+    let guard = AbortOnDrop(task);
+    futures::stream::unfold((rx, guard), |(mut rx, g)| async move { rx.recv().await.map(|b| (b, (rx, g))) })
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl GpuUnloadExec {
+    fn fall_back(&self, partition: usize, ctx: Arc<TaskContext>, e: DataFusionError) -> Result<SendableRecordBatchStream> {
+        match super::cpu_equivalent(&self.input) {
+            Some(Ok(plan)) => {
+                warn_fallback(&e);
+                plan.execute(partition, ctx)
+            }
+            _ => Err(e),
+        }
+    }
+}
+
 impl ExecutionPlan for GpuUnloadExec {
     fn name(&self) -> &str {
         "GpuUnloadExec"
@@ -85,7 +121,47 @@ impl ExecutionPlan for GpuUnloadExec {
         let gpu = as_gpu(&self.input)
             .ok_or_else(|| DataFusionError::Internal(format!("GpuUnloadExec over a CPU operator ({})", self.input.name())))?;
         let batch_size = ctx.session_config().batch_size();
-        download_stream(self.schema(), gpu.execute_gpu(partition, ctx)?, batch_size)
+        let stream = match gpu.execute_gpu(partition, ctx.clone()) {
+            Ok(s) => s,
+            Err(e) if is_gpu_error(&e) => return self.fall_back(partition, ctx, e),
+            Err(e) => return Err(e),
+        };
+        // A GPU failure before the first batch (lost device, out of memory) re-runs
+        // the island's CPU equivalent; after rows were handed on it is an error.
+        let fallback = super::cpu_equivalent(&self.input);
+        let schema = self.schema();
+        let mut started = false;
+        let mut stream = download_stream(schema.clone(), stream, batch_size)?;
+        let s = async_stream(move |tx| async move {
+            while let Some(item) = stream.next().await {
+                match item {
+                    Err(e) if !started && is_gpu_error(&e) && matches!(fallback, Some(Ok(_))) => {
+                        let Some(Ok(plan)) = fallback else { unreachable!() };
+                        warn_fallback(&e);
+                        match plan.execute(partition, ctx) {
+                            Ok(mut cpu) => {
+                                while let Some(b) = cpu.next().await {
+                                    if tx.send(b).await.is_err() {
+                                        return;
+                                    }
+                                }
+                            }
+                            Err(e) => {
+                                let _ = tx.send(Err(e)).await;
+                            }
+                        }
+                        return;
+                    }
+                    other => {
+                        started = true;
+                        if tx.send(other).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, s)))
     }
     fn metrics(&self) -> Option<MetricsSet> {
         Some(self.metrics.clone_inner())

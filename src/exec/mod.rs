@@ -6,10 +6,14 @@
 //! GPU children, so data crosses the bus once per island of GPU operators. The
 //! boundary rule marks where an island starts ([`GpuLoadExec`]) and ends
 //! ([`GpuUnloadExec`]).
+pub mod cpu_note;
+pub mod gpu_filter;
 pub mod gpu_load;
 pub mod gpu_scan;
 pub mod gpu_unload;
 
+pub use cpu_note::CpuNoteExec;
+pub use gpu_filter::GpuFilterExec;
 pub use gpu_load::GpuLoadExec;
 pub use gpu_scan::GpuScanExec;
 pub use gpu_unload::GpuUnloadExec;
@@ -32,6 +36,35 @@ pub trait GpuExec: ExecutionPlan {
     fn consumes_gpu_input(&self) -> bool {
         true
     }
+    /// The same work as CPU operators, for when the GPU fails (lost, out of
+    /// memory): `None` when there is no CPU equivalent (a resident table's data
+    /// lives only on the device).
+    fn cpu_plan(&self) -> Option<Result<Arc<dyn ExecutionPlan>>> {
+        None
+    }
+}
+
+/// `plan` with every GPU operator replaced by its CPU equivalent (`None` when one
+/// has none).
+pub fn cpu_equivalent(plan: &Arc<dyn ExecutionPlan>) -> Option<Result<Arc<dyn ExecutionPlan>>> {
+    if let Some(g) = as_gpu(plan) {
+        return g.cpu_plan();
+    }
+    if plan.downcast_ref::<GpuUnloadExec>().is_some() {
+        return cpu_equivalent(plan.children()[0]);
+    }
+    let mut children = Vec::new();
+    for c in plan.children() {
+        match cpu_equivalent(c)? {
+            Ok(c) => children.push(c),
+            Err(e) => return Some(Err(e)),
+        }
+    }
+    if children.is_empty() {
+        return Some(Ok(plan.clone()));
+    }
+    #[allow(deprecated)]
+    Some(plan.clone().with_new_children(children))
 }
 
 /// The plan as a GPU operator, if it is one.
@@ -41,6 +74,9 @@ pub fn as_gpu(plan: &Arc<dyn ExecutionPlan>) -> Option<&dyn GpuExec> {
         return Some(x);
     }
     if let Some(x) = p.downcast_ref::<GpuLoadExec>() {
+        return Some(x);
+    }
+    if let Some(x) = p.downcast_ref::<GpuFilterExec>() {
         return Some(x);
     }
     None

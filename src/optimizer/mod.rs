@@ -1,3 +1,5 @@
 //! Physical optimizer rules that place operators on the GPU.
 pub mod boundaries;
+pub mod gpu_filter;
 pub use boundaries::GpuBoundaries;
+pub use gpu_filter::GpuFilterRule;

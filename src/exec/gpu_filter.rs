@@ -1,0 +1,305 @@
+//! `GpuFilterExec`: a filter (and the projection fused with it) on the GPU.
+//!
+//! One row-wise kernel evaluates the predicate into a selection bitmap and the
+//! computed output columns at the selected rows; one compaction then gathers every
+//! output column (values and validity) to the selected rows. Columns without a
+//! device layout (strings) are filtered on the host by the downloaded bitmap. The
+//! output stays on the device for a GPU parent; under a CPU parent only the
+//! surviving rows are downloaded.
+use super::{as_gpu, blocking_err, GpuBatchStream, GpuExec};
+use crate::config::{device_for, RidgelineOptions};
+use crate::gpu_batch::{download_column, gpu_err, ColumnData, GpuBatch, GpuColumn, Storage};
+use crate::gpu_expr::RowProgram;
+use arrow::array::{Array, BooleanArray};
+use arrow::buffer::{BooleanBuffer, Buffer};
+use arrow::datatypes::SchemaRef;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::expressions::{lit, Column};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use futures::StreamExt;
+use ridgeline_operators::compact::{compact_with, count_selected, Column as CCol, CompactAlgo, CompactOptions, Selection};
+use ridgeline_operators::{GpuContext, GpuError};
+use std::sync::Arc;
+
+/// Where an output column comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutCol {
+    /// Input column `i`, passed through.
+    Input(usize),
+    /// Computed output `j` of the program.
+    Computed(usize),
+}
+
+/// A GPU filter.
+#[derive(Debug)]
+pub struct GpuFilterExec {
+    input: Arc<dyn ExecutionPlan>,
+    program: RowProgram,
+    columns: Vec<OutCol>,
+    schema: SchemaRef,
+    algo: CompactAlgo,
+    props: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl GpuFilterExec {
+    /// A filter by `program`'s predicate producing `columns` (named by `schema`),
+    /// with the plan properties of the CPU node(s) it replaces.
+    pub fn new(
+        input: Arc<dyn ExecutionPlan>,
+        program: RowProgram,
+        columns: Vec<OutCol>,
+        schema: SchemaRef,
+        algo: CompactAlgo,
+        props: Arc<PlanProperties>,
+    ) -> Self {
+        GpuFilterExec { input, program, columns, schema, algo, props, metrics: ExecutionPlanMetricsSet::new() }
+    }
+    /// The input.
+    pub fn input(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.input
+    }
+    /// The compiled program.
+    pub fn program(&self) -> &RowProgram {
+        &self.program
+    }
+    /// The output columns.
+    pub fn columns(&self) -> &[OutCol] {
+        &self.columns
+    }
+    /// The compaction algorithm.
+    pub fn algo(&self) -> CompactAlgo {
+        self.algo
+    }
+
+    /// The output expressions over the input schema (for display and the CPU plan).
+    pub fn output_exprs(&self) -> Vec<(Arc<dyn PhysicalExpr>, String)> {
+        let in_schema = self.program.schema();
+        self.columns
+            .iter()
+            .zip(self.schema.fields())
+            .map(|(c, f)| {
+                let e: Arc<dyn PhysicalExpr> = match c {
+                    OutCol::Input(i) => Arc::new(Column::new(in_schema.field(*i).name(), *i)),
+                    OutCol::Computed(j) => self.program.outputs()[*j].clone(),
+                };
+                (e, f.name().clone())
+            })
+            .collect()
+    }
+
+    /// The same work as CPU operators over `input`.
+    pub fn cpu_equivalent(&self, input: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+        let pred = self.program.predicate().cloned().unwrap_or_else(|| lit(true));
+        let filter: Arc<dyn ExecutionPlan> = Arc::new(FilterExec::try_new(pred, input)?);
+        let identity = self.columns.len() == self.program.schema().fields().len()
+            && self.columns.iter().enumerate().all(|(k, c)| *c == OutCol::Input(k));
+        if identity {
+            return Ok(filter);
+        }
+        Ok(Arc::new(ProjectionExec::try_new(self.output_exprs(), filter)?))
+    }
+
+    fn filter_batch(&self, dev: &GpuContext, batch: GpuBatch, algo: CompactAlgo) -> Result<Option<GpuBatch>> {
+        let rows = batch.num_rows;
+        if rows == 0 {
+            return Ok(None);
+        }
+        let eval = self.program.evaluate(dev, &batch)?;
+        let sel = eval.selection.as_ref().ok_or_else(|| DataFusionError::Internal("GPU filter without a predicate".into()))?;
+        let selection = Selection::Bitmap { bits: sel, rows };
+        let source = |c: &OutCol| -> &GpuColumn {
+            match c {
+                OutCol::Input(i) => &batch.columns[*i],
+                OutCol::Computed(j) => &eval.outputs[*j],
+            }
+        };
+        // Device columns are compacted together; Booleans and host columns are
+        // filtered on the host (in input order, so the compaction must keep it).
+        let mut device_idx = Vec::new();
+        let mut host_idx = Vec::new();
+        for (k, c) in self.columns.iter().enumerate() {
+            match &source(c).data {
+                ColumnData::Device { storage, .. } if *storage != Storage::Bool => device_idx.push(k),
+                _ => host_idx.push(k),
+            }
+        }
+        let algo = if host_idx.is_empty() { algo } else { CompactAlgo::Stable };
+        let cols: Vec<CCol<'_>> = device_idx
+            .iter()
+            .map(|&k| match &source(&self.columns[k]).data {
+                ColumnData::Device { values, validity: Some(v), .. } => CCol::with_validity(values, v),
+                ColumnData::Device { values, .. } => CCol::new(values),
+                ColumnData::Host(_) => unreachable!(),
+            })
+            .collect();
+        let (count, mut compacted) = if cols.is_empty() {
+            (count_selected(dev, selection).map_err(gpu_err)?, Vec::new())
+        } else {
+            let c = compact_with(dev, selection, &cols, &CompactOptions::with_algo(algo)).map_err(gpu_err)?;
+            (c.count, c.columns.into_iter().map(Some).collect::<Vec<_>>())
+        };
+        eval.check_errors(dev)?;
+        let mut out: Vec<Option<Arc<GpuColumn>>> = vec![None; self.columns.len()];
+        for (pos, &k) in device_idx.iter().enumerate() {
+            let src = source(&self.columns[k]);
+            let c = compacted[pos].take().expect("one output per column");
+            out[k] = Some(Arc::new(GpuColumn {
+                data_type: src.data_type.clone(),
+                data: ColumnData::Device { storage: Storage::of(&src.data_type).expect("device type"), values: c.values, validity: c.validity },
+                len: count,
+                null_count: 0,
+            }));
+        }
+        if !host_idx.is_empty() {
+            let words: Vec<u32> = sel.download(dev).map_err(gpu_err)?;
+            let mask = BooleanArray::new(BooleanBuffer::new(Buffer::from_vec(words), 0, rows), None);
+            for &k in &host_idx {
+                let src = source(&self.columns[k]);
+                let array = download_column(dev, src)?;
+                let filtered = arrow::compute::filter(array.as_ref(), &mask)?;
+                out[k] = Some(Arc::new(GpuColumn {
+                    data_type: src.data_type.clone(),
+                    len: filtered.len(),
+                    null_count: filtered.null_count(),
+                    data: ColumnData::Host(filtered),
+                }));
+            }
+        }
+        if count == 0 {
+            return Ok(None);
+        }
+        Ok(Some(GpuBatch { schema: self.schema.clone(), columns: out.into_iter().map(|c| c.expect("filled")).collect(), num_rows: count }))
+    }
+}
+
+impl DisplayAs for GpuFilterExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        let pred = self.program.predicate().map(|p| p.to_string()).unwrap_or_else(|| "true".into());
+        let algo = match self.algo {
+            CompactAlgo::Stable => "stable",
+            CompactAlgo::JumpingJack => "jumping_jack",
+            CompactAlgo::Auto => "auto",
+        };
+        write!(f, "GpuFilterExec: {pred}, compaction={algo}")?;
+        let identity = self.columns.len() == self.program.schema().fields().len()
+            && self.columns.iter().enumerate().all(|(k, c)| *c == OutCol::Input(k));
+        if !identity {
+            let items: Vec<String> = self
+                .output_exprs()
+                .into_iter()
+                .map(|(e, name)| {
+                    let s = e.to_string();
+                    if s == name || s.starts_with(&format!("{name}@")) { s } else { format!("{s} as {name}") }
+                })
+                .collect();
+            write!(f, ", projection=[{}]", items.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+impl ExecutionPlan for GpuFilterExec {
+    fn name(&self) -> &str {
+        "GpuFilterExec"
+    }
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.props
+    }
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<datafusion::common::tree_node::TreeNodeRecursion>,
+    ) -> Result<datafusion::common::tree_node::TreeNodeRecursion> {
+        use datafusion::common::tree_node::TreeNodeRecursion;
+        if let Some(p) = self.program.predicate() {
+            if f(p)? == TreeNodeRecursion::Stop {
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
+        for e in self.program.outputs() {
+            if f(e)? == TreeNodeRecursion::Stop {
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    }
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![self.algo == CompactAlgo::Stable]
+    }
+    #[allow(deprecated)]
+    fn with_new_children(self: Arc<Self>, mut children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(GpuFilterExec::new(
+            children.swap_remove(0),
+            self.program.clone(),
+            self.columns.clone(),
+            self.schema.clone(),
+            self.algo,
+            self.props.clone(),
+        )))
+    }
+    fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+        let gpu = self.execute_gpu(partition, ctx.clone())?;
+        super::gpu_unload::download_stream(self.schema.clone(), gpu, ctx.session_config().batch_size())
+    }
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+}
+
+/// A clone of the node's parts that the stream's closures own.
+#[derive(Clone)]
+struct Shared(Arc<GpuFilterExec>);
+
+impl GpuExec for GpuFilterExec {
+    fn execute_gpu(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<GpuBatchStream> {
+        let opts = RidgelineOptions::from_config(ctx.session_config().options());
+        let dev = device_for(opts.mode()?)?.ok_or_else(|| gpu_err(GpuError::Disabled))?;
+        let child = as_gpu(&self.input)
+            .ok_or_else(|| DataFusionError::Internal(format!("GpuFilterExec over a CPU operator ({})", self.input.name())))?;
+        let input = child.execute_gpu(partition, ctx)?;
+        let me = Shared(Arc::new(GpuFilterExec::new(
+            self.input.clone(),
+            self.program.clone(),
+            self.columns.clone(),
+            self.schema.clone(),
+            self.algo,
+            self.props.clone(),
+        )));
+        let rows_in = MetricBuilder::new(&self.metrics).counter("input_rows", partition);
+        let rows_out = MetricBuilder::new(&self.metrics).output_rows(partition);
+        let time = MetricBuilder::new(&self.metrics).elapsed_compute(partition);
+        let algo = self.algo;
+        let s = input
+            .then(move |b: Result<GpuBatch>| {
+                let (me, dev, rows_in, rows_out, time) = (me.clone(), dev.clone(), rows_in.clone(), rows_out.clone(), time.clone());
+                async move {
+                    let b = b?;
+                    tokio::task::spawn_blocking(move || {
+                        let _t = time.timer();
+                        rows_in.add(b.num_rows);
+                        let out = me.0.filter_batch(&dev, b, algo)?;
+                        if let Some(o) = &out {
+                            rows_out.add(o.num_rows);
+                        }
+                        Ok(out)
+                    })
+                    .await
+                    .map_err(blocking_err)?
+                }
+            })
+            .filter_map(|r: Result<Option<GpuBatch>>| async move { r.transpose() });
+        Ok(s.boxed())
+    }
+    fn cpu_plan(&self) -> Option<Result<Arc<dyn ExecutionPlan>>> {
+        let input = super::cpu_equivalent(&self.input)?;
+        Some(input.and_then(|i| self.cpu_equivalent(i)))
+    }
+}

@@ -1,0 +1,237 @@
+//! Replaces `FilterExec` by [`GpuFilterExec`] where the predicate compiles to WGSL
+//! and the GPU pays for itself, and fuses a `ProjectionExec` directly above a GPU
+//! filter into it when its expressions compile.
+//!
+//! A predicate is split into its conjuncts: the ones that compile run on the GPU,
+//! the rest stay in a CPU `FilterExec` above it (string predicates, for example).
+//! Where nothing runs on the GPU, a [`CpuNoteExec`] above the filter says why in
+//! EXPLAIN.
+//!
+//! The cost model (mode `auto`): a filter whose input is already on the GPU (a
+//! resident table, another GPU operator) always runs there: it downloads only the
+//! surviving rows instead of every row. A filter over host data pays the upload of
+//! its input, so it moves only when that is cheaper than filtering on the CPU's
+//! threads, estimated from rates measured on the H100 machine (BENCHMARKS.md) and
+//! only from `ridgeline.min_gpu_rows` rows on; on a CPU adapter (lavapipe) never.
+//! Mode `on` moves every filter that compiles.
+use crate::config::{device_for, RidgelineOptions};
+use crate::exec::gpu_filter::OutCol;
+use crate::exec::{as_gpu, CpuNoteExec, GpuFilterExec};
+use crate::gpu_expr::{Caps, RowProgram};
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::config::ConfigOptions;
+use datafusion::error::Result;
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::{conjunction, split_conjunction, PhysicalExpr};
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, PlanProperties};
+use ridgeline_operators::compact::CompactAlgo;
+use ridgeline_operators::{GpuContext, GpuMode};
+use std::sync::Arc;
+
+/// Host-to-device upload rate the cost model assumes (bytes per ns = GB/s;
+/// measured 30 GB/s on the H100 machine through the staging pool).
+const UPLOAD_GBPS: f64 = 30.0;
+/// Device-to-host rate (measured 16 GB/s).
+const DOWNLOAD_GBPS: f64 = 16.0;
+/// Fixed cost of a GPU filter batch: kernel launches and two synchronizations.
+const GPU_FIXED_NS: f64 = 200_000.0;
+/// CPU cost of one conjunct per row and core (Arrow's comparison kernels).
+const CPU_NS_PER_ROW_CONJUNCT: f64 = 0.6;
+/// CPU cost of gathering one output column per selected row and core.
+const CPU_NS_PER_ROW_COLUMN: f64 = 1.0;
+/// Selectivity assumed when statistics say nothing (DataFusion's default is 20%).
+const DEFAULT_SELECTIVITY: f64 = 0.2;
+
+/// The GPU filter rule.
+#[derive(Debug, Default)]
+pub struct GpuFilterRule;
+
+impl PhysicalOptimizerRule for GpuFilterRule {
+    fn optimize(&self, plan: Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
+        let opts = RidgelineOptions::from_config(config);
+        let mode = opts.mode()?;
+        if mode == GpuMode::Off {
+            return Ok(plan);
+        }
+        let Some(dev) = device_for(mode)? else { return Ok(plan) };
+        let env = Env { mode, caps: Caps::of(&dev), dev, opts, threads: config.execution.target_partitions.max(1) };
+        Ok(plan
+            .transform_up(|node| {
+                if let Some(f) = node.downcast_ref::<FilterExec>() {
+                    return env.filter(&node, f);
+                }
+                if let Some(p) = node.downcast_ref::<ProjectionExec>() {
+                    if let Some(g) = p.input().downcast_ref::<GpuFilterExec>() {
+                        return env.fuse(&node, p, g);
+                    }
+                }
+                Ok(Transformed::no(node))
+            })?
+            .data)
+    }
+    fn name(&self) -> &str {
+        "ridgeline_gpu_filter"
+    }
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+struct Env {
+    mode: GpuMode,
+    caps: Caps,
+    dev: Arc<GpuContext>,
+    opts: RidgelineOptions,
+    threads: usize,
+}
+
+fn note(node: &Arc<dyn ExecutionPlan>, why: String) -> Result<Transformed<Arc<dyn ExecutionPlan>>> {
+    Ok(Transformed::yes(Arc::new(CpuNoteExec::new(node.clone(), why))))
+}
+
+impl Env {
+    /// Whether moving this filter pays, or why not.
+    fn worth_it(&self, f: &FilterExec, conjuncts: usize) -> std::result::Result<(), String> {
+        let input = f.input();
+        if self.mode == GpuMode::On || as_gpu(input).is_some() {
+            return Ok(());
+        }
+        if self.dev.is_cpu_adapter() {
+            return Err("the adapter is a CPU (the input would only be copied)".into());
+        }
+        #[allow(deprecated)]
+        let stats = input.partition_statistics(None).map_err(|e| e.to_string())?;
+        let Some(rows) = stats.num_rows.get_value().copied() else {
+            return Err("the input's row count is unknown".into());
+        };
+        if rows < self.opts.min_gpu_rows {
+            return Err(format!("about {rows} input rows, fewer than ridgeline.min_gpu_rows = {}", self.opts.min_gpu_rows));
+        }
+        let schema = input.schema();
+        let row_bytes: usize = schema
+            .fields()
+            .iter()
+            .map(|fd| crate::gpu_batch::Storage::of(fd.data_type()).map_or(16, |s| s.elem_size()))
+            .sum();
+        let out_cols = f.projection().as_ref().map_or(schema.fields().len(), |p| p.len()) as f64;
+        let rows_f = rows as f64;
+        let gpu_ns = rows_f * row_bytes as f64 / UPLOAD_GBPS
+            + rows_f * DEFAULT_SELECTIVITY * row_bytes as f64 / DOWNLOAD_GBPS
+            + GPU_FIXED_NS;
+        let cpu_ns = rows_f
+            * (CPU_NS_PER_ROW_CONJUNCT * conjuncts as f64 + CPU_NS_PER_ROW_COLUMN * out_cols * DEFAULT_SELECTIVITY)
+            / self.threads as f64;
+        if gpu_ns < cpu_ns {
+            Ok(())
+        } else {
+            Err(format!(
+                "uploading the input costs more than filtering on the CPU (estimated {:.1} ms vs {:.1} ms; data made resident stays on the GPU)",
+                gpu_ns / 1e6,
+                cpu_ns / 1e6
+            ))
+        }
+    }
+
+    fn algo(&self, input: &Arc<dyn ExecutionPlan>) -> Result<CompactAlgo> {
+        // Jumping Jack does not keep the order: only where there is none to keep.
+        if input.output_ordering().is_some() {
+            return Ok(CompactAlgo::Stable);
+        }
+        self.opts.compaction()
+    }
+
+    fn filter(&self, node: &Arc<dyn ExecutionPlan>, f: &FilterExec) -> Result<Transformed<Arc<dyn ExecutionPlan>>> {
+        if f.fetch().is_some() {
+            return note(node, "a filter with a row limit (fetch) stays on the CPU".into());
+        }
+        let input = f.input();
+        let in_schema = input.schema();
+        let mut gpu: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
+        let mut cpu: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
+        let mut reasons: Vec<String> = Vec::new();
+        for c in split_conjunction(f.predicate()) {
+            match RowProgram::try_new(in_schema.clone(), Some(c.clone()), vec![], self.caps) {
+                Ok(_) => gpu.push(c.clone()),
+                Err(why) => {
+                    reasons.push(format!("{c}: {why}"));
+                    cpu.push(c.clone());
+                }
+            }
+        }
+        if gpu.is_empty() {
+            return note(node, format!("the predicate does not compile to WGSL ({})", reasons.join("; ")));
+        }
+        if let Err(why) = self.worth_it(f, gpu.len() + cpu.len()) {
+            return note(node, why);
+        }
+        let predicate = conjunction(gpu);
+        let program = match RowProgram::try_new(in_schema.clone(), Some(predicate), vec![], self.caps) {
+            Ok(p) => p,
+            Err(why) => return note(node, why),
+        };
+        let algo = self.algo(input)?;
+        if cpu.is_empty() {
+            let columns: Vec<OutCol> = match f.projection() {
+                Some(p) => p.iter().map(|&i| OutCol::Input(i)).collect(),
+                None => (0..in_schema.fields().len()).map(OutCol::Input).collect(),
+            };
+            let g = GpuFilterExec::new(input.clone(), program, columns, f.schema(), algo, f.properties().clone());
+            return Ok(Transformed::yes(Arc::new(g)));
+        }
+        // The conjuncts that compile run first on the GPU; the rest above, on the CPU.
+        let props = Arc::new(PlanProperties::new(
+            input.equivalence_properties().clone(),
+            input.output_partitioning().clone(),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        let columns = (0..in_schema.fields().len()).map(OutCol::Input).collect();
+        let g: Arc<dyn ExecutionPlan> = Arc::new(GpuFilterExec::new(input.clone(), program, columns, in_schema, algo, props));
+        let rest = datafusion::physical_plan::filter::FilterExecBuilder::new(conjunction(cpu), g)
+            .apply_projection(f.projection().as_ref().map(|p| p.to_vec()))?
+            .build()?;
+        let rest: Arc<dyn ExecutionPlan> = Arc::new(rest);
+        note(&rest, format!("conjuncts that do not compile to WGSL ({})", reasons.join("; ")))
+    }
+
+    /// Fuses `ProjectionExec` `p` into the GPU filter `g` below it.
+    fn fuse(&self, node: &Arc<dyn ExecutionPlan>, p: &ProjectionExec, g: &GpuFilterExec) -> Result<Transformed<Arc<dyn ExecutionPlan>>> {
+        let program = g.program();
+        let in_schema = program.schema().clone();
+        let mut outputs: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
+        let mut columns = Vec::new();
+        for pe in p.expr() {
+            // Rewrite the expression over the filter's input.
+            let e = pe
+                .expr
+                .clone()
+                .transform_up(|x| {
+                    if let Some(c) = x.downcast_ref::<Column>() {
+                        return Ok(Transformed::yes(match g.columns()[c.index()] {
+                            OutCol::Input(i) => Arc::new(Column::new(in_schema.field(i).name(), i)) as Arc<dyn PhysicalExpr>,
+                            OutCol::Computed(j) => program.outputs()[j].clone(),
+                        }));
+                    }
+                    Ok(Transformed::no(x))
+                })?
+                .data;
+            match e.downcast_ref::<Column>() {
+                Some(c) => columns.push(OutCol::Input(c.index())),
+                None => {
+                    columns.push(OutCol::Computed(outputs.len()));
+                    outputs.push(e);
+                }
+            }
+        }
+        let fused = match RowProgram::try_new(in_schema, program.predicate().cloned(), outputs, self.caps) {
+            Ok(f) => f,
+            Err(why) => return note(node, format!("projection not fused into the GPU filter: {why}")),
+        };
+        let f = GpuFilterExec::new(g.input().clone(), fused, columns, p.schema(), g.algo(), p.properties().clone());
+        Ok(Transformed::yes(Arc::new(f)))
+    }
+}

@@ -1,5 +1,6 @@
 //! A table that does not fit the device memory budget stays in host memory (with a
-//! warning) and queries still answer. Its own test binary, so lowering the shared
+//! warning) and queries still answer; a GPU filter that cannot upload its input
+//! within the budget runs on the CPU instead. Its own test binary, so lowering the shared
 //! context's budget cannot disturb other tests.
 use arrow::array::{ArrayRef, AsArray, Int64Array, RecordBatch};
 use arrow::datatypes::Int64Type;
@@ -23,5 +24,16 @@ async fn resident_table_over_budget_falls_back_to_host() {
     // a small table still fits
     let small = b.slice(0, 1000);
     assert!(rl.register_resident("small", small.schema(), vec![small]).await.unwrap());
+
+    // A GPU filter whose input cannot be uploaded within the budget re-runs on the
+    // CPU (with a warning) and answers correctly.
+    rl.register_batches("host", b.schema(), vec![b.clone()]).unwrap();
+    let df = rl.sql("SELECT count(*), sum(x) FROM host WHERE x % 3 = 1").await.unwrap();
+    let plan = df.clone().create_physical_plan().await.unwrap();
+    assert!(ridgeline::exec::gpu_operator_names(&plan).iter().any(|n| n == "GpuFilterExec"), "the filter is planned on the GPU");
+    let n = df.collect().await.unwrap();
+    let want: i64 = (0..rows as i64).filter(|x| x % 3 == 1).sum();
+    assert_eq!(n[0].column(0).as_primitive::<Int64Type>().value(0), (rows as i64 + 1) / 3);
+    assert_eq!(n[0].column(1).as_primitive::<Int64Type>().value(0), want);
     ctx.pool().set_budget(4 << 30);
 }

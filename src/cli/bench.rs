@@ -130,3 +130,107 @@ pub fn compact(lo: u32, hi: u32, iterations: usize) -> Result<()> {
     println!("* bytes read (flags + column) + bytes written, at the faster algorithm; anchor: cub::DeviceSelect::Flagged 2^28 at 50%: 0.87 ms");
     Ok(())
 }
+
+/// The GPU filter on resident data (predicate kernel + compaction of a payload
+/// column) against DataFusion's CPU filter on all cores, over sizes and selectivity.
+pub fn filter(lo: u32, hi: u32, iterations: usize) -> Result<()> {
+    use crate::gpu_batch::GpuBatch;
+    use crate::gpu_expr::{Caps, RowProgram};
+    use arrow::array::{Int32Array, Int64Array, RecordBatch};
+    use datafusion::logical_expr::Operator;
+    use datafusion::physical_expr::expressions::{BinaryExpr, Column, Literal};
+    use datafusion::physical_expr::PhysicalExpr;
+    use datafusion::scalar::ScalarValue;
+    use rayon::prelude::*;
+    use ridgeline_operators::compact::{compact_with, Column as CCol, CompactAlgo, CompactOptions, Selection};
+    use std::sync::Arc;
+    let ctx = context::global().map_err(|e| DataFusionError::Execution(e.to_string()))?;
+    let g = |e: ridgeline_operators::GpuError| DataFusionError::Execution(e.to_string());
+    let threads = rayon::current_num_threads();
+    println!(
+        "bench filter on {} ({:?}): SELECT v FROM t WHERE k < X over resident (k i32, v i64); GPU: median of {iterations} (kernel + compaction, synchronized); CPU: DataFusion's predicate + arrow filter on {threads} threads, median",
+        ctx.info().name,
+        ctx.info().backend
+    );
+    println!("{:>6} | {:>5} | {:>10} | {:>10} | {:>9} | {:>10} | {:>7}", "n", "sel", "stable ms", "JJ ms", "GB/s*", "CPU ms", "CPU/GPU");
+    let med = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    for k in lo..=hi {
+        let n = 1usize << k;
+        let keys: Vec<i32> = (0..n as u32).into_par_iter().map(|i| (i.wrapping_mul(2_654_435_761) >> 2) as i32 % 1_000_000).collect();
+        let batch = RecordBatch::try_from_iter([
+            ("k", Arc::new(Int32Array::from(keys)) as arrow::array::ArrayRef),
+            ("v", Arc::new(Int64Array::from_iter_values(0..n as i64))),
+        ])?;
+        let dev_batch = GpuBatch::upload(&ctx, &batch)?;
+        ctx.wait().map_err(g)?;
+        let chunks: Vec<RecordBatch> = (0..n).step_by(n.div_ceil(threads * 4).max(1)).map(|o| batch.slice(o, n.div_ceil(threads * 4).min(n - o))).collect();
+        for sel in [0.01, 0.1, 0.5, 0.9, 1.0] {
+            let thr = (sel * 1_000_000.0) as i32;
+            let pred: Arc<dyn PhysicalExpr> = Arc::new(BinaryExpr::new(
+                Arc::new(Column::new("k", 0)),
+                Operator::Lt,
+                Arc::new(Literal::new(ScalarValue::Int32(Some(thr)))),
+            ));
+            let program = RowProgram::try_new(batch.schema(), Some(pred.clone()), vec![], Caps::of(&ctx)).map_err(DataFusionError::Execution)?;
+            let crate::gpu_batch::ColumnData::Device { values: vcol, .. } = &dev_batch.columns[1].data else {
+                return Err(DataFusionError::Internal("payload not on the device".into()));
+            };
+            let run = |algo: CompactAlgo| -> Result<(f64, usize)> {
+                let mut times = Vec::new();
+                let mut count = 0;
+                for _ in 0..iterations.max(1) + 1 {
+                    let t = Instant::now();
+                    let eval = program.evaluate(&ctx, &dev_batch)?;
+                    let sel = Selection::Bitmap { bits: eval.selection.as_ref().expect("predicate"), rows: n };
+                    let c = compact_with(&ctx, sel, &[CCol::new(vcol)], &CompactOptions::with_algo(algo)).map_err(g)?;
+                    eval.check_errors(&ctx)?;
+                    ctx.wait().map_err(g)?;
+                    times.push(t.elapsed().as_secs_f64() * 1e3);
+                    count = c.count;
+                }
+                times.remove(0); // warm-up (pipeline compilation)
+                Ok((med(times), count))
+            };
+            let (stable, count) = run(CompactAlgo::Stable)?;
+            let (jj, count_jj) = run(CompactAlgo::JumpingJack)?;
+            let mut cpu_times = Vec::new();
+            let mut cpu_count = 0;
+            for _ in 0..iterations.max(1) {
+                let t = Instant::now();
+                let counts: Vec<usize> = chunks
+                    .par_iter()
+                    .map(|c| -> Result<usize> {
+                        let mask = pred.evaluate(c)?.into_array(c.num_rows())?;
+                        let out = arrow::compute::filter(c.column(1), arrow::array::AsArray::as_boolean(&mask))?;
+                        Ok(out.len())
+                    })
+                    .collect::<Result<_>>()?;
+                cpu_times.push(t.elapsed().as_secs_f64() * 1e3);
+                cpu_count = counts.iter().sum();
+            }
+            if count != cpu_count || count_jj != cpu_count {
+                return Err(DataFusionError::Execution(format!("GPU kept {count} / {count_jj} rows, the CPU {cpu_count}")));
+            }
+            let cpu = med(cpu_times);
+            let best = stable.min(jj);
+            let bytes = (n * 12 + count * 8) as f64;
+            println!(
+                "{:>6} | {:>4.0}% | {:>10.3} | {:>10.3} | {:>9.1} | {:>10.3} | {:>7.2}",
+                format!("2^{k}"),
+                sel * 100.0,
+                stable,
+                jj,
+                bytes / (best / 1e3) / 1e9,
+                cpu,
+                cpu / best
+            );
+        }
+        drop(dev_batch);
+        ctx.pool().trim();
+    }
+    println!("* bytes read (k, v) + written (selected v) per second at the faster compaction");
+    Ok(())
+}

@@ -69,6 +69,10 @@ pub struct TpchArgs {
     /// Make the tables GPU-resident (otherwise they are in host memory).
     #[arg(long)]
     pub resident: bool,
+    /// The mode of the GPU column: auto (the cost model decides per operator,
+    /// the default) or on (every operator that can runs on the GPU).
+    #[arg(long, value_name = "auto|on", default_value = "auto")]
+    pub gpu_column: String,
     /// Timed runs per query and mode, after one warm-up run.
     #[arg(long, default_value_t = 3)]
     pub iterations: usize,
@@ -433,7 +437,7 @@ pub async fn run(args: TpchArgs) -> Result<()> {
     let mut gpu_line = "GPU: off".to_string();
     if run_gpu {
         match ridgeline_operators::context::global() {
-            Ok(c) => gpu_line = format!("GPU: {} ({:?})", c.info().name, c.info().backend),
+            Ok(c) => gpu_line = format!("GPU: {} ({:?}), GPU column in mode {}", c.info().name, c.info().backend, args.gpu_column.trim()),
             Err(e) if mode == GpuMode::On => {
                 return Err(exec_err(format!("--gpu on, but the GPU is unavailable: {e}")));
             }
@@ -480,16 +484,26 @@ pub async fn run(args: TpchArgs) -> Result<()> {
     }
     let gen_ms = t.elapsed().as_secs_f64() * 1e3;
 
-    // One engine; the mode is switched per run.
-    let rl = Ridgeline::builder().gpu_mode(if run_gpu { GpuMode::On } else { GpuMode::Off }).build()?;
+    // CPU mode reads host tables; GPU mode reads the same tables, made GPU-resident
+    // with --resident (so CPU mode never pays a download it would not have).
+    let gpu_mode = match args.gpu_column.trim() {
+        "auto" => GpuMode::Auto,
+        "on" => GpuMode::On,
+        other => return Err(exec_err(format!("--gpu-column must be auto or on, not '{other}'"))),
+    };
+    let rl = Ridgeline::builder().gpu_mode(GpuMode::Off).build()?;
+    let gpu_rl = if run_gpu { Ridgeline::builder().gpu_mode(gpu_mode).build()? } else { rl.clone() };
     let t = Instant::now();
     let mut all_resident = args.resident;
     for (name, schema, batches) in tables {
-        if args.resident {
-            all_resident &= rl.register_resident(&name, schema, batches).await?;
-        } else {
-            rl.register_batches(&name, schema, batches)?;
+        if run_gpu {
+            if args.resident {
+                all_resident &= gpu_rl.register_resident(&name, schema.clone(), batches.clone()).await?;
+            } else {
+                gpu_rl.register_batches(&name, schema.clone(), batches.clone())?;
+            }
         }
+        rl.register_batches(&name, schema, batches)?;
     }
     let placement = if !args.resident {
         "in host memory"
@@ -508,12 +522,10 @@ pub async fn run(args: TpchArgs) -> Result<()> {
         let sql = QUERIES[q - 1];
         let mut o = QueryOutcome { q, cpu: None, gpu: None, check: None };
         if run_cpu {
-            rl.set_gpu_mode(GpuMode::Off)?;
             o.cpu = Some(run_mode(&rl, sql, args.iterations).await.map_err(|e| super::one_line(&e)));
         }
         if run_gpu {
-            rl.set_gpu_mode(GpuMode::On)?;
-            o.gpu = Some(run_mode(&rl, sql, args.iterations).await.map_err(|e| super::one_line(&e)));
+            o.gpu = Some(run_mode(&gpu_rl, sql, args.iterations).await.map_err(|e| super::one_line(&e)));
         }
         if check {
             o.check = Some(check_query(&o, sql, sf, answers_dir.as_deref())?);

@@ -140,6 +140,11 @@ pub enum BenchCommand {
         #[command(flatten)]
         range: SizeRange,
     },
+    /// GPU filter (predicate kernel + compaction) on resident data vs DataFusion's CPU filter.
+    Filter {
+        #[command(flatten)]
+        range: SizeRange,
+    },
     /// The 22 TPC-H queries: CPU and GPU mode side by side (min / median ms), optional
     /// answer checks and DuckDB on the same Parquet files.
     Tpch(bench_tpch::TpchArgs),
@@ -205,6 +210,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             BenchCommand::Transfer { max_mib, iterations } => bench::transfer(max_mib, iterations),
             BenchCommand::Scan { range } => bench::scan(range.min_log2, range.max_log2, range.iterations),
             BenchCommand::Compact { range } => bench::compact(range.min_log2, range.max_log2, range.iterations),
+            BenchCommand::Filter { range } => bench::filter(range.min_log2, range.max_log2, range.iterations),
             BenchCommand::Tpch(_) => Err(DataFusionError::Internal("bench tpch runs on the async runtime".into())),
         })
         .await

@@ -1,14 +1,22 @@
 //! GPU stream compaction: the selected rows of a batch's columns, packed into new
 //! device arrays. Two algorithms (shaders/compact.wgsl):
 //!
-//! * [`CompactAlgo::Stable`]: keeps the input order. A count pass writes the number
-//!   of selected rows of each block of [`CompactOptions::block_rows`] rows, an
-//!   exclusive scan of those counts ([`crate::scan`]) gives each block's first output
-//!   row, and the scatter kernel recomputes each selected row's rank inside its block
-//!   from a bitmap in workgroup memory (word popcount prefix plus the popcount of the
-//!   bits below the row) and writes every column there. Scratch is one `u32` per
-//!   block and scan level instead of one per row: with 4096-row blocks, about
-//!   `len / 512` bytes, far below a quarter of the input.
+//! * [`CompactAlgo::Stable`]: keeps the input order. With the default
+//!   [`CompactPath::Fast`]: a count pass reads the selection once and writes the
+//!   number of selected rows of each block of [`CompactOptions::block_rows`] rows
+//!   (0/1 flags are also written out as a bitmap, n/8 bytes of scratch; a bitmap
+//!   selection costs only the popcount of its n/8 bytes), the single-pass scan
+//!   ([`crate::scan`]) turns the counts into each block's first output row, the
+//!   count is read back to size the outputs, and one scatter pass per segment
+//!   reads each block's bitmap plus its columns with coalesced 16-byte loads
+//!   (skipping vectors with no selected row) and writes the selected rows in order
+//!   (shaders/compact_count.wgsl, shaders/compact_stable.wgsl). The columns are
+//!   read exactly once and the flags exactly once. [`CompactPath::Legacy`] is the
+//!   first implementation (count kernel, reduce-then-scan, a scatter that reads the
+//!   selection again and copies one row per invocation; shaders/compact.wgsl).
+//!   Scratch is one `u32` per block (counts and offsets), the scan's descriptors
+//!   and, for flags, the bitmap: about `len / 8` bytes, far below a quarter of the
+//!   input.
 //! * [`CompactAlgo::JumpingJack`]: the non-monotonic Jumping Jack algorithm of
 //!   Moreira, Reis & Sousa (GRAPP 2009), with the paper's block compaction: inside a
 //!   block of `s` rows with `v` selected, output slot `i < v` takes row `i` if it is
@@ -21,7 +29,9 @@
 //! * [`CompactAlgo::Auto`] runs the count pass, then picks by the measured
 //!   selectivity `count / len`: Jumping Jack inside
 //!   [`CompactOptions::jj_min_selectivity`] ..= [`CompactOptions::jj_max_selectivity`],
-//!   Stable elsewhere (see [`AUTO_JJ_MIN_SELECTIVITY`] for the measurement).
+//!   Stable elsewhere. By default that range is empty, so Auto runs Stable: on the
+//!   H100 Jumping Jack was slower than Stable at every selectivity (see
+//!   [`AUTO_JJ_MIN_SELECTIVITY`]).
 //!
 //! # Inputs and outputs
 //!
@@ -53,26 +63,35 @@ const SEL_BITMAP_WGSL: &str = include_str!("../../shaders/compact_sel_bitmap.wgs
 const COUNT_WGSL: &str = include_str!("../../shaders/compact_count.wgsl");
 const STABLE_WGSL: &str = include_str!("../../shaders/compact_stable.wgsl");
 
-/// Auto's lower selectivity bound for Jumping Jack (fraction of rows selected).
+/// Auto's lower selectivity bound for Jumping Jack (fraction of rows selected) in
+/// the default options: infinite, so Auto runs Stable unless [`CompactOptions`]
+/// asks otherwise.
 ///
-/// Measured on lavapipe (Mesa's CPU Vulkan, 2 cores shared with other builds, so
-/// +-10% noise) with `bench_compact`: 2^22 rows of one `u32` column, 0/1 flags,
-/// default options, GPU time of the count + scan pass plus the scatter pass, in ms:
+/// History, measured on lavapipe (Mesa's CPU Vulkan, 2 cores shared with other
+/// builds, so +-10% noise) with `bench_compact` and the legacy kernels: 2^22 rows of
+/// one `u32` column, 0/1 flags, default options, GPU time of the count + scan pass
+/// plus the scatter pass, in ms:
 ///
 /// | selectivity | 0.01 | 0.1 | 0.3 | 0.5 | 0.7 | 0.8 | 0.85 | 0.9 | 0.95 | 1.0 |
 /// | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |
 /// | Stable | 249 | 386 | 348 | 381 | 418 | 384 | 396 | 359 | 368 | 354 |
 /// | Jumping Jack | 375 | 498 | 464 | 478 | 422 | 394 | 376 | 364 | 344 | 323 |
 ///
-/// Stable wins clearly below 0.7 (a sparse block makes Jumping Jack's slots jump
-/// long chains, and its reads are gathers); the two cross between 0.8 and 0.95
-/// (0.8-0.9, 0.85-0.9 and 0.9-0.95 in three runs), and Jumping Jack wins above that,
-/// where most slots take their own row and reads and writes are both contiguous. The paper also finds Jumping Jack best on
-/// dense data (it measured against Horn's search-based gather rather than a scatter).
-/// On other adapters the crossover may differ: override it in [`CompactOptions`].
-pub const AUTO_JJ_MIN_SELECTIVITY: f64 = 0.9;
+/// There Stable won clearly below 0.7 (a sparse block makes Jumping Jack's slots
+/// jump long chains, and its reads are gathers), the two crossed between 0.8 and
+/// 0.95, and Jumping Jack won above that, where most slots take their own row;
+/// Auto then used 0.9 ([`LAVAPIPE_JJ_MIN_SELECTIVITY`]).
+///
+/// On the H100 (2^28 rows, BENCHMARKS.md) Stable won at every selectivity: Jumping
+/// Jack took roughly 1.4-2x Stable's time (e.g. 6.29 vs 4.33 ms at 50%, 5.35 vs
+/// 4.42 ms at 90% with the legacy kernels; equal only at 100%), hence the default.
+/// Pass `jj_min_selectivity` (e.g. [`LAVAPIPE_JJ_MIN_SELECTIVITY`]) to use Jumping
+/// Jack where the order of the output does not matter and it measured faster.
+pub const AUTO_JJ_MIN_SELECTIVITY: f64 = f64::INFINITY;
 /// Auto's upper selectivity bound for Jumping Jack (inclusive).
 pub const AUTO_JJ_MAX_SELECTIVITY: f64 = 1.0;
+/// The crossover measured on lavapipe (see [`AUTO_JJ_MIN_SELECTIVITY`]).
+pub const LAVAPIPE_JJ_MIN_SELECTIVITY: f64 = 0.9;
 
 /// The rows to keep.
 #[derive(Clone, Copy, Debug)]
@@ -143,8 +162,9 @@ pub enum CompactAlgo {
     Stable,
     /// Jumping Jack with block compaction: keeps the set of rows, not their order.
     JumpingJack,
-    /// Jumping Jack in the options' selectivity range, Stable elsewhere. Only ask
-    /// for it where the order of the output does not matter.
+    /// Jumping Jack in the options' selectivity range, Stable elsewhere (the default
+    /// range is empty: Stable). Only ask for Jumping Jack where the order of the
+    /// output does not matter.
     Auto,
 }
 

@@ -1,11 +1,27 @@
 //! GPU prefix sums (scans) over [`DeviceArray`]s: inclusive and exclusive, for
 //! `u32`, `i32`, `f32`, `u64` and `i64`.
 //!
-//! # Algorithm
+//! # Algorithms ([`ScanOptions::algorithm`])
 //!
-//! Portable reduce-then-scan (shaders/scan.wgsl), safe without any forward-progress
-//! guarantee between workgroups (Vulkan gives none, so a single-pass scan whose
-//! workgroups wait on their predecessors could hang):
+//! **Single pass** ([`ScanAlgorithm::SinglePass`], the default for `u32`, `i32`,
+//! `f32`; shaders/scan_lookback.wgsl): a chained scan with decoupled look-back
+//! (Merrill & Garland), made portable by the *decoupled fallback* of Smith, Levien
+//! & Owens (SPAA 2025). Vulkan promises no forward progress between workgroups, so
+//! a workgroup that waits on a predecessor whose descriptor stays not ready for
+//! [`ScanOptions::lookback_spins`] look-back steps loads that predecessor's tile and
+//! reduces it itself instead of spinning forever (it then publishes the result with
+//! `atomicMax`, which never overwrites a finished prefix). Tile indices come from an
+//! atomic counter, so tiles start in order. Each invocation owns
+//! `vectors_per_thread` 16-byte vectors (default: 256 invocations x 4 vectors =
+//! 4096 elements a tile); the tile is loaded and stored coalesced through
+//! workgroup memory ([`ScanOptions::transpose`], where it fits). Descriptors are two
+//! atomic words a tile (flag plus 16 bits of the value each). The input is read
+//! once and the output written once; one small dispatch zeroes the descriptors
+//! first. [`ScanOptions::force_fallback`] makes every tile reduce its predecessor
+//! by the fallback (for tests).
+//!
+//! **Reduce-then-scan** ([`ScanAlgorithm::ReduceThenScan`]; always used for `u64` /
+//! `i64`; shaders/scan.wgsl), which never waits on another workgroup:
 //!
 //! 1. `reduce`: each workgroup sums one tile of `workgroup_size * vectors_per_thread`
 //!    16-byte vectors (4096 elements of 32 bits or 2048 of 64 bits by default) and
@@ -17,10 +33,11 @@
 //!    ones 5.
 //! 3. `downsweep`: each workgroup rescans its tile from the tile's offset.
 //!
-//! The input is read twice and the output written once. Inside a workgroup the scan
-//! of the per-invocation sums uses subgroup operations (`subgroupExclusiveAdd`,
-//! `subgroupAdd`) when the adapter has them, and a Hillis-Steele scan in workgroup
-//! memory otherwise; [`ScanOptions::subgroups`] forces the workgroup-memory path.
+//! The input is read twice and the output written once. In both algorithms the
+//! scan of the per-invocation sums inside a workgroup uses subgroup operations
+//! (`subgroupExclusiveAdd`, `subgroupAdd`; the look-back `subgroupMin`) when the
+//! adapter has them, and workgroup memory otherwise; [`ScanOptions::subgroups`]
+//! forces the workgroup-memory path.
 //! The subgroup size is never assumed; the workgroup size must be a multiple of the
 //! adapter's largest subgroup size so subgroups are full.
 //!
@@ -31,9 +48,12 @@
 //! # Segments
 //!
 //! A multi-segment input gives an output with the same segmentation (same
-//! `seg_rows`); the running total carries across segments because tile totals are
-//! scanned over the whole array. Scratch: two arrays of one element per tile per
-//! level (about `2 * len / 4096` elements), plus the 1-element total.
+//! `seg_rows`); the running total carries across segments because tiles are
+//! numbered over the whole array (single pass: one dispatch per segment, the first
+//! tiles of a segment look back into the previous segment's finished tiles).
+//! Scratch: single pass, two words per tile plus one per segment; reduce-then-scan,
+//! two arrays of one element per tile per level (about `2 * len / 4096` elements);
+//! plus the 1-element total.
 //!
 //! # Arithmetic
 //!
@@ -341,6 +361,9 @@ pub struct ScanBench {
     /// Dispatches of one scan (the single pass: the state initialisation plus one
     /// per segment).
     pub dispatches: usize,
+    /// Median wall-clock time of one scan (encode, submit and wait), in
+    /// milliseconds: an upper bound that cross-checks `ms`.
+    pub wall_ms: f64,
 }
 
 /// Times an exclusive `u32` scan of `n` elements (default options, i.e. the single
@@ -361,6 +384,7 @@ pub fn bench_scan_with(ctx: &GpuContext, n: usize, reps: usize, opts: &ScanOptio
     let values = DeviceArray::alloc_segmented(ctx, n, 4, input.seg_rows())?;
     let total = DeviceArray::alloc_segmented(ctx, 1, 4, 4)?;
     let mut times = Vec::new();
+    let mut walls = Vec::new();
     let mut dispatches = 0;
     for rep in 0..=reps.max(1) {
         let pass = build_array_scan(ctx, &k, &input, &values, &total, ScanKind::Exclusive)?;
@@ -381,9 +405,12 @@ pub fn bench_scan_with(ctx: &GpuContext, n: usize, reps: usize, opts: &ScanOptio
         };
         if rep > 0 {
             times.push(ms);
+            walls.push(wall);
         }
     }
     times.sort_by(|a, b| a.total_cmp(b));
+    walls.sort_by(|a, b| a.total_cmp(b));
+    let wall_ms = walls[walls.len() / 2];
     let ms = times[times.len() / 2];
     let gb_per_s = if ms > 0.0 { (2 * n * 4) as f64 / (ms * 1e-3) / 1e9 } else { 0.0 };
     Ok(ScanBench {
@@ -396,6 +423,7 @@ pub fn bench_scan_with(ctx: &GpuContext, n: usize, reps: usize, opts: &ScanOptio
         workgroup_size: k.wg,
         tile_elems: k.tile(),
         dispatches,
+        wall_ms,
     })
 }
 

@@ -9,7 +9,7 @@
 use rand::{Rng, SeedableRng};
 use ridgeline_operators::compact::{
     bench_compact, compact, compact_with, count_selected, Column, CompactAlgo, CompactOptions, Compacted, Selection,
-    AUTO_JJ_MIN_SELECTIVITY,
+    CompactPath, AUTO_JJ_MIN_SELECTIVITY, LAVAPIPE_JJ_MIN_SELECTIVITY,
 };
 use ridgeline_operators::cpu_scan::{exclusive_scan_seq, inclusive_scan_seq, ScanElem};
 use ridgeline_operators::scan::{
@@ -378,8 +378,13 @@ fn patterns(n: usize, seed: u64) -> Vec<(&'static str, Vec<u32>)> {
 #[test]
 fn compact_patterns_both_algorithms() {
     let Some(ctx) = test_context() else { return };
-    for algo in [CompactAlgo::Stable, CompactAlgo::JumpingJack] {
-        let opts = CompactOptions::with_algo(algo);
+    for (algo, path) in [
+        (CompactAlgo::Stable, CompactPath::Fast),
+        (CompactAlgo::JumpingJack, CompactPath::Fast),
+        (CompactAlgo::Stable, CompactPath::Legacy),
+        (CompactAlgo::JumpingJack, CompactPath::Legacy),
+    ] {
+        let opts = CompactOptions { path, ..CompactOptions::with_algo(algo) };
         for (name, flags) in patterns(20_000, 11) {
             let b = Batch::new(flags, 12);
             check_compact(&ctx, &b, 4096, false, &opts, name);
@@ -395,8 +400,12 @@ fn compact_patterns_both_algorithms() {
 fn compact_sizes_and_segmentations() {
     let Some(ctx) = test_context() else { return };
     let mut r = rng(21);
-    for algo in [CompactAlgo::Stable, CompactAlgo::JumpingJack] {
-        let opts = CompactOptions::with_algo(algo);
+    for (algo, path) in [
+        (CompactAlgo::Stable, CompactPath::Fast),
+        (CompactAlgo::JumpingJack, CompactPath::Fast),
+        (CompactAlgo::Stable, CompactPath::Legacy),
+    ] {
+        let opts = CompactOptions { path, ..CompactOptions::with_algo(algo) };
         for &n in SIZES.iter().filter(|&&n| n <= 12_345) {
             let b = Batch::new((0..n).map(|_| r.random_range(0..3).min(1)).collect(), n as u64);
             check_compact(&ctx, &b, 4096, n % 2 == 1, &opts, "size");
@@ -415,10 +424,14 @@ fn compact_both_scan_paths_and_block_sizes() {
     let Some(ctx) = test_context() else { return };
     let mut r = rng(31);
     let b = Batch::new((0..40_000).map(|_| (r.random_range(0..3) != 0) as u32).collect(), 32);
-    for algo in [CompactAlgo::Stable, CompactAlgo::JumpingJack] {
+    for (algo, path) in [
+        (CompactAlgo::Stable, CompactPath::Fast),
+        (CompactAlgo::JumpingJack, CompactPath::Fast),
+        (CompactAlgo::Stable, CompactPath::Legacy),
+    ] {
         for subgroups in [true, false] {
-            for (wg, block) in [(256u32, 4096u32), (64, 1024), (32, 128), (128, 4096)] {
-                let opts = CompactOptions { algo, subgroups, workgroup_size: wg, block_rows: block, ..Default::default() };
+            for (wg, block) in [(256u32, 4096u32), (64, 1024), (32, 128), (128, 4096), (256, 8192)] {
+                let opts = CompactOptions { algo, path, subgroups, workgroup_size: wg, block_rows: block, ..Default::default() };
                 check_compact(&ctx, &b, 4096, false, &opts, "tuned");
                 check_compact(&ctx, &b, 2048, true, &opts, "tuned");
             }
@@ -492,9 +505,18 @@ fn compact_auto_count_scratch_and_errors() {
     for (flags, pick) in [(&dense, CompactAlgo::JumpingJack), (&sparse, CompactAlgo::Stable)] {
         let sel = flags.iter().filter(|&&f| f != 0).count() as f64 / n as f64;
         let f = DeviceArray::upload_segmented(&ctx, flags, seg).unwrap();
+        // default: Auto runs Stable at every selectivity
         let out = compact(&ctx, Selection::Flags(&f), &[Column::new(&v)], CompactAlgo::Auto).unwrap();
         let expect = if sel >= AUTO_JJ_MIN_SELECTIVITY { CompactAlgo::JumpingJack } else { CompactAlgo::Stable };
         assert_eq!(out.algo, expect);
+        assert_eq!(out.algo, CompactAlgo::Stable, "selectivity {sel}");
+        // with the lavapipe crossover: Jumping Jack on the dense selection
+        let opts = CompactOptions {
+            algo: CompactAlgo::Auto,
+            jj_min_selectivity: LAVAPIPE_JJ_MIN_SELECTIVITY,
+            ..Default::default()
+        };
+        let out = compact_with(&ctx, Selection::Flags(&f), &[Column::new(&v)], &opts).unwrap();
         assert_eq!(out.algo, pick, "selectivity {sel}");
         let mut got = out.columns[0].values.download::<u32>(&ctx).unwrap();
         got.sort_unstable();
@@ -614,6 +636,17 @@ fn bench_paths() {
     let n = std::env::var("RIDGELINE_BENCH_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(1usize << 28);
     let reps = std::env::var("RIDGELINE_BENCH_REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(10usize);
     eprintln!("adapter {:?}, {n} rows, segment rows {}", ctx.info().name, ctx.segment_rows());
+    if std::env::var("RIDGELINE_BENCH_SCAN_FIRST").is_ok() {
+        for _ in 0..2 {
+            for o in [ScanOptions::default(), ScanOptions::with_algorithm(ScanAlgorithm::ReduceThenScan)] {
+                let b = bench_scan_with(&ctx, n, reps, &o).unwrap();
+                eprintln!("first: scan {:?}: {:.3} ms (wall {:.3})", b.algorithm, b.ms, b.wall_ms);
+            }
+            let b = bench_compact_with(&ctx, n, 0.5, &CompactOptions::default(), reps).unwrap();
+            eprintln!("first: compact 0.5: {:.3} ms (count {:.3} + scatter {:.3})", b.ms, b.count_ms, b.scatter_ms);
+        }
+        return;
+    }
     // correctness at full size first
     let data: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761) >> 22).collect();
     let d = DeviceArray::upload(&ctx, &data).unwrap();
@@ -653,8 +686,8 @@ fn bench_paths() {
     for (name, o) in scan_opts {
         match bench_scan_with(&ctx, n, reps, &o) {
             Ok(b) => eprintln!(
-                "scan {name}: wg {} vpt {} spins {}: {:.3} ms, {:.0} GB/s ({:?}, {} dispatches, timestamps {})",
-                o.workgroup_size, o.vectors_per_thread, o.lookback_spins, b.ms, b.gb_per_s, b.algorithm, b.dispatches, b.gpu_timed
+                "scan {name}: wg {} vpt {} spins {}: {:.3} ms (wall {:.3}), {:.0} GB/s ({:?}, {} dispatches, timestamps {})",
+                o.workgroup_size, o.vectors_per_thread, o.lookback_spins, b.ms, b.wall_ms, b.gb_per_s, b.algorithm, b.dispatches, b.gpu_timed
             ),
             Err(e) => eprintln!("scan {name}: {o:?}: {e}"),
         }

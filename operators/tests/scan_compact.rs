@@ -22,12 +22,13 @@ fn rng(seed: u64) -> rand::rngs::SmallRng {
     rand::rngs::SmallRng::seed_from_u64(seed)
 }
 
-/// Sizes around powers of two and workgroup tiles (4096 32-bit elements, 2048
+/// Sizes around powers of two and workgroup tiles (8192 or 4096 32-bit elements, 2048
 /// 64-bit), plus odd ones.
 const SIZES: &[usize] = &[0, 1, 2, 3, 5, 31, 33, 127, 129, 255, 257, 1023, 1025, 2047, 2049, 4095, 4097, 8191, 8193, 12_345, 65_537];
 
-/// The single pass (default, immediate fallback, forced fallback) and the old
-/// reduce-then-scan, each with and without subgroup operations.
+/// The single pass (default, immediate fallback, forced fallback, transposed with
+/// 4096-element tiles) and the old reduce-then-scan, each with and without
+/// subgroup operations.
 fn both_paths() -> Vec<ScanOptions> {
     let rts = ScanOptions::with_algorithm(ScanAlgorithm::ReduceThenScan);
     let mut v = Vec::new();
@@ -35,7 +36,7 @@ fn both_paths() -> Vec<ScanOptions> {
         v.push(ScanOptions { subgroups, ..Default::default() });
         v.push(ScanOptions { subgroups, lookback_spins: 0, ..Default::default() });
         v.push(ScanOptions { subgroups, force_fallback: true, ..Default::default() });
-        v.push(ScanOptions { subgroups, transpose: false, ..Default::default() });
+        v.push(ScanOptions { subgroups, transpose: true, workgroup_size: 256, ..Default::default() });
         v.push(ScanOptions { subgroups, ..rts });
     }
     v
@@ -636,14 +637,32 @@ fn bench_paths() {
     let n = std::env::var("RIDGELINE_BENCH_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(1usize << 28);
     let reps = std::env::var("RIDGELINE_BENCH_REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(10usize);
     eprintln!("adapter {:?}, {n} rows, segment rows {}", ctx.info().name, ctx.segment_rows());
-    if std::env::var("RIDGELINE_BENCH_SCAN_FIRST").is_ok() {
-        for _ in 0..2 {
-            for o in [ScanOptions::default(), ScanOptions::with_algorithm(ScanAlgorithm::ReduceThenScan)] {
+    // One configuration in a fresh process (later allocations can be slower on
+    // some drivers): RIDGELINE_BENCH_ONLY=scan|rts|compact, with RIDGELINE_BENCH_WG,
+    // _VPT, _XPOSE (0/1), _BLOCK.
+    if let Ok(only) = std::env::var("RIDGELINE_BENCH_ONLY") {
+        let env = |k: &str, d: u32| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
+        let so = ScanOptions {
+            workgroup_size: env("RIDGELINE_BENCH_WG", 256),
+            vectors_per_thread: env("RIDGELINE_BENCH_VPT", 4),
+            transpose: env("RIDGELINE_BENCH_XPOSE", 1) == 1,
+            ..Default::default()
+        };
+        match only.as_str() {
+            "scan" | "rts" => {
+                let o = if only == "rts" { ScanOptions { algorithm: ScanAlgorithm::ReduceThenScan, ..so } } else { so };
                 let b = bench_scan_with(&ctx, n, reps, &o).unwrap();
-                eprintln!("first: scan {:?}: {:.3} ms (wall {:.3})", b.algorithm, b.ms, b.wall_ms);
+                eprintln!("only: scan {:?} wg {} vpt {} xpose {}: {:.3} ms (wall {:.3})", b.algorithm, o.workgroup_size, o.vectors_per_thread, o.transpose, b.ms, b.wall_ms);
             }
-            let b = bench_compact_with(&ctx, n, 0.5, &CompactOptions::default(), reps).unwrap();
-            eprintln!("first: compact 0.5: {:.3} ms (count {:.3} + scatter {:.3})", b.ms, b.count_ms, b.scatter_ms);
+            _ => {
+                let co = CompactOptions {
+                    workgroup_size: env("RIDGELINE_BENCH_WG", 256),
+                    block_rows: env("RIDGELINE_BENCH_BLOCK", 4096),
+                    ..Default::default()
+                };
+                let b = bench_compact_with(&ctx, n, 0.5, &co, reps).unwrap();
+                eprintln!("only: compact 0.5 wg {} block {}: {:.3} ms (count {:.3} + scatter {:.3})", co.workgroup_size, co.block_rows, b.ms, b.count_ms, b.scatter_ms);
+            }
         }
         return;
     }
@@ -681,7 +700,7 @@ fn bench_paths() {
         scan_opts.push(("single pass spins", sp(spins, 256, 4)));
     }
     scan_opts.push(("single pass, no subgroups", ScanOptions { subgroups: false, ..Default::default() }));
-    scan_opts.push(("single pass, no transpose", ScanOptions { transpose: false, ..Default::default() }));
+    scan_opts.push(("single pass, transpose", ScanOptions { transpose: true, ..Default::default() }));
     scan_opts.push(("single pass, force fallback", ScanOptions { force_fallback: true, ..Default::default() }));
     for (name, o) in scan_opts {
         match bench_scan_with(&ctx, n, reps, &o) {

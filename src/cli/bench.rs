@@ -194,6 +194,29 @@ pub fn filter(lo: u32, hi: u32, iterations: usize) -> Result<()> {
                 times.remove(0); // warm-up (pipeline compilation)
                 Ok((med(times), count))
             };
+            if sel == 0.5 && std::env::var("RIDGELINE_BENCH_PHASES").is_ok() {
+                // Where the time goes: each phase synchronized on its own.
+                let mut ph = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
+                for _ in 0..iterations.max(1) {
+                    let t = Instant::now();
+                    ctx.wait().map_err(g)?;
+                    ph[0].push(t.elapsed().as_secs_f64() * 1e3);
+                    let t = Instant::now();
+                    let eval = program.evaluate(&ctx, &dev_batch)?;
+                    ctx.wait().map_err(g)?;
+                    ph[1].push(t.elapsed().as_secs_f64() * 1e3);
+                    let t = Instant::now();
+                    let s = Selection::Bitmap { bits: eval.selection.as_ref().expect("predicate"), rows: n };
+                    let _c = compact_with(&ctx, s, &[CCol::new(vcol)], &CompactOptions::with_algo(CompactAlgo::Stable)).map_err(g)?;
+                    ctx.wait().map_err(g)?;
+                    ph[2].push(t.elapsed().as_secs_f64() * 1e3);
+                    let t = Instant::now();
+                    let _w: Vec<u32> = DeviceArray::upload(&ctx, &[1u32, 2, 3, 4]).and_then(|a| a.download(&ctx)).map_err(g)?;
+                    ph[3].push(t.elapsed().as_secs_f64() * 1e3);
+                }
+                let [a, b, c, d] = ph;
+                println!("   phases (ms): idle wait {:.3}, predicate kernel {:.3}, compaction {:.3}, 16-byte round trip {:.3}", med(a), med(b), med(c), med(d));
+            }
             let (stable, count) = run(CompactAlgo::Stable)?;
             let (jj, count_jj) = run(CompactAlgo::JumpingJack)?;
             let mut cpu_times = Vec::new();

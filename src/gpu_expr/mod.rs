@@ -152,6 +152,8 @@ pub(crate) struct Gen<'a> {
     /// Columns read.
     pub(crate) cols: BTreeSet<usize>,
     uses64: bool,
+    /// Whether the kernel can raise a SQL error (division, range-checked casts).
+    pub(crate) may_error: bool,
 }
 
 fn is_int(dt: &DataType) -> bool {
@@ -164,7 +166,7 @@ fn pow10(k: u32) -> i64 {
 
 impl<'a> Gen<'a> {
     pub(crate) fn new(schema: &'a Schema, caps: Caps, validity: &'a dyn Fn(usize) -> bool) -> Self {
-        Gen { schema, caps, validity, tmp: 0, cols: BTreeSet::new(), uses64: false }
+        Gen { schema, caps, validity, tmp: 0, cols: BTreeSet::new(), uses64: false, may_error: false }
     }
 
     fn fresh(&mut self) -> usize {
@@ -492,6 +494,7 @@ impl<'a> Gen<'a> {
                 };
                 let minus_one = if st == Storage::I64 { "-1li" } else { "-1i" };
                 let _ = writeln!(out, "if ({n}) {{");
+                self.may_error = true;
                 let _ = writeln!(out, "  if ({} == {z}) {{ code = max(code, {}u); }}", r.v, codes::DIVIDE_BY_ZERO);
                 match (&signed_min, op) {
                     (Some(min), Operator::Divide) => {
@@ -595,6 +598,7 @@ impl<'a> Gen<'a> {
             if try_ {
                 let _ = writeln!(out, "if ({} && {in_range}) {{ {v} = {value}; {n} = true; }}", a.n);
             } else {
+                g.may_error = true;
                 let _ = writeln!(
                     out,
                     "if ({}) {{ if ({in_range}) {{ {v} = {value}; {n} = true; }} else {{ code = max(code, {}u); }} }}",

@@ -78,6 +78,7 @@ struct OutSpec {
 
 struct Kernel {
     source: String,
+    may_error: bool,
     slots: Vec<Slot>,
     outs: Vec<OutSpec>,
 }
@@ -195,7 +196,7 @@ impl RowProgram {
         let body = format!("{}{}", g.loads(), code);
         let nwords = nbitmaps * (ridgeline_operators::rowwise::ROWWISE_WG as usize / 32);
         let source = render(&decls, nwords, g.helpers64(), &body, &store_bits);
-        Ok(Kernel { source, slots, outs })
+        Ok(Kernel { source, slots, outs, may_error: g.may_error })
     }
 
     /// Runs the program over `batch`. Errors raised by rows are reported by
@@ -267,7 +268,9 @@ impl RowProgram {
         let run = if rows == 0 {
             None
         } else {
-            Some(run_rowwise(ctx, &name, &kernel.source, rows, seg, &arrays).map_err(gpu_err)?)
+            let r = run_rowwise(ctx, &name, &kernel.source, rows, seg, &arrays).map_err(gpu_err)?;
+            // Only kernels that can raise an error pay for reading the error word back.
+            kernel.may_error.then_some(r)
         };
         drop(arrays);
         let outputs = kernel

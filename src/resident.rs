@@ -1,5 +1,10 @@
 //! GPU-resident tables: registered once, their columns stay on the device, so
-//! repeated queries pay no upload. A [`crate::exec::GpuScanExec`] reads them.
+//! repeated queries pay no upload. A [`crate::exec::GpuScanExec`] reads them: on
+//! the device for GPU operators, and from the host copy the table keeps (the
+//! batches it was registered with, shared, not copied) for CPU operators, so a
+//! plan that does not use the GPU never pays a download. Column statistics
+//! (min, max, NULLs) are computed once at registration, so DataFusion can
+//! estimate selectivities and the GPU rules can weigh downloads.
 use crate::exec::GpuScanExec;
 use crate::gpu_batch::GpuBatch;
 use arrow::array::RecordBatch;
@@ -8,6 +13,8 @@ use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::datasource::{TableProvider, TableType};
+use datafusion::common::stats::Precision;
+use datafusion::common::ColumnStatistics;
 use datafusion::error::Result;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
@@ -27,6 +34,63 @@ pub struct ResidentData {
     pub num_rows: usize,
     /// Bytes the data took on the host (for statistics).
     pub host_bytes: usize,
+    /// The same rows on the host, one batch per device chunk.
+    pub host: Vec<RecordBatch>,
+    /// Per-column statistics (exact).
+    pub column_stats: Vec<ColumnStatistics>,
+}
+
+fn at_extreme(v: &datafusion::common::ScalarValue) -> bool {
+    use datafusion::common::ScalarValue as S;
+    match v {
+        S::Int8(Some(x)) => *x == i8::MIN || *x == i8::MAX,
+        S::Int16(Some(x)) => *x == i16::MIN || *x == i16::MAX,
+        S::Int32(Some(x)) | S::Date32(Some(x)) => *x == i32::MIN || *x == i32::MAX,
+        S::Int64(Some(x)) | S::Date64(Some(x)) => *x == i64::MIN || *x == i64::MAX,
+        S::TimestampSecond(Some(x), _)
+        | S::TimestampMillisecond(Some(x), _)
+        | S::TimestampMicrosecond(Some(x), _)
+        | S::TimestampNanosecond(Some(x), _) => *x == i64::MIN || *x == i64::MAX,
+        S::UInt8(Some(x)) => *x == u8::MAX,
+        S::UInt16(Some(x)) => *x == u16::MAX,
+        S::UInt32(Some(x)) => *x == u32::MAX,
+        S::UInt64(Some(x)) => *x == u64::MAX,
+        S::Float32(Some(x)) => !x.is_finite(),
+        S::Float64(Some(x)) => !x.is_finite(),
+        _ => false,
+    }
+}
+
+/// Exact NULL counts, and min / max for the types with a device layout.
+fn column_statistics(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Vec<ColumnStatistics>> {
+    use datafusion::functions_aggregate::min_max::{MaxAccumulator, MinAccumulator};
+    use datafusion::logical_expr::Accumulator;
+    schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let mut cs = ColumnStatistics::new_unknown();
+            cs.null_count = Precision::Exact(batches.iter().map(|b| b.column(i).null_count()).sum());
+            if crate::gpu_batch::Storage::of(f.data_type()).is_some() && f.data_type() != &arrow::datatypes::DataType::Boolean {
+                let mut lo = MinAccumulator::try_new(f.data_type())?;
+                let mut hi = MaxAccumulator::try_new(f.data_type())?;
+                for b in batches {
+                    lo.update_batch(std::slice::from_ref(b.column(i)))?;
+                    hi.update_batch(std::slice::from_ref(b.column(i)))?;
+                }
+                let (lo, hi) = (lo.evaluate()?, hi.evaluate()?);
+                // DataFusion's interval analysis raises an overflow error (planning
+                // fails) for `-x` when x's minimum is its type's minimum: report no
+                // bounds for columns that reach their type's extremes.
+                if !lo.is_null() && !at_extreme(&lo) && !at_extreme(&hi) {
+                    cs.min_value = Precision::Exact(lo);
+                    cs.max_value = Precision::Exact(hi);
+                }
+            }
+            Ok(cs)
+        })
+        .collect()
 }
 
 impl ResidentData {
@@ -37,6 +101,7 @@ impl ResidentData {
         let host_bytes: usize = batches.iter().map(|b| b.get_array_memory_size()).sum();
         let per = chunk_rows.min(num_rows.div_ceil(min_chunks.max(1)).max(8192)).max(1);
         let mut chunks = Vec::new();
+        let mut host = Vec::new();
         let mut pending: Vec<RecordBatch> = Vec::new();
         let mut rows = 0;
         let mut flush = |pending: &mut Vec<RecordBatch>| -> Result<()> {
@@ -46,6 +111,7 @@ impl ResidentData {
             let b = concat_batches(&schema, pending.iter())?;
             pending.clear();
             chunks.push(GpuBatch::upload(ctx, &b)?);
+            host.push(b);
             Ok(())
         };
         for b in batches {
@@ -62,7 +128,8 @@ impl ResidentData {
             }
         }
         flush(&mut pending)?;
-        Ok(ResidentData { name: name.to_string(), schema, chunks, num_rows, host_bytes })
+        let column_stats = column_statistics(&schema, &host)?;
+        Ok(ResidentData { name: name.to_string(), schema, chunks, num_rows, host_bytes, host, column_stats })
     }
 
     /// Device bytes held.

@@ -64,7 +64,7 @@ fn gpu_only_on_resident_tables() {
         eprintln!("skipped: RIDGELINE_GPU is not 'on'");
         return;
     }
-    let args = ["bench", "tpch", "--sf", "0.01", "--queries", "6", "--iterations", "1", "--gpu", "on", "--resident"];
+    let args = ["bench", "tpch", "--sf", "0.01", "--queries", "6", "--iterations", "1", "--gpu", "on", "--gpu-column", "on", "--resident"];
     let out = ok(bin().args(args).output().unwrap(), "bench tpch --gpu on --resident");
     assert!(out.contains("GPU-resident"), "{out}");
     let header = out.lines().find(|l| l.starts_with("query")).unwrap();

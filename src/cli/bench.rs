@@ -214,6 +214,17 @@ pub fn filter(lo: u32, hi: u32, iterations: usize) -> Result<()> {
                     let _w: Vec<u32> = DeviceArray::upload(&ctx, &[1u32, 2, 3, 4]).and_then(|a| a.download(&ctx)).map_err(g)?;
                     ph[3].push(t.elapsed().as_secs_f64() * 1e3);
                 }
+                let t = Instant::now();
+                let us: Vec<_> = (0..10).map(|i| ctx.uniform(&[i as u32; 4])).collect();
+                let uni = t.elapsed().as_secs_f64() * 1e3 / 10.0;
+                drop(us);
+                let t = Instant::now();
+                for _ in 0..10 {
+                    let a = DeviceArray::alloc(&ctx, 4, 4).map_err(g)?;
+                    drop(a);
+                }
+                let al = t.elapsed().as_secs_f64() * 1e3 / 10.0;
+                println!("   uniform buffer {uni:.3} ms, pooled alloc {al:.3} ms");
                 let [a, b, c, d] = ph;
                 println!("   phases (ms): idle wait {:.3}, predicate kernel {:.3}, compaction {:.3}, 16-byte round trip {:.3}", med(a), med(b), med(c), med(d));
             }

@@ -1,5 +1,7 @@
 //! `GpuScanExec`: reads a GPU-resident table. Its columns already live on the
 //! device, so a query pays no upload; a projection shares the column buffers.
+//! Under a CPU parent it reads the table's host copy instead (no download), so
+//! the boundary rule puts no `GpuUnloadExec` above it.
 use super::{GpuBatchStream, GpuExec};
 use crate::gpu_batch::GpuBatch;
 use crate::resident::ResidentData;
@@ -90,8 +92,24 @@ impl ExecutionPlan for GpuScanExec {
         Ok(self)
     }
     fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
-        let gpu = self.execute_gpu(partition, ctx.clone())?;
-        super::gpu_unload::download_stream(self.schema.clone(), gpu, ctx.session_config().batch_size())
+        // CPU parents read the host copy: the same rows, no transfer.
+        let batch_size = ctx.session_config().batch_size().max(1);
+        let mut out = Vec::new();
+        for (i, b) in self.data.host.iter().enumerate() {
+            if i % self.partitions != partition {
+                continue;
+            }
+            let b = match &self.projection {
+                Some(p) => b.project(p)?,
+                None => b.clone(),
+            };
+            let n = b.num_rows();
+            out.extend((0..n).step_by(batch_size).map(|o| Ok(b.slice(o, batch_size.min(n - o)))));
+        }
+        Ok(Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
+            self.schema.clone(),
+            futures::stream::iter(out),
+        )))
     }
     fn partition_statistics(&self, partition: Option<usize>) -> Result<Arc<Statistics>> {
         let mut s = Statistics::new_unknown(&self.schema);
@@ -103,6 +121,12 @@ impl ExecutionPlan for GpuScanExec {
             }
         };
         s.num_rows = Precision::Exact(rows);
+        if partition.is_none() {
+            s.column_statistics = match &self.projection {
+                Some(p) => p.iter().map(|&i| self.data.column_stats[i].clone()).collect(),
+                None => self.data.column_stats.clone(),
+            };
+        }
         let frac = self.schema.fields().len() as f64 / self.data.schema.fields().len().max(1) as f64;
         s.total_byte_size = Precision::Inexact((bytes as f64 * frac) as usize);
         Ok(Arc::new(s))
@@ -112,6 +136,10 @@ impl ExecutionPlan for GpuScanExec {
 impl GpuExec for GpuScanExec {
     fn consumes_gpu_input(&self) -> bool {
         false
+    }
+    fn cpu_plan(&self) -> Option<Result<Arc<dyn ExecutionPlan>>> {
+        // Its `execute` reads the host copy.
+        Some(GpuScanExec::try_new(self.data.clone(), self.projection.clone(), self.partitions).map(|s| Arc::new(s) as _))
     }
     fn execute_gpu(&self, partition: usize, _ctx: Arc<TaskContext>) -> Result<GpuBatchStream> {
         let chunks = self.chunks_of(partition)?;

@@ -82,18 +82,23 @@ pub fn as_gpu(plan: &Arc<dyn ExecutionPlan>) -> Option<&dyn GpuExec> {
     None
 }
 
-/// Names of the GPU operators in a plan (for `demo`, `bench` and tests).
+/// Names of the GPU operators in a plan (for `demo`, `bench` and tests). A
+/// resident scan counts only where a GPU operator consumes it (under a CPU
+/// parent it reads its host copy).
 pub fn gpu_operator_names(plan: &Arc<dyn ExecutionPlan>) -> Vec<String> {
     let mut out = Vec::new();
-    fn walk(p: &Arc<dyn ExecutionPlan>, out: &mut Vec<String>) {
-        if p.name().starts_with("Gpu") && !out.iter().any(|n| n == p.name()) {
+    fn walk(p: &Arc<dyn ExecutionPlan>, parent_gpu: bool, out: &mut Vec<String>) {
+        let gpu = as_gpu(p).is_some() || p.downcast_ref::<GpuUnloadExec>().is_some();
+        let counts = gpu && (p.downcast_ref::<GpuScanExec>().is_none() || parent_gpu);
+        if counts && !out.iter().any(|n| n == p.name()) {
             out.push(p.name().to_string());
         }
+        let consumes = as_gpu(p).is_some_and(|g| g.consumes_gpu_input());
         for c in p.children() {
-            walk(c, out);
+            walk(c, consumes, out);
         }
     }
-    walk(plan, &mut out);
+    walk(plan, false, &mut out);
     out
 }
 

@@ -1,8 +1,9 @@
 //! Inserts explicit boundary nodes where a plan crosses between CPU and GPU:
 //! `GpuLoadExec` under a GPU operator whose input is a CPU operator, and
 //! `GpuUnloadExec` under a CPU operator (or at the root) whose input is a GPU
-//! operator. Runs after every rule that places operators on the GPU.
-use crate::exec::{as_gpu, GpuLoadExec, GpuUnloadExec};
+//! operator (except a resident scan, which serves CPU parents from its host
+//! copy). Runs after every rule that places operators on the GPU.
+use crate::exec::{as_gpu, GpuLoadExec, GpuScanExec, GpuUnloadExec};
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::config::ConfigOptions;
 use datafusion::error::Result;
@@ -31,7 +32,8 @@ impl PhysicalOptimizerRule for GpuBoundaries {
                                 changed = true;
                                 Arc::new(GpuLoadExec::new(c.clone())) as Arc<dyn ExecutionPlan>
                             }
-                            None if child_gpu && !is_unload => {
+                            // A resident scan serves CPU parents from its host copy.
+                            None if child_gpu && !is_unload && c.downcast_ref::<GpuScanExec>().is_none() => {
                                 changed = true;
                                 Arc::new(GpuUnloadExec::new(c.clone()))
                             }
@@ -47,7 +49,7 @@ impl PhysicalOptimizerRule for GpuBoundaries {
                 Ok(Transformed::yes(n))
             })?
             .data;
-        Ok(if as_gpu(&plan).is_some() { Arc::new(GpuUnloadExec::new(plan)) } else { plan })
+        Ok(if as_gpu(&plan).is_some() && plan.downcast_ref::<GpuScanExec>().is_none() { Arc::new(GpuUnloadExec::new(plan)) } else { plan })
     }
     fn name(&self) -> &str {
         "ridgeline_gpu_boundaries"

@@ -7,16 +7,17 @@
 //! Where nothing runs on the GPU, a [`CpuNoteExec`] above the filter says why in
 //! EXPLAIN.
 //!
-//! The cost model (mode `auto`): a filter whose input is already on the GPU (a
-//! resident table, another GPU operator) always runs there: it downloads only the
-//! surviving rows instead of every row. A filter over host data pays the upload of
+//! The cost model (mode `auto`): a filter over a resident table runs on the GPU
+//! when downloading the surviving rows (estimated by DataFusion from the table's
+//! exact column statistics) costs less than filtering the table's host copy on
+//! the CPU; a filter over another GPU operator always runs there. A filter over host data pays the upload of
 //! its input, so it moves only when that is cheaper than filtering on the CPU's
 //! threads, estimated from rates measured on the H100 machine (BENCHMARKS.md) and
 //! only from `ridgeline.min_gpu_rows` rows on; on a CPU adapter (lavapipe) never.
 //! Mode `on` moves every filter that compiles.
 use crate::config::{device_for, RidgelineOptions};
 use crate::exec::gpu_filter::OutCol;
-use crate::exec::{as_gpu, CpuNoteExec, GpuFilterExec};
+use crate::exec::{as_gpu, CpuNoteExec, GpuFilterExec, GpuScanExec};
 use crate::gpu_expr::{Caps, RowProgram};
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::config::ConfigOptions;
@@ -27,6 +28,9 @@ use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::Partitioning;
+use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, PlanProperties};
 use ridgeline_operators::compact::CompactAlgo;
 use ridgeline_operators::{GpuContext, GpuMode};
@@ -66,7 +70,27 @@ impl PhysicalOptimizerRule for GpuFilterRule {
                 }
                 if let Some(p) = node.downcast_ref::<ProjectionExec>() {
                     if let Some(g) = p.input().downcast_ref::<GpuFilterExec>() {
-                        return env.fuse(&node, p, g);
+                        return env.fuse(&node, p, g, p.properties().clone());
+                    }
+                    // A round-robin repartition between them: the projection is
+                    // row-wise, so it moves below the repartition into the filter.
+                    if let Some(r) = p.input().downcast_ref::<RepartitionExec>() {
+                        if let (Partitioning::RoundRobinBatch(_), Some(g)) =
+                            (r.partitioning(), r.input().downcast_ref::<GpuFilterExec>())
+                        {
+                            let props = Arc::new(PlanProperties::new(
+                                EquivalenceProperties::new(p.schema()),
+                                g.properties().output_partitioning().clone(),
+                                EmissionType::Incremental,
+                                Boundedness::Bounded,
+                            ));
+                            let fused = env.fuse(&node, p, g, props)?;
+                            if fused.data.downcast_ref::<GpuFilterExec>().is_some() {
+                                let rep = RepartitionExec::try_new(fused.data, r.partitioning().clone())?;
+                                return Ok(Transformed::yes(Arc::new(rep)));
+                            }
+                            return Ok(fused);
+                        }
                     }
                 }
                 Ok(Transformed::no(node))
@@ -97,7 +121,13 @@ impl Env {
     /// Whether moving this filter pays, or why not.
     fn worth_it(&self, f: &FilterExec, conjuncts: usize) -> std::result::Result<(), String> {
         let input = f.input();
-        if self.mode == GpuMode::On || as_gpu(input).is_some() {
+        if self.mode == GpuMode::On {
+            return Ok(());
+        }
+        if input.downcast_ref::<GpuScanExec>().is_some() {
+            return self.resident_worth_it(f, conjuncts);
+        }
+        if as_gpu(input).is_some() {
             return Ok(());
         }
         if self.dev.is_cpu_adapter() {
@@ -130,6 +160,42 @@ impl Env {
         } else {
             Err(format!(
                 "uploading the input costs more than filtering on the CPU (estimated {:.1} ms vs {:.1} ms; data made resident stays on the GPU)",
+                gpu_ns / 1e6,
+                cpu_ns / 1e6
+            ))
+        }
+    }
+
+    /// A filter over a resident table: the GPU filters without moving the input but
+    /// downloads the surviving rows; the CPU filters the table's host copy.
+    fn resident_worth_it(&self, f: &FilterExec, conjuncts: usize) -> std::result::Result<(), String> {
+        #[allow(deprecated)]
+        let in_stats = f.input().partition_statistics(None).map_err(|e| e.to_string())?;
+        let Some(rows) = in_stats.num_rows.get_value().copied() else { return Ok(()) };
+        #[allow(deprecated)]
+        let out_rows = f
+            .partition_statistics(None)
+            .ok()
+            .and_then(|s| s.num_rows.get_value().copied())
+            .unwrap_or((rows as f64 * DEFAULT_SELECTIVITY) as usize)
+            .min(rows);
+        let sel = out_rows as f64 / rows.max(1) as f64;
+        let out_schema = f.schema();
+        // Strings are filtered on the host beside the download: count them as 16 bytes.
+        let out_bytes: usize = out_schema
+            .fields()
+            .iter()
+            .map(|fd| crate::gpu_batch::Storage::of(fd.data_type()).map_or(16, |s| s.elem_size()))
+            .sum();
+        let gpu_ns = out_rows as f64 * out_bytes as f64 / DOWNLOAD_GBPS + GPU_FIXED_NS;
+        let cpu_ns = rows as f64
+            * (CPU_NS_PER_ROW_CONJUNCT * conjuncts as f64 + CPU_NS_PER_ROW_COLUMN * out_schema.fields().len() as f64 * sel)
+            / self.threads as f64;
+        if gpu_ns < cpu_ns {
+            Ok(())
+        } else {
+            Err(format!(
+                "downloading about {out_rows} of {rows} rows costs more than filtering the host copy on the CPU (estimated {:.1} ms vs {:.1} ms)",
                 gpu_ns / 1e6,
                 cpu_ns / 1e6
             ))
@@ -199,7 +265,13 @@ impl Env {
     }
 
     /// Fuses `ProjectionExec` `p` into the GPU filter `g` below it.
-    fn fuse(&self, node: &Arc<dyn ExecutionPlan>, p: &ProjectionExec, g: &GpuFilterExec) -> Result<Transformed<Arc<dyn ExecutionPlan>>> {
+    fn fuse(
+        &self,
+        node: &Arc<dyn ExecutionPlan>,
+        p: &ProjectionExec,
+        g: &GpuFilterExec,
+        props: Arc<PlanProperties>,
+    ) -> Result<Transformed<Arc<dyn ExecutionPlan>>> {
         let program = g.program();
         let in_schema = program.schema().clone();
         let mut outputs: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
@@ -231,7 +303,7 @@ impl Env {
             Ok(f) => f,
             Err(why) => return note(node, format!("projection not fused into the GPU filter: {why}")),
         };
-        let f = GpuFilterExec::new(g.input().clone(), fused, columns, p.schema(), g.algo(), p.properties().clone());
+        let f = GpuFilterExec::new(g.input().clone(), fused, columns, p.schema(), g.algo(), props);
         Ok(Transformed::yes(Arc::new(f)))
     }
 }

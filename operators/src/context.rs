@@ -224,7 +224,7 @@ impl GpuContext {
             _ => 16u64 << 30,
         };
         let budget = opts.memory_budget.unwrap_or(default_budget);
-        let pool = BufferPool::new(device.clone(), budget, limits.max_buffer_size);
+        let pool = BufferPool::new(device.clone(), budget, limits.max_buffer_size, (limits.max_storage_buffer_binding_size as u64).min(WGPU_MAX_BINDING) / 4 * 4);
         let staging = StagingPool::new(info.device_type == wgpu::DeviceType::Cpu);
         let trusted_shaders = !cfg!(debug_assertions)
             && std::env::var("RIDGELINE_SHADER_CHECKS").map_or(true, |v| v == "0");

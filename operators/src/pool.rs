@@ -48,6 +48,7 @@ struct PoolState {
 pub(crate) struct PoolInner {
     device: wgpu::Device,
     max_buffer: u64,
+    max_binding: u64,
     state: Mutex<PoolState>,
 }
 
@@ -105,11 +106,12 @@ impl PoolInner {
 }
 
 impl BufferPool {
-    pub(crate) fn new(device: wgpu::Device, budget: u64, max_buffer: u64) -> Self {
+    pub(crate) fn new(device: wgpu::Device, budget: u64, max_buffer: u64, max_binding: u64) -> Self {
         BufferPool {
             inner: Arc::new(PoolInner {
                 device,
                 max_buffer,
+                max_binding,
                 state: Mutex::new(PoolState { free: BTreeMap::new(), stats: PoolStats::default(), budget }),
             }),
         }
@@ -167,7 +169,12 @@ impl BufferPool {
         if bytes > max {
             return Err(GpuError::Invalid(format!("buffer of {bytes} bytes exceeds the adapter's max_buffer_size {max}")));
         }
-        let class = size_class(bytes).min(max);
+        let mut class = size_class(bytes).min(max);
+        // A buffer that fits one binding must stay bindable whole: its size class
+        // may not round it past the binding limit (2^28 i64 rows would become 2 GiB).
+        if bytes <= self.inner.max_binding && class > self.inner.max_binding {
+            class = bytes.div_ceil(256) * 256;
+        }
         {
             let mut st = self.inner.state.lock().unwrap();
             if let Some(list) = st.free.get_mut(&class) {

@@ -116,6 +116,15 @@ struct Env {
     threads: usize,
 }
 
+/// `Ok` when the GPU estimate is lower, else the reason with both estimates.
+fn cheaper(gpu_ns: f64, cpu_ns: f64, what: &str, suffix: &str) -> std::result::Result<(), String> {
+    if gpu_ns < cpu_ns {
+        Ok(())
+    } else {
+        Err(format!("{what} (estimated {:.1} ms vs {:.1} ms{suffix})", gpu_ns / 1e6, cpu_ns / 1e6))
+    }
+}
+
 fn note(node: &Arc<dyn ExecutionPlan>, why: String) -> Result<Transformed<Arc<dyn ExecutionPlan>>> {
     Ok(Transformed::yes(Arc::new(CpuNoteExec::new(node.clone(), why))))
 }
@@ -155,18 +164,8 @@ impl Env {
         let gpu_ns = rows_f * row_bytes as f64 / UPLOAD_GBPS
             + rows_f * DEFAULT_SELECTIVITY * row_bytes as f64 / DOWNLOAD_GBPS
             + GPU_FIXED_NS;
-        let cpu_ns = rows_f
-            * (CPU_NS_PER_ROW_CONJUNCT * conjuncts as f64 + CPU_NS_PER_ROW_COLUMN * out_cols * DEFAULT_SELECTIVITY)
-            / self.threads as f64;
-        if gpu_ns < cpu_ns {
-            Ok(())
-        } else {
-            Err(format!(
-                "uploading the input costs more than filtering on the CPU (estimated {:.1} ms vs {:.1} ms; data made resident stays on the GPU)",
-                gpu_ns / 1e6,
-                cpu_ns / 1e6
-            ))
-        }
+        let cpu_ns = self.cpu_filter_ns(rows_f, conjuncts, out_cols, DEFAULT_SELECTIVITY);
+        cheaper(gpu_ns, cpu_ns, "uploading the input costs more than filtering on the CPU", "; data made resident stays on the GPU")
     }
 
     /// A filter over a resident table: the GPU filters without moving the input but
@@ -192,18 +191,15 @@ impl Env {
             .sum();
         let parts = f.input().output_partitioning().partition_count().max(1) as f64;
         let gpu_ns = out_rows as f64 * out_bytes as f64 / DOWNLOAD_GBPS + GPU_FIXED_NS * parts;
-        let cpu_ns = rows as f64
-            * (CPU_NS_PER_ROW_CONJUNCT * conjuncts as f64 + CPU_NS_PER_ROW_COLUMN * out_schema.fields().len() as f64 * sel)
-            / self.threads as f64;
-        if gpu_ns < cpu_ns {
-            Ok(())
-        } else {
-            Err(format!(
-                "downloading about {out_rows} of {rows} rows costs more than filtering the host copy on the CPU (estimated {:.1} ms vs {:.1} ms)",
-                gpu_ns / 1e6,
-                cpu_ns / 1e6
-            ))
-        }
+        let cpu_ns = self.cpu_filter_ns(rows as f64, conjuncts, out_schema.fields().len() as f64, sel);
+        let what = format!("downloading about {out_rows} of {rows} rows costs more than filtering the host copy on the CPU");
+        cheaper(gpu_ns, cpu_ns, &what, "")
+    }
+
+    /// Estimated CPU time of a filter: every conjunct over every row, then the
+    /// gather of the output columns over the selected rows, on all threads.
+    fn cpu_filter_ns(&self, rows: f64, conjuncts: usize, out_cols: f64, sel: f64) -> f64 {
+        rows * (CPU_NS_PER_ROW_CONJUNCT * conjuncts as f64 + CPU_NS_PER_ROW_COLUMN * out_cols * sel) / self.threads as f64
     }
 
     fn algo(&self, input: &Arc<dyn ExecutionPlan>) -> Result<CompactAlgo> {

@@ -319,6 +319,19 @@ pub fn bench_compact_with(
     opts: &CompactOptions,
     reps: usize,
 ) -> GpuResult<CompactBench> {
+    bench_compact_sel(ctx, n, selectivity, opts, reps, false)
+}
+
+/// [`bench_compact_with`] with the selection as 0/1 `u32` flags (`bitmap = false`)
+/// or as a bitmap (`bitmap = true`: what Ridgeline's filter kernels produce).
+pub fn bench_compact_sel(
+    ctx: &GpuContext,
+    n: usize,
+    selectivity: f64,
+    opts: &CompactOptions,
+    reps: usize,
+    bitmap: bool,
+) -> GpuResult<CompactBench> {
     let threshold = (selectivity.clamp(0.0, 1.0) * 4294967296.0).min(4294967295.0) as u64;
     let mut state = 0x9E37_79B9_7F4A_7C15u64;
     let flags: Vec<u32> = (0..n)
@@ -328,7 +341,15 @@ pub fn bench_compact_with(
         })
         .collect();
     let values: Vec<u32> = (0..n as u32).collect();
-    let f = DeviceArray::upload(ctx, &flags)?;
+    let f = if bitmap {
+        let mut words = vec![0u32; n.div_ceil(32)];
+        for (i, &x) in flags.iter().enumerate() {
+            words[i / 32] |= x << (i % 32);
+        }
+        DeviceArray::upload_segmented(ctx, &words, ctx.segment_rows() / 32)?
+    } else {
+        DeviceArray::upload(ctx, &flags)?
+    };
     let v = DeviceArray::upload(ctx, &values)?;
     drop((flags, values));
     let cols = [Column::new(&v)];
@@ -339,7 +360,8 @@ pub fn bench_compact_with(
     for rep in 0..=reps.max(1) {
         let timer = KernelTimer::new(ctx, 2);
         let t0 = std::time::Instant::now();
-        let out = compact_impl(ctx, Selection::Flags(&f), &cols, opts, timer.as_ref())?;
+        let sel = if bitmap { Selection::Bitmap { bits: &f, rows: n } } else { Selection::Flags(&f) };
+        let out = compact_impl(ctx, sel, &cols, opts, timer.as_ref())?;
         ctx.wait()?;
         let w = t0.elapsed().as_secs_f64() * 1e3;
         let (g, p) = match &timer {

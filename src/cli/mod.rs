@@ -135,10 +135,13 @@ pub enum BenchCommand {
         #[command(flatten)]
         range: SizeRange,
     },
-    /// GPU stream compaction (stable vs Jumping Jack) over selectivity 0..100%.
+    /// GPU stream compaction (stable vs Jumping Jack, flags vs bitmap) over selectivity 0..100%.
     Compact {
         #[command(flatten)]
         range: SizeRange,
+        /// Only this selectivity (0..1), e.g. to time one case in a fresh process.
+        #[arg(long)]
+        selectivity: Option<f64>,
     },
     /// GPU filter (predicate kernel + compaction) on resident data vs DataFusion's CPU filter.
     Filter {
@@ -209,7 +212,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Some(Command::Bench { what }) => tokio::task::spawn_blocking(move || match what {
             BenchCommand::Transfer { max_mib, iterations } => bench::transfer(max_mib, iterations),
             BenchCommand::Scan { range } => bench::scan(range.min_log2, range.max_log2, range.iterations),
-            BenchCommand::Compact { range } => bench::compact(range.min_log2, range.max_log2, range.iterations),
+            BenchCommand::Compact { range, selectivity } => bench::compact(range.min_log2, range.max_log2, range.iterations, selectivity),
             BenchCommand::Filter { range } => bench::filter(range.min_log2, range.max_log2, range.iterations),
             BenchCommand::Tpch(_) => Err(DataFusionError::Internal("bench tpch runs on the async runtime".into())),
         })

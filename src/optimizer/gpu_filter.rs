@@ -131,13 +131,13 @@ fn note(node: &Arc<dyn ExecutionPlan>, why: String) -> Result<Transformed<Arc<dy
 
 impl Env {
     /// Whether moving this filter pays, or why not.
-    fn worth_it(&self, f: &FilterExec, conjuncts: usize) -> std::result::Result<(), String> {
+    fn worth_it(&self, f: &FilterExec, conjuncts: usize, split: Option<(&Arc<dyn PhysicalExpr>, usize)>) -> std::result::Result<(), String> {
         let input = f.input();
         if self.mode == GpuMode::On {
             return Ok(());
         }
         if input.downcast_ref::<GpuScanExec>().is_some() {
-            return self.resident_worth_it(f, conjuncts);
+            return self.resident_worth_it(f, conjuncts, split);
         }
         if as_gpu(input).is_some() {
             return Ok(());
@@ -170,27 +170,45 @@ impl Env {
 
     /// A filter over a resident table: the GPU filters without moving the input but
     /// downloads the surviving rows; the CPU filters the table's host copy.
-    fn resident_worth_it(&self, f: &FilterExec, conjuncts: usize) -> std::result::Result<(), String> {
+    ///
+    /// `split`: the part of the predicate that compiles and how many conjuncts stay
+    /// on the CPU; then the GPU part's survivors are downloaded with every input
+    /// column and the rest of the predicate runs over them on the CPU.
+    fn resident_worth_it(
+        &self,
+        f: &FilterExec,
+        conjuncts: usize,
+        split: Option<(&Arc<dyn PhysicalExpr>, usize)>,
+    ) -> std::result::Result<(), String> {
         #[allow(deprecated)]
         let in_stats = f.input().partition_statistics(None).map_err(|e| e.to_string())?;
         let Some(rows) = in_stats.num_rows.get_value().copied() else { return Ok(()) };
         #[allow(deprecated)]
-        let out_rows = f
-            .partition_statistics(None)
-            .ok()
-            .and_then(|s| s.num_rows.get_value().copied())
-            .unwrap_or((rows as f64 * DEFAULT_SELECTIVITY) as usize)
-            .min(rows);
+        let estimate = |fe: &FilterExec| {
+            fe.partition_statistics(None)
+                .ok()
+                .and_then(|s| s.num_rows.get_value().copied())
+                .unwrap_or((rows as f64 * DEFAULT_SELECTIVITY) as usize)
+                .min(rows)
+        };
+        let out_rows = estimate(f);
         let sel = out_rows as f64 / rows.max(1) as f64;
-        let out_schema = f.schema();
         // Strings are filtered on the host beside the download: count them as 16 bytes.
-        let out_bytes: usize = out_schema
-            .fields()
-            .iter()
-            .map(|fd| crate::gpu_batch::Storage::of(fd.data_type()).map_or(16, |s| s.elem_size()))
-            .sum();
+        let width = |s: &arrow::datatypes::Schema| -> usize {
+            s.fields().iter().map(|fd| crate::gpu_batch::Storage::of(fd.data_type()).map_or(16, |s| s.elem_size())).sum()
+        };
+        let out_schema = f.schema();
+        let (dl_rows, dl_bytes, rest_ns) = match split {
+            None => (out_rows, width(&out_schema), 0.0),
+            Some((gpu_pred, cpu_conjuncts)) => {
+                let part = FilterExec::try_new(gpu_pred.clone(), f.input().clone()).map(|fe| estimate(&fe)).unwrap_or(rows);
+                let rest = self.cpu_filter_ns(part as f64, cpu_conjuncts, out_schema.fields().len() as f64, out_rows as f64 / part.max(1) as f64);
+                (part, width(&f.input().schema()), rest)
+            }
+        };
         let parts = f.input().output_partitioning().partition_count().max(1) as f64;
-        let gpu_ns = out_rows as f64 * out_bytes as f64 / DOWNLOAD_GBPS + GPU_FIXED_NS * parts;
+        let gpu_ns = dl_rows as f64 * dl_bytes as f64 / DOWNLOAD_GBPS + GPU_FIXED_NS * parts + rest_ns;
+        let out_rows = dl_rows;
         let cpu_ns = self.cpu_filter_ns(rows as f64, conjuncts, out_schema.fields().len() as f64, sel);
         let what = format!("downloading about {out_rows} of {rows} rows costs more than filtering the host copy on the CPU");
         cheaper(gpu_ns, cpu_ns, &what, "")
@@ -231,10 +249,11 @@ impl Env {
         if gpu.is_empty() {
             return note(node, format!("the predicate does not compile to WGSL ({})", reasons.join("; ")));
         }
-        if let Err(why) = self.worth_it(f, gpu.len() + cpu.len()) {
+        let predicate = conjunction(gpu.clone());
+        let split = (!cpu.is_empty()).then_some((&predicate, cpu.len()));
+        if let Err(why) = self.worth_it(f, gpu.len() + cpu.len(), split) {
             return note(node, why);
         }
-        let predicate = conjunction(gpu);
         let program = match RowProgram::try_new(in_schema.clone(), Some(predicate), vec![], self.caps) {
             Ok(p) => p,
             Err(why) => return note(node, why),

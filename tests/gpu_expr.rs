@@ -355,3 +355,17 @@ fn print_values() {
         println!("{sql}\n a   = {:?}\n gpu = {:?}\n cpu = {:?}", b.column(0).slice(0, 12), got.slice(0, 12), cpu.slice(0, 12));
     }
 }
+
+#[test]
+fn checked_arithmetic_stays_on_the_cpu() {
+    let Some(dev) = ctx() else { return };
+    use datafusion::logical_expr::Operator;
+    use datafusion::physical_expr::expressions::{BinaryExpr, Column, Literal};
+    let b = batch(4, 40);
+    let plus = BinaryExpr::new(Arc::new(Column::new("a", 0)), Operator::Plus, Arc::new(Literal::new(datafusion::scalar::ScalarValue::Int32(Some(1)))));
+    let wrapping: Arc<dyn PhysicalExpr> = Arc::new(plus.clone());
+    let checked: Arc<dyn PhysicalExpr> = Arc::new(plus.with_fail_on_overflow(true));
+    assert!(RowProgram::try_new(b.schema(), None, vec![wrapping], Caps::of(&dev)).is_ok());
+    let err = RowProgram::try_new(b.schema(), None, vec![checked], Caps::of(&dev)).unwrap_err();
+    assert!(err.contains("overflow checks"), "{err}");
+}

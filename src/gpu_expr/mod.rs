@@ -397,6 +397,11 @@ impl<'a> Gen<'a> {
                 Ok(Val { v, n: "true".into(), dt: DataType::Boolean })
             }
             Operator::Plus | Operator::Minus | Operator::Multiply | Operator::Divide | Operator::Modulo => {
+                // Checked arithmetic (DataFusion's `fail_on_overflow`, which has no
+                // accessor, only its Debug form) would need overflow errors: CPU.
+                if format!("{b:?}").contains("fail_on_overflow: true") {
+                    return Err(format!("{op} with overflow checks"));
+                }
                 let rt = whole.data_type(self.schema).map_err(|e| e.to_string())?;
                 self.arith(op, l, r, rt, out)
             }

@@ -330,33 +330,6 @@ fn unsupported_forms_say_why() {
 }
 
 #[test]
-#[ignore]
-fn print_source() {
-    let b = batch(1, 21);
-    let e = physical(&b, "CASE WHEN a > 0 THEN a END");
-    let caps = Caps { int64: true };
-    let prog = RowProgram::try_new(b.schema(), None, vec![e], caps).unwrap();
-    println!("{:?}", b);
-    println!("{}", prog.source(&|i| b.column(i).null_count() > 0).unwrap());
-}
-
-#[test]
-#[ignore]
-fn print_values() {
-    let Some(dev) = ctx() else { return };
-    let b = batch(40, 21);
-    for sql in ["CAST(a AS BIGINT) > 5", "CAST(a AS BIGINT) = 0", "CAST(a AS BIGINT) < 0", "CAST(a AS BIGINT) >= b", "b > 0", "CAST(c AS BIGINT) > 0", "CAST(a AS BIGINT) < CAST(0 AS BIGINT) + b * 0"] {
-        let e = physical(&b, sql);
-        let prog = RowProgram::try_new(b.schema(), None, vec![e.clone()], Caps::of(&dev)).unwrap();
-        let g = GpuBatch::upload(&dev, &b).unwrap();
-        let eval = prog.evaluate(&dev, &g).unwrap();
-        let got = download_column(&dev, &eval.outputs[0]).unwrap();
-        let cpu = e.evaluate(&b).unwrap().into_array(40).unwrap();
-        println!("{sql}\n a   = {:?}\n gpu = {:?}\n cpu = {:?}", b.column(0).slice(0, 12), got.slice(0, 12), cpu.slice(0, 12));
-    }
-}
-
-#[test]
 fn checked_arithmetic_stays_on_the_cpu() {
     let Some(dev) = ctx() else { return };
     use datafusion::logical_expr::Operator;

@@ -29,8 +29,8 @@ fn ctx() -> Option<Arc<GpuContext>> {
 /// A batch of `n` rows with adversarial values and NULLs in every column kind.
 fn batch(n: usize, seed: u64) -> RecordBatch {
     let mut rng = SmallRng::seed_from_u64(seed);
-    let mut null = |p: f64| move |rng: &mut SmallRng| rng.random_bool(p);
-    let mut isnull = null(0.1);
+    let null = |p: f64| move |rng: &mut SmallRng| rng.random_bool(p);
+    let isnull = null(0.1);
     let i32s: Int32Array = (0..n)
         .map(|_| {
             if isnull(&mut rng) {

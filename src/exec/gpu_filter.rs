@@ -26,6 +26,22 @@ use ridgeline_operators::compact::{compact_with, count_selected, Column as CCol,
 use ridgeline_operators::{GpuContext, GpuError};
 use std::sync::Arc;
 
+/// The selectivity from which `Auto` compacts a filter's output with Jumping Jack
+/// (where the plan leaves the order free). Measured with `ridgeline bench filter`
+/// (bitmap selections, i64 payload) on the H100: Jumping Jack vs stable ms at 2^27
+/// rows: 1.23 vs 1.13 at 10%, 1.34 vs 1.41 at 50%, 1.50 vs 2.10 at 90%, 1.58 vs 2.33
+/// at 100% (at 2^28: 2.24 vs 1.88, 2.60 vs 2.87, 2.98 vs 4.17, 2.79 vs 4.29), so
+/// from 50% on. With u32 flags stable wins everywhere there (the count pass
+/// dominates), which is why the operators' own default stays stable. On CPU
+/// adapters (lavapipe) the crossover measured about 90%.
+pub fn filter_jj_min_selectivity(dev: &GpuContext) -> f64 {
+    if dev.is_cpu_adapter() {
+        ridgeline_operators::compact::LAVAPIPE_JJ_MIN_SELECTIVITY
+    } else {
+        0.5
+    }
+}
+
 /// Where an output column comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OutCol {
@@ -141,7 +157,9 @@ impl GpuFilterExec {
         let (count, mut compacted) = if cols.is_empty() {
             (count_selected(dev, selection).map_err(gpu_err)?, Vec::new())
         } else {
-            let c = compact_with(dev, selection, &cols, &CompactOptions::with_algo(algo)).map_err(gpu_err)?;
+            let mut opts = CompactOptions::with_algo(algo);
+            opts.jj_min_selectivity = filter_jj_min_selectivity(dev);
+            let c = compact_with(dev, selection, &cols, &opts).map_err(gpu_err)?;
             (c.count, c.columns.into_iter().map(Some).collect::<Vec<_>>())
         };
         eval.check_errors(dev)?;

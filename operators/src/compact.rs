@@ -691,6 +691,15 @@ struct ColumnLayout {
 }
 
 impl ColumnLayout {
+    /// One letter of a pipeline's cache key.
+    fn key(&self) -> char {
+        match (self.wide, self.validity) {
+            (false, false) => 'a',
+            (false, true) => 'b',
+            (true, false) => 'c',
+            (true, true) => 'd',
+        }
+    }
     fn bindings(&self) -> u32 {
         if self.validity {
             6
@@ -713,6 +722,19 @@ struct Generated {
 /// offsets, 3: params).
 const FIRST_COLUMN_BINDING: u32 = 4;
 
+/// Three bindings from `b`: the input array `input` (read) and the two output
+/// segments `lo` and `hi` (read-write).
+fn column_decls(decls: &mut String, b: u32, input: &str, in_ty: &str, lo: &str, hi: &str, out_ty: &str) {
+    let _ = writeln!(
+        decls,
+        "@group(0) @binding({b}) var<storage, read> {input}: array<{in_ty}>;\n\
+         @group(0) @binding({}) var<storage, read_write> {lo}: array<{out_ty}>;\n\
+         @group(0) @binding({}) var<storage, read_write> {hi}: array<{out_ty}>;",
+        b + 1,
+        b + 2
+    );
+}
+
 /// WGSL for the columns of one launch: per column, bindings `in`, `lo`, `hi` (the
 /// values of the input segment and of the two output segments) and, with validity,
 /// `vin`, `vlo`, `vhi`; the per-row copy and the per-word validity flush.
@@ -722,36 +744,15 @@ fn generate_columns(cols: &[ColumnLayout], block: u32) -> Generated {
     let mut k = 0u32;
     for (c, col) in cols.iter().enumerate() {
         let ty = if col.wide { "vec2<u32>" } else { "u32" };
-        g.key.push(match (col.wide, col.validity) {
-            (false, false) => 'a',
-            (false, true) => 'b',
-            (true, false) => 'c',
-            (true, true) => 'd',
-        });
-        let _ = writeln!(
-            g.decls,
-            "@group(0) @binding({}) var<storage, read> in{c}: array<{ty}>;\n\
-             @group(0) @binding({}) var<storage, read_write> lo{c}: array<{ty}>;\n\
-             @group(0) @binding({}) var<storage, read_write> hi{c}: array<{ty}>;",
-            b,
-            b + 1,
-            b + 2
-        );
+        g.key.push(col.key());
+        column_decls(&mut g.decls, b, &format!("in{c}"), ty, &format!("lo{c}"), &format!("hi{c}"), ty);
         let _ = writeln!(
             g.copy,
             "    {{ let v = in{c}[row]; if (in_lo) {{ lo{c}[idx] = v; }} else {{ hi{c}[idx] = v; }} }}"
         );
         b += 3;
         if col.validity {
-            let _ = writeln!(
-                g.decls,
-                "@group(0) @binding({}) var<storage, read> vin{c}: array<u32>;\n\
-                 @group(0) @binding({}) var<storage, read_write> vlo{c}: array<atomic<u32>>;\n\
-                 @group(0) @binding({}) var<storage, read_write> vhi{c}: array<atomic<u32>>;",
-                b,
-                b + 1,
-                b + 2
-            );
+            column_decls(&mut g.decls, b, &format!("vin{c}"), "u32", &format!("vlo{c}"), &format!("vhi{c}"), "atomic<u32>");
             let _ = writeln!(
                 g.copy,
                 "    if (((vin{c}[row / 32u] >> (row % 32u)) & 1u) != 0u) {{ atomicOr(&vb[{k}u * VBW + q / 32u], 1u << (q % 32u)); }}"
@@ -781,21 +782,8 @@ fn generate_fast(cols: &[ColumnLayout], block: u32) -> Generated {
     let mut k = 0u32;
     for (c, col) in cols.iter().enumerate() {
         let oty = if col.wide { "vec2<u32>" } else { "u32" };
-        g.key.push(match (col.wide, col.validity) {
-            (false, false) => 'a',
-            (false, true) => 'b',
-            (true, false) => 'c',
-            (true, true) => 'd',
-        });
-        let _ = writeln!(
-            g.decls,
-            "@group(0) @binding({}) var<storage, read> in{c}: array<vec4<u32>>;\n\
-             @group(0) @binding({}) var<storage, read_write> lo{c}: array<{oty}>;\n\
-             @group(0) @binding({}) var<storage, read_write> hi{c}: array<{oty}>;",
-            b,
-            b + 1,
-            b + 2
-        );
+        g.key.push(col.key());
+        column_decls(&mut g.decls, b, &format!("in{c}"), "vec4<u32>", &format!("lo{c}"), &format!("hi{c}"), oty);
         b += 3;
         let exprs: [String; 4] = if col.wide {
             let _ = writeln!(
@@ -813,15 +801,7 @@ fn generate_fast(cols: &[ColumnLayout], block: u32) -> Generated {
             let _ = writeln!(lanes[lane], "            if (in_lo) {{ lo{c}[idx] = {e}; }} else {{ hi{c}[idx] = {e}; }}");
         }
         if col.validity {
-            let _ = writeln!(
-                g.decls,
-                "@group(0) @binding({}) var<storage, read> vin{c}: array<u32>;\n\
-                 @group(0) @binding({}) var<storage, read_write> vlo{c}: array<atomic<u32>>;\n\
-                 @group(0) @binding({}) var<storage, read_write> vhi{c}: array<atomic<u32>>;",
-                b,
-                b + 1,
-                b + 2
-            );
+            column_decls(&mut g.decls, b, &format!("vin{c}"), "u32", &format!("vlo{c}"), &format!("vhi{c}"), "atomic<u32>");
             let _ = writeln!(loads, "        let vn{c} = vin{c}[v / 8u] >> ((v % 8u) * 4u);");
             for (lane, l) in lanes.iter_mut().enumerate() {
                 let _ = writeln!(

@@ -97,22 +97,12 @@ pub fn run_rowwise(
             )));
         }
     }
-    let trace = std::env::var_os("RIDGELINE_TRACE").is_some();
-    let t0 = std::time::Instant::now();
-    let mut marks: Vec<(&str, f64)> = Vec::new();
-    let mut mark = |what: &'static str| {
-        if trace {
-            marks.push((what, t0.elapsed().as_secs_f64() * 1e3));
-        }
-    };
     let err = DeviceArray::alloc(ctx, 4, 4)?;
-    mark("err alloc");
     let (err_buf, _, _) = err.segment(0);
     let mut enc = ctx.encoder(name);
     enc.clear_buffer(err_buf, 0, None);
     if segments > 0 {
         let pipe = ctx.pipeline(name, source, "main", &[("WG", ROWWISE_WG.to_string())])?;
-        mark("pipeline");
         let layout = pipe.get_bind_group_layout(0);
         let max_dim = ctx.limits().max_compute_workgroups_per_dimension;
         let mut uniforms = Vec::with_capacity(segments);
@@ -127,7 +117,6 @@ pub fn run_rowwise(
                 row0_lo: start as u32,
                 row0_hi: (start as u64 >> 32) as u32,
             });
-            mark("uniform");
             let mut entries = vec![
                 wgpu::BindGroupEntry { binding: 0, resource: ub.as_entire_binding() },
                 wgpu::BindGroupEntry { binding: 1, resource: err_buf.as_entire_binding() },
@@ -139,7 +128,6 @@ pub fn run_rowwise(
             let bg = ctx.scoped(|| {
                 ctx.device.create_bind_group(&wgpu::BindGroupDescriptor { label: Some(name), layout: &layout, entries: &entries })
             })?;
-            mark("bind group");
             {
                 let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(name), timestamp_writes: None });
                 pass.set_pipeline(&pipe);
@@ -149,11 +137,7 @@ pub fn run_rowwise(
             uniforms.push(ub);
         }
         ctx.submit(enc)?;
-        mark("submit");
         drop(uniforms);
-        if trace {
-            eprintln!("rowwise {name}: {}", marks.iter().map(|(w, t)| format!("{w} {t:.3}")).collect::<Vec<_>>().join(", "));
-        }
     } else {
         ctx.submit(enc)?;
     }

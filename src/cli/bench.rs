@@ -171,10 +171,6 @@ pub fn filter(lo: u32, hi: u32, iterations: usize) -> Result<()> {
         ctx.info().backend
     );
     println!("{:>6} | {:>5} | {:>10} | {:>10} | {:>9} | {:>10} | {:>7}", "n", "sel", "stable ms", "JJ ms", "GB/s*", "CPU ms", "CPU/GPU");
-    let med = |mut v: Vec<f64>| {
-        v.sort_by(|a, b| a.total_cmp(b));
-        v[v.len() / 2]
-    };
     for k in lo..=hi {
         let n = 1usize << k;
         let keys: Vec<i32> = (0..n as u32).into_par_iter().map(|i| (i.wrapping_mul(2_654_435_761) >> 2) as i32 % 1_000_000).collect();
@@ -210,7 +206,7 @@ pub fn filter(lo: u32, hi: u32, iterations: usize) -> Result<()> {
                     count = c.count;
                 }
                 times.remove(0); // warm-up (pipeline compilation)
-                Ok((med(times), count))
+                Ok((median(times), count))
             };
             if sel == 0.5 && std::env::var("RIDGELINE_BENCH_PHASES").is_ok() {
                 // Where the time goes: each phase synchronized on its own.
@@ -232,19 +228,8 @@ pub fn filter(lo: u32, hi: u32, iterations: usize) -> Result<()> {
                     let _w: Vec<u32> = DeviceArray::upload(&ctx, &[1u32, 2, 3, 4]).and_then(|a| a.download(&ctx)).map_err(g)?;
                     ph[3].push(t.elapsed().as_secs_f64() * 1e3);
                 }
-                let t = Instant::now();
-                let us: Vec<_> = (0..10).map(|i| ctx.uniform(&[i as u32; 4])).collect();
-                let uni = t.elapsed().as_secs_f64() * 1e3 / 10.0;
-                drop(us);
-                let t = Instant::now();
-                for _ in 0..10 {
-                    let a = DeviceArray::alloc(&ctx, 4, 4).map_err(g)?;
-                    drop(a);
-                }
-                let al = t.elapsed().as_secs_f64() * 1e3 / 10.0;
-                println!("   uniform buffer {uni:.3} ms, pooled alloc {al:.3} ms");
                 let [a, b, c, d] = ph;
-                println!("   phases (ms): idle wait {:.3}, predicate kernel {:.3}, compaction {:.3}, 16-byte round trip {:.3}", med(a), med(b), med(c), med(d));
+                println!("   phases (ms): idle wait {:.3}, predicate kernel {:.3}, compaction {:.3}, 16-byte round trip {:.3}", median(a), median(b), median(c), median(d));
             }
             let (stable, count) = run(CompactAlgo::Stable)?;
             let (jj, count_jj) = run(CompactAlgo::JumpingJack)?;
@@ -266,7 +251,7 @@ pub fn filter(lo: u32, hi: u32, iterations: usize) -> Result<()> {
             if count != cpu_count || count_jj != cpu_count {
                 return Err(DataFusionError::Execution(format!("GPU kept {count} / {count_jj} rows, the CPU {cpu_count}")));
             }
-            let cpu = med(cpu_times);
+            let cpu = median(cpu_times);
             let best = stable.min(jj);
             let bytes = (n * 12 + count * 8) as f64;
             println!(

@@ -109,13 +109,22 @@ impl GpuFilterExec {
             .collect()
     }
 
+    /// Whether the output is the input's columns, in order (no projection).
+    fn passes_input_through(&self) -> bool {
+        self.columns.len() == self.program.schema().fields().len()
+            && self.columns.iter().enumerate().all(|(k, c)| *c == OutCol::Input(k))
+    }
+
+    /// The same node over `input`.
+    fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> GpuFilterExec {
+        GpuFilterExec::new(input, self.program.clone(), self.columns.clone(), self.schema.clone(), self.algo, self.props.clone())
+    }
+
     /// The same work as CPU operators over `input`.
     pub fn cpu_equivalent(&self, input: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
         let pred = self.program.predicate().cloned().unwrap_or_else(|| lit(true));
         let filter: Arc<dyn ExecutionPlan> = Arc::new(FilterExec::try_new(pred, input)?);
-        let identity = self.columns.len() == self.program.schema().fields().len()
-            && self.columns.iter().enumerate().all(|(k, c)| *c == OutCol::Input(k));
-        if identity {
+        if self.passes_input_through() {
             return Ok(filter);
         }
         Ok(Arc::new(ProjectionExec::try_new(self.output_exprs(), filter)?))
@@ -205,9 +214,7 @@ impl DisplayAs for GpuFilterExec {
             CompactAlgo::Auto => "auto",
         };
         write!(f, "GpuFilterExec: {pred}, compaction={algo}")?;
-        let identity = self.columns.len() == self.program.schema().fields().len()
-            && self.columns.iter().enumerate().all(|(k, c)| *c == OutCol::Input(k));
-        if !identity {
+        if !self.passes_input_through() {
             let items: Vec<String> = self
                 .output_exprs()
                 .into_iter()
@@ -254,14 +261,7 @@ impl ExecutionPlan for GpuFilterExec {
     }
     #[allow(deprecated)]
     fn with_new_children(self: Arc<Self>, mut children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
-        Ok(Arc::new(GpuFilterExec::new(
-            children.swap_remove(0),
-            self.program.clone(),
-            self.columns.clone(),
-            self.schema.clone(),
-            self.algo,
-            self.props.clone(),
-        )))
+        Ok(Arc::new(self.with_input(children.swap_remove(0))))
     }
     fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
         let gpu = self.execute_gpu(partition, ctx.clone())?;
@@ -272,10 +272,6 @@ impl ExecutionPlan for GpuFilterExec {
     }
 }
 
-/// A clone of the node's parts that the stream's closures own.
-#[derive(Clone)]
-struct Shared(Arc<GpuFilterExec>);
-
 impl GpuExec for GpuFilterExec {
     fn execute_gpu(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<GpuBatchStream> {
         let opts = RidgelineOptions::from_config(ctx.session_config().options());
@@ -283,14 +279,8 @@ impl GpuExec for GpuFilterExec {
         let child = as_gpu(&self.input)
             .ok_or_else(|| DataFusionError::Internal(format!("GpuFilterExec over a CPU operator ({})", self.input.name())))?;
         let input = child.execute_gpu(partition, ctx)?;
-        let me = Shared(Arc::new(GpuFilterExec::new(
-            self.input.clone(),
-            self.program.clone(),
-            self.columns.clone(),
-            self.schema.clone(),
-            self.algo,
-            self.props.clone(),
-        )));
+        // The stream's tasks own a copy of the node (the plan only lends `self`).
+        let me = Arc::new(self.with_input(self.input.clone()));
         let rows_in = MetricBuilder::new(&self.metrics).counter("input_rows", partition);
         let rows_out = MetricBuilder::new(&self.metrics).output_rows(partition);
         let time = MetricBuilder::new(&self.metrics).elapsed_compute(partition);
@@ -303,7 +293,7 @@ impl GpuExec for GpuFilterExec {
                     tokio::task::spawn_blocking(move || {
                         let _t = time.timer();
                         rows_in.add(b.num_rows);
-                        let out = me.0.filter_batch(&dev, b, algo)?;
+                        let out = me.filter_batch(&dev, b, algo)?;
                         if let Some(o) = &out {
                             rows_out.add(o.num_rows);
                         }

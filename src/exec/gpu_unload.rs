@@ -63,34 +63,15 @@ fn warn_fallback(e: &DataFusionError) {
     eprintln!("warning: GPU failed, running on the CPU instead: {e}");
 }
 
-/// A stream fed by a task through a channel.
-fn async_stream<F, Fut>(f: F) -> impl futures::Stream<Item = Result<RecordBatch>> + Send + 'static
-where
-    F: FnOnce(tokio::sync::mpsc::Sender<Result<RecordBatch>>) -> Fut,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let (tx, rx) = tokio::sync::mpsc::channel(2);
-    let task = tokio::spawn(f(tx));
-    let guard = AbortOnDrop(task);
-    futures::stream::unfold((rx, guard), |(mut rx, g)| async move { rx.recv().await.map(|b| (b, (rx, g))) })
-}
-
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-impl GpuUnloadExec {
-    fn fall_back(&self, partition: usize, ctx: Arc<TaskContext>, e: DataFusionError) -> Result<SendableRecordBatchStream> {
-        match super::cpu_equivalent(&self.input) {
-            Some(Ok(plan)) => {
-                warn_fallback(&e);
-                plan.execute(partition, ctx)
-            }
-            _ => Err(e),
+/// The island below `input` re-run by its CPU equivalent after the GPU failed with
+/// `e` (which is returned when there is no CPU equivalent).
+fn fall_back(input: &Arc<dyn ExecutionPlan>, partition: usize, ctx: Arc<TaskContext>, e: DataFusionError) -> Result<SendableRecordBatchStream> {
+    match super::cpu_equivalent(input) {
+        Some(Ok(plan)) => {
+            warn_fallback(&e);
+            plan.execute(partition, ctx)
         }
+        _ => Err(e),
     }
 }
 
@@ -123,44 +104,24 @@ impl ExecutionPlan for GpuUnloadExec {
         let batch_size = ctx.session_config().batch_size();
         let stream = match gpu.execute_gpu(partition, ctx.clone()) {
             Ok(s) => s,
-            Err(e) if is_gpu_error(&e) => return self.fall_back(partition, ctx, e),
+            Err(e) if is_gpu_error(&e) => return fall_back(&self.input, partition, ctx, e),
             Err(e) => return Err(e),
         };
         // A GPU failure before the first batch (lost device, out of memory) re-runs
         // the island's CPU equivalent; after rows were handed on it is an error.
-        let fallback = super::cpu_equivalent(&self.input);
         let schema = self.schema();
-        let mut started = false;
         let mut stream = download_stream(schema.clone(), stream, batch_size)?;
-        let s = async_stream(move |tx| async move {
-            while let Some(item) = stream.next().await {
-                match item {
-                    Err(e) if !started && is_gpu_error(&e) && matches!(fallback, Some(Ok(_))) => {
-                        let Some(Ok(plan)) = fallback else { unreachable!() };
-                        warn_fallback(&e);
-                        match plan.execute(partition, ctx) {
-                            Ok(mut cpu) => {
-                                while let Some(b) = cpu.next().await {
-                                    if tx.send(b).await.is_err() {
-                                        return;
-                                    }
-                                }
-                            }
-                            Err(e) => {
-                                let _ = tx.send(Err(e)).await;
-                            }
-                        }
-                        return;
-                    }
-                    other => {
-                        started = true;
-                        if tx.send(other).await.is_err() {
-                            return;
-                        }
-                    }
-                }
+        let input = self.input.clone();
+        let s = futures::stream::once(async move {
+            match stream.next().await {
+                Some(Err(e)) if is_gpu_error(&e) => match fall_back(&input, partition, ctx, e) {
+                    Ok(cpu) => cpu.boxed(),
+                    Err(e) => futures::stream::once(async move { Err(e) }).boxed(),
+                },
+                first => futures::stream::iter(first).chain(stream).boxed(),
             }
-        });
+        })
+        .flatten();
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, s)))
     }
     fn metrics(&self) -> Option<MetricsSet> {

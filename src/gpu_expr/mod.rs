@@ -86,13 +86,13 @@ pub(crate) const OVERFLOW_TYPES: [(DataType, &str); 4] = [
     (DataType::Int64, "-9223372036854775808 / -1"),
 ];
 
-/// A compiled value: WGSL expressions for its value and its validity.
+/// A compiled value: WGSL expressions for its value and its validity, and its type.
 #[derive(Clone, Debug)]
-struct Val {
-    v: String,
+pub(crate) struct Val {
+    pub(crate) v: String,
     /// `"true"` when it can never be NULL.
-    n: String,
-    dt: DataType,
+    pub(crate) n: String,
+    pub(crate) dt: DataType,
 }
 
 impl Val {
@@ -202,9 +202,8 @@ impl<'a> Gen<'a> {
     }
 
     /// Compiles `e`, appending statements to `out`.
-    pub(crate) fn expr(&mut self, e: &Arc<dyn PhysicalExpr>, out: &mut String) -> Result<ValOut, String> {
-        let v = self.gen(e, out)?;
-        Ok(ValOut { v: v.v, n: v.n, dt: v.dt })
+    pub(crate) fn expr(&mut self, e: &Arc<dyn PhysicalExpr>, out: &mut String) -> Result<Val, String> {
+        self.gen(e, out)
     }
 
     fn gen(&mut self, e: &Arc<dyn PhysicalExpr>, out: &mut String) -> Result<Val, String> {
@@ -823,14 +822,6 @@ impl Val {
             self.v.clone()
         }
     }
-}
-
-/// A compiled expression's WGSL value and validity, and its type.
-#[derive(Clone, Debug)]
-pub(crate) struct ValOut {
-    pub v: String,
-    pub n: String,
-    pub dt: DataType,
 }
 
 fn both(a: &str, b: &str) -> String {

@@ -209,8 +209,6 @@ impl RowProgram {
             ColumnData::Device { validity, .. } => validity.is_some(),
             ColumnData::Host(a) => a.logical_nulls().is_some_and(|n| n.null_count() > 0),
         };
-        let trace = std::env::var_os("RIDGELINE_TRACE").is_some();
-        let t0 = std::time::Instant::now();
         let kernel = self.kernel(&validity).map_err(|e| DataFusionError::Internal(format!("GPU expression no longer compiles: {e}")))?;
         let rows = batch.num_rows;
         let seg = ctx.segment_rows();
@@ -265,9 +263,6 @@ impl RowProgram {
                 Slot::OutValidity(j) => RowArray::Bits(out_validity[*j].as_ref().expect("nullable")),
             };
             arrays.push(a);
-        }
-        if trace {
-            eprintln!("evaluate: source + allocations {:.3} ms", t0.elapsed().as_secs_f64() * 1e3);
         }
         let name = format!("expr_{:016x}", hash(&kernel.source));
         let run = if rows == 0 {

@@ -116,6 +116,12 @@ struct Env {
     threads: usize,
 }
 
+/// Bytes a row of `schema` moves between host and device; strings (which stay on
+/// the host, filtered beside the transfer) count as 16.
+fn row_width(schema: &arrow::datatypes::Schema) -> usize {
+    schema.fields().iter().map(|f| crate::gpu_batch::Storage::of(f.data_type()).map_or(16, |s| s.elem_size())).sum()
+}
+
 /// `Ok` when the GPU estimate is lower, else the reason with both estimates.
 fn cheaper(gpu_ns: f64, cpu_ns: f64, what: &str, suffix: &str) -> std::result::Result<(), String> {
     if gpu_ns < cpu_ns {
@@ -154,11 +160,7 @@ impl Env {
             return Err(format!("about {rows} input rows, fewer than ridgeline.min_gpu_rows = {}", self.opts.min_gpu_rows));
         }
         let schema = input.schema();
-        let row_bytes: usize = schema
-            .fields()
-            .iter()
-            .map(|fd| crate::gpu_batch::Storage::of(fd.data_type()).map_or(16, |s| s.elem_size()))
-            .sum();
+        let row_bytes = row_width(&schema);
         let out_cols = f.projection().as_ref().map_or(schema.fields().len(), |p| p.len()) as f64;
         let rows_f = rows as f64;
         let gpu_ns = rows_f * row_bytes as f64 / UPLOAD_GBPS
@@ -193,17 +195,13 @@ impl Env {
         };
         let out_rows = estimate(f);
         let sel = out_rows as f64 / rows.max(1) as f64;
-        // Strings are filtered on the host beside the download: count them as 16 bytes.
-        let width = |s: &arrow::datatypes::Schema| -> usize {
-            s.fields().iter().map(|fd| crate::gpu_batch::Storage::of(fd.data_type()).map_or(16, |s| s.elem_size())).sum()
-        };
         let out_schema = f.schema();
         let (dl_rows, dl_bytes, rest_ns) = match split {
-            None => (out_rows, width(&out_schema), 0.0),
+            None => (out_rows, row_width(&out_schema), 0.0),
             Some((gpu_pred, cpu_conjuncts)) => {
                 let part = FilterExec::try_new(gpu_pred.clone(), f.input().clone()).map(|fe| estimate(&fe)).unwrap_or(rows);
                 let rest = self.cpu_filter_ns(part as f64, cpu_conjuncts, out_schema.fields().len() as f64, out_rows as f64 / part.max(1) as f64);
-                (part, width(&f.input().schema()), rest)
+                (part, row_width(&f.input().schema()), rest)
             }
         };
         let parts = f.input().output_partitioning().partition_count().max(1) as f64;

@@ -38,10 +38,19 @@
 // every 8 to spread the blocked accesses over the banks); without it (the tile does
 // not fit workgroup memory) each invocation reads and writes its own vectors.
 //
+// Tile layouts (a scan_tile_*.wgsl part provides tile_scan, tile_sum, tile_store):
+// * blocked: invocation r (rank order) owns VPT consecutive vectors; optionally
+//   moved through workgroup memory (XPOSE) so global accesses are coalesced;
+// * striped (subgroups only): lane l of subgroup g owns vectors
+//   g * SG * VPT + j * SG + l (j < VPT), so every global load and store of a
+//   subgroup is one contiguous run without a trip through workgroup memory; the
+//   subgroup scans its VPT rows in turn and the workgroup scans subgroup totals.
+//
 // Prepended by the Rust side: scan_elem_vec4.wgsl (T = u32 or f32, S = vec4<T>), a
 // scan_wg_*.wgsl part and the matching scan_lb_*.wgsl part (lookback_step,
-// is_leader). Placeholders: WG (wg part), VPT, XPOSE (true / false), XPOSE_VECS
-// (vectors of the transpose buffer: TILE_VECS * 9 / 8, or 1 without it).
+// is_leader); appended: a scan_tile_*.wgsl part. Placeholders: WG (wg part), VPT,
+// XPOSE (true / false), XPOSE_VECS (vectors of the transpose buffer:
+// TILE_VECS * 9 / 8, or 1 without it).
 
 struct LbParams {
     n: u32,          // elements in this segment
@@ -82,13 +91,6 @@ var<workgroup> lb_spins: u32;
 var<workgroup> lb_prefix: T;
 
 var<private> vals: array<S, VPT>;
-
-const XPOSE: bool = {{XPOSE}};
-var<workgroup> xbuf: array<S, {{XPOSE_VECS}}>;
-
-fn xi(i: u32) -> u32 {
-    return i + i / 8u;
-}
 
 fn to_bits(x: T) -> u32 {
     return bitcast<u32>(x);
@@ -138,40 +140,15 @@ fn add_vec(s: T, a: S) -> T {
     return add(add(add(add(s, a.x), a.y), a.z), a.w);
 }
 
-// Loads this invocation's vectors (r * VPT ..) of local tile tl into `vals` and
-// returns their sum. Every invocation must call it (barrier with XPOSE).
-fn load_tile(tl: u32, r: u32, lid: u32) -> T {
-    let first = tl * TILE_VECS + r * VPT;
-    var sum = zero();
-    if (XPOSE) {
-        for (var j = 0u; j < VPT; j++) {
-            let li = j * WG + lid;
-            xbuf[xi(li)] = load_vec(tl * TILE_VECS + li);
-        }
-        workgroupBarrier();
-        for (var j = 0u; j < VPT; j++) {
-            vals[j] = xbuf[xi(r * VPT + j)];
-        }
-    } else {
-        for (var j = 0u; j < VPT; j++) {
-            vals[j] = load_vec(first + j);
-        }
-    }
-    for (var j = 0u; j < VPT; j++) {
-        sum = add_vec(sum, vals[j]);
-    }
-    return sum;
-}
-
-// The same sum as load_tile, in the same order, without keeping the values (the
-// fallback's reduction of a predecessor tile).
-fn sum_tile(tl: u32, r: u32) -> T {
-    let first = tl * TILE_VECS + r * VPT;
-    var sum = zero();
-    for (var j = 0u; j < VPT; j++) {
-        sum = add_vec(sum, load_vec(first + j));
-    }
-    return sum;
+// The prefix sums of vector x after carry (inclusive, or exclusive), and the carry
+// after it.
+fn vec_prefix(carry: T, x: S, exclusive: bool) -> array<S, 2> {
+    let c1 = add(carry, x.x);
+    let c2 = add(c1, x.y);
+    let c3 = add(c2, x.z);
+    let c4 = add(c3, x.w);
+    let o = select(S(c1, c2, c3, c4), S(carry, c1, c2, c3), exclusive);
+    return array<S, 2>(o, S(c4, c4, c4, c4));
 }
 
 @compute @workgroup_size(WG)
@@ -192,14 +169,12 @@ fn scan_lookback(inv: Inv) {
         return; // a spare workgroup of a two-dimensional dispatch (whole workgroup)
     }
     let tile = p.tile_base + tl;
-    let r = rank_of(inv);
-    let sum = load_tile(tl, r, inv.lid);
-    let sc = wg_excl_scan(inv, sum);
+    let total = tile_scan(tl, inv);
     if (is_leader(inv)) {
         if (tile == 0u) {
-            publish(0u, sc.total, FLAG_INC);
+            publish(0u, total, FLAG_INC);
         } else {
-            publish(tile, sc.total, FLAG_AGG);
+            publish(tile, total, FLAG_AGG);
         }
         lb_prefix = zero();
         lb_pos = tile;
@@ -222,7 +197,7 @@ fn scan_lookback(inv: Inv) {
             if (cmd == CMD_FALLBACK) {
                 // Reduce tile lb_pos - 1 (always in this segment) ourselves.
                 let f = workgroupUniformLoad(&lb_pos) - 1u;
-                let s = wg_excl_scan(inv, sum_tile(f - p.tile_base, r)).total;
+                let s = tile_sum(f - p.tile_base, inv);
                 if (is_leader(inv)) {
                     publish_agg_max(f, s);
                     lb_prefix = add(s, lb_prefix);
@@ -235,37 +210,10 @@ fn scan_lookback(inv: Inv) {
     workgroupBarrier();
     let prefix = lb_prefix;
     if (tile > 0u && is_leader(inv)) {
-        publish(tile, add(prefix, sc.total), FLAG_INC);
+        publish(tile, add(prefix, total), FLAG_INC);
     }
-    var carry = add(prefix, sc.ex);
-    let exclusive = (p.flags & F_EXCLUSIVE) != 0u;
-    let first = tl * TILE_VECS + r * VPT;
-    for (var j = 0u; j < VPT; j++) {
-        let vi = first + j;
-        let x = vals[j];
-        let c1 = add(carry, x.x);
-        let c2 = add(c1, x.y);
-        let c3 = add(c2, x.z);
-        let c4 = add(c3, x.w);
-        let o = select(S(c1, c2, c3, c4), S(carry, c1, c2, c3), exclusive);
-        carry = c4;
-        if (XPOSE) {
-            xbuf[xi(r * VPT + j)] = o;
-        } else if (vi < p.nvec) {
-            dst[vi] = o;
-        }
-    }
-    if (XPOSE) {
-        workgroupBarrier();
-        for (var j = 0u; j < VPT; j++) {
-            let li = j * WG + inv.lid;
-            let vi = tl * TILE_VECS + li;
-            if (vi < p.nvec) {
-                dst[vi] = xbuf[xi(li)];
-            }
-        }
-    }
+    tile_store(tl, inv, prefix, (p.flags & F_EXCLUSIVE) != 0u);
     if ((p.flags & F_TOTAL) != 0u && tl + 1u == p.tiles && is_leader(inv)) {
-        out1[0] = add(prefix, sc.total);
+        out1[0] = add(prefix, total);
     }
 }

@@ -11,10 +11,16 @@
 //! [`ScanOptions::lookback_spins`] look-back steps loads that predecessor's tile and
 //! reduces it itself instead of spinning forever (it then publishes the result with
 //! `atomicMax`, which never overwrites a finished prefix). Tile indices come from an
-//! atomic counter, so tiles start in order. Each invocation owns
-//! `vectors_per_thread` consecutive 16-byte vectors (default: 512 invocations x 4
-//! vectors = 8192 elements a tile); optionally the tile goes through workgroup
-//! memory so every global access is coalesced ([`ScanOptions::transpose`]). Descriptors are two
+//! atomic counter, so tiles start in order. A tile is `workgroup_size *
+//! vectors_per_thread` 16-byte vectors (default: 512 x 4 = 8192 elements). With
+//! subgroups the tile is *striped* ([`ScanOptions::striped`], default): lane `l`
+//! of subgroup `g` owns vectors `g * SG * VPT + j * SG + l`, so every load and store
+//! of a subgroup is contiguous; the subgroup scans its rows in turn and the
+//! workgroup scans subgroup totals (shaders/scan_tile_striped.wgsl). Otherwise each
+//! invocation owns `vectors_per_thread` consecutive vectors, optionally moved
+//! through workgroup memory so every global access is coalesced
+//! ([`ScanOptions::transpose`]; shaders/scan_tile_blocked.wgsl). The look-back runs
+//! in one subgroup without workgroup barriers between its steps. Descriptors are two
 //! atomic words a tile (flag plus 16 bits of the value each). The input is read
 //! once and the output written once; one small dispatch zeroes the descriptors
 //! first. [`ScanOptions::force_fallback`] makes every tile reduce its predecessor
@@ -88,6 +94,8 @@ const WG_SHARED_WGSL: &str = include_str!("../../shaders/scan_wg_shared.wgsl");
 const LOOKBACK_WGSL: &str = include_str!("../../shaders/scan_lookback.wgsl");
 const LB_SUBGROUP_WGSL: &str = include_str!("../../shaders/scan_lb_subgroup.wgsl");
 const LB_SHARED_WGSL: &str = include_str!("../../shaders/scan_lb_shared.wgsl");
+const TILE_BLOCKED_WGSL: &str = include_str!("../../shaders/scan_tile_blocked.wgsl");
+const TILE_STRIPED_WGSL: &str = include_str!("../../shaders/scan_tile_striped.wgsl");
 
 /// Kernel flags (shaders/scan.wgsl `F_*`).
 const F_EXCLUSIVE: u32 = 1;
@@ -186,6 +194,11 @@ pub struct ScanOptions {
     /// memory). Off by default: on the H100 the direct per-invocation vectors
     /// (4 consecutive 16-byte vectors each) measured as fast or faster.
     pub transpose: bool,
+    /// Single pass with subgroups: the striped tile layout (lane `l` of subgroup
+    /// `g` owns vectors `g * SG * VPT + j * SG + l`), so global loads and stores
+    /// are coalesced without workgroup memory; `transpose` is then ignored. On by
+    /// default; without subgroups the blocked layout runs.
+    pub striped: bool,
 }
 
 impl Default for ScanOptions {
@@ -205,6 +218,7 @@ impl Default for ScanOptions {
             lookback_spins: DEFAULT_LOOKBACK_SPINS,
             force_fallback: false,
             transpose: false,
+            striped: true,
         }
     }
 }
@@ -587,6 +601,7 @@ pub(crate) struct ScanKernel {
     spins: u32,
     force_fallback: bool,
     transpose: bool,
+    striped: bool,
 }
 
 impl ScanKernel {
@@ -612,7 +627,9 @@ impl ScanKernel {
         let subgroups = check_workgroup(ctx, opts.subgroups, opts.workgroup_size, shared)?;
         let single_pass = opts.algorithm == ScanAlgorithm::SinglePass && matches!(elem, Elem::U32 | Elem::F32);
         let tile_bytes = opts.workgroup_size as u64 * opts.vectors_per_thread as u64 * 16 * 9 / 8 + 16;
+        let striped = single_pass && subgroups && opts.striped;
         let transpose = single_pass
+            && !striped
             && opts.transpose
             && shared + tile_bytes <= ctx.limits().max_compute_workgroup_storage_size as u64;
         Ok(ScanKernel {
@@ -624,6 +641,7 @@ impl ScanKernel {
             spins: opts.lookback_spins,
             force_fallback: opts.force_fallback,
             transpose,
+            striped,
         })
     }
 
@@ -660,9 +678,11 @@ impl ScanKernel {
     /// A pipeline of the single-pass module (32-bit elements only).
     fn lb_pipeline(&self, ctx: &GpuContext, entry: &str) -> GpuResult<Arc<wgpu::ComputePipeline>> {
         let t = if self.elem == Elem::F32 { "f32" } else { "u32" };
-        let name = format!("scanlb-{t}-{}-{}", if self.subgroups { "subgroup" } else { "shared" }, self.transpose);
+        let layout = if self.striped { "striped" } else { "blocked" };
+        let name = format!("scanlb-{t}-{}-{layout}-{}", if self.subgroups { "subgroup" } else { "shared" }, self.transpose);
         let lb = if self.subgroups { LB_SUBGROUP_WGSL } else { LB_SHARED_WGSL };
-        let src = format!("{ELEM_VEC4_WGSL}\n{}\n{LOOKBACK_WGSL}\n{lb}", wg_part(self.subgroups));
+        let tile = if self.striped { TILE_STRIPED_WGSL } else { TILE_BLOCKED_WGSL };
+        let src = format!("{ELEM_VEC4_WGSL}\n{}\n{LOOKBACK_WGSL}\n{lb}\n{tile}", wg_part(self.subgroups));
         let xv = if self.transpose { self.wg * self.vpt * 9 / 8 + 1 } else { 1 };
         let defs = [
             ("T", t.to_string()),

@@ -26,8 +26,9 @@ fn rng(seed: u64) -> rand::rngs::SmallRng {
 /// 64-bit), plus odd ones.
 const SIZES: &[usize] = &[0, 1, 2, 3, 5, 31, 33, 127, 129, 255, 257, 1023, 1025, 2047, 2049, 4095, 4097, 8191, 8193, 12_345, 65_537];
 
-/// The single pass (default, immediate fallback, forced fallback, transposed with
-/// 4096-element tiles) and the old reduce-then-scan, each with and without
+/// The single pass (default: striped with subgroups; immediate fallback, forced
+/// fallback, blocked, blocked and transposed with 4096-element tiles, striped with
+/// 8 vectors a thread) and the old reduce-then-scan, each with and without
 /// subgroup operations.
 fn both_paths() -> Vec<ScanOptions> {
     let rts = ScanOptions::with_algorithm(ScanAlgorithm::ReduceThenScan);
@@ -36,7 +37,9 @@ fn both_paths() -> Vec<ScanOptions> {
         v.push(ScanOptions { subgroups, ..Default::default() });
         v.push(ScanOptions { subgroups, lookback_spins: 0, ..Default::default() });
         v.push(ScanOptions { subgroups, force_fallback: true, ..Default::default() });
-        v.push(ScanOptions { subgroups, transpose: true, workgroup_size: 256, ..Default::default() });
+        v.push(ScanOptions { subgroups, striped: false, ..Default::default() });
+        v.push(ScanOptions { subgroups, striped: false, transpose: true, workgroup_size: 256, ..Default::default() });
+        v.push(ScanOptions { subgroups, workgroup_size: 256, vectors_per_thread: 8, force_fallback: true, ..Default::default() });
         v.push(ScanOptions { subgroups, ..rts });
     }
     v
@@ -646,13 +649,15 @@ fn bench_paths() {
             workgroup_size: env("RIDGELINE_BENCH_WG", 256),
             vectors_per_thread: env("RIDGELINE_BENCH_VPT", 4),
             transpose: env("RIDGELINE_BENCH_XPOSE", 1) == 1,
+            striped: env("RIDGELINE_BENCH_STRIPED", 1) == 1,
+            lookback_spins: env("RIDGELINE_BENCH_SPINS", ridgeline_operators::scan::DEFAULT_LOOKBACK_SPINS),
             ..Default::default()
         };
         match only.as_str() {
             "scan" | "rts" => {
                 let o = if only == "rts" { ScanOptions { algorithm: ScanAlgorithm::ReduceThenScan, ..so } } else { so };
                 let b = bench_scan_with(&ctx, n, reps, &o).unwrap();
-                eprintln!("only: scan {:?} wg {} vpt {} xpose {}: {:.3} ms (wall {:.3})", b.algorithm, o.workgroup_size, o.vectors_per_thread, o.transpose, b.ms, b.wall_ms);
+                eprintln!("only: scan {:?} wg {} vpt {} xpose {} striped {}: {:.3} ms (wall {:.3})", b.algorithm, o.workgroup_size, o.vectors_per_thread, o.transpose, o.striped, b.ms, b.wall_ms);
             }
             _ => {
                 let co = CompactOptions {

@@ -14,12 +14,38 @@ fn striped_vi(tl: u32, inv: Inv, j: u32) -> u32 {
     return tl * TILE_VECS + (inv.sg_id * VPT + j) * inv.sg_size + inv.lane;
 }
 
-// Scans row j's vector sum s across the subgroup: (exclusive prefix, row total).
-// Every lane computes the same total (shuffled from the last lane).
-fn row_scan(s: T, inv: Inv) -> vec2<u32> {
-    let ex = from_sg(subgroupExclusiveAdd(to_sg(s)));
-    let tot = from_sg(subgroupShuffle(to_sg(add(ex, s)), inv.sg_size - 1u));
-    return vec2<u32>(bitcast<u32>(ex), bitcast<u32>(tot));
+// Scans the vector sums of rows 4q .. 4q+3 (zero past VPT) across the subgroup
+// at once (one vector-valued subgroup scan): this lane's exclusive prefixes in
+// those rows, and the rows' totals (the same in every lane, shuffled from the last
+// lane). Loads are issued for all rows before the first scan (see tile_scan).
+fn rows_scan(q: u32, inv: Inv) -> array<vec4<T>, 2> {
+    var s = vec4<T>();
+    for (var k = 0u; k < 4u; k++) {
+        let j = 4u * q + k;
+        if (j < VPT) {
+            s[k] = add_vec(zero(), vals[j]);
+        }
+    }
+    let ex = subgroupExclusiveAdd(s);
+    let tot = subgroupShuffle(ex + s, inv.sg_size - 1u);
+    return array<vec4<T>, 2>(ex, tot);
+}
+
+// The per-row scans of the loaded tile: sets pre[j] to each vector's exclusive
+// prefix inside this subgroup's rows and returns the subgroup's total.
+fn scan_rows(inv: Inv) -> T {
+    var run = zero();
+    for (var q = 0u; q < (VPT + 3u) / 4u; q++) {
+        let r = rows_scan(q, inv);
+        for (var k = 0u; k < 4u; k++) {
+            let j = 4u * q + k;
+            if (j < VPT) {
+                pre[j] = add(run, r[0][k]);
+                run = add(run, r[1][k]);
+            }
+        }
+    }
+    return run;
 }
 
 // The subgroup totals' exclusive scan over the workgroup: (this subgroup's offset,
@@ -37,30 +63,29 @@ fn wg_scan_runs(inv: Inv, run: T) -> array<T, 2> {
 
 // Loads and scans local tile tl; returns the tile's total. Every invocation calls it.
 fn tile_scan(tl: u32, inv: Inv) -> T {
-    var run = zero();
     for (var j = 0u; j < VPT; j++) {
-        let v = load_vec(striped_vi(tl, inv, j));
-        vals[j] = v;
-        let rs = row_scan(add_vec(zero(), v), inv);
-        pre[j] = add(run, bitcast<T>(rs.x));
-        run = add(run, bitcast<T>(rs.y));
+        vals[j] = load_vec(striped_vi(tl, inv, j));
     }
-    let w = wg_scan_runs(inv, run);
+    let w = wg_scan_runs(inv, scan_rows(inv));
     for (var j = 0u; j < VPT; j++) {
         pre[j] = add(w[0], pre[j]);
     }
     return w[1];
 }
 
-// The same total as tile_scan, computed in the same order (so even f32 bits agree),
-// without keeping the values: the fallback's reduction of a predecessor tile.
+// The same total as tile_scan, computed in the same order (so even f32 bits agree):
+// the fallback's reduction of a predecessor tile. It runs between the caller's
+// tile_scan and tile_store, so the caller's `vals` and `pre` are kept aside.
 fn tile_sum(tl: u32, inv: Inv) -> T {
-    var run = zero();
+    let keep_vals = vals;
+    let keep_pre = pre;
     for (var j = 0u; j < VPT; j++) {
-        let rs = row_scan(add_vec(zero(), load_vec(striped_vi(tl, inv, j))), inv);
-        run = add(run, bitcast<T>(rs.y));
+        vals[j] = load_vec(striped_vi(tl, inv, j));
     }
-    return wg_scan_runs(inv, run)[1];
+    let total = wg_scan_runs(inv, scan_rows(inv))[1];
+    vals = keep_vals;
+    pre = keep_pre;
+    return total;
 }
 
 // Writes the prefix sums of the tile scanned last, after `prefix`.

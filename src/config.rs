@@ -19,6 +19,8 @@ extensions_options! {
         /// Compaction of GPU filters: auto (measured choice), stable or jumping_jack
         /// (Jumping Jack only runs where no parent needs the input order).
         pub compaction: String, default = "auto".to_string()
+        /// Rows a skyline's input must have before auto mode runs SkyAlign on the GPU.
+        pub min_gpu_skyline_rows: usize, default = 20_000
     }
 }
 

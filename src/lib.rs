@@ -17,10 +17,15 @@ pub mod exec;
 pub mod gen;
 pub mod gpu_batch;
 pub mod gpu_expr;
+pub mod logical;
 pub mod optimizer;
+pub mod planner;
 pub mod resident;
 pub mod session;
+pub mod sql_ext;
 
 pub use config::RidgelineOptions;
+pub use logical::{SkylineDataFrameExt, SkylineDim};
+pub use sql_ext::skyline::SkylineDirection;
 pub use ridgeline_operators::{GpuContext, GpuError, GpuMode};
 pub use session::{Ridgeline, RidgelineBuilder, RidgelineSessionExt};

@@ -30,7 +30,12 @@ impl RidgelineSessionExt for SessionStateBuilder {
             }
             cfg.options_mut().extensions.insert(opts);
         }
-        self.with_physical_optimizer_rule(Arc::new(GpuFilterRule)).with_physical_optimizer_rule(Arc::new(GpuBoundaries))
+        let mut udfs = self.scalar_functions().take().unwrap_or_default();
+        udfs.push(Arc::new(crate::logical::skyline::skyline_marker_udf()));
+        self.with_scalar_functions(udfs)
+            .with_query_planner(Arc::new(crate::planner::RidgelineQueryPlanner))
+            .with_physical_optimizer_rule(Arc::new(GpuFilterRule))
+            .with_physical_optimizer_rule(Arc::new(GpuBoundaries))
     }
 }
 
@@ -185,8 +190,8 @@ impl Ridgeline {
         self.ctx.deregister_table(name)?;
         self.register_resident(name, schema, batches).await
     }
-    /// Plans a SQL statement.
+    /// Plans a SQL statement (with Ridgeline's extensions such as `SKYLINE OF`).
     pub async fn sql(&self, sql: &str) -> Result<DataFrame> {
-        self.ctx.sql(sql).await
+        crate::sql_ext::plan_sql(&self.ctx, sql).await
     }
 }

@@ -12,7 +12,7 @@
 //! reduces it itself instead of spinning forever (it then publishes the result with
 //! `atomicMax`, which never overwrites a finished prefix). Tile indices come from an
 //! atomic counter, so tiles start in order. A tile is `workgroup_size *
-//! vectors_per_thread` 16-byte vectors (default: 512 x 4 = 8192 elements). With
+//! vectors_per_thread` 16-byte vectors (default: 1024 x 4 = 16384 32-bit elements). With
 //! subgroups the tile is *striped* ([`ScanOptions::striped`], default): lane `l`
 //! of subgroup `g` owns vectors `g * SG * VPT + j * SG + l`, so every load and store
 //! of a subgroup is contiguous; the subgroup scans its rows in turn and the
@@ -30,11 +30,11 @@
 //! `i64`; shaders/scan.wgsl), which never waits on another workgroup:
 //!
 //! 1. `reduce`: each workgroup sums one tile of `workgroup_size * vectors_per_thread`
-//!    16-byte vectors (4096 elements of 32 bits or 2048 of 64 bits by default) and
+//!    16-byte vectors (16384 elements of 32 bits or 8192 of 64 bits by default) and
 //!    writes the tile total. Tiles are numbered across all segments of the array.
 //! 2. The tile totals are scanned exclusively with the same two kernels,
 //!    recursively, until one workgroup's tile holds them all; that workgroup also
-//!    writes the total. With the default tiles, inputs up to 4096^2 = 16.7M 32-bit
+//!    writes the total. With the default tiles, inputs up to 16384^2 = 2^28 32-bit
 //!    elements take 3 dispatches (reduce, one-workgroup scan, downsweep) and larger
 //!    ones 5.
 //! 3. `downsweep`: each workgroup rescans its tile from the tile's offset.
@@ -163,6 +163,10 @@ pub enum ScanAlgorithm {
     ReduceThenScan,
 }
 
+/// Default invocations per workgroup of the scans; where the adapter allows fewer,
+/// its largest power of two is used instead (other sizes must fit as given).
+pub const DEFAULT_SCAN_WORKGROUP: u32 = 1024;
+
 /// Default look-back steps on a not-ready predecessor before the fallback.
 pub const DEFAULT_LOOKBACK_SPINS: u32 = 64;
 
@@ -202,16 +206,17 @@ pub struct ScanOptions {
 }
 
 impl Default for ScanOptions {
-    /// Single pass, subgroups where available, 512 invocations, 4 vectors each
-    /// (tiles of 8192 32-bit or 4096 64-bit elements), no transpose, native 64-bit
-    /// integers where available. On the H100 at 2^28 `u32` (fresh process) this was
-    /// the fastest single-pass tuning measured: 1.32 ms, against 1.43 ms with 256
-    /// invocations, 1.35 ms with 1024, 1.69 ms with 256 and the transpose, and 1.48
-    /// ms for reduce-then-scan.
+    /// Single pass, subgroups where available, [`DEFAULT_SCAN_WORKGROUP`]
+    /// invocations (the adapter's maximum where that is lower), 4 vectors each
+    /// (tiles of 16384 32-bit or 8192 64-bit elements), the striped layout, native
+    /// 64-bit integers where available. On the H100 at 2^28 `u32` (fresh processes,
+    /// one run, 2026-11-22) this was the fastest single-pass tuning: 1.05 ms,
+    /// against 1.19 ms for 1024 x 2, 1.20 ms for 512 x 4, 1.41-1.48 ms with 8
+    /// vectors, and 1.38 ms for the blocked layout at 512 x 4.
     fn default() -> Self {
         ScanOptions {
             subgroups: true,
-            workgroup_size: 512,
+            workgroup_size: DEFAULT_SCAN_WORKGROUP,
             vectors_per_thread: 4,
             int64: Int64Path::Auto,
             algorithm: ScanAlgorithm::SinglePass,
@@ -623,10 +628,18 @@ impl ScanKernel {
             return Err(GpuError::Invalid(format!("{} vectors per thread (expected 1..=16)", opts.vectors_per_thread)));
         }
         let eb = if matches!(elem, Elem::U32 | Elem::F32) { 4 } else { 8 };
-        let shared = 2 * opts.workgroup_size as u64 * eb + 16;
-        let subgroups = check_workgroup(ctx, opts.subgroups, opts.workgroup_size, shared)?;
+        let mut wg = opts.workgroup_size;
+        if wg == DEFAULT_SCAN_WORKGROUP {
+            let l = ctx.limits();
+            let max = l.max_compute_invocations_per_workgroup.min(l.max_compute_workgroup_size_x);
+            if max < wg && max >= 32 {
+                wg = 1 << max.ilog2();
+            }
+        }
+        let shared = 2 * wg as u64 * eb + 16;
+        let subgroups = check_workgroup(ctx, opts.subgroups, wg, shared)?;
         let single_pass = opts.algorithm == ScanAlgorithm::SinglePass && matches!(elem, Elem::U32 | Elem::F32);
-        let tile_bytes = opts.workgroup_size as u64 * opts.vectors_per_thread as u64 * 16 * 9 / 8 + 16;
+        let tile_bytes = wg as u64 * opts.vectors_per_thread as u64 * 16 * 9 / 8 + 16;
         let striped = single_pass && subgroups && opts.striped;
         let transpose = single_pass
             && !striped
@@ -635,7 +648,7 @@ impl ScanKernel {
         Ok(ScanKernel {
             elem,
             subgroups,
-            wg: opts.workgroup_size,
+            wg,
             vpt: opts.vectors_per_thread,
             single_pass,
             spins: opts.lookback_spins,

@@ -646,7 +646,7 @@ fn bench_paths() {
     if let Ok(only) = std::env::var("RIDGELINE_BENCH_ONLY") {
         let env = |k: &str, d: u32| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
         let so = ScanOptions {
-            workgroup_size: env("RIDGELINE_BENCH_WG", 256),
+            workgroup_size: env("RIDGELINE_BENCH_WG", ridgeline_operators::scan::DEFAULT_SCAN_WORKGROUP),
             vectors_per_thread: env("RIDGELINE_BENCH_VPT", 4),
             transpose: env("RIDGELINE_BENCH_XPOSE", 1) == 1,
             striped: env("RIDGELINE_BENCH_STRIPED", 1) == 1,

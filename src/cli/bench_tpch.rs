@@ -743,6 +743,11 @@ fn check_query(o: &QueryOutcome, sql: &str, sf: f64, answers: Option<&Path>) -> 
 }
 
 /// DuckDB through its Python package.
+/// A Python that can import duckdb (see `duckdb::python`).
+pub(crate) fn duckdb_python(wheel: Option<&Path>) -> Result<PathBuf> {
+    duckdb::python(wheel)
+}
+
 mod duckdb {
     use super::{exec_err, median, Timing};
     use datafusion::error::{DataFusionError, Result};

@@ -19,6 +19,14 @@ pub fn showcase() -> Vec<(&'static str, &'static str)> {
             "Skyline data: per-dimension summary (anticorrelated, 4 dims)",
             "SELECT count(*) AS rows, min(d0) AS min_d0, max(d0) AS max_d0, avg(d0 + d1 + d2 + d3) AS avg_sum FROM points",
         ),
+        (
+            "SKYLINE OF: the Pareto-optimal points (anticorrelated, 4 dims, smaller is better)",
+            "SELECT count(*) AS skyline_rows, min(d0) AS best_d0, min(d1) AS best_d1 FROM (SELECT * FROM points SKYLINE OF d0 MIN, d1 MIN, d2 MIN, d3 MIN)",
+        ),
+        (
+            "SKYLINE OF with DIFF: the cheapest, most-discounted line items per ship mode",
+            "SELECT l_shipmode, count(*) AS skyline_rows, min(l_extendedprice) AS cheapest FROM (SELECT * FROM lineitem WHERE l_quantity < 5 SKYLINE OF l_shipmode DIFF, l_extendedprice MIN, l_discount MAX) GROUP BY l_shipmode ORDER BY l_shipmode",
+        ),
     ]
 }
 

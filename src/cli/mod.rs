@@ -1,6 +1,7 @@
 //! The `ridgeline` command line: `query`, the interactive shell, `gen`, `gpu`,
 //! `demo` and `bench`.
 pub mod bench;
+pub mod bench_skyline;
 pub mod bench_tpch;
 pub mod demo;
 pub mod output;
@@ -151,6 +152,9 @@ pub enum BenchCommand {
     /// The 22 TPC-H queries: CPU and GPU mode side by side (min / median ms), optional
     /// answer checks and DuckDB on the same Parquet files.
     Tpch(bench_tpch::TpchArgs),
+    /// SKYLINE OF: GPU SkyAlign vs the CPU algorithm (and the whole query in GPU and CPU
+    /// mode, and DuckDB's NOT EXISTS formulation), with dominance and mask test counts.
+    Skyline(bench_skyline::SkylineArgs),
 }
 
 /// Builds an engine in `mode` (or the environment's).
@@ -209,12 +213,15 @@ pub async fn run(cli: Cli) -> Result<()> {
         },
         Some(Command::Demo { sf }) => demo::run(engine(cli.gpu)?, sf).await,
         Some(Command::Bench { what: BenchCommand::Tpch(args) }) => bench_tpch::run(args).await,
+        Some(Command::Bench { what: BenchCommand::Skyline(args) }) => bench_skyline::run(args).await,
         Some(Command::Bench { what }) => tokio::task::spawn_blocking(move || match what {
             BenchCommand::Transfer { max_mib, iterations } => bench::transfer(max_mib, iterations),
             BenchCommand::Scan { range } => bench::scan(range.min_log2, range.max_log2, range.iterations),
             BenchCommand::Compact { range, selectivity } => bench::compact(range.min_log2, range.max_log2, range.iterations, selectivity),
             BenchCommand::Filter { range } => bench::filter(range.min_log2, range.max_log2, range.iterations),
-            BenchCommand::Tpch(_) => Err(DataFusionError::Internal("bench tpch runs on the async runtime".into())),
+            BenchCommand::Tpch(_) | BenchCommand::Skyline(_) => {
+                Err(DataFusionError::Internal("this benchmark runs on the async runtime".into()))
+            }
         })
         .await
         .map_err(|e| DataFusionError::Execution(e.to_string()))?,

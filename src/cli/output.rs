@@ -148,7 +148,7 @@ pub async fn explain(rl: &Ridgeline, sql: &str) -> Result<String> {
     let text = displayable(plan.as_ref()).indent(true).to_string();
     let marked: Vec<String> = text
         .lines()
-        .map(|l| if l.trim_start().starts_with("Gpu") { format!("[gpu] {l}") } else { format!("      {l}") })
+        .map(|l| if l.trim_start().starts_with("Gpu") || l.contains("algorithm=gpu") || l.contains("algorithm=auto (gpu") { format!("[gpu] {l}") } else { format!("      {l}") })
         .collect();
     let gpu = gpu_operator_names(&plan);
     Ok(format!(

@@ -11,12 +11,14 @@ pub mod gpu_filter;
 pub mod gpu_load;
 pub mod gpu_scan;
 pub mod gpu_unload;
+pub mod skyline;
 
 pub use cpu_note::CpuNoteExec;
 pub use gpu_filter::GpuFilterExec;
 pub use gpu_load::GpuLoadExec;
 pub use gpu_scan::GpuScanExec;
 pub use gpu_unload::GpuUnloadExec;
+pub use skyline::SkylineExec;
 
 use crate::gpu_batch::GpuBatch;
 use datafusion::error::Result;
@@ -88,7 +90,9 @@ pub fn as_gpu(plan: &Arc<dyn ExecutionPlan>) -> Option<&dyn GpuExec> {
 pub fn gpu_operator_names(plan: &Arc<dyn ExecutionPlan>) -> Vec<String> {
     let mut out = Vec::new();
     fn walk(p: &Arc<dyn ExecutionPlan>, parent_gpu: bool, out: &mut Vec<String>) {
-        let gpu = as_gpu(p).is_some() || p.downcast_ref::<GpuUnloadExec>().is_some();
+        let gpu = as_gpu(p).is_some()
+            || p.downcast_ref::<GpuUnloadExec>().is_some()
+            || p.downcast_ref::<SkylineExec>().is_some_and(|s| s.uses_gpu());
         let counts = gpu && (p.downcast_ref::<GpuScanExec>().is_none() || parent_gpu);
         if counts && !out.iter().any(|n| n == p.name()) {
             out.push(p.name().to_string());

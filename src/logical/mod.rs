@@ -1,0 +1,4 @@
+//! Logical plan extensions: the `Skyline` node and its DataFrame API.
+pub mod skyline;
+
+pub use skyline::{SkylineDataFrameExt, SkylineDim, SkylineNode};

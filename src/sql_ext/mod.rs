@@ -1,0 +1,30 @@
+//! SQL extensions: `SKYLINE OF` (see [`skyline`]) and the statement planner that
+//! applies them, [`plan_sql`].
+//!
+//! DataFusion 55 has no hook for a new query-level clause, so a statement that
+//! contains `SKYLINE OF` is rewritten at the token level before DataFusion parses
+//! it: each clause becomes a leading run of `ORDER BY __ridgeline_skyline(k, j,
+//! expr)` keys at the same query level (so dimension expressions resolve exactly
+//! as ORDER BY expressions do: select-list aliases, columns that are not selected,
+//! aggregates), and after planning every such Sort is replaced by a
+//! [`crate::logical::SkylineNode`] (with the user's own ORDER BY, if any, above
+//! it). Error positions from DataFusion's parser and planner are mapped back into
+//! the user's original text.
+pub mod skyline;
+
+use crate::logical::skyline::replace_skyline_markers;
+use datafusion::error::Result;
+use datafusion::prelude::{DataFrame, SessionContext};
+
+/// Plans and runs one SQL statement with Ridgeline's extensions (as
+/// `SessionContext::sql` does for plain SQL: DDL runs at once, queries return a
+/// lazy DataFrame).
+pub async fn plan_sql(ctx: &SessionContext, sql: &str) -> Result<DataFrame> {
+    let Some(rw) = skyline::rewrite(sql)? else {
+        return ctx.sql(sql).await;
+    };
+    let state = ctx.state();
+    let plan = state.create_logical_plan(&rw.sql).await.map_err(|e| rw.map_error(e))?;
+    let plan = replace_skyline_markers(plan, &rw).map_err(|e| rw.map_error(e))?;
+    ctx.execute_logical_plan(plan).await
+}

@@ -28,8 +28,9 @@
 // Mask bits (Algorithm 1, lines 8-9): M[j] = p[j] > q2[j]; Q[j] = p[j] > (M[j] ? q3[j]
 // : q1[j]). d <= 16, so M | Q << 16 packs into one u32.
 //
-// Counters (u64 as lo/hi u32 pairs, carry by atomics): stats[0..2] dominance tests,
-// stats[2..4] mask tests; stats[4..] is the per-mask histogram of kept points.
+// Counters (u64 as lo/hi u32 pairs, carry by atomics; summed per workgroup in
+// workgroup memory first): stats[0..2] dominance tests, stats[2..4] mask tests;
+// stats[4..] is the per-mask histogram of kept points.
 
 struct Params {
     n: u32,
@@ -193,11 +194,8 @@ fn add64(at: u32, x: u32) {
 
 // aux: the level-l partitions as (mask, start, end) triples sorted by mask,
 // P.npart of them; positions are working-set positions.
-@compute @workgroup_size(WG)
-fn iterate(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-           @builtin(local_invocation_index) lid: u32) {
-    let i = row_index(wid, nwg, lid);
-    if i >= P.n { return; }
+// Returns this point's (dominance tests, mask tests).
+fn iterate_one(i: u32) -> vec2<u32> {
     let pi = widx[i];
     let mqi = mq[pi];
     let mi = mqi & 0xffffu;
@@ -264,6 +262,36 @@ fn iterate(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
     if kept {
         atomicAdd(&stats[4u + mi], 1u);
     }
-    add64(0u, dts);
-    add64(2u, mts);
+    return vec2<u32>(dts, mts);
+}
+
+// Workgroup sums of the counters (u64 as lo/hi with carry), added to the global
+// counters by one invocation.
+var<workgroup> wg_cnt: array<atomic<u32>, 4>;
+
+fn wg_add64(at: u32, x: u32) {
+    if x == 0u { return; }
+    let old = atomicAdd(&wg_cnt[at], x);
+    if old + x < old {
+        atomicAdd(&wg_cnt[at + 1u], 1u);
+    }
+}
+
+@compute @workgroup_size(WG)
+fn iterate(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+           @builtin(local_invocation_index) lid: u32) {
+    let i = row_index(wid, nwg, lid);
+    var c = vec2<u32>(0u, 0u);
+    if i < P.n {
+        c = iterate_one(i);
+    }
+    wg_add64(0u, c.x);
+    wg_add64(2u, c.y);
+    workgroupBarrier();
+    if lid == 0u {
+        add64(0u, atomicLoad(&wg_cnt[0]));
+        atomicAdd(&stats[1], atomicLoad(&wg_cnt[1]));
+        add64(2u, atomicLoad(&wg_cnt[2]));
+        atomicAdd(&stats[3], atomicLoad(&wg_cnt[3]));
+    }
 }

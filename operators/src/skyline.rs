@@ -21,9 +21,11 @@
 //!   then against the block's earlier survivors; survivors join the skyline.
 //! * [`skyline_gpu`]: SkyAlign (Bøgh, Chester & Assent, VLDB 2015) in WGSL
 //!   (shaders/skyline.wgsl), per chunk of at most one storage binding:
-//!   1. `minmax`: tau = min over rows of the row maximum (atomic min). Rows with no
-//!      rank below tau (and not all equal to tau) are dominated by the tau row: the
-//!      pre-filter of Algorithm 1, lines 1-2, applied inside every later kernel.
+//!   1. `minmax`: tau = min over rows of the row maximum (atomic min). As Section
+//!      5.1's text says, a row survives iff it has a rank below tau or all its ranks
+//!      equal tau (Algorithm 1's line 2 keeps rows with a rank <= tau; the text also
+//!      drops rows whose minimum is tau but not all ranks are: the tau row dominates
+//!      those strictly too). The filter is applied inside every later kernel.
 //!   2. `qhist` (1-4 passes): per-dimension quartiles q1, q2, q3 of the surviving
 //!      rows by an MSD radix select (8-bit digits, histograms by atomics on the GPU,
 //!      the host picks each digit from 3 * d * 256 counts).

@@ -9,13 +9,17 @@
 //              of every dimension over the rows that survive the pre-filter: rows
 //              whose higher digits match the (dimension, quartile) prefix add to
 //              that pair's 256-bin histogram; also counts the surviving rows.
-//   mask_hist  median mask M of every surviving row; histogram over M.
-//   scatter    counting-sort scatter by M into the (|M|, M) order the host chose
-//              (cursors = each mask's first slot): the row's ranks, M | Q << 16 and
-//              its row id. Points inside one partition land in any order.
-//   iota       the identity working set 0..n.
-//   iterate    one SkyAlign iteration l over the working set (indices into the
-//              sorted points, |M| >= l, in (|M|, M) order): a point with |M| = l
+//   mask_hist  median mask M and quartile mask Q of every surviving row (mq[r] =
+//              M | Q << 16; dead[r] = 1 for the rows the pre-filter drops);
+//              histogram over M.
+//   scatter    counting-sort scatter of the surviving row ids by M into the
+//              (|M|, M) order the host chose (cursors = each mask's first slot):
+//              the initial working set. Points inside one partition land in any
+//              order. The rank matrix itself stays where it is: an invocation loads
+//              its own row once, and the rows it compares against are the same for
+//              all invocations of a partition (broadcast loads).
+//   iterate    one SkyAlign iteration l over the working set (row ids with
+//              |M| >= l, in (|M|, M) order): a point with |M| = l
 //              compares against its own partition (Eq. 3 skips the others; Eq. 5 is
 //              the quartile mask test before each dominance test); a point with
 //              |M| > l walks the level-l partitions, skips those with Eq. 1 (one
@@ -28,8 +32,7 @@
 // Mask bits (Algorithm 1, lines 8-9): M[j] = p[j] > q2[j]; Q[j] = p[j] > (M[j] ? q3[j]
 // : q1[j]). d <= 16, so M | Q << 16 packs into one u32.
 //
-// Counters (u64 as lo/hi u32 pairs, carry by atomics; summed per workgroup in
-// workgroup memory first): stats[0..2] dominance tests, stats[2..4] mask tests;
+// Counters (u64 as lo/hi u32 pairs, carry by atomics): stats[0..2] dominance tests, stats[2..4] mask tests;
 // stats[4..] is the per-mask histogram of kept points.
 
 struct Params {
@@ -47,9 +50,7 @@ struct Params {
 @group(0) @binding(1) var<storage, read> ranks: array<u32>;
 @group(0) @binding(2) var<storage, read_write> stats: array<atomic<u32>>;
 @group(0) @binding(3) var<storage, read> aux: array<u32>;
-@group(0) @binding(4) var<storage, read_write> out_ranks: array<u32>;
 @group(0) @binding(5) var<storage, read_write> mq: array<u32>;
-@group(0) @binding(6) var<storage, read_write> ids: array<u32>;
 @group(0) @binding(7) var<storage, read> widx: array<u32>;
 @group(0) @binding(8) var<storage, read_write> dead: array<u32>;
 @group(0) @binding(9) var<storage, read_write> keep: array<u32>;
@@ -126,60 +127,62 @@ fn masks(r: u32) -> vec2<u32> {
     return vec2<u32>(m, qm);
 }
 
+// Writes mq[r] = M | Q << 16 and dead[r] = 0 for the surviving rows (dead[r] = 1
+// for the rest) and counts the surviving rows per M.
 @compute @workgroup_size(WG)
 fn mask_hist(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_index) lid: u32) {
     let r = row_index(wid, nwg, lid);
-    if r >= P.n || !survives(r) { return; }
+    if r >= P.n { return; }
+    if !survives(r) {
+        dead[r] = 1u;
+        return;
+    }
     let m = masks(r);
+    mq[r] = m.x | (m.y << 16u);
+    dead[r] = 0u;
     atomicAdd(&stats[m.x], 1u);
 }
 
+// Counting-sort scatter: the surviving row ids in (|M|, M) order (stats = each
+// mask's next slot); the order inside one partition is arbitrary.
 @compute @workgroup_size(WG)
 fn scatter(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
            @builtin(local_invocation_index) lid: u32) {
     let r = row_index(wid, nwg, lid);
-    if r >= P.n || !survives(r) { return; }
-    let m = masks(r);
-    let pos = atomicAdd(&stats[m.x], 1u);
-    let src = r * P.d;
-    let dst = pos * P.d;
-    for (var j = 0u; j < P.d; j++) {
-        out_ranks[dst + j] = ranks[src + j];
-    }
-    mq[pos] = m.x | (m.y << 16u);
-    ids[pos] = r;
+    if r >= P.n || dead[r] != 0u { return; }
+    let pos = atomicAdd(&stats[mq[r] & 0xffffu], 1u);
+    keep[pos] = r;
 }
 
-@compute @workgroup_size(WG)
-fn iota(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let r = row_index(wid, nwg, lid);
-    if r >= P.n { return; }
-    keep[r] = r;
-}
+// The row of the point an invocation works for, loaded once.
+var<private> me: array<u32, 16>;
 
-// p dominates q (no worse everywhere, better somewhere).
-fn dominates(p: u32, q: u32) -> bool {
-    let pb = p * P.d;
+fn load_me(q: u32) {
     let qb = q * P.d;
-    var strict = false;
+    for (var j = 0u; j < P.d; j++) {
+        me[j] = ranks[qb + j];
+    }
+}
+
+// Row p dominates `me` (no worse everywhere, better somewhere).
+fn dominates_me(p: u32) -> bool {
+    let pb = p * P.d;
+    var lt = false;
     for (var j = 0u; j < P.d; j++) {
         let a = ranks[pb + j];
-        let b = ranks[qb + j];
-        if a > b { return false; }
-        strict = strict || a < b;
+        if a > me[j] { return false; }
+        lt = lt || a < me[j];
     }
-    return strict;
+    return lt;
 }
 
-// p is no worse than q everywhere: dominance when p and q are known to differ
-// (the "distinct-value" test of Algorithm 1, line 18).
-fn no_worse(p: u32, q: u32) -> bool {
+// Row p is no worse than `me` everywhere: dominance when the two are known to
+// differ (the "distinct-value" test of Algorithm 1, line 18).
+fn no_worse_me(p: u32) -> bool {
     let pb = p * P.d;
-    let qb = q * P.d;
     for (var j = 0u; j < P.d; j++) {
-        if ranks[pb + j] > ranks[qb + j] { return false; }
+        if ranks[pb + j] > me[j] { return false; }
     }
     return true;
 }
@@ -201,6 +204,7 @@ fn iterate_one(i: u32) -> vec2<u32> {
     let mi = mqi & 0xffffu;
     let qi = mqi >> 16u;
     let order = countOneBits(mi);
+    load_me(pi);
     var dominated = false;
     var dts = 0u;
     var mts = 0u;
@@ -214,44 +218,50 @@ fn iterate_one(i: u32) -> vec2<u32> {
         }
         let start = aux[lo * 3u + 1u];
         let end = aux[lo * 3u + 2u];
-        for (var j = start; j < end; j++) {
-            if j == i { continue; }
+        for (var j = start; j < end && !dominated; j++) {
             let pj = widx[j];
             let qj = mq[pj] >> 16u;
-            mts += 1u;
             // Eq. 5: Q_j has a bit Q_i lacks => p_j does not dominate p_i.
-            if (qj | qi) == qi {
-                dts += 1u;
-                if dominates(pj, pi) {
-                    dominated = true;
-                    break;
+            if j != i {
+                mts += 1u;
+                if (qj | qi) == qi {
+                    dts += 1u;
+                    dominated = dominates_me(pj);
                 }
             }
         }
     } else {
+        // One flat loop over (partition k, position j): lavapipe (Mesa 22.3, LLVM
+        // 15) lost the result of a few lanes with nested loops of per-lane bounds.
         let notmi = ~mi;
-        for (var k = 0u; k < P.npart; k++) {
-            let mk = aux[k * 3u];
-            mts += 1u;
-            // Eq. 1 (Eq. 2 holds by construction: this partition has a lower order).
-            if (mk | mi) != mi { continue; }
-            let start = aux[k * 3u + 1u];
-            let end = aux[k * 3u + 2u];
-            let same = mk | notmi;
-            for (var j = start; j < end; j++) {
-                let pj = widx[j];
-                let qj = mq[pj] >> 16u;
-                mts += 1u;
-                // Eq. 4.
-                if ((same & qj) | qi) == qi {
-                    dts += 1u;
-                    if no_worse(pj, pi) {
-                        dominated = true;
-                        break;
-                    }
-                }
-            }
+        var k = 0u;
+        var j = 0u;
+        var end = 0u;
+        var same = 0u;
+        loop {
             if dominated { break; }
+            if j >= end {
+                if k >= P.npart { break; }
+                let mk = aux[k * 3u];
+                mts += 1u;
+                // Eq. 1 (Eq. 2 holds by construction: this partition has a lower order).
+                if (mk | mi) == mi {
+                    j = aux[k * 3u + 1u];
+                    end = aux[k * 3u + 2u];
+                    same = mk | notmi;
+                }
+                k += 1u;
+                continue;
+            }
+            let pj = widx[j];
+            let qj = mq[pj] >> 16u;
+            mts += 1u;
+            // Eq. 4.
+            if ((same & qj) | qi) == qi {
+                dts += 1u;
+                dominated = no_worse_me(pj);
+            }
+            j += 1u;
         }
     }
     if dominated {
@@ -265,33 +275,12 @@ fn iterate_one(i: u32) -> vec2<u32> {
     return vec2<u32>(dts, mts);
 }
 
-// Workgroup sums of the counters (u64 as lo/hi with carry), added to the global
-// counters by one invocation.
-var<workgroup> wg_cnt: array<atomic<u32>, 4>;
-
-fn wg_add64(at: u32, x: u32) {
-    if x == 0u { return; }
-    let old = atomicAdd(&wg_cnt[at], x);
-    if old + x < old {
-        atomicAdd(&wg_cnt[at + 1u], 1u);
-    }
-}
-
 @compute @workgroup_size(WG)
 fn iterate(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
            @builtin(local_invocation_index) lid: u32) {
     let i = row_index(wid, nwg, lid);
-    var c = vec2<u32>(0u, 0u);
-    if i < P.n {
-        c = iterate_one(i);
-    }
-    wg_add64(0u, c.x);
-    wg_add64(2u, c.y);
-    workgroupBarrier();
-    if lid == 0u {
-        add64(0u, atomicLoad(&wg_cnt[0]));
-        atomicAdd(&stats[1], atomicLoad(&wg_cnt[1]));
-        add64(2u, atomicLoad(&wg_cnt[2]));
-        atomicAdd(&stats[3], atomicLoad(&wg_cnt[3]));
-    }
+    if i >= P.n { return; }
+    let c = iterate_one(i);
+    add64(0u, c.x);
+    add64(2u, c.y);
 }

@@ -538,12 +538,18 @@ fn gpu_chunk(ctx: &GpuContext, ranks: &[u32], n: usize, d: usize, order: &[u32])
         }
     }
     let quart = upload_one(ctx, &prefix)?;
-    // Median masks: histogram, then the (|M|, M) order's partition starts.
+    // Median and quartile masks of every surviving row (mq[r] = M | Q << 16; dead[r]
+    // = 1 for the rows the pre-filter drops), the histogram over M, then the
+    // (|M|, M) order's partition starts.
     let masks = 1usize << d;
     let mh = upload_one(ctx, &vec![0u32; masks])?;
     mem.add(&mh);
+    let mq = DeviceArray::alloc_segmented(ctx, n, 4, one_seg(n))?;
+    mem.add(&mq);
+    let dead = DeviceArray::alloc_segmented(ctx, n, 4, one_seg(n))?;
+    mem.add(&dead);
     let p = SkyParams { tau, ..base };
-    launch(ctx, "mask_hist", p, &[(1, buf(&r)), (2, buf(&mh)), (3, buf(&quart))], n)?;
+    launch(ctx, "mask_hist", p, &[(1, buf(&r)), (2, buf(&mh)), (3, buf(&quart)), (5, buf(&mq)), (8, buf(&dead))], n)?;
     let mut counts = mh.download::<u32>(ctx)?;
     let mut starts = vec![0u32; masks];
     let mut acc = 0u32;
@@ -555,33 +561,15 @@ fn gpu_chunk(ctx: &GpuContext, ranks: &[u32], n: usize, d: usize, order: &[u32])
         return Err(GpuError::Invalid(format!("skyline mask histogram counts {acc} of {n1} rows")));
     }
     let n1 = n1 as usize;
-    // Sort by (|M|, M): counting-sort scatter of the surviving rows.
+    // Sort by (|M|, M): a counting-sort scatter of the surviving rows' ids (atomic
+    // cursors, one per mask) gives the initial working set.
     let cursors = upload_one(ctx, &starts)?;
-    let r2 = DeviceArray::alloc_segmented(ctx, n1 * d, 4, one_seg(n1 * d))?;
-    mem.add(&r2);
-    let mq = DeviceArray::alloc_segmented(ctx, n1, 4, one_seg(n1))?;
-    mem.add(&mq);
-    let id2 = DeviceArray::alloc_segmented(ctx, n1, 4, one_seg(n1))?;
-    mem.add(&id2);
-    launch(
-        ctx,
-        "scatter",
-        p,
-        &[(1, buf(&r)), (2, buf(&cursors)), (3, buf(&quart)), (4, buf(&r2)), (5, buf(&mq)), (6, buf(&id2))],
-        n,
-    )?;
-    ctx.wait()?;
-    mem.sub(&r);
-    drop(r);
-    // Working set: positions into the sorted points.
-    let dead = upload_one(ctx, &vec![0u32; n1])?;
-    mem.add(&dead);
     let mut idx = DeviceArray::alloc(ctx, n1, 4)?;
     mem.add(&idx);
     if idx.num_segments() != 1 {
         return Err(GpuError::Invalid("skyline working set spans segments".into()));
     }
-    launch(ctx, "iota", SkyParams { n: n1 as u32, ..base }, &[(9, buf(&idx))], n1)?;
+    launch(ctx, "scatter", p, &[(2, buf(&cursors)), (5, buf(&mq)), (8, buf(&dead)), (9, buf(&idx))], n)?;
     let stats = upload_one(ctx, &vec![0u32; 4 + masks])?;
     mem.add(&stats);
     let mut ncur = n1;
@@ -614,7 +602,7 @@ fn gpu_chunk(ctx: &GpuContext, ranks: &[u32], n: usize, d: usize, order: &[u32])
             ctx,
             "iterate",
             p,
-            &[(1, buf(&r2)), (2, buf(&stats)), (3, buf(&aux)), (5, buf(&mq)), (7, buf(&idx)), (8, buf(&dead)), (9, buf(&keep))],
+            &[(1, buf(&r)), (2, buf(&stats)), (3, buf(&aux)), (5, buf(&mq)), (7, buf(&idx)), (8, buf(&dead)), (9, buf(&keep))],
             ncur,
         )?;
         let s = stats.download::<u32>(ctx)?;
@@ -631,19 +619,54 @@ fn gpu_chunk(ctx: &GpuContext, ranks: &[u32], n: usize, d: usize, order: &[u32])
             mem.sub(&idx);
             idx = c.columns.into_iter().next().map(|c| c.values).ok_or_else(|| GpuError::Invalid("no column".into()))?;
             mem.add(&idx);
+            if std::env::var_os("RIDGELINE_SKYLINE_CHECK").is_some() {
+                check_working_set(ctx, &idx, &mq, &counts, order)?;
+                let dd = dead.download::<u32>(ctx)?;
+                let mqv = mq.download::<u32>(ctx)?;
+                let want = (0..n).filter(|&k| dd[k] == 0 && (mqv[k] & 0xffff).count_ones() as usize > l).count();
+                if want != next {
+                    return Err(GpuError::Invalid(format!("level {l}: working set {next}, live rows above the level {want}")));
+                }
+            }
         }
         mem.sub(&keep);
         ncur = next;
     }
     let dead = dead.download::<u32>(ctx)?;
-    let ids = id2.download::<u32>(ctx)?;
-    let rows = dead.iter().zip(&ids).filter(|(&x, _)| x == 0).map(|(_, &id)| id).collect();
+    let rows = (0..n as u32).filter(|&k| dead[k as usize] == 0).collect();
     Ok(ChunkOut {
         rows,
         dominance_tests: last[0] as u64 | (last[1] as u64) << 32,
         mask_tests: last[2] as u64 | (last[3] as u64) << 32,
         device_bytes: mem.peak,
     })
+}
+
+/// Debugging aid (`RIDGELINE_SKYLINE_CHECK`): the working set is in (|M|, M) order,
+/// without repeats, and matches the per-mask counts.
+fn check_working_set(ctx: &GpuContext, idx: &DeviceArray, mq: &DeviceArray, counts: &[u32], order: &[u32]) -> GpuResult<()> {
+    let idx = idx.download::<u32>(ctx)?;
+    let mq = mq.download::<u32>(ctx)?;
+    let rank: std::collections::HashMap<u32, usize> = order.iter().enumerate().map(|(k, &m)| (m, k)).collect();
+    let mut seen = std::collections::HashSet::new();
+    let mut got = vec![0u32; counts.len()];
+    let mut prev = 0usize;
+    for (k, &p) in idx.iter().enumerate() {
+        if !seen.insert(p) {
+            return Err(GpuError::Invalid(format!("working set repeats {p} at {k}")));
+        }
+        let m = mq[p as usize] & 0xffff;
+        got[m as usize] += 1;
+        let r = rank[&m];
+        if r < prev {
+            return Err(GpuError::Invalid(format!("working set out of order at {k}")));
+        }
+        prev = r;
+    }
+    if got != counts {
+        return Err(GpuError::Invalid("working set counts differ".into()));
+    }
+    Ok(())
 }
 
 /// SkyAlign on the GPU (Bøgh, Chester & Assent, VLDB 2015), with default options.

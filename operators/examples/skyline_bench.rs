@@ -106,10 +106,7 @@ fn main() {
             let cs: std::collections::HashSet<u32> = cids.iter().copied().collect();
             let gs: std::collections::HashSet<u32> = gids.iter().copied().collect();
             for (side, a, b) in [("gpu only", &gs, &cs), ("cpu only", &cs, &gs)] {
-                for &r in a.difference(b).take(if std::env::var_os("SKY_EMU").is_some() { 2 } else { 10 }) {
-                    if std::env::var_os("SKY_EMU").is_some() {
-                        emulate(m, r as usize);
-                    }
+                for &r in a.difference(b).take(10) {
                     let dom = (0..n).find(|&p| dominates(m.row(p), m.row(r as usize)));
                     println!("{side}: row {r} {:?} dominated by {:?} {:?}", m.row(r as usize), dom, dom.map(|p| m.row(p)));
                 }
@@ -118,33 +115,3 @@ fn main() {
     }
 }
 
-/// Host emulation of the masks for one missed row: which levels/partitions cover it.
-fn emulate(m: RankMatrix<'_>, target: usize) {
-    use ridgeline_operators::skyline::dominates;
-    let (n, d) = (m.rows, m.dims);
-    let tau = (0..n).map(|r| *m.row(r).iter().max().unwrap()).min().unwrap();
-    let kept: Vec<usize> = (0..n).filter(|&r| { let row = m.row(r); let mn = *row.iter().min().unwrap(); let mx = *row.iter().max().unwrap(); mn < tau || mx == tau }).collect();
-    let n1 = kept.len();
-    let mut quart = vec![0u32; 3 * d];
-    for j in 0..d {
-        let mut col: Vec<u32> = kept.iter().map(|&r| m.row(r)[j]).collect();
-        col.sort_unstable();
-        for q in 0..3 { quart[j * 3 + q] = col[((q + 1) * n1 / 4).min(n1 - 1)]; }
-    }
-    let masks = |r: usize| {
-        let (mut mm, mut qq) = (0u32, 0u32);
-        for j in 0..d { let v = m.row(r)[j]; let above = v > quart[j*3+1]; let piv = if above { quart[j*3+2] } else { quart[j*3] }; mm |= (above as u32) << j; qq |= ((v > piv) as u32) << j; }
-        (mm, qq)
-    };
-    let (mp, qp) = masks(target);
-    println!("target {target}: tau {tau} kept {n1} M {:b} |M| {} Q {:b}", mp, mp.count_ones(), qp);
-    // Skyline dominators of the target among kept rows.
-    let doms: Vec<usize> = kept.iter().copied().filter(|&s| dominates(m.row(s), m.row(target))).collect();
-    for &s in doms.iter().take(5) {
-        let (ms, qs) = masks(s);
-        let sky = !kept.iter().any(|&t| dominates(m.row(t), m.row(s)));
-        let eq1 = ms | mp != mp;
-        let eq4 = (((ms | !mp) & qs) | qp) != qp;
-        println!("  dominator {s}: M {:b} |M| {} Q {:b} skyline {sky} eq1-skip {eq1} eq4-skip {eq4}", ms, ms.count_ones(), qs);
-    }
-}

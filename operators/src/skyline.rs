@@ -30,10 +30,12 @@
 //!      rows by an MSD radix select (8-bit digits, histograms by atomics on the GPU,
 //!      the host picks each digit from 3 * d * 256 counts).
 //!   3. `mask_hist` + `scatter`: median mask M (rank > q2) and quartile mask Q (rank
-//!      > q3 where M is set, else > q1) per row; a counting sort by (|M|, M): the GPU
-//!      builds the histogram over M, the host turns its 2^d counts into each mask's
-//!      first slot, the GPU scatters rows (ranks, M | Q << 16, row id) with atomic
-//!      cursors. Only the surviving rows are copied, then the input is freed.
+//!      > q3 where M is set, else > q1) per surviving row, stored as M | Q << 16;
+//!      a counting sort by (|M|, M): the GPU builds the histogram over M, the host
+//!      turns its 2^d counts into each mask's first slot, the GPU scatters the row
+//!      ids with atomic cursors. The sorted ids are the working set; the rank
+//!      matrix is not copied (an invocation loads its own row once; the rows it
+//!      compares against are shared by the invocations of a partition).
 //!   4. `iterate` for l = 0..=d: every point of the working set (|M| >= l, not yet
 //!      dominated) compares against the level-l points: a point with |M| = l only
 //!      against its own partition (Eq. 3), with the quartile test of Eq. 5 before each
@@ -41,18 +43,20 @@
 //!      partition whose mask is not a subset of its own (Eq. 1, one mask test per
 //!      partition) and inside the others runs Eq. 4 before a distinct-value dominance
 //!      test. Dominated points are flagged dead; the level-l survivors are final
-//!      (no point of a higher order can dominate them, Eq. 2). The working set
-//!      (indices into the sorted points) is then repacked by the stable stream
-//!      compaction of [`crate::compact`] and the per-mask counts of the kept points
-//!      (atomics in the same kernel) give the next level's partition starts.
-//!   5. The skyline: sorted rows not flagged dead, mapped back to row ids.
+//!      (no point of a higher order can dominate them, Eq. 2). The working set is
+//!      then repacked by the stable stream compaction of [`crate::compact`] (so it
+//!      stays in (|M|, M) order) and the per-mask counts of the kept points (atomics
+//!      in the same kernel) give the next level's partition starts.
+//!   5. The skyline: the rows not flagged dead (the pre-filter flags its drops).
 //!
-//!   Mask tests and dominance tests are counted on the GPU (per-thread counts added
-//!   to 64-bit counters kept as two `u32` with an atomic carry).
-//!   `device_bytes` is the peak of one chunk: the rank matrix, its sorted copy of the
-//!   pre-filter's survivors, 4-5 `u32` per surviving row, two 2^d histograms and the
-//!   compaction's scratch (pool size classes included; below 2x the matrix from about
-//!   d >= 6, or whenever the pre-filter drops a good share of the rows).
+//!   Mask tests and dominance tests are counted on the GPU (per-invocation counts
+//!   added to 64-bit counters kept as two `u32` with an atomic carry).
+//!   `device_bytes` is the peak of one chunk: the rank matrix, 2 `u32` per row (masks,
+//!   dead flag), 3 per surviving row (working set, keep flags, the compaction's
+//!   output) plus the compaction's scratch and two 2^d histograms; pool size classes
+//!   included. That is about 1 + 5/d times the matrix (measured 1.53x at d = 12): at
+//!   most 2x from d = 5 or 6 on; small d and tiny inputs (where the 2^d arrays and
+//!   256-byte minimum buffers dominate) go above.
 //!
 //!   Larger inputs: chunks of at most `max_storage_buffer_binding_size / (4 d)` rows
 //!   get local skylines; the skyline of their union (gathered on the host) is the

@@ -279,7 +279,9 @@ fn cpu_hybrid(m: RankMatrix<'_>) -> (Vec<u32>, SkylineStats) {
 
     // 3. Blocks.
     let mut groups: Vec<SkyGroup> = Vec::new();
-    let mut group_of: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
+    // Mask -> group (dense table for d <= 20; otherwise groups are scanned).
+    let mut group_of: Vec<u32> = if use_masks && d <= 20 { vec![u32::MAX; 1 << d] } else { Vec::new() };
+    let mut group_map: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
     let (mut dts, mut mts) = (0u64, 0u64);
     let mut blocks = 0u32;
     for start in (0..keyed.len()).step_by(CPU_BLOCK) {
@@ -292,19 +294,43 @@ fn cpu_hybrid(m: RankMatrix<'_>) -> (Vec<u32>, SkylineStats) {
                 let (_, _, mi, qi) = keyed[i];
                 let p = &data[i * d..(i + 1) * d];
                 let (mut dt, mut mt) = (0u64, 0u64);
-                for g in &groups {
-                    mt += 1;
-                    if g.mask & !mi != 0 {
-                        continue; // Eq. 1 for the whole group
-                    }
+                let test_group = |g: &SkyGroup, dt: &mut u64, mt: &mut u64| -> bool {
                     let same = g.mask | !mi;
                     for (k, &qj) in g.q.iter().enumerate() {
-                        mt += 1;
+                        *mt += 1;
                         if same & qj & !qi != 0 {
                             continue; // Eq. 4 / 5
                         }
-                        dt += 1;
+                        *dt += 1;
                         if dominates(&g.rows[k * d..(k + 1) * d], p) {
+                            return true;
+                        }
+                    }
+                    false
+                };
+                if !group_of.is_empty() && (1u64 << mi.count_ones()) < groups.len() as u64 {
+                    // Only groups whose mask is a subset of this row's can hold a
+                    // dominator (Eq. 1): enumerate the subsets, fewer than the groups.
+                    // Ascending, so groups better on more dimensions come first.
+                    let mut sub = 0u32;
+                    loop {
+                        mt += 1;
+                        let gi = group_of[sub as usize];
+                        if gi != u32::MAX && test_group(&groups[gi as usize], &mut dt, &mut mt) {
+                            return (true, dt, mt);
+                        }
+                        if sub == mi {
+                            break;
+                        }
+                        sub = sub.wrapping_sub(mi) & mi;
+                    }
+                } else {
+                    for g in &groups {
+                        mt += 1;
+                        if g.mask & !mi != 0 {
+                            continue; // Eq. 1 for the whole group
+                        }
+                        if test_group(g, &mut dt, &mut mt) {
                             return (true, dt, mt);
                         }
                     }
@@ -353,8 +379,11 @@ fn cpu_hybrid(m: RankMatrix<'_>) -> (Vec<u32>, SkylineStats) {
             }
             let i = surv[a];
             let (_, r, mi, qi) = keyed[i];
-            let gi = *group_of.entry(mi).or_insert_with(|| {
+            let gi = *group_map.entry(mi).or_insert_with(|| {
                 groups.push(SkyGroup { mask: mi, q: Vec::new(), rows: Vec::new(), ids: Vec::new() });
+                if !group_of.is_empty() {
+                    group_of[mi as usize] = (groups.len() - 1) as u32;
+                }
                 groups.len() - 1
             });
             let g = &mut groups[gi];

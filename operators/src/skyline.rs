@@ -741,8 +741,8 @@ pub fn skyline_gpu_with(ctx: &GpuContext, m: RankMatrix<'_>, opts: &SkylineGpuOp
         st.algorithm = "cpu-hybrid (dims > 16, GPU path not used)";
         return Ok((ids, st));
     }
-    if n > u32::MAX as usize / d.max(1) {
-        return Err(GpuError::Invalid(format!("skyline of {n} rows x {d} dims exceeds 32-bit indexing")));
+    if n > u32::MAX as usize {
+        return Err(GpuError::Invalid(format!("skyline of {n} rows: row ids are u32")));
     }
     let lim = ctx.limits();
     let max_bind = (lim.max_storage_buffer_binding_size as u64).min(lim.max_buffer_size).min((1 << 31) - 1);

@@ -232,6 +232,22 @@ fn small_chunks() {
     }
 }
 
+/// Chunk-local skylines that do not shrink (anticorrelated data, tiny chunks) end
+/// in an error the caller can fall back on, never a panic or a wrong answer.
+#[test]
+fn chunks_that_do_not_shrink() {
+    let c = ctx();
+    let Some(c) = c.as_deref() else { return };
+    let (n, d) = (2000, 10);
+    let vals = generate(Dist::Anticorrelated, n, d, 9);
+    let ranks = dense_ranks(&vals, n, d);
+    let m = RankMatrix::new(n, d, &ranks);
+    match skyline_gpu_with(c, m, &SkylineGpuOptions { max_chunk_rows: 300 }) {
+        Ok((got, _)) => assert_eq!(got, skyline_reference(m)),
+        Err(e) => assert!(e.should_fall_back(), "{e}"),
+    }
+}
+
 fn load_nba() -> (Vec<u32>, usize, usize) {
     let text = std::fs::read_to_string("/work/shared/data/nba-8d-17264.csv").expect("NBA data set");
     let mut vals = Vec::new();

@@ -560,6 +560,7 @@ fn gpu_chunk(ctx: &GpuContext, ranks: &[u32], n: usize, d: usize, order: &[u32])
         let shift = 8 * (passes - 1 - pass);
         let hist = upload_one(ctx, &vec![0u32; 1 + 3 * d * 256])?;
         let aux = upload_one(ctx, &prefix)?;
+        mem.spike(hist.device_bytes() + aux.device_bytes());
         let p = SkyParams { tau, shift, full: (pass == 0) as u32, ..base };
         launch(ctx, "qhist", p, &[(1, buf(&r)), (2, buf(&hist)), (3, buf(&aux))], n)?;
         let h = hist.download::<u32>(ctx)?;
@@ -617,12 +618,18 @@ fn gpu_chunk(ctx: &GpuContext, ranks: &[u32], n: usize, d: usize, order: &[u32])
     // Sort by (|M|, M): a counting-sort scatter of the surviving rows' ids (atomic
     // cursors, one per mask) gives the initial working set.
     let cursors = upload_one(ctx, &starts)?;
+    mem.add(&cursors);
     let mut idx = DeviceArray::alloc(ctx, n1, 4)?;
     mem.add(&idx);
     if idx.num_segments() != 1 {
         return Err(GpuError::Invalid("skyline working set spans segments".into()));
     }
     launch(ctx, "scatter", p, &[(2, buf(&cursors)), (5, buf(&mq)), (8, buf(&dead)), (9, buf(&idx))], n)?;
+    // (Back to the pool; later work on the queue runs after the scatter.)
+    mem.sub(&cursors);
+    drop(cursors);
+    mem.sub(&mh);
+    drop(mh);
     let stats = upload_one(ctx, &vec![0u32; 4 + masks])?;
     mem.add(&stats);
     let mut ncur = n1;
@@ -647,6 +654,7 @@ fn gpu_chunk(ctx: &GpuContext, ranks: &[u32], n: usize, d: usize, order: &[u32])
         let keep = DeviceArray::alloc(ctx, ncur, 4)?;
         mem.add(&keep);
         let aux = upload_one(ctx, &parts)?;
+        mem.spike(aux.device_bytes());
         let mut enc = ctx.encoder("skyline-clear");
         enc.clear_buffer(buf(&stats), 16, Some(4 * masks as u64));
         ctx.submit(enc)?;

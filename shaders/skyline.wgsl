@@ -32,8 +32,9 @@
 // Mask bits (Algorithm 1, lines 8-9): M[j] = p[j] > q2[j]; Q[j] = p[j] > (M[j] ? q3[j]
 // : q1[j]). d <= 16, so M | Q << 16 packs into one u32.
 //
-// Counters (u64 as lo/hi u32 pairs, carry by atomics): stats[0..2] dominance tests, stats[2..4] mask tests;
-// stats[4..] is the per-mask histogram of kept points.
+// Counters (u64 as lo/hi u32 pairs, carry by atomics): stats[0..2] dominance tests,
+// stats[2..4] mask tests; stats[4] unfinished invocations (see `iterate`);
+// stats[5..] is the per-mask histogram of kept points.
 
 struct Params {
     n: u32,
@@ -50,6 +51,7 @@ struct Params {
 @group(0) @binding(1) var<storage, read> ranks: array<u32>;
 @group(0) @binding(2) var<storage, read_write> stats: array<atomic<u32>>;
 @group(0) @binding(3) var<storage, read> aux: array<u32>;
+@group(0) @binding(4) var<storage, read_write> res: array<u32>;
 @group(0) @binding(5) var<storage, read_write> mq: array<u32>;
 @group(0) @binding(7) var<storage, read> widx: array<u32>;
 @group(0) @binding(8) var<storage, read_write> dead: array<u32>;
@@ -155,36 +157,32 @@ fn scatter(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
     keep[pos] = r;
 }
 
-// The row of the point an invocation works for, loaded once.
-var<private> me: array<u32, 16>;
-
-fn load_me(q: u32) {
+// Row p dominates row q (no worse everywhere, better somewhere). The loop stops at
+// the first worse rank through its condition.
+fn dominates(p: u32, q: u32) -> bool {
+    let pb = p * P.d;
     let qb = q * P.d;
-    for (var j = 0u; j < P.d; j++) {
-        me[j] = ranks[qb + j];
-    }
-}
-
-// Row p dominates `me` (no worse everywhere, better somewhere).
-fn dominates_me(p: u32) -> bool {
-    let pb = p * P.d;
+    var le = true;
     var lt = false;
-    for (var j = 0u; j < P.d; j++) {
+    for (var j = 0u; j < P.d && le; j++) {
         let a = ranks[pb + j];
-        if a > me[j] { return false; }
-        lt = lt || a < me[j];
+        let b = ranks[qb + j];
+        le = a <= b;
+        lt = lt || a < b;
     }
-    return lt;
+    return le && lt;
 }
 
-// Row p is no worse than `me` everywhere: dominance when the two are known to
+// Row p is no worse than row q everywhere: dominance when the two are known to
 // differ (the "distinct-value" test of Algorithm 1, line 18).
-fn no_worse_me(p: u32) -> bool {
+fn no_worse(p: u32, q: u32) -> bool {
     let pb = p * P.d;
-    for (var j = 0u; j < P.d; j++) {
-        if ranks[pb + j] > me[j] { return false; }
+    let qb = q * P.d;
+    var le = true;
+    for (var j = 0u; j < P.d && le; j++) {
+        le = ranks[pb + j] <= ranks[qb + j];
     }
-    return true;
+    return le;
 }
 
 fn add64(at: u32, x: u32) {
@@ -197,6 +195,14 @@ fn add64(at: u32, x: u32) {
 
 // aux: the level-l partitions as (mask, start, end) triples sorted by mask,
 // P.npart of them; positions are working-set positions.
+//
+// Resumable: P.full > 0 bounds the loop steps of one invocation per launch (llvmpipe
+// stops every loop of an invocation for good once its SIMD group has taken 65535
+// loop back-edges in total, LP_MAX_TGSI_LOOP_ITERATIONS; a dominance test then
+// sees only its first dimension). An invocation that runs out of steps saves its
+// place in res[2i], res[2i + 1] (the next partition index + 1 and position),
+// counts itself in stats[4] and writes nothing else; the host launches again until
+// stats[4] stays 0. res[2i] = 0xffffffff: finished. P.full = 0: no bound.
 // Returns this point's (dominance tests, mask tests).
 fn iterate_one(i: u32) -> vec2<u32> {
     let pi = widx[i];
@@ -204,10 +210,15 @@ fn iterate_one(i: u32) -> vec2<u32> {
     let mi = mqi & 0xffffu;
     let qi = mqi >> 16u;
     let order = countOneBits(mi);
-    load_me(pi);
     var dominated = false;
     var dts = 0u;
     var mts = 0u;
+    var steps = 0u;
+    let limit = select(0xffffffffu, P.full, P.full > 0u);
+    var k = res[2u * i];
+    var j = res[2u * i + 1u];
+    var end = 0u;
+    var same = 0u;
     if order == P.l {
         // Eq. 3: only the own partition can hold dominators; find it.
         var lo = 0u;
@@ -216,9 +227,14 @@ fn iterate_one(i: u32) -> vec2<u32> {
             let mid = (lo + hi) / 2u;
             if aux[mid * 3u] <= mi { lo = mid; } else { hi = mid; }
         }
-        let start = aux[lo * 3u + 1u];
-        let end = aux[lo * 3u + 2u];
-        for (var j = start; j < end && !dominated; j++) {
+        if k == 0u {
+            j = aux[lo * 3u + 1u];
+            k = 1u;
+        }
+        end = aux[lo * 3u + 2u];
+        loop {
+            if dominated || j >= end || steps >= limit { break; }
+            steps += 1u;
             let pj = widx[j];
             let qj = mq[pj] >> 16u;
             // Eq. 5: Q_j has a bit Q_i lacks => p_j does not dominate p_i.
@@ -226,20 +242,24 @@ fn iterate_one(i: u32) -> vec2<u32> {
                 mts += 1u;
                 if (qj | qi) == qi {
                     dts += 1u;
-                    dominated = dominates_me(pj);
+                    dominated = dominates(pj, pi);
                 }
             }
+            j += 1u;
         }
     } else {
-        // One flat loop over (partition k, position j): lavapipe (Mesa 22.3, LLVM
-        // 15) lost the result of a few lanes with nested loops of per-lane bounds.
+        // One flat loop over (partition k, position j).
         let notmi = ~mi;
-        var k = 0u;
-        var j = 0u;
-        var end = 0u;
-        var same = 0u;
+        if k > 0u {
+            let mk = aux[(k - 1u) * 3u];
+            if (mk | mi) == mi {
+                end = aux[(k - 1u) * 3u + 2u];
+                same = mk | notmi;
+            }
+        }
         loop {
-            if dominated { break; }
+            if dominated || steps >= limit { break; }
+            steps += 1u;
             if j >= end {
                 if k >= P.npart { break; }
                 let mk = aux[k * 3u];
@@ -259,18 +279,26 @@ fn iterate_one(i: u32) -> vec2<u32> {
             // Eq. 4.
             if ((same & qj) | qi) == qi {
                 dts += 1u;
-                dominated = no_worse_me(pj);
+                dominated = no_worse(pj, pi);
             }
             j += 1u;
         }
     }
+    if !dominated && steps >= limit {
+        // Out of steps: save the place, come back in the next launch.
+        res[2u * i] = k;
+        res[2u * i + 1u] = j;
+        atomicAdd(&stats[4], 1u);
+        return vec2<u32>(dts, mts);
+    }
+    res[2u * i] = 0xffffffffu;
     if dominated {
         dead[pi] = 1u;
     }
     let kept = !dominated && order > P.l;
     keep[i] = select(0u, 1u, kept);
     if kept {
-        atomicAdd(&stats[4u + mi], 1u);
+        atomicAdd(&stats[5u + mi], 1u);
     }
     return vec2<u32>(dts, mts);
 }
@@ -278,8 +306,9 @@ fn iterate_one(i: u32) -> vec2<u32> {
 @compute @workgroup_size(WG)
 fn iterate(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
            @builtin(local_invocation_index) lid: u32) {
-    let i = row_index(wid, nwg, lid);
-    if i >= P.n { return; }
+    // P.shift: the first working-set position of this launch.
+    let i = row_index(wid, nwg, lid) + P.shift;
+    if i >= P.n || res[2u * i] == 0xffffffffu { return; }
     let c = iterate_one(i);
     add64(0u, c.x);
     add64(2u, c.y);

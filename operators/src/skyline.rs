@@ -522,6 +522,18 @@ fn launch(ctx: &GpuContext, entry: &str, p: SkyParams, bindings: &[(u32, &wgpu::
     Ok(())
 }
 
+/// Working-set positions per `iterate` launch.
+fn iterate_launch_rows(ctx: &GpuContext) -> usize {
+    if let Some(v) = std::env::var("RIDGELINE_SKYLINE_LAUNCH_ROWS").ok().and_then(|v| v.parse::<usize>().ok()) {
+        return v.max(SKY_WG as usize);
+    }
+    if ctx.is_cpu_adapter() {
+        1 << 15
+    } else {
+        usize::MAX
+    }
+}
+
 /// Masks `0..2^d` in SkyAlign's partition order: by number of bits set, then value.
 fn mask_order(d: usize) -> Vec<u32> {
     let mut v: Vec<u32> = (0..1u32 << d).collect();
@@ -630,8 +642,11 @@ fn gpu_chunk(ctx: &GpuContext, ranks: &[u32], n: usize, d: usize, order: &[u32])
     drop(cursors);
     mem.sub(&mh);
     drop(mh);
-    let stats = upload_one(ctx, &vec![0u32; 4 + masks])?;
+    let stats = upload_one(ctx, &vec![0u32; 5 + masks])?;
     mem.add(&stats);
+    // Loop steps per invocation and launch on llvmpipe (see `iterate` in
+    // shaders/skyline.wgsl): its SIMD group may take (d + 2) back-edges a step.
+    let step_limit = if ctx.is_cpu_adapter() { (60_000 / (d as u32 + 2)).max(1) } else { 0 };
     let mut ncur = n1;
     let mut last = [0u32; 4];
     for l in 0..=d {
@@ -653,22 +668,54 @@ fn gpu_chunk(ctx: &GpuContext, ranks: &[u32], n: usize, d: usize, order: &[u32])
         }
         let keep = DeviceArray::alloc(ctx, ncur, 4)?;
         mem.add(&keep);
+        let res = DeviceArray::alloc_segmented(ctx, 2 * ncur, 4, one_seg(2 * ncur))?;
+        mem.add(&res);
         let aux = upload_one(ctx, &parts)?;
         mem.spike(aux.device_bytes());
         let mut enc = ctx.encoder("skyline-clear");
-        enc.clear_buffer(buf(&stats), 16, Some(4 * masks as u64));
+        enc.clear_buffer(buf(&stats), 16, Some(4 * (1 + masks) as u64));
+        enc.clear_buffer(buf(&res), 0, Some(8 * ncur as u64));
         ctx.submit(enc)?;
-        let p = SkyParams { n: ncur as u32, l: l as u32, npart: (parts.len() / 3) as u32, ..base };
-        launch(
-            ctx,
-            "iterate",
-            p,
-            &[(1, buf(&r)), (2, buf(&stats)), (3, buf(&aux)), (5, buf(&mq)), (7, buf(&idx)), (8, buf(&dead)), (9, buf(&keep))],
-            ncur,
-        )?;
-        let s = stats.download::<u32>(ctx)?;
+        let step = iterate_launch_rows(ctx);
+        let s = loop {
+            for first in (0..ncur).step_by(step) {
+                let p = SkyParams {
+                    n: ncur as u32,
+                    l: l as u32,
+                    npart: (parts.len() / 3) as u32,
+                    shift: first as u32,
+                    full: step_limit,
+                    ..base
+                };
+                launch(
+                    ctx,
+                    "iterate",
+                    p,
+                    &[
+                        (1, buf(&r)),
+                        (2, buf(&stats)),
+                        (3, buf(&aux)),
+                        (4, buf(&res)),
+                        (5, buf(&mq)),
+                        (7, buf(&idx)),
+                        (8, buf(&dead)),
+                        (9, buf(&keep)),
+                    ],
+                    (ncur - first).min(step),
+                )?;
+            }
+            let s = stats.download::<u32>(ctx)?;
+            if s[4] == 0 {
+                break s;
+            }
+            let mut enc = ctx.encoder("skyline-clear");
+            enc.clear_buffer(buf(&stats), 16, Some(4));
+            ctx.submit(enc)?;
+        };
+        mem.sub(&res);
+        drop(res);
         last.copy_from_slice(&s[..4]);
-        counts.copy_from_slice(&s[4..]);
+        counts.copy_from_slice(&s[5..]);
         let next: usize = counts.iter().map(|&c| c as usize).sum();
         if next > 0 {
             // Repacking (line 25): stable stream compaction of the working set.

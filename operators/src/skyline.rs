@@ -67,11 +67,13 @@
 //!   and 0.45-1.4x its mask tests (the CPU path skips whole mask groups, the GPU
 //!   path tests the paper's per-partition masks). The CPU path ran 1.95-2.1x faster
 //!   on 2 threads than on 1 (1.2x on 50k anticorrelated d=8, where the serial
-//!   joins of large blocks weigh more). lavapipe lost the results of a few
-//!   invocations when the level loop was two nested loops with per-invocation
-//!   bounds (18 dominated rows of 1M independent d=12 survived); the kernel uses
-//!   one flat loop, and `RIDGELINE_SKYLINE_CHECK=1` re-verifies the working set
-//!   after every repacking.
+//!   joins of large blocks weigh more). llvmpipe ends every loop of a SIMD group
+//!   for good once the group has taken 65535 loop back-edges in total
+//!   (LP_MAX_TGSI_LOOP_ITERATIONS): at 1M independent d=12 rows a few long-running
+//!   invocations then saw one dimension per dominance test, killing skyline rows
+//!   and keeping dominated ones. On CPU adapters the iteration kernel therefore
+//!   bounds its loop steps per launch and resumes (`resumed_launches`);
+//!   `RIDGELINE_SKYLINE_CHECK=1` re-verifies the working set after every repacking.
 //!
 //!   Larger inputs: chunks of at most `max_storage_buffer_binding_size / (4 d)` rows
 //!   get local skylines; the skyline of their union (gathered on the host) is the
@@ -123,6 +125,9 @@ pub struct SkylineStats {
     /// GPU: chunk launches of the SkyAlign pipeline (1 when the rank matrix fits one
     /// binding; more when it is split, plus one per merge round). CPU: blocks.
     pub chunks: u32,
+    /// GPU: extra launches of the iteration kernel because invocations ran out of
+    /// their loop-step bound (CPU adapters only, see shaders/skyline.wgsl).
+    pub resumed_launches: u32,
 }
 
 /// `true` iff row `p` dominates row `q` (see the module docs).
@@ -547,6 +552,7 @@ struct ChunkOut {
     dominance_tests: u64,
     mask_tests: u64,
     device_bytes: u64,
+    resumed: u32,
 }
 
 /// SkyAlign on one chunk whose rank matrix fits one storage binding.
@@ -649,6 +655,7 @@ fn gpu_chunk(ctx: &GpuContext, ranks: &[u32], n: usize, d: usize, order: &[u32])
     let step_limit = if ctx.is_cpu_adapter() { (60_000 / (d as u32 + 2)).max(1) } else { 0 };
     let mut ncur = n1;
     let mut last = [0u32; 4];
+    let mut resumed = 0u32;
     for l in 0..=d {
         if ncur == 0 {
             break;
@@ -708,6 +715,7 @@ fn gpu_chunk(ctx: &GpuContext, ranks: &[u32], n: usize, d: usize, order: &[u32])
             if s[4] == 0 {
                 break s;
             }
+            resumed += 1;
             let mut enc = ctx.encoder("skyline-clear");
             enc.clear_buffer(buf(&stats), 16, Some(4));
             ctx.submit(enc)?;
@@ -747,6 +755,7 @@ fn gpu_chunk(ctx: &GpuContext, ranks: &[u32], n: usize, d: usize, order: &[u32])
         dominance_tests: last[0] as u64 | (last[1] as u64) << 32,
         mask_tests: last[2] as u64 | (last[3] as u64) << 32,
         device_bytes: mem.peak,
+        resumed,
     })
 }
 
@@ -834,6 +843,7 @@ pub fn skyline_gpu_with(ctx: &GpuContext, m: RankMatrix<'_>, opts: &SkylineGpuOp
             st.mask_tests += out.mask_tests;
             st.device_bytes = st.device_bytes.max(out.device_bytes);
             st.chunks += 1;
+            st.resumed_launches += out.resumed;
             next.extend(out.rows.iter().map(|&r| global(c + r as usize)));
         }
         next.sort_unstable();

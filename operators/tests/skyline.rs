@@ -248,6 +248,29 @@ fn chunks_that_do_not_shrink() {
     }
 }
 
+/// Large partitions: invocations that need more loop steps than one launch allows
+/// on CPU adapters resume in later launches. Points on an anti-diagonal (all in the
+/// skyline, two partitions of half the rows each) and a dominated twin of each.
+#[test]
+fn long_running_invocations_resume() {
+    let c = ctx();
+    let Some(c) = c.as_deref() else { return };
+    let half = 20_000u32;
+    let mut ranks = Vec::new();
+    for i in 0..half {
+        ranks.extend_from_slice(&[i, half - 1 - i]);
+        ranks.extend_from_slice(&[i + 1, half - i]);
+    }
+    let m = RankMatrix::new(2 * half as usize, 2, &ranks);
+    let want: Vec<u32> = (0..half).map(|i| 2 * i).collect();
+    let (got, st) = skyline_gpu(c, m).unwrap();
+    assert_eq!(got, want, "{st:?}");
+    if c.is_cpu_adapter() {
+        assert!(st.resumed_launches > 0, "{st:?}");
+    }
+    assert_eq!(skyline_cpu(m, 0).0, want);
+}
+
 fn load_nba() -> (Vec<u32>, usize, usize) {
     let text = std::fs::read_to_string("/work/shared/data/nba-8d-17264.csv").expect("NBA data set");
     let mut vals = Vec::new();

@@ -202,7 +202,8 @@ fn add64(at: u32, x: u32) {
 // sees only its first dimension). An invocation that runs out of steps saves its
 // place in res[2i], res[2i + 1] (the next partition index + 1 and position),
 // counts itself in stats[4] and writes nothing else; the host launches again until
-// stats[4] stays 0. res[2i] = 0xffffffff: finished. P.full = 0: no bound.
+// stats[4] stays 0. res[2i] = 0xffffffff: finished. P.full = 0: no bound, and
+// `res` is not used (a 4-word stand-in is bound).
 // Returns this point's (dominance tests, mask tests).
 fn iterate_one(i: u32) -> vec2<u32> {
     let pi = widx[i];
@@ -215,8 +216,12 @@ fn iterate_one(i: u32) -> vec2<u32> {
     var mts = 0u;
     var steps = 0u;
     let limit = select(0xffffffffu, P.full, P.full > 0u);
-    var k = res[2u * i];
-    var j = res[2u * i + 1u];
+    var k = 0u;
+    var j = 0u;
+    if P.full > 0u {
+        k = res[2u * i];
+        j = res[2u * i + 1u];
+    }
     var end = 0u;
     var same = 0u;
     if order == P.l {
@@ -291,7 +296,9 @@ fn iterate_one(i: u32) -> vec2<u32> {
         atomicAdd(&stats[4], 1u);
         return vec2<u32>(dts, mts);
     }
-    res[2u * i] = 0xffffffffu;
+    if P.full > 0u {
+        res[2u * i] = 0xffffffffu;
+    }
     if dominated {
         dead[pi] = 1u;
     }
@@ -308,7 +315,8 @@ fn iterate(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
            @builtin(local_invocation_index) lid: u32) {
     // P.shift: the first working-set position of this launch.
     let i = row_index(wid, nwg, lid) + P.shift;
-    if i >= P.n || res[2u * i] == 0xffffffffu { return; }
+    if i >= P.n { return; }
+    if P.full > 0u && res[2u * i] == 0xffffffffu { return; }
     let c = iterate_one(i);
     add64(0u, c.x);
     add64(2u, c.y);

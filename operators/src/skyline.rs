@@ -53,10 +53,12 @@
 //!   added to 64-bit counters kept as two `u32` with an atomic carry).
 //!   `device_bytes` is the peak of one chunk: the rank matrix, 2 `u32` per row (masks,
 //!   dead flag), 3 per surviving row (working set, keep flags, the compaction's
-//!   output) plus the compaction's scratch and two 2^d histograms; pool size classes
-//!   included. That is about 1 + 5/d times the matrix (measured 1.53x at d = 12): at
-//!   most 2x from d = 5 or 6 on; small d and tiny inputs (where the 2^d arrays and
-//!   256-byte minimum buffers dominate) go above.
+//!   output; 2 more on CPU adapters for resuming, see below) plus the compaction's
+//!   scratch and two 2^d histograms; pool size classes included. That is about
+//!   1 + 5/d times the matrix on GPUs (1 + 7/d on CPU adapters; measured there:
+//!   1.57x at d = 12, 1.93-2.01x at d = 8): at most 2x from d = 5 or 6 on (d = 8 on
+//!   CPU adapters); small d and tiny inputs (where the 2^d arrays and 256-byte
+//!   minimum buffers dominate) go above.
 //!
 //!   Measured on lavapipe (Mesa's CPU Vulkan driver, 2 shared cores, release
 //!   build, `examples/skyline_bench`; ratios only, absolute times mean nothing
@@ -442,6 +444,10 @@ pub struct SkylineGpuOptions {
     /// Most rows per chunk (0: as many as one storage binding holds). Tests use
     /// small chunks to exercise the chunked path cheaply.
     pub max_chunk_rows: usize,
+    /// Loop steps per invocation and launch of the iteration kernel (`Some(0)`: no
+    /// bound; `None`: bounded on CPU adapters only, see shaders/skyline.wgsl). Tests
+    /// use tiny bounds to exercise resuming.
+    pub step_limit: Option<u32>,
 }
 
 #[repr(C)]
@@ -556,7 +562,7 @@ struct ChunkOut {
 }
 
 /// SkyAlign on one chunk whose rank matrix fits one storage binding.
-fn gpu_chunk(ctx: &GpuContext, ranks: &[u32], n: usize, d: usize, order: &[u32]) -> GpuResult<ChunkOut> {
+fn gpu_chunk(ctx: &GpuContext, ranks: &[u32], n: usize, d: usize, order: &[u32], step_limit: Option<u32>) -> GpuResult<ChunkOut> {
     let mut mem = Mem::default();
     let (nu, du) = (n as u32, d as u32);
     let base = SkyParams { n: nu, d: du, ..Default::default() };
@@ -652,7 +658,7 @@ fn gpu_chunk(ctx: &GpuContext, ranks: &[u32], n: usize, d: usize, order: &[u32])
     mem.add(&stats);
     // Loop steps per invocation and launch on llvmpipe (see `iterate` in
     // shaders/skyline.wgsl): its SIMD group may take (d + 2) back-edges a step.
-    let step_limit = if ctx.is_cpu_adapter() { (60_000 / (d as u32 + 2)).max(1) } else { 0 };
+    let step_limit = step_limit.unwrap_or(if ctx.is_cpu_adapter() { (60_000 / (d as u32 + 2)).max(1) } else { 0 });
     let mut ncur = n1;
     let mut last = [0u32; 4];
     let mut resumed = 0u32;
@@ -675,13 +681,19 @@ fn gpu_chunk(ctx: &GpuContext, ranks: &[u32], n: usize, d: usize, order: &[u32])
         }
         let keep = DeviceArray::alloc(ctx, ncur, 4)?;
         mem.add(&keep);
-        let res = DeviceArray::alloc_segmented(ctx, 2 * ncur, 4, one_seg(2 * ncur))?;
+        let res = if step_limit > 0 {
+            DeviceArray::alloc_segmented(ctx, 2 * ncur, 4, one_seg(2 * ncur))?
+        } else {
+            upload_one(ctx, &[0u32; 4])?
+        };
         mem.add(&res);
         let aux = upload_one(ctx, &parts)?;
         mem.spike(aux.device_bytes());
         let mut enc = ctx.encoder("skyline-clear");
         enc.clear_buffer(buf(&stats), 16, Some(4 * (1 + masks) as u64));
-        enc.clear_buffer(buf(&res), 0, Some(8 * ncur as u64));
+        if step_limit > 0 {
+            enc.clear_buffer(buf(&res), 0, Some(8 * ncur as u64));
+        }
         ctx.submit(enc)?;
         let step = iterate_launch_rows(ctx);
         let s = loop {
@@ -838,7 +850,7 @@ pub fn skyline_gpu_with(ctx: &GpuContext, m: RankMatrix<'_>, opts: &SkylineGpuOp
         let mut next = Vec::new();
         for c in (0..cn).step_by(chunk) {
             let e = (c + chunk).min(cn);
-            let out = gpu_chunk(ctx, &ranks[c * d..e * d], e - c, d, &order)?;
+            let out = gpu_chunk(ctx, &ranks[c * d..e * d], e - c, d, &order, opts.step_limit)?;
             st.dominance_tests += out.dominance_tests;
             st.mask_tests += out.mask_tests;
             st.device_bytes = st.device_bytes.max(out.device_bytes);

@@ -226,7 +226,7 @@ fn small_chunks() {
         let ranks = dense_ranks(&vals, n, d);
         let m = RankMatrix::new(n, d, &ranks);
         let want = skyline_reference(m);
-        let (got, st) = skyline_gpu_with(c, m, &SkylineGpuOptions { max_chunk_rows: 700 }).unwrap();
+        let (got, st) = skyline_gpu_with(c, m, &SkylineGpuOptions { max_chunk_rows: 700, ..Default::default() }).unwrap();
         assert_eq!(got, want, "{dist:?} d={d} chunks of 700");
         assert!(st.chunks >= 6, "{st:?}");
     }
@@ -242,7 +242,7 @@ fn chunks_that_do_not_shrink() {
     let vals = generate(Dist::Anticorrelated, n, d, 9);
     let ranks = dense_ranks(&vals, n, d);
     let m = RankMatrix::new(n, d, &ranks);
-    match skyline_gpu_with(c, m, &SkylineGpuOptions { max_chunk_rows: 300 }) {
+    match skyline_gpu_with(c, m, &SkylineGpuOptions { max_chunk_rows: 300, ..Default::default() }) {
         Ok((got, _)) => assert_eq!(got, skyline_reference(m)),
         Err(e) => assert!(e.should_fall_back(), "{e}"),
     }
@@ -269,6 +269,31 @@ fn long_running_invocations_resume() {
         assert!(st.resumed_launches > 0, "{st:?}");
     }
     assert_eq!(skyline_cpu(m, 0).0, want);
+}
+
+/// The iteration kernel without a step bound (what discrete GPUs run) and with a
+/// tiny one (every invocation resumes many times).
+#[test]
+fn step_limits() {
+    let c = ctx();
+    let Some(c) = c.as_deref() else { return };
+    for (dist, n, d) in [(Dist::Independent, 2999, 6), (Dist::Anticorrelated, 1500, 4), (Dist::Correlated, 2000, 9)] {
+        let vals = generate(dist, n, d, 31);
+        let ranks = dense_ranks(&vals, n, d);
+        let m = RankMatrix::new(n, d, &ranks);
+        let want = skyline_reference(m);
+        for limit in [0u32, 7, 50] {
+            let opts = SkylineGpuOptions { step_limit: Some(limit), ..Default::default() };
+            let (got, st) = skyline_gpu_with(c, m, &opts).unwrap();
+            assert_eq!(got, want, "{dist:?} n={n} d={d} step limit {limit}");
+            if limit == 0 {
+                assert_eq!(st.resumed_launches, 0, "{st:?}");
+            }
+            if limit == 7 {
+                assert!(st.resumed_launches > 0, "{st:?}");
+            }
+        }
+    }
 }
 
 fn load_nba() -> (Vec<u32>, usize, usize) {

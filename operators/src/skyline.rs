@@ -62,12 +62,13 @@
 //!
 //!   Measured on lavapipe (Mesa's CPU Vulkan driver, 2 shared cores, release
 //!   build, `examples/skyline_bench`; ratios only, absolute times mean nothing
-//!   there): the GPU path took 6-12x the CPU path's time on 2 threads (200k
-//!   independent d=8: 11.8x; 200k correlated d=8: 9.7x; 50k anticorrelated d=8:
-//!   6x; 100k anticorrelated d=12: 6.7x), as expected when the "GPU" is the same
-//!   two cores running SIMT code; it did 1.05-1.3x the CPU path's dominance tests
-//!   and 0.45-1.4x its mask tests (the CPU path skips whole mask groups, the GPU
-//!   path tests the paper's per-partition masks). The CPU path ran 1.95-2.1x faster
+//!   there): the GPU path took 4-12x the CPU path's time on 2 threads (200k
+//!   independent d=8: 12x; 200k correlated d=8: 3.9x; 50k anticorrelated d=8:
+//!   8.6x; 100k anticorrelated d=12: 8.9x; 1M independent d=12: 8.6x), as expected
+//!   when the "GPU" is the same two cores running SIMT code; it did 1.0-1.3x the
+//!   CPU path's dominance tests and 0.45-1.4x its mask tests (the CPU path skips
+//!   whole mask groups, the GPU path tests the paper's per-partition masks). The
+//!   CPU path ran 1.95-2.1x faster
 //!   on 2 threads than on 1 (1.2x on 50k anticorrelated d=8, where the serial
 //!   joins of large blocks weigh more). llvmpipe ends every loop of a SIMD group
 //!   for good once the group has taken 65535 loop back-edges in total

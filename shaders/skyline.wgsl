@@ -1,0 +1,323 @@
+// SkyAlign (Bøgh, Chester, Assent, VLDB 2015): a work-efficient GPU skyline over a
+// static median/quartile grid. Entry points, in the order the host runs them on one
+// chunk of a row-major rank matrix (`ranks[r * d + j]`, smaller is better):
+//
+//   minmax     tau = min over rows of (max rank of the row) and the largest rank
+//              (atomics), for the pre-filter (Algorithm 1, lines 1-2) and the number
+//              of radix digits of the quartile selection.
+//   qhist      one radix-select pass (8-bit digit at `shift`) for the three quartiles
+//              of every dimension over the rows that survive the pre-filter: rows
+//              whose higher digits match the (dimension, quartile) prefix add to
+//              that pair's 256-bin histogram; also counts the surviving rows.
+//   mask_hist  median mask M and quartile mask Q of every surviving row (mq[r] =
+//              M | Q << 16; dead[r] = 1 for the rows the pre-filter drops);
+//              histogram over M.
+//   scatter    counting-sort scatter of the surviving row ids by M into the
+//              (|M|, M) order the host chose (cursors = each mask's first slot):
+//              the initial working set. Points inside one partition land in any
+//              order. The rank matrix itself stays where it is: an invocation loads
+//              its own row once, and the rows it compares against are the same for
+//              all invocations of a partition (broadcast loads).
+//   iterate    one SkyAlign iteration l over the working set (row ids with
+//              |M| >= l, in (|M|, M) order): a point with |M| = l
+//              compares against its own partition (Eq. 3 skips the others; Eq. 5 is
+//              the quartile mask test before each dominance test); a point with
+//              |M| > l walks the level-l partitions, skips those with Eq. 1 (one
+//              mask test each), and inside the others uses Eq. 4 before a
+//              distinct-value dominance test. Dominated points are marked dead;
+//              points with |M| > l that survive are flagged for the repacking
+//              (stream compaction on the host side) and counted per mask so the
+//              host can record the next partition starts.
+//
+// Mask bits (Algorithm 1, lines 8-9): M[j] = p[j] > q2[j]; Q[j] = p[j] > (M[j] ? q3[j]
+// : q1[j]). d <= 16, so M | Q << 16 packs into one u32.
+//
+// Counters (u64 as lo/hi u32 pairs, carry by atomics): stats[0..2] dominance tests,
+// stats[2..4] mask tests; stats[4] unfinished invocations (see `iterate`);
+// stats[5..] is the per-mask histogram of kept points.
+
+struct Params {
+    n: u32,
+    d: u32,
+    l: u32,
+    tau: u32,
+    shift: u32,
+    full: u32,
+    npart: u32,
+    stride: u32,
+}
+
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> ranks: array<u32>;
+@group(0) @binding(2) var<storage, read_write> stats: array<atomic<u32>>;
+@group(0) @binding(3) var<storage, read> aux: array<u32>;
+@group(0) @binding(4) var<storage, read_write> res: array<u32>;
+@group(0) @binding(5) var<storage, read_write> mq: array<u32>;
+@group(0) @binding(7) var<storage, read> widx: array<u32>;
+@group(0) @binding(8) var<storage, read_write> dead: array<u32>;
+@group(0) @binding(9) var<storage, read_write> keep: array<u32>;
+
+const WG: u32 = {{WG}}u;
+
+fn row_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
+    return (wid.x + wid.y * nwg.x) * WG + lid;
+}
+
+// The pre-filter: a row survives iff some rank is below tau or all ranks equal tau
+// (the row whose max is tau weakly dominates every row with all ranks >= tau, and
+// strictly unless that row is all tau).
+fn survives(r: u32) -> bool {
+    let base = r * P.d;
+    var mn = 0xffffffffu;
+    var mx = 0u;
+    for (var j = 0u; j < P.d; j++) {
+        let v = ranks[base + j];
+        mn = min(mn, v);
+        mx = max(mx, v);
+    }
+    return mn < P.tau || mx == P.tau;
+}
+
+@compute @workgroup_size(WG)
+fn minmax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_index) lid: u32) {
+    let r = row_index(wid, nwg, lid);
+    if r >= P.n { return; }
+    let base = r * P.d;
+    var mx = 0u;
+    for (var j = 0u; j < P.d; j++) {
+        mx = max(mx, ranks[base + j]);
+    }
+    atomicMin(&stats[0], mx);
+    atomicMax(&stats[1], mx);
+}
+
+// aux[j * 3 + q] = the prefix (digits above `shift + 8`) selected so far for
+// quartile q + 1 of dimension j; P.full = 1 on the first pass (no prefix yet).
+// stats[0] counts surviving rows; stats[1 + (j * 3 + q) * 256 + digit] the bins.
+@compute @workgroup_size(WG)
+fn qhist(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+         @builtin(local_invocation_index) lid: u32) {
+    let r = row_index(wid, nwg, lid);
+    if r >= P.n || !survives(r) { return; }
+    atomicAdd(&stats[0], 1u);
+    let base = r * P.d;
+    for (var j = 0u; j < P.d; j++) {
+        let v = ranks[base + j];
+        let digit = (v >> P.shift) & 255u;
+        for (var q = 0u; q < 3u; q++) {
+            let k = j * 3u + q;
+            if P.full == 1u || (v >> (P.shift + 8u)) == aux[k] {
+                atomicAdd(&stats[1u + k * 256u + digit], 1u);
+            }
+        }
+    }
+}
+
+// aux[j * 3 + q]: quartile q + 1 of dimension j.
+fn masks(r: u32) -> vec2<u32> {
+    let base = r * P.d;
+    var m = 0u;
+    var qm = 0u;
+    for (var j = 0u; j < P.d; j++) {
+        let v = ranks[base + j];
+        let above = v > aux[j * 3u + 1u];
+        let pivot = select(aux[j * 3u], aux[j * 3u + 2u], above);
+        m |= select(0u, 1u << j, above);
+        qm |= select(0u, 1u << j, v > pivot);
+    }
+    return vec2<u32>(m, qm);
+}
+
+// Writes mq[r] = M | Q << 16 and dead[r] = 0 for the surviving rows (dead[r] = 1
+// for the rest) and counts the surviving rows per M.
+@compute @workgroup_size(WG)
+fn mask_hist(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32) {
+    let r = row_index(wid, nwg, lid);
+    if r >= P.n { return; }
+    if !survives(r) {
+        dead[r] = 1u;
+        return;
+    }
+    let m = masks(r);
+    mq[r] = m.x | (m.y << 16u);
+    dead[r] = 0u;
+    atomicAdd(&stats[m.x], 1u);
+}
+
+// Counting-sort scatter: the surviving row ids in (|M|, M) order (stats = each
+// mask's next slot); the order inside one partition is arbitrary.
+@compute @workgroup_size(WG)
+fn scatter(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+           @builtin(local_invocation_index) lid: u32) {
+    let r = row_index(wid, nwg, lid);
+    if r >= P.n || dead[r] != 0u { return; }
+    let pos = atomicAdd(&stats[mq[r] & 0xffffu], 1u);
+    keep[pos] = r;
+}
+
+// Row p dominates row q (no worse everywhere, better somewhere). The loop stops at
+// the first worse rank through its condition.
+fn dominates(p: u32, q: u32) -> bool {
+    let pb = p * P.d;
+    let qb = q * P.d;
+    var le = true;
+    var lt = false;
+    for (var j = 0u; j < P.d && le; j++) {
+        let a = ranks[pb + j];
+        let b = ranks[qb + j];
+        le = a <= b;
+        lt = lt || a < b;
+    }
+    return le && lt;
+}
+
+// Row p is no worse than row q everywhere: dominance when the two are known to
+// differ (the "distinct-value" test of Algorithm 1, line 18).
+fn no_worse(p: u32, q: u32) -> bool {
+    let pb = p * P.d;
+    let qb = q * P.d;
+    var le = true;
+    for (var j = 0u; j < P.d && le; j++) {
+        le = ranks[pb + j] <= ranks[qb + j];
+    }
+    return le;
+}
+
+fn add64(at: u32, x: u32) {
+    if x == 0u { return; }
+    let old = atomicAdd(&stats[at], x);
+    if old + x < old {
+        atomicAdd(&stats[at + 1u], 1u);
+    }
+}
+
+// aux: the level-l partitions as (mask, start, end) triples sorted by mask,
+// P.npart of them; positions are working-set positions.
+//
+// Resumable: P.full > 0 bounds the loop steps of one invocation per launch (llvmpipe
+// stops every loop of an invocation for good once its SIMD group has taken 65535
+// loop back-edges in total, LP_MAX_TGSI_LOOP_ITERATIONS; a dominance test then
+// sees only its first dimension). An invocation that runs out of steps saves its
+// place in res[2i], res[2i + 1] (the next partition index + 1 and position),
+// counts itself in stats[4] and writes nothing else; the host launches again until
+// stats[4] stays 0. res[2i] = 0xffffffff: finished. P.full = 0: no bound, and
+// `res` is not used (a 4-word stand-in is bound).
+// Returns this point's (dominance tests, mask tests).
+fn iterate_one(i: u32) -> vec2<u32> {
+    let pi = widx[i];
+    let mqi = mq[pi];
+    let mi = mqi & 0xffffu;
+    let qi = mqi >> 16u;
+    let order = countOneBits(mi);
+    var dominated = false;
+    var dts = 0u;
+    var mts = 0u;
+    var steps = 0u;
+    let limit = select(0xffffffffu, P.full, P.full > 0u);
+    var k = 0u;
+    var j = 0u;
+    if P.full > 0u {
+        k = res[2u * i];
+        j = res[2u * i + 1u];
+    }
+    var end = 0u;
+    var same = 0u;
+    if order == P.l {
+        // Eq. 3: only the own partition can hold dominators; find it.
+        var lo = 0u;
+        var hi = P.npart;
+        while lo + 1u < hi {
+            let mid = (lo + hi) / 2u;
+            if aux[mid * 3u] <= mi { lo = mid; } else { hi = mid; }
+        }
+        if k == 0u {
+            j = aux[lo * 3u + 1u];
+            k = 1u;
+        }
+        end = aux[lo * 3u + 2u];
+        loop {
+            if dominated || j >= end || steps >= limit { break; }
+            steps += 1u;
+            let pj = widx[j];
+            let qj = mq[pj] >> 16u;
+            // Eq. 5: Q_j has a bit Q_i lacks => p_j does not dominate p_i.
+            if j != i {
+                mts += 1u;
+                if (qj | qi) == qi {
+                    dts += 1u;
+                    dominated = dominates(pj, pi);
+                }
+            }
+            j += 1u;
+        }
+    } else {
+        // One flat loop over (partition k, position j).
+        let notmi = ~mi;
+        if k > 0u {
+            let mk = aux[(k - 1u) * 3u];
+            if (mk | mi) == mi {
+                end = aux[(k - 1u) * 3u + 2u];
+                same = mk | notmi;
+            }
+        }
+        loop {
+            if dominated || steps >= limit { break; }
+            steps += 1u;
+            if j >= end {
+                if k >= P.npart { break; }
+                let mk = aux[k * 3u];
+                mts += 1u;
+                // Eq. 1 (Eq. 2 holds by construction: this partition has a lower order).
+                if (mk | mi) == mi {
+                    j = aux[k * 3u + 1u];
+                    end = aux[k * 3u + 2u];
+                    same = mk | notmi;
+                }
+                k += 1u;
+                continue;
+            }
+            let pj = widx[j];
+            let qj = mq[pj] >> 16u;
+            mts += 1u;
+            // Eq. 4.
+            if ((same & qj) | qi) == qi {
+                dts += 1u;
+                dominated = no_worse(pj, pi);
+            }
+            j += 1u;
+        }
+    }
+    if !dominated && steps >= limit {
+        // Out of steps: save the place, come back in the next launch.
+        res[2u * i] = k;
+        res[2u * i + 1u] = j;
+        atomicAdd(&stats[4], 1u);
+        return vec2<u32>(dts, mts);
+    }
+    if P.full > 0u {
+        res[2u * i] = 0xffffffffu;
+    }
+    if dominated {
+        dead[pi] = 1u;
+    }
+    let kept = !dominated && order > P.l;
+    keep[i] = select(0u, 1u, kept);
+    if kept {
+        atomicAdd(&stats[5u + mi], 1u);
+    }
+    return vec2<u32>(dts, mts);
+}
+
+@compute @workgroup_size(WG)
+fn iterate(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+           @builtin(local_invocation_index) lid: u32) {
+    // P.shift: the first working-set position of this launch.
+    let i = row_index(wid, nwg, lid) + P.shift;
+    if i >= P.n { return; }
+    if P.full > 0u && res[2u * i] == 0xffffffffu { return; }
+    let c = iterate_one(i);
+    add64(0u, c.x);
+    add64(2u, c.y);
+}

@@ -14,7 +14,7 @@
 //   implicit sorted-array form: log2(B) steps), and counts it in a per-workgroup
 //   histogram (workgroup atomics), flushed once per workgroup into the task's global
 //   counts with one atomicAdd per non-empty bucket.
-// * `filter`: recomputes each key's bucket (instead of storing the paper's one-byte
+// * `filter_buckets`: recomputes each key's bucket (instead of storing the paper's one-byte
 //   oracle: no per-element scratch at all) and copies the keys of the target
 //   buckets into their output regions; positions are aggregated per workgroup
 //   (workgroup atomics, then one global atomicAdd per bucket and workgroup).
@@ -209,7 +209,7 @@ fn count(inv: Inv) {
 }
 
 @compute @workgroup_size(WG)
-fn filter(inv: Inv) {
+fn filter_buckets(inv: Inv) {
     load_tree(inv);
     let base = group_index(inv) * CHUNK;
     var bk: array<u32, ITEMS>;

@@ -555,15 +555,16 @@ impl Kern {
             Repr::U64 => (KEY_U64, "u64"),
             Repr::U64Emu => (KEY_U64EMU, "u64emu"),
         };
-        let first = SELECT_WGSL.find("//@@").unwrap_or(SELECT_WGSL.len());
+        // Sections start at a line beginning with "//@@ name".
+        let first = SELECT_WGSL.find("\n//@@ ").unwrap_or(SELECT_WGSL.len());
         let header = &SELECT_WGSL[..first];
-        let marker = format!("//@@ {section}");
+        let marker = format!("\n//@@ {section}");
         let start = SELECT_WGSL
             .find(&marker)
             .ok_or_else(|| GpuError::Invalid(format!("select.wgsl has no section {section}")))?;
         let rest = &SELECT_WGSL[start + marker.len()..];
-        let body = &rest[..rest.find("//@@").unwrap_or(rest.len())];
-        let src = format!("{key}{header}{body}");
+        let body = &rest[..rest.find("\n//@@ ").unwrap_or(rest.len())];
+        let src = format!("{key}{header}\n//{body}");
         let defs = [
             ("KEY", kname.to_string()),
             ("WG", WG.to_string()),
@@ -737,7 +738,7 @@ fn sample_select<K: SelectKey>(
     let p_gather = kern.pipe(ctx, "gather", "gather")?;
     let p_sort = kern.pipe(ctx, "sort", "sort_sample")?;
     let p_count = kern.pipe(ctx, "bucket", "count")?;
-    let p_filter = kern.pipe(ctx, "bucket", "filter")?;
+    let p_filter = kern.pipe(ctx, "bucket", "filter_buckets")?;
     let max_binding = (ctx.limits().max_storage_buffer_binding_size as u64).min((1 << 31) - 1);
 
     let mut scratch = Scratch { ctx, bytes: 0 };

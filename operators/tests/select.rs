@@ -339,12 +339,20 @@ fn gpu_approx_select_within_bound() {
     assert_eq!(st.levels, 1);
     assert!(st.rank_error_bound <= n as u64 / 100);
     check_approx(&got, &st, &keys, &ranks, "1%");
-    // Small inputs are answered exactly (the allowed error rounds to 0).
-    let small: Vec<u32> = (0..5000).map(|_| r.random::<u32>()).collect();
+    // Below 1000 keys the allowed error rounds to 0: exact answers, even when
+    // bucketing levels run (S = 64).
+    let small: Vec<u32> = (0..999).map(|_| r.random::<u32>()).collect();
     let ranks = ranks_for(small.len(), 5);
-    let (got, st) = approx_select_gpu(&ctx, &small, &ranks).unwrap();
+    let opts = SelectOptions { max_sample: 64, ..Default::default() };
+    let (got, st) = approx_select_gpu_with(&ctx, &small, &ranks, &opts).unwrap();
     assert_eq!(st.rank_error_bound, 0);
+    assert!(st.levels >= 2);
     check_exact(&got, &small, &ranks, "approx small");
+    // 5000 keys: at most 5 ranks off.
+    let small: Vec<u32> = (0..5000).map(|_| r.random::<u32>()).collect();
+    let (got, st) = approx_select_gpu_with(&ctx, &small, &ranks, &opts).unwrap();
+    assert!(st.rank_error_bound <= 5);
+    check_approx(&got, &st, &small, &ranks, "approx 5000");
     // 64-bit keys.
     let keys64: Vec<u64> = keys_f64(&(0..n).map(|_| normal(&mut r)).collect::<Vec<_>>());
     let ranks = vec![0, (n / 2) as u64, (n - 1) as u64];

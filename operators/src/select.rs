@@ -223,11 +223,15 @@ pub struct SelectOptions {
     /// Cap on the sample size S (a power of two >= 64; the workgroup-memory limit
     /// applies in any case). Smaller samples mean more levels (tests use it).
     pub max_sample: u32,
+    /// Cap on the bytes of one buffer of extracted buckets (0: the binding limit).
+    /// Target buckets that together exceed it are split over several buffers (tests
+    /// use a small cap to exercise that).
+    pub max_filter_bytes: u64,
 }
 
 impl Default for SelectOptions {
     fn default() -> Self {
-        SelectOptions { int64: Int64Path::Auto, max_error_fraction: 0.001, seed: 0x2545_f491, max_sample: 4096 }
+        SelectOptions { int64: Int64Path::Auto, max_error_fraction: 0.001, seed: 0x2545_f491, max_sample: 4096, max_filter_bytes: 0 }
     }
 }
 
@@ -739,7 +743,10 @@ fn sample_select<K: SelectKey>(
     let p_sort = kern.pipe(ctx, "sort", "sort_sample")?;
     let p_count = kern.pipe(ctx, "bucket", "count")?;
     let p_filter = kern.pipe(ctx, "bucket", "filter_buckets")?;
-    let max_binding = (ctx.limits().max_storage_buffer_binding_size as u64).min((1 << 31) - 1);
+    let mut max_binding = (ctx.limits().max_storage_buffer_binding_size as u64).min((1 << 31) - 1);
+    if opts.max_filter_bytes > 0 {
+        max_binding = max_binding.min(opts.max_filter_bytes);
+    }
 
     let mut scratch = Scratch { ctx, bytes: 0 };
     let mut bufs: Vec<GpuBuffer> = Vec::new();
@@ -827,8 +834,7 @@ fn sample_select<K: SelectKey>(
 
         // Base cases: read the sorted buckets, answer their ranks.
         if !small.is_empty() {
-            let words: Vec<u32> = read_buf(ctx, sorted.raw(), (small_total * kb / 4) as usize)?;
-            let keys: &[K] = bytemuck::cast_slice(&words);
+            let keys: Vec<K> = read_buf(ctx, sorted.raw(), small_total as usize)?;
             for (t, &o) in small.iter().zip(&small_off) {
                 for &(i, r) in &t.ranks {
                     out[i] = keys[(o + r - t.lo) as usize];
@@ -839,12 +845,12 @@ fn sample_select<K: SelectKey>(
             break;
         }
         let cnt: Vec<u32> = read_buf(ctx, counts.raw(), (nbig * nb) as usize)?;
-        let spl_words: Vec<u32> = read_buf(ctx, spl.raw(), (nbig * ns * kb / 4) as usize)?;
-        let spl_keys: &[K] = bytemuck::cast_slice(&spl_words);
+        let spl_keys: Vec<K> = read_buf(ctx, spl.raw(), (nbig * ns) as usize)?;
 
         // Host: each rank's bucket; children for the range buckets still to descend.
         let mut children: Vec<Task> = Vec::new();
         let mut child_of: Vec<(usize, u64)> = Vec::new(); // (parent task, bucket)
+        let mut child_index: std::collections::HashMap<(usize, u64), usize> = std::collections::HashMap::new();
         for (ti, t) in big.iter().enumerate() {
             let c = &cnt[ti * nb as usize..(ti + 1) * nb as usize];
             let sp = &spl_keys[ti * ns as usize..(ti + 1) * ns as usize];
@@ -888,9 +894,10 @@ fn sample_select<K: SelectKey>(
                         continue;
                     }
                 }
-                let ci = match child_of.iter().position(|&(p, bb)| p == ti && bb == b as u64) {
-                    Some(ci) => ci,
+                let ci = match child_index.get(&(ti, b as u64)) {
+                    Some(&ci) => ci,
                     None => {
+                        child_index.insert((ti, b as u64), children.len());
                         child_of.push((ti, b as u64));
                         children.push(Task {
                             src: Src::Input,
@@ -909,53 +916,76 @@ fn sample_select<K: SelectKey>(
         if children.is_empty() {
             break;
         }
-        // Filter: every child bucket into one new buffer.
-        let total: u64 = children.iter().map(|c| c.n).sum();
-        if total * kb > max_binding {
-            return Err(GpuError::Invalid(format!(
-                "the target buckets hold {total} keys, more than one binding (ask for fewer ranks at once)"
-            )));
+        // Filter: the child buckets into new buffers, as few as the binding limit
+        // allows (one for all of them unless they hold more than one binding).
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        let mut group_keys = 0u64;
+        for (ci, c) in children.iter().enumerate() {
+            if c.n * kb > max_binding {
+                return Err(GpuError::Invalid(format!(
+                    "a bucket of {} keys exceeds one storage binding ({max_binding} bytes)",
+                    c.n
+                )));
+            }
+            if groups.is_empty() || (group_keys + c.n) * kb > max_binding {
+                groups.push(Vec::new());
+                group_keys = 0;
+            }
+            groups.last_mut().expect("a group").push(ci);
+            group_keys += c.n;
         }
-        let outbuf = scratch.alloc(total * kb)?;
-        let mut slot = vec![NONE; (nbig * nb) as usize];
-        let mut outoff = Vec::with_capacity(children.len());
-        let mut acc = 0u64;
-        for (ci, (c, &(p, b))) in children.iter_mut().zip(&child_of).enumerate() {
-            slot[p * nb as usize + b as usize] = ci as u32;
-            outoff.push(acc as u32);
-            c.src = Src::Buf { buf: bufs.len(), off: acc };
-            acc += c.n;
-        }
-        let slot_buf = scratch.with_data(bytemuck::cast_slice(&slot))?;
-        let off_buf = scratch.with_data(bytemuck::cast_slice(&outoff))?;
-        let cursors = scratch.alloc(children.len() as u64 * 4)?;
+        let mut new_bufs = Vec::with_capacity(groups.len());
+        let mut keep: Vec<GpuBuffer> = Vec::new();
         let mut enc = ctx.encoder("select-filter");
-        enc.clear_buffer(cursors.raw(), 0, None);
         let mut r_filter = Rec::new(ctx);
-        for (ti, t) in big.iter().enumerate() {
-            if !child_of.iter().any(|&(p, _)| p == ti) {
-                continue;
+        for group in &groups {
+            let keys_in: u64 = group.iter().map(|&ci| children[ci].n).sum();
+            let outbuf = scratch.alloc(keys_in * kb)?;
+            let mut slot = vec![NONE; (nbig * nb) as usize];
+            let mut outoff = Vec::with_capacity(group.len());
+            let mut acc = 0u64;
+            for (si, &ci) in group.iter().enumerate() {
+                let (p, b) = child_of[ci];
+                slot[p * nb as usize + b as usize] = si as u32;
+                outoff.push(acc as u32);
+                children[ci].src = Src::Buf { buf: bufs.len() + new_bufs.len(), off: acc };
+                acc += children[ci].n;
             }
-            for (buf, off, n) in pieces(input, len, &bufs, t) {
-                let ub = ctx.uniform(&Params { off, n, cnt: 0, dst_off: 0, seed: 0, task: ti as u32, mode: 0, pad: 0 });
-                r_filter.dispatch(
-                    &p_filter,
-                    &[
-                        (0, buf),
-                        (1, spl.raw()),
-                        (2, cursors.raw()),
-                        (3, &ub),
-                        (4, slot_buf.raw()),
-                        (5, off_buf.raw()),
-                        (6, outbuf.raw()),
-                    ],
-                    (n as u64).div_ceil(CHUNK as u64),
-                )?;
+            let slot_buf = scratch.with_data(bytemuck::cast_slice(&slot))?;
+            let off_buf = scratch.with_data(bytemuck::cast_slice(&outoff))?;
+            let cursors = scratch.alloc(group.len() as u64 * 4)?;
+            enc.clear_buffer(cursors.raw(), 0, None);
+            for (ti, t) in big.iter().enumerate() {
+                if !group.iter().any(|&ci| child_of[ci].0 == ti) {
+                    continue;
+                }
+                for (buf, off, n) in pieces(input, len, &bufs, t) {
+                    let ub = ctx.uniform(&Params { off, n, cnt: 0, dst_off: 0, seed: 0, task: ti as u32, mode: 0, pad: 0 });
+                    r_filter.dispatch(
+                        &p_filter,
+                        &[
+                            (0, buf),
+                            (1, spl.raw()),
+                            (2, cursors.raw()),
+                            (3, &ub),
+                            (4, slot_buf.raw()),
+                            (5, off_buf.raw()),
+                            (6, outbuf.raw()),
+                        ],
+                        (n as u64).div_ceil(CHUNK as u64),
+                    )?;
+                }
             }
+            // Pool buffers go back to the pool when dropped, and the next group's
+            // allocations (and their queue writes) could take them before this
+            // submission: keep them until it is submitted (queue order does the rest).
+            new_bufs.push(outbuf);
+            keep.extend([slot_buf, off_buf, cursors]);
         }
         r_filter.encode(&mut enc);
         ctx.submit(enc)?;
-        bufs.push(outbuf);
+        drop(keep);
+        bufs.extend(new_bufs);
         tasks = children;
     }
     ctx.wait()?;

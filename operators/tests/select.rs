@@ -207,6 +207,22 @@ fn gpu_select_many_levels_small_samples() {
 }
 
 #[test]
+fn gpu_select_target_buckets_over_several_buffers() {
+    let Some(ctx) = test_context() else { return };
+    // 64 ranks spread over 300k keys: 64 target buckets of about 300-450 keys,
+    // split over buffers of at most 8 KiB (2048 keys).
+    let mut r = rng(12);
+    let keys: Vec<u32> = (0..300_000).map(|_| r.random::<u32>()).collect();
+    let ranks: Vec<u64> = (0..64).map(|i| i * 4_687 + 17).collect();
+    let opts = SelectOptions { max_filter_bytes: 8192, ..Default::default() };
+    let (got, _) = select_gpu_with(&ctx, &keys, &ranks, &opts).unwrap();
+    check_exact(&got, &keys, &ranks, "split filter buffers");
+    // A cap below one bucket is an error, not a panic.
+    let opts = SelectOptions { max_filter_bytes: 64, ..Default::default() };
+    assert!(matches!(select_gpu_with(&ctx, &keys, &ranks, &opts), Err(GpuError::Invalid(_))));
+}
+
+#[test]
 fn gpu_select_all_ranks_of_a_small_input() {
     let Some(ctx) = test_context() else { return };
     let mut r = rng(3);

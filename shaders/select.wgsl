@@ -333,3 +333,103 @@ fn tk_scatter(inv: Inv) {
         }
     }
 }
+
+//@@ oracle (count and filter with a 4-bit oracle per key; appended to the bucket section)
+//
+// `count_oracle` also stores each key's bucket id modulo 16 (four bits, eight keys
+// to a word: word w of a piece holds its keys 8w .. 8w+7; n/2 bytes in all, an
+// eighth of a 32-bit input). `filter_oracle` reads the oracle words first and reads
+// a key (and searches its bucket again) only where the nibble matches the residue
+// of a target bucket: about 1/16 of the keys for one target bucket, and only the
+// target keys when NB <= 16. (The paper stores the whole bucket id in a byte; the
+// nibble halves the scratch and, for a few targets, the filter's traffic too.)
+
+const OW: u32 = 8u;   // keys per oracle word
+
+@group(0) @binding(7) var<storage, read_write> o_oracle: array<u32>;
+
+var<workgroup> resid: array<u32, 16>;
+
+@compute @workgroup_size(WG)
+fn count_oracle(inv: Inv) {
+    load_tree(inv);
+    let wbase = group_index(inv) * (CHUNK / OW);
+    for (var it = 0u; it < ITEMS / OW; it++) {
+        let w = wbase + it * WG + inv.lid;
+        if (w * OW < c_p.n) {
+            var word = 0u;
+            for (var q = 0u; q < OW; q++) {
+                let i = w * OW + q;
+                if (i < c_p.n) {
+                    let b = bucket_of(c_src[c_p.off + i]);
+                    atomicAdd(&hist[b], 1u);
+                    word |= (b & 15u) << (4u * q);
+                }
+            }
+            o_oracle[w] = word;
+        }
+    }
+    workgroupBarrier();
+    for (var b = inv.lid; b < NB; b += WG) {
+        let v = atomicLoad(&hist[b]);
+        if (v != 0u) {
+            atomicAdd(&c_counts[c_p.task * NB + b], v);
+        }
+    }
+}
+
+@compute @workgroup_size(WG)
+fn filter_oracle(inv: Inv) {
+    load_tree(inv);
+    for (var r = inv.lid; r < 16u; r += WG) {
+        var hit = 0u;
+        for (var b = r; b < NB; b += 16u) {
+            hit |= select(0u, 1u, f_slot[c_p.task * NB + b] != NONE);
+        }
+        resid[r] = hit;
+    }
+    workgroupBarrier();
+    let wbase = group_index(inv) * (CHUNK / OW);
+    var bk: array<u32, ITEMS>;
+    var li: array<u32, ITEMS>;
+    var key: array<K, ITEMS>;
+    for (var it = 0u; it < ITEMS / OW; it++) {
+        let w = wbase + it * WG + inv.lid;
+        var word = 0u;
+        if (w * OW < c_p.n) {
+            word = o_oracle[w];
+        }
+        for (var q = 0u; q < OW; q++) {
+            let e = it * OW + q;
+            bk[e] = NONE;
+            let i = w * OW + q;
+            let r = (word >> (4u * q)) & 15u;
+            if (i < c_p.n && resid[r] != 0u) {
+                let x = c_src[c_p.off + i];
+                var b = r;
+                if (NB > 16u) {
+                    b = bucket_of(x);
+                }
+                if (f_slot[c_p.task * NB + b] != NONE) {
+                    bk[e] = b;
+                    key[e] = x;
+                    li[e] = atomicAdd(&hist[b], 1u);
+                }
+            }
+        }
+    }
+    workgroupBarrier();
+    for (var b = inv.lid; b < NB; b += WG) {
+        let v = atomicLoad(&hist[b]);
+        if (v != 0u) {
+            let slot = f_slot[c_p.task * NB + b];
+            atomicStore(&hist[b], f_outoff[slot] + atomicAdd(&c_counts[slot], v));
+        }
+    }
+    workgroupBarrier();
+    for (var e = 0u; e < ITEMS; e++) {
+        if (bk[e] != NONE) {
+            f_out[atomicLoad(&hist[bk[e]]) + li[e]] = key[e];
+        }
+    }
+}

@@ -227,11 +227,16 @@ pub struct SelectOptions {
     /// Target buckets that together exceed it are split over several buffers (tests
     /// use a small cap to exercise that).
     pub max_filter_bytes: u64,
+    /// Store a 4-bit oracle per key in the count pass (the bucket id modulo 16, n/2
+    /// bytes) so the filter reads half a byte per key and only the keys whose nibble
+    /// matches a target bucket (default). `false`: the filter reads every key and
+    /// recomputes its bucket, with no per-key scratch at all.
+    pub oracle: bool,
 }
 
 impl Default for SelectOptions {
     fn default() -> Self {
-        SelectOptions { int64: Int64Path::Auto, max_error_fraction: 0.001, seed: 0x2545_f491, max_sample: 4096, max_filter_bytes: 0 }
+        SelectOptions { int64: Int64Path::Auto, max_error_fraction: 0.001, seed: 0x2545_f491, max_sample: 4096, max_filter_bytes: 0, oracle: true }
     }
 }
 
@@ -540,10 +545,12 @@ impl Kern {
         // B buckets (power of two): B - 1 splitters and 2B - 1 counters must fit,
         // with oversampling S / B >= 4 where possible.
         let mut b = (s / 4).clamp(16, 1024);
-        while b > 16 && (b as usize - 1) * kb + (2 * b as usize - 1) * 4 > mem {
+        // The oracle filter also holds a 16-entry residue table.
+        let need = |b: usize| (b - 1) * kb + (2 * b - 1) * 4 + 64;
+        while b > 16 && need(b as usize) > mem {
             b /= 2;
         }
-        if s as usize * kb > mem || (b as usize - 1) * kb + (2 * b as usize - 1) * 4 > mem {
+        if s as usize * kb > mem || need(b as usize) > mem {
             return Err(GpuError::Invalid(format!("workgroup memory of {mem} bytes is too small for selection")));
         }
         Ok(Kern { repr, kb, s, ns: b - 1 })
@@ -562,13 +569,18 @@ impl Kern {
         // Sections start at a line beginning with "//@@ name".
         let first = SELECT_WGSL.find("\n//@@ ").unwrap_or(SELECT_WGSL.len());
         let header = &SELECT_WGSL[..first];
-        let marker = format!("\n//@@ {section}");
-        let start = SELECT_WGSL
-            .find(&marker)
-            .ok_or_else(|| GpuError::Invalid(format!("select.wgsl has no section {section}")))?;
-        let rest = &SELECT_WGSL[start + marker.len()..];
-        let body = &rest[..rest.find("\n//@@ ").unwrap_or(rest.len())];
-        let src = format!("{key}{header}\n//{body}");
+        // `section` may name several, joined by '+' ("bucket+oracle").
+        let mut src = format!("{key}{header}");
+        for part in section.split('+') {
+            let marker = format!("\n//@@ {part}");
+            let start = SELECT_WGSL
+                .find(&marker)
+                .ok_or_else(|| GpuError::Invalid(format!("select.wgsl has no section {part}")))?;
+            let rest = &SELECT_WGSL[start + marker.len()..];
+            let body = &rest[..rest.find("\n//@@ ").unwrap_or(rest.len())];
+            src.push_str("\n//");
+            src.push_str(body);
+        }
         let defs = [
             ("KEY", kname.to_string()),
             ("WG", WG.to_string()),
@@ -717,8 +729,45 @@ fn check_device_input<K: SelectKey>(ctx: &GpuContext, keys: &DeviceArray, len: u
     ctx.check()
 }
 
-/// The SampleSelect descent. `approx`: the rank error allowed (None = exact).
+/// Distinct ranks served by one descent. Each distinct target bucket is extracted
+/// (about 1.25 n / B keys for a random rank with B = 1024 buckets), so 64 ranks keep
+/// the extracted keys near 8% of the input; more ranks run in further descents.
+const RANKS_PER_DESCENT: usize = 64;
+
+/// [`sample_select_once`] over batches of at most [`RANKS_PER_DESCENT`] distinct
+/// ranks (neighbouring ranks share a batch, so they share buckets).
 fn sample_select<K: SelectKey>(
+    ctx: &GpuContext,
+    input: &DeviceArray,
+    len: usize,
+    ranks: &[u64],
+    approx: Option<u64>,
+    opts: &SelectOptions,
+) -> GpuResult<(Vec<K>, SelectStats)> {
+    let mut uniq: Vec<u64> = ranks.to_vec();
+    uniq.sort_unstable();
+    uniq.dedup();
+    if uniq.len() <= RANKS_PER_DESCENT {
+        return sample_select_once(ctx, input, len, ranks, approx, opts);
+    }
+    let mut vals: Vec<K> = Vec::with_capacity(uniq.len());
+    let mut stats = SelectStats::default();
+    for batch in uniq.chunks(RANKS_PER_DESCENT) {
+        let (v, st) = sample_select_once::<K>(ctx, input, len, batch, approx, opts)?;
+        vals.extend(v);
+        stats.levels = stats.levels.max(st.levels);
+        stats.device_bytes = stats.device_bytes.max(st.device_bytes);
+        stats.rank_error_bound = stats.rank_error_bound.max(st.rank_error_bound);
+        stats.gpu_ms += st.gpu_ms;
+        stats.algorithm = st.algorithm;
+    }
+    let out = ranks.iter().map(|r| vals[uniq.binary_search(r).expect("rank in its batch")]).collect();
+    Ok((out, stats))
+}
+
+/// The SampleSelect descent for all `ranks` at once. `approx`: the rank error
+/// allowed (None = exact).
+fn sample_select_once<K: SelectKey>(
     ctx: &GpuContext,
     input: &DeviceArray,
     len: usize,
@@ -741,8 +790,11 @@ fn sample_select<K: SelectKey>(
     let (s, ns, nb, kb) = (kern.s as u64, kern.ns as u64, kern.nb() as u64, kern.kb as u64);
     let p_gather = kern.pipe(ctx, "gather", "gather")?;
     let p_sort = kern.pipe(ctx, "sort", "sort_sample")?;
-    let p_count = kern.pipe(ctx, "bucket", "count")?;
-    let p_filter = kern.pipe(ctx, "bucket", "filter_buckets")?;
+    let (p_count, p_filter) = if opts.oracle {
+        (kern.pipe(ctx, "bucket+oracle", "count_oracle")?, kern.pipe(ctx, "bucket+oracle", "filter_oracle")?)
+    } else {
+        (kern.pipe(ctx, "bucket", "count")?, kern.pipe(ctx, "bucket", "filter_buckets")?)
+    };
     let mut max_binding = (ctx.limits().max_storage_buffer_binding_size as u64).min((1 << 31) - 1);
     if opts.max_filter_bytes > 0 {
         max_binding = max_binding.min(opts.max_filter_bytes);
@@ -781,6 +833,8 @@ fn sample_select<K: SelectKey>(
         let mut r_sample = Rec::new(ctx);
         let mut r_sort = Rec::new(ctx);
         let mut r_count = Rec::new(ctx);
+        // Oracles of every (task, piece), in dispatch order.
+        let mut oracles: Vec<GpuBuffer> = Vec::new();
         for (ti, t) in big.iter().enumerate() {
             let ps = pieces(input, len, &bufs, t);
             let mut taken = 0u64;
@@ -800,7 +854,14 @@ fn sample_select<K: SelectKey>(
                 r_sample.dispatch(&p_gather, &[(0, buf), (1, samples.raw()), (2, &ub)], cnt.div_ceil(WG as u64))?;
                 taken += cnt;
                 let ub = ctx.uniform(&Params { off, n, cnt: 0, dst_off: 0, seed: 0, task: ti as u32, mode: 0, pad: 0 });
-                r_count.dispatch(&p_count, &[(0, buf), (1, spl.raw()), (2, counts.raw()), (3, &ub)], (n as u64).div_ceil(CHUNK as u64))?;
+                let groups = (n as u64).div_ceil(CHUNK as u64);
+                if opts.oracle {
+                    let ob = scratch.alloc((n as u64).div_ceil(8) * 4)?;
+                    r_count.dispatch(&p_count, &[(0, buf), (1, spl.raw()), (2, counts.raw()), (3, &ub), (7, ob.raw())], groups)?;
+                    oracles.push(ob);
+                } else {
+                    r_count.dispatch(&p_count, &[(0, buf), (1, spl.raw()), (2, counts.raw()), (3, &ub)], groups)?;
+                }
             }
             let ub = ctx.uniform(&Params {
                 off: (ti as u64 * s) as u32,
@@ -955,25 +1016,29 @@ fn sample_select<K: SelectKey>(
             let off_buf = scratch.with_data(bytemuck::cast_slice(&outoff))?;
             let cursors = scratch.alloc(group.len() as u64 * 4)?;
             enc.clear_buffer(cursors.raw(), 0, None);
+            let mut oi = 0usize;
             for (ti, t) in big.iter().enumerate() {
+                let ps = pieces(input, len, &bufs, t);
+                let first_oracle = oi;
+                oi += ps.len();
                 if !group.iter().any(|&ci| child_of[ci].0 == ti) {
                     continue;
                 }
-                for (buf, off, n) in pieces(input, len, &bufs, t) {
+                for (pi, (buf, off, n)) in ps.into_iter().enumerate() {
                     let ub = ctx.uniform(&Params { off, n, cnt: 0, dst_off: 0, seed: 0, task: ti as u32, mode: 0, pad: 0 });
-                    r_filter.dispatch(
-                        &p_filter,
-                        &[
-                            (0, buf),
-                            (1, spl.raw()),
-                            (2, cursors.raw()),
-                            (3, &ub),
-                            (4, slot_buf.raw()),
-                            (5, off_buf.raw()),
-                            (6, outbuf.raw()),
-                        ],
-                        (n as u64).div_ceil(CHUNK as u64),
-                    )?;
+                    let mut entries = vec![
+                        (0, buf),
+                        (1, spl.raw()),
+                        (2, cursors.raw()),
+                        (3, &ub),
+                        (4, slot_buf.raw()),
+                        (5, off_buf.raw()),
+                        (6, outbuf.raw()),
+                    ];
+                    if opts.oracle {
+                        entries.push((7, oracles[first_oracle + pi].raw()));
+                    }
+                    r_filter.dispatch(&p_filter, &entries, (n as u64).div_ceil(CHUNK as u64))?;
                 }
             }
             // Pool buffers go back to the pool when dropped, and the next group's

@@ -163,6 +163,10 @@ fn gpu_select_u32_distributions_and_sizes() {
             let ranks = ranks_for(n, n as u64);
             let (got, st) = select_gpu(&ctx, &keys, &ranks).unwrap();
             check_exact(&got, &keys, &ranks, &format!("gpu {name}"));
+            // The filter without the oracle (recomputed buckets).
+            let no_oracle = SelectOptions { oracle: false, ..Default::default() };
+            let (got2, _) = select_gpu_with(&ctx, &keys, &ranks, &no_oracle).unwrap();
+            check_exact(&got2, &keys, &ranks, &format!("gpu no-oracle {name}"));
             assert!(st.levels >= 1, "{name}: levels");
             assert_eq!(st.rank_error_bound, 0);
             if n > 4096 && name.starts_with("distinct-1") && name.len() == 10 {
@@ -194,15 +198,17 @@ fn gpu_select_empty_and_errors() {
 fn gpu_select_many_levels_small_samples() {
     let Some(ctx) = test_context() else { return };
     // S = 64 samples, 15 splitters: several levels on 200k keys.
-    let opts = SelectOptions { max_sample: 64, ..Default::default() };
     for (name, keys) in datasets_u32(200_003, 5) {
+      for oracle in [true, false] {
+        let opts = SelectOptions { max_sample: 64, oracle, ..Default::default() };
         let ranks = ranks_for(keys.len(), 9);
         let (got, st) = select_gpu_with(&ctx, &keys, &ranks, &opts).unwrap();
-        check_exact(&got, &keys, &ranks, &format!("gpu S=64 {name}"));
+        check_exact(&got, &keys, &ranks, &format!("gpu S=64 oracle={oracle} {name}"));
         if name == "uniform" {
             assert!(st.levels >= 3, "uniform with 16 buckets needs several levels, got {}", st.levels);
         }
         assert!(st.device_bytes > 0 && st.device_bytes <= (keys.len() as u64 * 4) / 4 + (1 << 20), "{name}: {} aux bytes", st.device_bytes);
+      }
     }
 }
 
@@ -230,6 +236,14 @@ fn gpu_select_all_ranks_of_a_small_input() {
     let ranks: Vec<u64> = (0..5000).rev().collect();
     let (got, _) = select_gpu(&ctx, &keys, &ranks).unwrap();
     check_exact(&got, &keys, &ranks, "all ranks");
+    // 300 distinct ranks (several descents of at most 64) on 100k keys.
+    let keys: Vec<u32> = (0..100_000).map(|_| r.random::<u32>()).collect();
+    let ranks: Vec<u64> = (0..300u64).map(|i| (i * 7_919) % 100_000).chain([5, 5, 99_999]).collect();
+    let (got, st) = select_gpu(&ctx, &keys, &ranks).unwrap();
+    check_exact(&got, &keys, &ranks, "300 ranks");
+    // A quarter of the input plus the fixed scratch of each level (samples,
+    // splitters, counts: tens of KiB).
+    assert!(st.device_bytes <= 100_000 + (128 << 10), "aux {} bytes", st.device_bytes);
 }
 
 #[test]
@@ -272,13 +286,13 @@ fn gpu_select_u64_native_and_emulated() {
     if ctx.has_int64() {
         paths.push(Int64Path::Native);
     }
-    for int64 in paths {
-        let opts = SelectOptions { int64, ..Default::default() };
+    for (int64, oracle) in paths.into_iter().flat_map(|p| [(p, true), (p, false)]) {
+        let opts = SelectOptions { int64, oracle, ..Default::default() };
         for &n in &[1usize, 4097, 65_537] {
             for (name, keys) in u64_sets(n) {
                 let ranks = ranks_for(n, 4);
                 let (got, _) = select_gpu_with(&ctx, &keys, &ranks, &opts).unwrap();
-                check_exact(&got, &keys, &ranks, &format!("{int64:?} {name}"));
+                check_exact(&got, &keys, &ranks, &format!("{int64:?} oracle={oracle} {name}"));
             }
         }
     }

@@ -206,8 +206,10 @@ pub struct SelectStats {
     /// Approximate selection: every returned key's true rank is within this many
     /// ranks of the asked rank (0 for exact results).
     pub rank_error_bound: u64,
-    /// Wall-clock milliseconds of the GPU path (kernels, submissions and the small
-    /// readbacks between levels; uploads of host inputs not included).
+    /// Milliseconds of GPU work: the sum of the kernels' compute passes measured by
+    /// timestamp queries where the adapter has them, else the wall-clock time of the
+    /// device part (submissions and the small readbacks between levels included;
+    /// uploads of host inputs never included).
     pub gpu_ms: f64,
 }
 
@@ -626,15 +628,51 @@ impl<'a> Rec<'a> {
         self.list.push((pipe.clone(), bg, dispatch_dims(groups, max as u32)));
         Ok(())
     }
-    fn encode(&self, enc: &mut wgpu::CommandEncoder) {
-        if self.list.is_empty() {
+    fn encode(&self, enc: &mut wgpu::CommandEncoder, timestamps: Option<wgpu::ComputePassTimestampWrites<'_>>) {
+        if self.list.is_empty() && timestamps.is_none() {
             return;
         }
-        let mut cp = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("select"), timestamp_writes: None });
+        let mut cp = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("select"), timestamp_writes: timestamps });
         for (p, bg, (x, y, z)) in &self.list {
             cp.set_pipeline(p);
             cp.set_bind_group(0, bg, &[]);
             cp.dispatch_workgroups(*x, *y, *z);
+        }
+    }
+}
+
+/// Kernel time of a call: the sum of its compute passes' timestamps where the
+/// adapter has timestamp queries, else the wall-clock time of the whole call.
+struct GpuClock {
+    start: Instant,
+    kernel_ms: f64,
+    timed: bool,
+}
+
+impl GpuClock {
+    fn new(ctx: &GpuContext) -> Self {
+        GpuClock { start: Instant::now(), kernel_ms: 0.0, timed: ctx.has_timestamps() }
+    }
+    /// Encodes `recs` as one compute pass each (timed), submits `enc`.
+    fn submit(&mut self, ctx: &GpuContext, mut enc: wgpu::CommandEncoder, recs: &[&Rec<'_>]) -> GpuResult<()> {
+        let timer = if self.timed { crate::timing::KernelTimer::new(ctx, recs.len() as u32) } else { None };
+        for (i, r) in recs.iter().enumerate() {
+            r.encode(&mut enc, timer.as_ref().and_then(|t| t.writes(i as u32)));
+        }
+        if let Some(t) = &timer {
+            t.resolve(&mut enc);
+        }
+        ctx.submit(enc)?;
+        if let Some(t) = timer {
+            self.kernel_ms += t.read_ms(ctx)?.iter().sum::<f64>();
+        }
+        Ok(())
+    }
+    fn ms(&self) -> f64 {
+        if self.timed {
+            self.kernel_ms
+        } else {
+            self.start.elapsed().as_secs_f64() * 1e3
         }
     }
 }
@@ -775,7 +813,7 @@ fn sample_select_once<K: SelectKey>(
     approx: Option<u64>,
     opts: &SelectOptions,
 ) -> GpuResult<(Vec<K>, SelectStats)> {
-    let t0 = Instant::now();
+    let mut clock = GpuClock::new(ctx);
     check_device_input::<K>(ctx, input, len)?;
     if let Some(r) = ranks.iter().find(|&&r| r >= len as u64) {
         return Err(GpuError::Invalid(format!("rank {r} out of range for {len} keys")));
@@ -888,10 +926,7 @@ fn sample_select_once<K: SelectKey>(
             r_sort.dispatch(&p_sort, &[(0, buf), (1, sorted.raw()), (2, &ub)], 1)?;
             acc += t.n;
         }
-        r_sample.encode(&mut enc);
-        r_sort.encode(&mut enc);
-        r_count.encode(&mut enc);
-        ctx.submit(enc)?;
+        clock.submit(ctx, enc, &[&r_sample, &r_sort, &r_count])?;
 
         // Base cases: read the sorted buckets, answer their ranks.
         if !small.is_empty() {
@@ -1047,8 +1082,7 @@ fn sample_select_once<K: SelectKey>(
             new_bufs.push(outbuf);
             keep.extend([slot_buf, off_buf, cursors]);
         }
-        r_filter.encode(&mut enc);
-        ctx.submit(enc)?;
+        clock.submit(ctx, enc, &[&r_filter])?;
         drop(keep);
         bufs.extend(new_bufs);
         tasks = children;
@@ -1057,7 +1091,7 @@ fn sample_select_once<K: SelectKey>(
     stats.levels = level;
     stats.device_bytes = scratch.bytes;
     stats.rank_error_bound = max_err;
-    stats.gpu_ms = t0.elapsed().as_secs_f64() * 1e3;
+    stats.gpu_ms = clock.ms();
     Ok((out, stats))
 }
 
@@ -1171,7 +1205,6 @@ pub fn topk_gpu_device_with<K: SelectKey>(
     k: usize,
     opts: &SelectOptions,
 ) -> GpuResult<(Vec<u32>, SelectStats)> {
-    let t0 = Instant::now();
     check_device_input::<K>(ctx, keys, len)?;
     let mut stats = SelectStats { algorithm: "gpu-topk", ..Default::default() };
     if k == 0 || len == 0 {
@@ -1181,6 +1214,7 @@ pub fn topk_gpu_device_with<K: SelectKey>(
         return Ok(((0..len as u32).collect(), stats));
     }
     let (t, st) = sample_select::<K>(ctx, keys, len, &[k as u64 - 1], None, opts)?;
+    let mut clock = GpuClock::new(ctx);
     let t = t[0];
     let kern = Kern::new(ctx, K::BYTES, opts)?;
     let p_count = kern.pipe(ctx, "topk", "tk_count")?;
@@ -1217,9 +1251,7 @@ pub fn topk_gpu_device_with<K: SelectKey>(
         // The scatter's output binding is unused by tk_count (not in its layout).
         rec.dispatch(&p_count, &[(0, s.0), (1, thr.raw()), (2, counts.raw()), (3, &ub)], (s.2 as u64).div_ceil(CHUNK as u64))?;
     }
-    let mut enc = ctx.encoder("topk-count");
-    rec.encode(&mut enc);
-    ctx.submit(enc)?;
+    clock.submit(ctx, ctx.encoder("topk-count"), &[&rec])?;
     let c: Vec<u32> = read_buf(ctx, counts.raw(), 2 * blocks as usize)?;
     // Exclusive offsets of both halves (keys < t, keys == t), in place.
     let mut offs = c.clone();
@@ -1250,12 +1282,10 @@ pub fn topk_gpu_device_with<K: SelectKey>(
             )?;
         }
     }
-    let mut enc = ctx.encoder("topk-scatter");
-    rec.encode(&mut enc);
-    ctx.submit(enc)?;
+    clock.submit(ctx, ctx.encoder("topk-scatter"), &[&rec])?;
     let idx = out.download::<u32>(ctx)?;
     stats.levels = st.levels;
     stats.device_bytes = st.device_bytes + scratch.bytes;
-    stats.gpu_ms = t0.elapsed().as_secs_f64() * 1e3;
+    stats.gpu_ms = st.gpu_ms + clock.ms();
     Ok((idx, stats))
 }

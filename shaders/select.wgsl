@@ -14,10 +14,13 @@
 //   implicit sorted-array form: log2(B) steps), and counts it in a per-workgroup
 //   histogram (workgroup atomics), flushed once per workgroup into the task's global
 //   counts with one atomicAdd per non-empty bucket.
-// * `filter_buckets`: recomputes each key's bucket (instead of storing the paper's one-byte
-//   oracle: no per-element scratch at all) and copies the keys of the target
-//   buckets into their output regions; positions are aggregated per workgroup
-//   (workgroup atomics, then one global atomicAdd per bucket and workgroup).
+// * `filter_buckets`: recomputes each key's bucket and copies the keys of the
+//   target buckets into their output regions; positions are aggregated per
+//   workgroup (workgroup atomics, then one global atomicAdd per bucket and
+//   workgroup). The order of keys inside a bucket is not kept (selection needs none).
+// * `count_oracle` / `filter_oracle` (the default, section `oracle`): the count also
+//   stores a 4-bit oracle per key (bucket id mod 16) and the filter reads a key only
+//   where its nibble matches a target bucket's residue.
 //
 // Buckets with equality buckets: with splitters s_0 <= .. <= s_{NS-1} and
 // j = #{splitters < x}, key x goes to bucket 2j + 1 if j < NS and x == s_j (the
@@ -26,7 +29,8 @@
 // (s_{j-1}, s_j)). NB = 2 NS + 1 buckets.
 //
 // Kernel sections start with a line `//@@ name`; the Rust side compiles the header
-// and one section, so each kernel declares only its own workgroup memory.
+// and the sections a kernel needs ("bucket+oracle"), so each kernel declares
+// only its own workgroup memory.
 //
 // Top-k (threshold t = the k-th smallest key, found by SampleSelect):
 // * `tk_count`: per block of BLOCK rows, the number of keys < t and == t.

@@ -33,32 +33,66 @@
 //! host finds each rank's bucket; a rank in an *equality bucket* (all copies of one
 //! splitter value, so few-distinct and all-equal data end at once) is answered by
 //! its splitter, other ranks descend into their bucket: one filter pass per level
-//! copies all target buckets of all tasks into one new buffer. Tasks of at most S
-//! keys are sorted in one workgroup (base case) and the answers read back. All ranks
-//! are served in one descent; the tasks of one level share each submission and
-//! readback. Levels needed: about `log_B(n / S) + 1`, so 2-3 for 10^8 keys.
+//! copies all target buckets of all tasks into new buffers (one, unless they hold
+//! more than a storage binding). Tasks of at most S keys are sorted in one
+//! workgroup (base case) and the answers read back. All ranks (up to 64 distinct
+//! ones per descent; more run as further descents) are served in one descent; the
+//! tasks of one level share each submission and readback. Between levels the host
+//! reads back only the bucket counts and the splitters (a few KiB per task).
+//! Levels: about `log_B(n / S) + 1` (3 for 4 * 10^7 distinct keys, 1 when the rank
+//! lands in an equality bucket).
 //!
-//! Differences from the paper, on purpose: the filter recomputes each key's bucket
-//! instead of reading a stored one-byte oracle, so there is **no per-element
-//! scratch**: auxiliary device memory is the sample (S keys), splitters and counts
-//! per task (a few KiB) plus the extracted buckets (about `ranks * n / B * 1.5`
-//! keys, i.e. well under 1% of the input for a few ranks; never more than the input).
-//! It is reported in [`SelectStats::device_bytes`]. Histograms aggregate with
-//! workgroup atomics (no subgroup operations needed). Top-k does not fuse the
-//! lower buckets into the filter: it selects the threshold `t` (rank k-1) and then
-//! runs a stable two-pass row filter (count per block of 4096 rows, host offsets,
-//! scatter of row indices), which gives exactly the row-order tie rule.
+//! The count pass stores a **4-bit oracle** per key (its bucket id modulo 16; the
+//! paper stores the whole id in a byte), n/2 bytes: the filter reads the oracle and
+//! reads a key (and searches its bucket again) only where the nibble matches a
+//! target bucket's residue, about 1/16 of the keys per target (every key only when
+//! there are 16 or more target residues). [`SelectOptions::oracle`] = false
+//! recomputes every key's bucket in the filter instead (no per-key scratch).
+//! Histograms aggregate with workgroup atomics, flushed with one global atomic per
+//! non-empty bucket and workgroup (no subgroup operations needed).
+//!
+//! # Device memory
+//!
+//! Auxiliary device memory ([`SelectStats::device_bytes`]): the oracle (n/2 bytes:
+//! an eighth of a `u32` input, a sixteenth of a `u64` one), per task the sample (S
+//! keys), splitters and counts (tens of KiB in all), and the extracted target
+//! buckets (about 1.25 n / B keys per distinct target bucket; with at most 64 per
+//! descent under 8% of the keys). So about n/2 bytes plus a few percent of the
+//! input: within a quarter of the input for 32-bit and 64-bit keys (the tests
+//! assert it for 40M keys).
+//!
+//! # Top-k
+//!
+//! Top-k does not fuse the lower buckets into the filter (the paper's fusion):
+//! it selects the threshold `t` (rank k-1) by SampleSelect, then runs a stable
+//! two-pass row filter (`tk_count`: keys < t and == t per block of 4096 rows; the
+//! host turns the block counts into offsets; `tk_scatter`: each block writes the
+//! row indices of its keys < t and of the first `need = k - #(keys < t)` keys == t
+//! in row order). That gives exactly the row-order tie rule, reads the keys twice
+//! after the selection, and needs 8 bytes per 4096 rows of scratch plus the `k`
+//! output indices (a segmented [`DeviceArray`], so `k` may exceed one binding).
+//!
+//! # 64-bit keys
 //!
 //! 64-bit keys use native `u64` when the adapter has SHADER_INT64, otherwise
-//! `vec2<u32>` comparisons ([`SelectOptions::int64`] forces either).
+//! `vec2<u32>` comparisons ([`SelectOptions::int64`] forces either; both are tested).
 //!
 //! # Device inputs
 //!
 //! `_device` variants take a [`DeviceArray`] of 4-byte (`u32` keys) or 8-byte (`u64`)
-//! elements, any segmentation (e.g. [`DeviceArray::upload`]), and use its first `len`
-//! elements. Inputs larger than one binding are processed segment by segment.
-//! Limits: `n < 2^32`; one extracted bucket set must fit one storage binding.
-//! Every GPU failure returns `Err` (no panics on the GPU paths).
+//! elements, any segmentation (e.g. [`DeviceArray::upload`] or a batch's column),
+//! and use its first `len` elements; the array is only read. Inputs larger than one
+//! binding are processed segment by segment (every kernel launches once per
+//! segment). Limits: `n < 2^32 - 1`; one target bucket must fit one storage binding
+//! (it holds about n / 1000 keys). Every GPU failure returns `Err` (no panics on the
+//! GPU paths); [`GpuError::should_fall_back`] says when to rerun on the CPU.
+//!
+//! # Workgroup memory
+//!
+//! S and B follow the adapter's workgroup-memory limit: the sort holds S keys
+//! (S = 4096 needs 16 KiB for `u32`, 32 KiB for `u64`), the count and filter
+//! kernels B - 1 splitters plus 2B - 1 counters (B = 1024: 12 KiB for `u32`,
+//! 16 KiB for `u64`); with 16 KiB a `u64` selection runs with S = 2048, B = 512.
 use crate::array::DeviceArray;
 use crate::context::{dispatch_dims, GpuContext};
 use crate::error::{GpuError, GpuResult};

@@ -46,9 +46,11 @@
 const WG: u32 = {{WG}}u;
 const S: u32 = {{S}}u;
 const NS: u32 = {{NS}}u;
-const ITEMS: u32 = {{ITEMS}}u;
+const ITEMS: u32 = {{ITEMS}}u;     // keys per invocation in filter and top-k
+const CITEMS: u32 = {{CITEMS}}u;   // keys per invocation in count (larger: fewer histogram flushes)
 const NB: u32 = 2u * NS + 1u;
 const CHUNK: u32 = WG * ITEMS;
+const CCHUNK: u32 = WG * CITEMS;
 
 struct Params {
     off: u32,      // first element of the region in `src`
@@ -196,8 +198,8 @@ fn bucket_of(x: K) -> u32 {
 @compute @workgroup_size(WG)
 fn count(inv: Inv) {
     load_tree(inv);
-    let base = group_index(inv) * CHUNK;
-    for (var it = 0u; it < ITEMS; it++) {
+    let base = group_index(inv) * CCHUNK;
+    for (var it = 0u; it < CITEMS; it++) {
         let i = base + it * WG + inv.lid;
         if (i < c_p.n) {
             atomicAdd(&hist[bucket_of(c_src[c_p.off + i])], 1u);
@@ -357,8 +359,8 @@ var<workgroup> resid: array<u32, 16>;
 @compute @workgroup_size(WG)
 fn count_oracle(inv: Inv) {
     load_tree(inv);
-    let wbase = group_index(inv) * (CHUNK / OW);
-    for (var it = 0u; it < ITEMS / OW; it++) {
+    let wbase = group_index(inv) * (CCHUNK / OW);
+    for (var it = 0u; it < CITEMS / OW; it++) {
         let w = wbase + it * WG + inv.lid;
         if (w * OW < c_p.n) {
             var word = 0u;

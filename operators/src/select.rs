@@ -546,6 +546,10 @@ fn kmax() -> K { return vec2<u32>(0xffffffffu, 0xffffffffu); }
 const WG: u32 = 256;
 const ITEMS: u32 = 16;
 const CHUNK: u32 = WG * ITEMS;
+/// Keys per invocation of the count kernels: 16384 keys a workgroup, so the flush of
+/// the histogram (up to 2047 global atomics) is amortised over many keys.
+const CITEMS: u32 = 64;
+const CCHUNK: u32 = WG * CITEMS;
 const NONE: u32 = u32::MAX;
 
 /// One configuration of the kernels for a key width on this device.
@@ -623,6 +627,7 @@ impl Kern {
             ("S", self.s.to_string()),
             ("NS", self.ns.to_string()),
             ("ITEMS", ITEMS.to_string()),
+            ("CITEMS", CITEMS.to_string()),
         ];
         ctx.pipeline(&format!("select-{section}"), &src, entry, &defs)
     }
@@ -926,7 +931,7 @@ fn sample_select_once<K: SelectKey>(
                 r_sample.dispatch(&p_gather, &[(0, buf), (1, samples.raw()), (2, &ub)], cnt.div_ceil(WG as u64))?;
                 taken += cnt;
                 let ub = ctx.uniform(&Params { off, n, cnt: 0, dst_off: 0, seed: 0, task: ti as u32, mode: 0, pad: 0 });
-                let groups = (n as u64).div_ceil(CHUNK as u64);
+                let groups = (n as u64).div_ceil(CCHUNK as u64);
                 if opts.oracle {
                     let ob = scratch.alloc((n as u64).div_ceil(8) * 4)?;
                     r_count.dispatch(&p_count, &[(0, buf), (1, spl.raw()), (2, counts.raw()), (3, &ub), (7, ob.raw())], groups)?;

@@ -294,6 +294,12 @@ fn gpu_select_u64_native_and_emulated() {
                 let ranks = ranks_for(n, 4);
                 let (got, _) = select_gpu_with(&ctx, &keys, &ranks, &opts).unwrap();
                 check_exact(&got, &keys, &ranks, &format!("{int64:?} oracle={oracle} {name}"));
+                if oracle {
+                    for k in [1, n / 2, n] {
+                        let (idx, _) = topk_gpu_with(&ctx, &keys, k, &opts).unwrap();
+                        assert_eq!(idx, topk_reference(&keys, k), "{int64:?} top-{k} {name}");
+                    }
+                }
             }
         }
     }

@@ -645,10 +645,13 @@ fn bind(ctx: &GpuContext, pipe: &wgpu::ComputePipeline, entries: &[(u32, &wgpu::
     })
 }
 
+/// One recorded dispatch: pipeline, bind group, workgroup counts.
+type Dispatch = (Arc<wgpu::ComputePipeline>, wgpu::BindGroup, (u32, u32, u32));
+
 /// Records dispatches into one compute pass.
 struct Rec<'a> {
     ctx: &'a GpuContext,
-    list: Vec<(Arc<wgpu::ComputePipeline>, wgpu::BindGroup, (u32, u32, u32))>,
+    list: Vec<Dispatch>,
 }
 
 impl<'a> Rec<'a> {
@@ -723,7 +726,7 @@ fn read_buf<T: bytemuck::Pod + Default>(ctx: &GpuContext, buf: &wgpu::Buffer, co
     if bytes == 0 {
         return Ok(v);
     }
-    if bytes % 4 != 0 {
+    if !bytes.is_multiple_of(4) {
         return Err(GpuError::Invalid("readback of a size that is not a multiple of 4".into()));
     }
     ctx.download_stream(&[Extent { buffer: buf, offset: 0, stream_offset: 0, len: bytes }], bytemuck::cast_slice_mut(&mut v))?;
@@ -872,7 +875,7 @@ fn sample_select_once<K: SelectKey>(
     } else {
         (kern.pipe(ctx, "bucket", "count")?, kern.pipe(ctx, "bucket", "filter_buckets")?)
     };
-    let mut max_binding = (ctx.limits().max_storage_buffer_binding_size as u64).min((1 << 31) - 1);
+    let mut max_binding = ctx.limits().max_storage_buffer_binding_size.min((1 << 31) - 1);
     if opts.max_filter_bytes > 0 {
         max_binding = max_binding.min(opts.max_filter_bytes);
     }
@@ -1010,7 +1013,7 @@ fn sample_select_once<K: SelectKey>(
                 let above = if j < ns as usize { Some(sp[j].to_u64()) } else { t.above };
                 if let Some(allowed) = approx {
                     let bound = match (below, above) {
-                        (Some(_), Some(_)) => (size + 1) / 2,
+                        (Some(_), Some(_)) => size.div_ceil(2),
                         (None, Some(_)) | (Some(_), None) => size,
                         (None, None) => u64::MAX,
                     };

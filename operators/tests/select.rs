@@ -105,7 +105,7 @@ fn keys_preserve_arrow_total_order() {
     for w in a.windows(2) {
         let ord = canon(w[0]).total_cmp(&canon(w[1]));
         assert_eq!(key_f64(w[0]).cmp(&key_f64(w[1])), ord, "{} vs {}", w[0], w[1]);
-        assert_eq!(key_f32(w[0] as f32).cmp(&key_f32(w[1] as f32)), canon(w[0] as f64 as f32 as f64).total_cmp(&canon(w[1] as f32 as f64)), "f32 {} vs {}", w[0], w[1]);
+        assert_eq!(key_f32(w[0] as f32).cmp(&key_f32(w[1] as f32)), canon(w[0] as f32 as f64).total_cmp(&canon(w[1] as f32 as f64)), "f32 {} vs {}", w[0], w[1]);
     }
 }
 
@@ -474,7 +474,7 @@ fn check_topk_props(keys: &[u32], k: usize, got: &[u32], t: u32) {
 #[test]
 fn gpu_select_and_topk_above_binding_limit() {
     let Some(ctx) = test_context() else { return };
-    let max_binding = (ctx.limits().max_storage_buffer_binding_size as u64).min((1 << 31) - 1);
+    let max_binding = ctx.limits().max_storage_buffer_binding_size.min((1 << 31) - 1);
     // 40M u32 keys = 160 MB (above lavapipe's 128 MiB binding), more if needed.
     let n = (40_000_000u64).max(max_binding / 4 + 1_000_000) as usize;
     if n > 600_000_000 {

@@ -268,11 +268,15 @@ pub struct SelectOptions {
     /// matches a target bucket (default). `false`: the filter reads every key and
     /// recomputes its bucket, with no per-key scratch at all.
     pub oracle: bool,
+    /// The oracle is used for a task with at most this many distinct ranks (with
+    /// more, their target buckets cover most of the 16 residues and the filter would
+    /// read most keys anyway). Default 4; `usize::MAX` always uses it.
+    pub oracle_max_ranks: usize,
 }
 
 impl Default for SelectOptions {
     fn default() -> Self {
-        SelectOptions { int64: Int64Path::Auto, max_error_fraction: 0.001, seed: 0x2545_f491, max_sample: 4096, max_filter_bytes: 0, oracle: true }
+        SelectOptions { int64: Int64Path::Auto, max_error_fraction: 0.001, seed: 0x2545_f491, max_sample: 4096, max_filter_bytes: 0, oracle: true, oracle_max_ranks: 4 }
     }
 }
 
@@ -870,10 +874,12 @@ fn sample_select_once<K: SelectKey>(
     let (s, ns, nb, kb) = (kern.s as u64, kern.ns as u64, kern.nb() as u64, kern.kb as u64);
     let p_gather = kern.pipe(ctx, "gather", "gather")?;
     let p_sort = kern.pipe(ctx, "sort", "sort_sample")?;
-    let (p_count, p_filter) = if opts.oracle {
-        (kern.pipe(ctx, "bucket+oracle", "count_oracle")?, kern.pipe(ctx, "bucket+oracle", "filter_oracle")?)
+    let p_count = kern.pipe(ctx, "bucket", "count")?;
+    let p_filter = kern.pipe(ctx, "bucket", "filter_buckets")?;
+    let (p_count_o, p_filter_o) = if opts.oracle {
+        (Some(kern.pipe(ctx, "bucket+oracle", "count_oracle")?), Some(kern.pipe(ctx, "bucket+oracle", "filter_oracle")?))
     } else {
-        (kern.pipe(ctx, "bucket", "count")?, kern.pipe(ctx, "bucket", "filter_buckets")?)
+        (None, None)
     };
     let mut max_binding = ctx.limits().max_storage_buffer_binding_size.min((1 << 31) - 1);
     if opts.max_filter_bytes > 0 {
@@ -913,10 +919,18 @@ fn sample_select_once<K: SelectKey>(
         let mut r_sample = Rec::new(ctx);
         let mut r_sort = Rec::new(ctx);
         let mut r_count = Rec::new(ctx);
-        // Oracles of every (task, piece), in dispatch order.
-        let mut oracles: Vec<GpuBuffer> = Vec::new();
+        // Oracles of each task's pieces (none where the task does not use one).
+        let mut oracles: Vec<Vec<GpuBuffer>> = Vec::with_capacity(big.len());
         for (ti, t) in big.iter().enumerate() {
             let ps = pieces(input, len, &bufs, t);
+            let distinct = {
+                let mut r: Vec<u64> = t.ranks.iter().map(|x| x.1).collect();
+                r.sort_unstable();
+                r.dedup();
+                r.len()
+            };
+            let use_oracle = p_count_o.is_some() && distinct <= opts.oracle_max_ranks;
+            let mut task_oracles = Vec::new();
             let mut taken = 0u64;
             for (pi, &(buf, off, n)) in ps.iter().enumerate() {
                 let cnt = if pi + 1 == ps.len() { s - taken } else { s * n as u64 / t.n };
@@ -935,14 +949,15 @@ fn sample_select_once<K: SelectKey>(
                 taken += cnt;
                 let ub = ctx.uniform(&Params { off, n, cnt: 0, dst_off: 0, seed: 0, task: ti as u32, mode: 0, pad: 0 });
                 let groups = (n as u64).div_ceil(CCHUNK as u64);
-                if opts.oracle {
+                if let (true, Some(pc)) = (use_oracle, &p_count_o) {
                     let ob = scratch.alloc((n as u64).div_ceil(8) * 4)?;
-                    r_count.dispatch(&p_count, &[(0, buf), (1, spl.raw()), (2, counts.raw()), (3, &ub), (7, ob.raw())], groups)?;
-                    oracles.push(ob);
+                    r_count.dispatch(pc, &[(0, buf), (1, spl.raw()), (2, counts.raw()), (3, &ub), (7, ob.raw())], groups)?;
+                    task_oracles.push(ob);
                 } else {
                     r_count.dispatch(&p_count, &[(0, buf), (1, spl.raw()), (2, counts.raw()), (3, &ub)], groups)?;
                 }
             }
+            oracles.push(task_oracles);
             let ub = ctx.uniform(&Params {
                 off: (ti as u64 * s) as u32,
                 n: s as u32,
@@ -1093,11 +1108,8 @@ fn sample_select_once<K: SelectKey>(
             let off_buf = scratch.with_data(bytemuck::cast_slice(&outoff))?;
             let cursors = scratch.alloc(group.len() as u64 * 4)?;
             enc.clear_buffer(cursors.raw(), 0, None);
-            let mut oi = 0usize;
             for (ti, t) in big.iter().enumerate() {
                 let ps = pieces(input, len, &bufs, t);
-                let first_oracle = oi;
-                oi += ps.len();
                 if !group.iter().any(|&ci| child_of[ci].0 == ti) {
                     continue;
                 }
@@ -1112,10 +1124,14 @@ fn sample_select_once<K: SelectKey>(
                         (5, off_buf.raw()),
                         (6, outbuf.raw()),
                     ];
-                    if opts.oracle {
-                        entries.push((7, oracles[first_oracle + pi].raw()));
-                    }
-                    r_filter.dispatch(&p_filter, &entries, (n as u64).div_ceil(CHUNK as u64))?;
+                    let pipe = match (oracles[ti].get(pi), &p_filter_o) {
+                        (Some(ob), Some(pf)) => {
+                            entries.push((7, ob.raw()));
+                            pf
+                        }
+                        _ => &p_filter,
+                    };
+                    r_filter.dispatch(pipe, &entries, (n as u64).div_ceil(CHUNK as u64))?;
                 }
             }
             // Pool buffers go back to the pool when dropped, and the next group's

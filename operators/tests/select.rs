@@ -163,10 +163,13 @@ fn gpu_select_u32_distributions_and_sizes() {
             let ranks = ranks_for(n, n as u64);
             let (got, st) = select_gpu(&ctx, &keys, &ranks).unwrap();
             check_exact(&got, &keys, &ranks, &format!("gpu {name}"));
-            // The filter without the oracle (recomputed buckets).
-            let no_oracle = SelectOptions { oracle: false, ..Default::default() };
-            let (got2, _) = select_gpu_with(&ctx, &keys, &ranks, &no_oracle).unwrap();
-            check_exact(&got2, &keys, &ranks, &format!("gpu no-oracle {name}"));
+            // The filter without the oracle (recomputed buckets), and with it for
+            // every task (by default only tasks with at most 4 distinct ranks).
+            for (oracle, oracle_max_ranks) in [(false, 0), (true, usize::MAX)] {
+                let opts = SelectOptions { oracle, oracle_max_ranks, ..Default::default() };
+                let (got2, _) = select_gpu_with(&ctx, &keys, &ranks, &opts).unwrap();
+                check_exact(&got2, &keys, &ranks, &format!("gpu oracle={oracle} {name}"));
+            }
             assert!(st.levels >= 1, "{name}: levels");
             assert!(st.gpu_ms > 0.0, "{name}: gpu_ms");
             assert_eq!(st.rank_error_bound, 0);
@@ -201,7 +204,7 @@ fn gpu_select_many_levels_small_samples() {
     // S = 64 samples, 15 splitters: several levels on 200k keys.
     for (name, keys) in datasets_u32(200_003, 5) {
       for oracle in [true, false] {
-        let opts = SelectOptions { max_sample: 64, oracle, ..Default::default() };
+        let opts = SelectOptions { max_sample: 64, oracle, oracle_max_ranks: usize::MAX, ..Default::default() };
         let ranks = ranks_for(keys.len(), 9);
         let (got, st) = select_gpu_with(&ctx, &keys, &ranks, &opts).unwrap();
         check_exact(&got, &keys, &ranks, &format!("gpu S=64 oracle={oracle} {name}"));
@@ -254,8 +257,11 @@ fn gpu_select_segmented_input() {
         // 13 segments of 4096 keys (and a small input spread over 2 segments).
         let arr = DeviceArray::upload_segmented(&ctx, &keys, 4096).unwrap();
         let ranks = ranks_for(keys.len(), 1);
-        let (got, _) = select_gpu_device::<u32>(&ctx, &arr, keys.len(), &ranks).unwrap();
-        check_exact(&got, &keys, &ranks, &format!("segmented {name}"));
+        for oracle_max_ranks in [0, usize::MAX] {
+            let opts = SelectOptions { oracle_max_ranks, ..Default::default() };
+            let (got, _) = select_gpu_device_with::<u32>(&ctx, &arr, keys.len(), &ranks, &opts).unwrap();
+            check_exact(&got, &keys, &ranks, &format!("segmented {name} oracle_max_ranks={oracle_max_ranks}"));
+        }
         let small = &keys[..5000];
         let arr = DeviceArray::upload_segmented(&ctx, small, 4096).unwrap();
         let ranks = ranks_for(small.len(), 2);
@@ -288,7 +294,7 @@ fn gpu_select_u64_native_and_emulated() {
         paths.push(Int64Path::Native);
     }
     for (int64, oracle) in paths.into_iter().flat_map(|p| [(p, true), (p, false)]) {
-        let opts = SelectOptions { int64, oracle, ..Default::default() };
+        let opts = SelectOptions { int64, oracle, oracle_max_ranks: usize::MAX, ..Default::default() };
         for &n in &[1usize, 4097, 65_537] {
             for (name, keys) in u64_sets(n) {
                 let ranks = ranks_for(n, 4);
@@ -529,7 +535,8 @@ fn gpu_select_and_topk_above_binding_limit() {
     }
     let perm: Vec<u32> = (0..n64).map(|i| ((i * a) % n64) as u32).collect();
     let arr = DeviceArray::upload(&ctx, &perm).unwrap();
-    let ranks = vec![0, n64 / 2, n64 - 1, 7_777_777, 7_777_777, 1];
+    // 4 distinct ranks: the default options use the oracle across the segments.
+    let ranks = vec![0, n64 / 2, n64 - 1, 7_777_777, 7_777_777];
     let (got, st) = select_gpu_device::<u32>(&ctx, &arr, n, &ranks).unwrap();
     eprintln!("40M distinct: {st:?}");
     assert!(st.levels >= 2);
@@ -541,3 +548,38 @@ fn gpu_select_and_topk_above_binding_limit() {
     }
 }
 
+
+/// Timings, not a check: `RIDGELINE_GPU=on cargo test -p ridgeline-operators --test
+/// select -- --ignored --nocapture bench_select` (RIDGELINE_BENCH_N keys, default
+/// 2^24 uniform u32). Prints each path's gpu_ms (kernel time where the adapter has
+/// timestamp queries) and its levels.
+#[test]
+#[ignore]
+fn bench_select() {
+    let Some(ctx) = test_context() else { return };
+    let n: usize = std::env::var("RIDGELINE_BENCH_N").ok().and_then(|v| v.parse().ok()).unwrap_or(1 << 24);
+    let mut r = rng(99);
+    let keys: Vec<u32> = (0..n).map(|_| r.random::<u32>()).collect();
+    let arr = DeviceArray::upload(&ctx, &keys).unwrap();
+    let median = [n as u64 / 2];
+    let deciles: Vec<u64> = (1..10).map(|i| i * n as u64 / 10).collect();
+    for oracle in [true, false] {
+        let opts = SelectOptions { oracle, ..Default::default() };
+        for (what, ranks) in [("median", &median[..]), ("9 deciles", &deciles[..])] {
+            let _ = select_gpu_device_with::<u32>(&ctx, &arr, n, ranks, &opts).unwrap();
+            let t = std::time::Instant::now();
+            let (_, st) = select_gpu_device_with::<u32>(&ctx, &arr, n, ranks, &opts).unwrap();
+            eprintln!(
+                "n={n} exact {what} oracle={oracle}: gpu {:.1} ms, wall {:.1} ms, {} levels, {} aux bytes",
+                st.gpu_ms,
+                t.elapsed().as_secs_f64() * 1e3,
+                st.levels,
+                st.device_bytes
+            );
+        }
+        let (_, st) = approx_select_gpu_device_with::<u32>(&ctx, &arr, n, &deciles, &opts).unwrap();
+        eprintln!("n={n} approx 9 deciles oracle={oracle}: gpu {:.1} ms, {} levels, bound {}", st.gpu_ms, st.levels, st.rank_error_bound);
+        let (_, st) = topk_gpu_device_with::<u32>(&ctx, &arr, n, 100, &opts).unwrap();
+        eprintln!("n={n} top-100 oracle={oracle}: gpu {:.1} ms, {} levels", st.gpu_ms, st.levels);
+    }
+}

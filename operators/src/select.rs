@@ -45,9 +45,15 @@
 //! The count pass stores a **4-bit oracle** per key (its bucket id modulo 16; the
 //! paper stores the whole id in a byte), n/2 bytes: the filter reads the oracle and
 //! reads a key (and searches its bucket again) only where the nibble matches a
-//! target bucket's residue, about 1/16 of the keys per target (every key only when
-//! there are 16 or more target residues). [`SelectOptions::oracle`] = false
-//! recomputes every key's bucket in the filter instead (no per-key scratch).
+//! target bucket's residue, about 1/16 of the keys per target. It is used for tasks
+//! with at most [`SelectOptions::oracle_max_ranks`] (4) distinct ranks; tasks with
+//! more (their targets cover most residues) and [`SelectOptions::oracle`] = false
+//! recompute every key's bucket in the filter instead (no per-key scratch). On
+//! lavapipe (`bench_select`, 2^24 uniform u32, 2 shared cores, noisy) the oracle
+//! took the median from 1780-2490 ms to 1510-2040 ms over two runs, and with it
+//! for every task 9 deciles went from 2255 to 2465 ms, hence the limit; GPUs bound
+//! by memory bandwidth should gain more (the filter reads n/2 bytes instead of 4n
+//! for one target), not yet measured there.
 //! Histograms aggregate with workgroup atomics, flushed with one global atomic per
 //! non-empty bucket and workgroup (no subgroup operations needed).
 //!

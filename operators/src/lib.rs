@@ -14,6 +14,7 @@ pub mod mode;
 pub mod pool;
 pub mod rowwise;
 pub mod scan;
+pub mod select;
 pub mod skyline;
 pub mod testing;
 pub mod timing;

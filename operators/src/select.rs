@@ -1,0 +1,1355 @@
+//! Selection: the keys at given ranks (quantiles, medians), approximate quantiles
+//! and top-k, on the GPU by SampleSelect (Ribizel & Anzt, "Parallel selection on
+//! GPUs", shaders/select.wgsl) and on the CPU.
+//!
+//! CONTRACT (shared with the SQL layer; keep these names and semantics):
+//!
+//! * Keys are `u32` or `u64` ([`SelectKey`]) whose unsigned order is the order the
+//!   caller wants. [`key_f32`], [`key_f64`], [`key_i32`], [`key_i64`] (and the bulk
+//!   `keys_*`) map values to such keys: floats in Arrow's total order (-0.0 < +0.0,
+//!   every NaN canonicalised to one key after +inf), signed integers by flipping the
+//!   sign bit. Decimal128 (precision <= 18) maps via i64, Date32 via i32,
+//!   Date64/Timestamp via i64. DESC: the caller complements keys (`!key`); NULLs: the
+//!   caller sets those rows aside.
+//! * Ranks are 0-based (`rank < keys.len()`, else [`GpuError::Invalid`] on the GPU
+//!   and a panic on the CPU), in any order, duplicates allowed; results come in the
+//!   order of `ranks`.
+//! * Top-k returns the row indices (ascending) of the `min(k, n)` smallest keys; ties
+//!   at the threshold go to the first rows in input order.
+//! * Approximate selection returns, for each rank, a key whose true rank range (the
+//!   ranks its copies occupy in sorted order) lies within `stats.rank_error_bound` of
+//!   the asked rank; the bound is at most [`SelectOptions::max_error_fraction`]
+//!   (default 0.1%) of `n`.
+//!
+//! # GPU algorithm
+//!
+//! A task is a region of keys (the whole input at level 0, a bucket later) and the
+//! ranks that fall in it. Each level, for every task larger than the sample size S
+//! (4096 keys when workgroup memory allows, else 2048 or less): gather S keys at
+//! pseudo-random positions, sort them in one workgroup (bitonic), take B - 1
+//! equidistant splitters (B = 1024 buckets, oversampling 4, when workgroup memory
+//! allows), count every key's bucket (binary search over the splitters in workgroup
+//! memory, per-workgroup histograms), and read the counts (and splitters) back. The
+//! host finds each rank's bucket; a rank in an *equality bucket* (all copies of one
+//! splitter value, so few-distinct and all-equal data end at once) is answered by
+//! its splitter, other ranks descend into their bucket: one filter pass per level
+//! copies all target buckets of all tasks into new buffers (one, unless they hold
+//! more than a storage binding). Tasks of at most S keys are sorted in one
+//! workgroup (base case) and the answers read back. All ranks (up to 64 distinct
+//! ones per descent; more run as further descents) are served in one descent; the
+//! tasks of one level share each submission and readback. Between levels the host
+//! reads back only the bucket counts and the splitters (a few KiB per task).
+//! Levels: about `log_B(n / S) + 1` (3 for 4 * 10^7 distinct keys, 1 when the rank
+//! lands in an equality bucket).
+//!
+//! The count pass stores a **4-bit oracle** per key (its bucket id modulo 16; the
+//! paper stores the whole id in a byte), n/2 bytes: the filter reads the oracle and
+//! reads a key (and searches its bucket again) only where the nibble matches a
+//! target bucket's residue, about 1/16 of the keys per target. It is used for tasks
+//! with at most [`SelectOptions::oracle_max_ranks`] (4) distinct ranks; tasks with
+//! more (their targets cover most residues) and [`SelectOptions::oracle`] = false
+//! recompute every key's bucket in the filter instead (no per-key scratch). On
+//! lavapipe (`bench_select`, 2^24 uniform u32, 2 shared cores, noisy) the oracle
+//! took the median from 1780-2490 ms to 1510-2040 ms over two runs, and with it
+//! for every task 9 deciles went from 2255 to 2465 ms, hence the limit; GPUs bound
+//! by memory bandwidth should gain more (the filter reads n/2 bytes instead of 4n
+//! for one target), not yet measured there.
+//! Histograms aggregate with workgroup atomics, flushed with one global atomic per
+//! non-empty bucket and workgroup (no subgroup operations needed).
+//!
+//! # Device memory
+//!
+//! Auxiliary device memory ([`SelectStats::device_bytes`]): the oracle (n/2 bytes:
+//! an eighth of a `u32` input, a sixteenth of a `u64` one), per task the sample (S
+//! keys), splitters and counts (tens of KiB in all), and the extracted target
+//! buckets (about 1.25 n / B keys per distinct target bucket; with at most 64 per
+//! descent under 8% of the keys). So about n/2 bytes plus a few percent of the
+//! input: within a quarter of the input for 32-bit and 64-bit keys (the tests
+//! assert it for 40M keys).
+//!
+//! # Top-k
+//!
+//! Top-k does not fuse the lower buckets into the filter (the paper's fusion):
+//! it selects the threshold `t` (rank k-1) by SampleSelect, then runs a stable
+//! two-pass row filter (`tk_count`: keys < t and == t per block of 4096 rows; the
+//! host turns the block counts into offsets; `tk_scatter`: each block writes the
+//! row indices of its keys < t and of the first `need = k - #(keys < t)` keys == t
+//! in row order). That gives exactly the row-order tie rule, reads the keys twice
+//! after the selection, and needs 8 bytes per 4096 rows of scratch plus the `k`
+//! output indices (a segmented [`DeviceArray`], so `k` may exceed one binding).
+//!
+//! # 64-bit keys
+//!
+//! 64-bit keys use native `u64` when the adapter has SHADER_INT64, otherwise
+//! `vec2<u32>` comparisons ([`SelectOptions::int64`] forces either; both are tested).
+//!
+//! # Device inputs
+//!
+//! `_device` variants take a [`DeviceArray`] of 4-byte (`u32` keys) or 8-byte (`u64`)
+//! elements, any segmentation (e.g. [`DeviceArray::upload`] or a batch's column),
+//! and use its first `len` elements; the array is only read. Inputs larger than one
+//! binding are processed segment by segment (every kernel launches once per
+//! segment). Limits: `n < 2^32 - 1`; one target bucket must fit one storage binding
+//! (it holds about n / 1000 keys). Every GPU failure returns `Err` (no panics on the
+//! GPU paths); [`GpuError::should_fall_back`] says when to rerun on the CPU.
+//!
+//! # Workgroup memory
+//!
+//! S and B follow the adapter's workgroup-memory limit: the sort holds S keys
+//! (S = 4096 needs 16 KiB for `u32`, 32 KiB for `u64`), the count and filter
+//! kernels B - 1 splitters plus 2B - 1 counters (B = 1024: 12 KiB for `u32`,
+//! 16 KiB for `u64`); with 16 KiB a `u64` selection runs with S = 2048, B = 512.
+use crate::array::DeviceArray;
+use crate::context::{dispatch_dims, GpuContext};
+use crate::error::{GpuError, GpuResult};
+use crate::pool::GpuBuffer;
+use crate::scan::Int64Path;
+use crate::transfer::Extent;
+use rayon::prelude::*;
+use std::sync::Arc;
+use std::time::Instant;
+
+const SELECT_WGSL: &str = include_str!("../../shaders/select.wgsl");
+
+// ---------------------------------------------------------------------------------
+// Keys
+// ---------------------------------------------------------------------------------
+
+const F32_NAN_KEY: u32 = 0x7fc0_0000 | 0x8000_0000;
+const F64_NAN_KEY: u64 = 0x7ff8_0000_0000_0000 | (1 << 63);
+
+/// Order-preserving key of an `f32` (Arrow's total order; all NaNs equal, after +inf).
+pub fn key_f32(x: f32) -> u32 {
+    if x.is_nan() {
+        return F32_NAN_KEY;
+    }
+    let b = x.to_bits();
+    if b & 0x8000_0000 != 0 {
+        !b
+    } else {
+        b | 0x8000_0000
+    }
+}
+
+/// Order-preserving key of an `f64` (Arrow's total order; all NaNs equal, after +inf).
+pub fn key_f64(x: f64) -> u64 {
+    if x.is_nan() {
+        return F64_NAN_KEY;
+    }
+    let b = x.to_bits();
+    if b & (1 << 63) != 0 {
+        !b
+    } else {
+        b | (1 << 63)
+    }
+}
+
+/// Order-preserving key of an `i32` (sign bit flipped).
+pub fn key_i32(x: i32) -> u32 {
+    (x as u32) ^ 0x8000_0000
+}
+
+/// Order-preserving key of an `i64` (sign bit flipped).
+pub fn key_i64(x: i64) -> u64 {
+    (x as u64) ^ (1 << 63)
+}
+
+/// Inverse of [`key_i32`].
+pub fn unkey_i32(k: u32) -> i32 {
+    (k ^ 0x8000_0000) as i32
+}
+/// Inverse of [`key_i64`].
+pub fn unkey_i64(k: u64) -> i64 {
+    (k ^ (1 << 63)) as i64
+}
+/// Inverse of [`key_f32`] (NaN keys give the canonical NaN).
+pub fn unkey_f32(k: u32) -> f32 {
+    f32::from_bits(if k & 0x8000_0000 != 0 { k & 0x7fff_ffff } else { !k })
+}
+/// Inverse of [`key_f64`] (NaN keys give the canonical NaN).
+pub fn unkey_f64(k: u64) -> f64 {
+    f64::from_bits(if k & (1 << 63) != 0 { k & !(1 << 63) } else { !k })
+}
+
+const BULK_MIN: usize = 1 << 16;
+
+fn bulk<T: Copy + Sync, K: Send>(xs: &[T], f: impl Fn(T) -> K + Sync + Send) -> Vec<K> {
+    if xs.len() < BULK_MIN {
+        xs.iter().map(|&x| f(x)).collect()
+    } else {
+        xs.par_iter().with_min_len(BULK_MIN / 4).map(|&x| f(x)).collect()
+    }
+}
+
+/// [`key_f32`] of every value (parallel).
+pub fn keys_f32(xs: &[f32]) -> Vec<u32> {
+    bulk(xs, key_f32)
+}
+/// [`key_f64`] of every value (parallel).
+pub fn keys_f64(xs: &[f64]) -> Vec<u64> {
+    bulk(xs, key_f64)
+}
+/// [`key_i32`] of every value (parallel).
+pub fn keys_i32(xs: &[i32]) -> Vec<u32> {
+    bulk(xs, key_i32)
+}
+/// [`key_i64`] of every value (parallel).
+pub fn keys_i64(xs: &[i64]) -> Vec<u64> {
+    bulk(xs, key_i64)
+}
+
+/// A selection key: `u32` or `u64`, ordered as unsigned integers.
+pub trait SelectKey: bytemuck::Pod + Ord + Copy + Send + Sync + Default + std::fmt::Debug + 'static {
+    /// Bytes per key (4 or 8).
+    const BYTES: usize;
+    /// The largest key.
+    const MAX: Self;
+    /// Zero-extended bits.
+    fn to_u64(self) -> u64;
+    /// From bits (truncating for `u32`).
+    fn from_u64(v: u64) -> Self;
+}
+
+impl SelectKey for u32 {
+    const BYTES: usize = 4;
+    const MAX: Self = u32::MAX;
+    fn to_u64(self) -> u64 {
+        self as u64
+    }
+    fn from_u64(v: u64) -> Self {
+        v as u32
+    }
+}
+
+impl SelectKey for u64 {
+    const BYTES: usize = 8;
+    const MAX: Self = u64::MAX;
+    fn to_u64(self) -> u64 {
+        self
+    }
+    fn from_u64(v: u64) -> Self {
+        v
+    }
+}
+
+/// What a selection did.
+#[derive(Clone, Debug, Default)]
+pub struct SelectStats {
+    /// SampleSelect levels run (bucketing levels plus the base-case level); 0 when no
+    /// GPU work was needed.
+    pub levels: u32,
+    /// Auxiliary device bytes allocated (samples, splitters, counts, extracted
+    /// buckets, top-k block counts and the output indices; the input not counted).
+    pub device_bytes: u64,
+    /// Which algorithm ran.
+    pub algorithm: &'static str,
+    /// Approximate selection: every returned key's true rank is within this many
+    /// ranks of the asked rank (0 for exact results).
+    pub rank_error_bound: u64,
+    /// Milliseconds of GPU work: the sum of the kernels' compute passes measured by
+    /// timestamp queries where the adapter has them, else the wall-clock time of the
+    /// device part (submissions and the small readbacks between levels included;
+    /// uploads of host inputs never included).
+    pub gpu_ms: f64,
+}
+
+/// Options of the GPU paths.
+#[derive(Clone, Copy, Debug)]
+pub struct SelectOptions {
+    /// 64-bit keys: native u64 (needs SHADER_INT64), emulated `vec2<u32>`, or Auto.
+    pub int64: Int64Path,
+    /// Approximate selection: the rank error allowed, as a fraction of `n`.
+    pub max_error_fraction: f64,
+    /// Seed of the sample positions.
+    pub seed: u32,
+    /// Cap on the sample size S (a power of two >= 64; the workgroup-memory limit
+    /// applies in any case). Smaller samples mean more levels (tests use it).
+    pub max_sample: u32,
+    /// Cap on the bytes of one buffer of extracted buckets (0: the binding limit).
+    /// Target buckets that together exceed it are split over several buffers (tests
+    /// use a small cap to exercise that).
+    pub max_filter_bytes: u64,
+    /// Store a 4-bit oracle per key in the count pass (the bucket id modulo 16, n/2
+    /// bytes) so the filter reads half a byte per key and only the keys whose nibble
+    /// matches a target bucket (default). `false`: the filter reads every key and
+    /// recomputes its bucket, with no per-key scratch at all.
+    pub oracle: bool,
+    /// The oracle is used for a task with at most this many distinct ranks (with
+    /// more, their target buckets cover most of the 16 residues and the filter would
+    /// read most keys anyway). Default 4; `usize::MAX` always uses it.
+    pub oracle_max_ranks: usize,
+}
+
+impl Default for SelectOptions {
+    fn default() -> Self {
+        SelectOptions { int64: Int64Path::Auto, max_error_fraction: 0.001, seed: 0x2545_f491, max_sample: 4096, max_filter_bytes: 0, oracle: true, oracle_max_ranks: 4 }
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// References and CPU paths
+// ---------------------------------------------------------------------------------
+
+fn check_ranks(n: usize, ranks: &[u64]) {
+    if let Some(r) = ranks.iter().find(|&&r| r >= n as u64) {
+        panic!("rank {r} out of range for {n} keys");
+    }
+}
+
+/// Exact selection by sorting a copy (tests only).
+pub fn select_reference<K: SelectKey>(keys: &[K], ranks: &[u64]) -> Vec<K> {
+    check_ranks(keys.len(), ranks);
+    let mut v = keys.to_vec();
+    v.sort_unstable();
+    ranks.iter().map(|&r| v[r as usize]).collect()
+}
+
+/// Multi-select in place: puts the keys at every rank of `ranks` (sorted, unique,
+/// relative to `v`) in their sorted position; recursion splits in parallel.
+fn multiselect<K: SelectKey>(v: &mut [K], ranks: &[usize]) {
+    if ranks.is_empty() {
+        return;
+    }
+    let mid = ranks.len() / 2;
+    let r = ranks[mid];
+    v.select_nth_unstable(r);
+    let (left, right) = v.split_at_mut(r);
+    let lr = &ranks[..mid];
+    let rr: Vec<usize> = ranks[mid + 1..].iter().map(|&x| x - r - 1).collect();
+    let right = &mut right[1..];
+    if left.len() + right.len() > 1 << 15 {
+        rayon::join(|| multiselect(left, lr), || multiselect(right, &rr));
+    } else {
+        multiselect(left, lr);
+        multiselect(right, &rr);
+    }
+}
+
+/// CPU SampleSelect bucketing of `keys` by `spl` (sorted): `2j + (x == spl[j])`.
+fn cpu_bucket<K: SelectKey>(spl: &[K], x: K) -> usize {
+    let j = spl.partition_point(|s| *s < x);
+    2 * j + usize::from(j < spl.len() && spl[j] == x)
+}
+
+/// Fast parallel CPU selection of all ranks at once: one parallel SampleSelect level
+/// (256 splitters from a sample of 4096, equality buckets, parallel histograms and a
+/// parallel filter of the target buckets), then parallel multi-select on the small
+/// buckets; small inputs go straight to multi-select on a copy.
+pub fn select_cpu<K: SelectKey>(keys: &[K], ranks: &[u64]) -> Vec<K> {
+    check_ranks(keys.len(), ranks);
+    let n = keys.len();
+    if ranks.is_empty() {
+        return Vec::new();
+    }
+    let mut uniq: Vec<usize> = ranks.iter().map(|&r| r as usize).collect();
+    uniq.sort_unstable();
+    uniq.dedup();
+    let answers: Vec<K> = if n < 1 << 18 || uniq.len() > 64 {
+        let mut v = keys.to_vec();
+        multiselect(&mut v, &uniq);
+        uniq.iter().map(|&r| v[r]).collect()
+    } else {
+        // Sample and splitters.
+        let ns = 255usize;
+        let mut sample: Vec<K> = (0..4096u64)
+            .map(|i| keys[(splitmix(i ^ 0x9e37_79b9) % n as u64) as usize])
+            .collect();
+        sample.sort_unstable();
+        let spl: Vec<K> = (0..ns).map(|j| sample[(j + 1) * sample.len() / (ns + 1)]).collect();
+        let nb = 2 * ns + 1;
+        let chunk = (n / (rayon::current_num_threads() * 4)).max(1 << 16);
+        let counts = keys
+            .par_chunks(chunk)
+            .map(|c| {
+                let mut h = vec![0usize; nb];
+                for &x in c {
+                    h[cpu_bucket(&spl, x)] += 1;
+                }
+                h
+            })
+            .reduce(|| vec![0usize; nb], |mut a, b| {
+                a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+                a
+            });
+        let mut start = vec![0usize; nb + 1];
+        for b in 0..nb {
+            start[b + 1] = start[b] + counts[b];
+        }
+        let bucket_of_rank = |r: usize| start.partition_point(|&s| s <= r) - 1;
+        let mut targets: Vec<usize> = uniq.iter().map(|&r| bucket_of_rank(r)).filter(|b| b % 2 == 0).collect();
+        targets.dedup();
+        let is_target = {
+            let mut t = vec![false; nb];
+            for &b in &targets {
+                t[b] = true;
+            }
+            t
+        };
+        // Extract the target buckets (parallel), then multi-select inside each.
+        let parts: Vec<Vec<(usize, K)>> = keys
+            .par_chunks(chunk)
+            .map(|c| {
+                c.iter()
+                    .filter_map(|&x| {
+                        let b = cpu_bucket(&spl, x);
+                        is_target[b].then_some((b, x))
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut buckets: Vec<Vec<K>> = targets.iter().map(|&b| Vec::with_capacity(counts[b])).collect();
+        for p in parts {
+            for (b, x) in p {
+                let i = targets.binary_search(&b).expect("target bucket");
+                buckets[i].push(x);
+            }
+        }
+        let per: Vec<Vec<usize>> = targets
+            .iter()
+            .map(|&b| uniq.iter().filter(|&&r| bucket_of_rank(r) == b).map(|&r| r - start[b]).collect())
+            .collect();
+        buckets.par_iter_mut().zip(per.par_iter()).for_each(|(v, rs)| multiselect(v, rs));
+        uniq.iter()
+            .map(|&r| {
+                let b = bucket_of_rank(r);
+                if b % 2 == 1 {
+                    spl[b / 2]
+                } else {
+                    let i = targets.binary_search(&b).expect("target bucket");
+                    buckets[i][r - start[b]]
+                }
+            })
+            .collect()
+    };
+    ranks.iter().map(|&r| answers[uniq.binary_search(&(r as usize)).expect("rank")]).collect()
+}
+
+/// Approximate selection on the CPU: answers exactly (error bound 0), which meets
+/// any approximate contract; the CPU has no cheaper one-level variant that pays.
+pub fn approx_select_cpu<K: SelectKey>(keys: &[K], ranks: &[u64]) -> (Vec<K>, SelectStats) {
+    let v = select_cpu(keys, ranks);
+    (v, SelectStats { algorithm: "cpu-exact", ..Default::default() })
+}
+
+fn splitmix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Top-k by a stable sort of row indices (tests only).
+pub fn topk_reference<K: SelectKey>(keys: &[K], k: usize) -> Vec<u32> {
+    let mut idx: Vec<u32> = (0..keys.len() as u32).collect();
+    idx.sort_by_key(|&i| (keys[i as usize], i));
+    idx.truncate(k);
+    idx.sort_unstable();
+    idx
+}
+
+/// Top-k on the CPU: the threshold by [`select_cpu`], then a parallel two-pass row
+/// filter (count the keys equal to the threshold per chunk, then collect the rows
+/// below it and the first `need` rows equal to it).
+pub fn topk_cpu<K: SelectKey>(keys: &[K], k: usize) -> Vec<u32> {
+    let n = keys.len();
+    assert!(n <= u32::MAX as usize, "top-k of more than 2^32 rows");
+    if k == 0 || n == 0 {
+        return Vec::new();
+    }
+    if k >= n {
+        return (0..n as u32).collect();
+    }
+    let t = select_cpu(keys, &[k as u64 - 1])[0];
+    let chunk = (n / (rayon::current_num_threads() * 4)).max(1 << 14);
+    let counts: Vec<(usize, usize)> = keys
+        .par_chunks(chunk)
+        .map(|c| c.iter().fold((0, 0), |(l, e), &x| (l + usize::from(x < t), e + usize::from(x == t))))
+        .collect();
+    let lt: usize = counts.iter().map(|c| c.0).sum();
+    let need = k - lt;
+    let mut eq_before = Vec::with_capacity(counts.len());
+    let mut acc = 0usize;
+    for c in &counts {
+        eq_before.push(acc);
+        acc += c.1;
+    }
+    let parts: Vec<Vec<u32>> = keys
+        .par_chunks(chunk)
+        .zip(eq_before.par_iter())
+        .enumerate()
+        .map(|(ci, (c, &e0))| {
+            let mut e = e0;
+            let mut out = Vec::new();
+            for (i, &x) in c.iter().enumerate() {
+                if x < t {
+                    out.push((ci * chunk + i) as u32);
+                } else if x == t {
+                    if e < need {
+                        out.push((ci * chunk + i) as u32);
+                    }
+                    e += 1;
+                }
+            }
+            out
+        })
+        .collect();
+    let mut out = Vec::with_capacity(k);
+    for p in parts {
+        out.extend_from_slice(&p);
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------
+// GPU kernels
+// ---------------------------------------------------------------------------------
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    off: u32,
+    n: u32,
+    cnt: u32,
+    dst_off: u32,
+    seed: u32,
+    task: u32,
+    mode: u32,
+    pad: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct TkParams {
+    n: u32,
+    block_base: u32,
+    row0: u32,
+    need: u32,
+    win_lo: u32,
+    win_len: u32,
+    blocks: u32,
+    pad: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Repr {
+    U32,
+    U64,
+    U64Emu,
+}
+
+const KEY_U32: &str = "alias K = u32;
+fn kless(a: K, b: K) -> bool { return a < b; }
+fn keq(a: K, b: K) -> bool { return a == b; }
+fn kmax() -> K { return 0xffffffffu; }
+";
+const KEY_U64: &str = "alias K = u64;
+fn kless(a: K, b: K) -> bool { return a < b; }
+fn keq(a: K, b: K) -> bool { return a == b; }
+fn kmax() -> K { return 0xfffffffffffffffflu; }
+";
+const KEY_U64EMU: &str = "alias K = vec2<u32>;
+fn kless(a: K, b: K) -> bool { return a.y < b.y || (a.y == b.y && a.x < b.x); }
+fn keq(a: K, b: K) -> bool { return all(a == b); }
+fn kmax() -> K { return vec2<u32>(0xffffffffu, 0xffffffffu); }
+";
+
+const WG: u32 = 256;
+const ITEMS: u32 = 16;
+const CHUNK: u32 = WG * ITEMS;
+/// Keys per invocation of the count kernels: 16384 keys a workgroup, so the flush of
+/// the histogram (up to 2047 global atomics) is amortised over many keys.
+const CITEMS: u32 = 64;
+const CCHUNK: u32 = WG * CITEMS;
+const NONE: u32 = u32::MAX;
+
+/// One configuration of the kernels for a key width on this device.
+#[derive(Clone, Copy, Debug)]
+struct Kern {
+    repr: Repr,
+    kb: usize,
+    s: u32,
+    ns: u32,
+}
+
+impl Kern {
+    fn new(ctx: &GpuContext, kb: usize, opts: &SelectOptions) -> GpuResult<Kern> {
+        let repr = match (kb, opts.int64) {
+            (4, _) => Repr::U32,
+            (8, Int64Path::Auto) if ctx.has_int64() => Repr::U64,
+            (8, Int64Path::Auto) | (8, Int64Path::Emulated) => Repr::U64Emu,
+            (8, Int64Path::Native) if ctx.has_int64() => Repr::U64,
+            (8, Int64Path::Native) => {
+                return Err(GpuError::Invalid("native 64-bit selection without SHADER_INT64 on this device".into()))
+            }
+            _ => return Err(GpuError::Invalid(format!("key of {kb} bytes (expected 4 or 8)"))),
+        };
+        let l = ctx.limits();
+        if l.max_compute_invocations_per_workgroup < WG || l.max_compute_workgroup_size_x < WG {
+            return Err(GpuError::Invalid(format!("selection needs workgroups of {WG} invocations")));
+        }
+        let mem = l.max_compute_workgroup_storage_size as usize;
+        let mut s = opts.max_sample.clamp(64, 4096).next_power_of_two();
+        while s > 64 && s as usize * kb > mem {
+            s /= 2;
+        }
+        // B buckets (power of two): B - 1 splitters and 2B - 1 counters must fit,
+        // with oversampling S / B >= 4 where possible.
+        let mut b = (s / 4).clamp(16, 1024);
+        // The oracle filter also holds a 16-entry residue table.
+        let need = |b: usize| (b - 1) * kb + (2 * b - 1) * 4 + 64;
+        while b > 16 && need(b as usize) > mem {
+            b /= 2;
+        }
+        if s as usize * kb > mem || need(b as usize) > mem {
+            return Err(GpuError::Invalid(format!("workgroup memory of {mem} bytes is too small for selection")));
+        }
+        Ok(Kern { repr, kb, s, ns: b - 1 })
+    }
+
+    fn nb(&self) -> u32 {
+        2 * self.ns + 1
+    }
+
+    fn pipe(&self, ctx: &GpuContext, section: &str, entry: &str) -> GpuResult<Arc<wgpu::ComputePipeline>> {
+        let (key, kname) = match self.repr {
+            Repr::U32 => (KEY_U32, "u32"),
+            Repr::U64 => (KEY_U64, "u64"),
+            Repr::U64Emu => (KEY_U64EMU, "u64emu"),
+        };
+        // Sections start at a line beginning with "//@@ name".
+        let first = SELECT_WGSL.find("\n//@@ ").unwrap_or(SELECT_WGSL.len());
+        let header = &SELECT_WGSL[..first];
+        // `section` may name several, joined by '+' ("bucket+oracle").
+        let mut src = format!("{key}{header}");
+        for part in section.split('+') {
+            let marker = format!("\n//@@ {part}");
+            let start = SELECT_WGSL
+                .find(&marker)
+                .ok_or_else(|| GpuError::Invalid(format!("select.wgsl has no section {part}")))?;
+            let rest = &SELECT_WGSL[start + marker.len()..];
+            let body = &rest[..rest.find("\n//@@ ").unwrap_or(rest.len())];
+            src.push_str("\n//");
+            src.push_str(body);
+        }
+        let defs = [
+            ("KEY", kname.to_string()),
+            ("WG", WG.to_string()),
+            ("S", self.s.to_string()),
+            ("NS", self.ns.to_string()),
+            ("ITEMS", ITEMS.to_string()),
+            ("CITEMS", CITEMS.to_string()),
+        ];
+        ctx.pipeline(&format!("select-{section}"), &src, entry, &defs)
+    }
+}
+
+fn bind(ctx: &GpuContext, pipe: &wgpu::ComputePipeline, entries: &[(u32, &wgpu::Buffer)]) -> wgpu::BindGroup {
+    let e: Vec<wgpu::BindGroupEntry<'_>> = entries
+        .iter()
+        .map(|(b, buf)| wgpu::BindGroupEntry { binding: *b, resource: buf.as_entire_binding() })
+        .collect();
+    ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some("select"),
+        layout: &pipe.get_bind_group_layout(0),
+        entries: &e,
+    })
+}
+
+/// One recorded dispatch: pipeline, bind group, workgroup counts.
+type Dispatch = (Arc<wgpu::ComputePipeline>, wgpu::BindGroup, (u32, u32, u32));
+
+/// Records dispatches into one compute pass.
+struct Rec<'a> {
+    ctx: &'a GpuContext,
+    list: Vec<Dispatch>,
+}
+
+impl<'a> Rec<'a> {
+    fn new(ctx: &'a GpuContext) -> Self {
+        Rec { ctx, list: Vec::new() }
+    }
+    fn dispatch(&mut self, pipe: &Arc<wgpu::ComputePipeline>, entries: &[(u32, &wgpu::Buffer)], groups: u64) -> GpuResult<()> {
+        if groups == 0 {
+            return Ok(());
+        }
+        let max = self.ctx.limits().max_compute_workgroups_per_dimension.max(1) as u64;
+        if groups > max * max {
+            return Err(GpuError::Invalid(format!("dispatch of {groups} workgroups exceeds two dimensions")));
+        }
+        let bg = bind(self.ctx, pipe, entries);
+        self.list.push((pipe.clone(), bg, dispatch_dims(groups, max as u32)));
+        Ok(())
+    }
+    fn encode(&self, enc: &mut wgpu::CommandEncoder, timestamps: Option<wgpu::ComputePassTimestampWrites<'_>>) {
+        if self.list.is_empty() && timestamps.is_none() {
+            return;
+        }
+        let mut cp = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("select"), timestamp_writes: timestamps });
+        for (p, bg, (x, y, z)) in &self.list {
+            cp.set_pipeline(p);
+            cp.set_bind_group(0, bg, &[]);
+            cp.dispatch_workgroups(*x, *y, *z);
+        }
+    }
+}
+
+/// Kernel time of a call: the sum of its compute passes' timestamps where the
+/// adapter has timestamp queries, else the wall-clock time of the whole call.
+struct GpuClock {
+    start: Instant,
+    kernel_ms: f64,
+    timed: bool,
+}
+
+impl GpuClock {
+    fn new(ctx: &GpuContext) -> Self {
+        GpuClock { start: Instant::now(), kernel_ms: 0.0, timed: ctx.has_timestamps() }
+    }
+    /// Encodes `recs` as one compute pass each (timed), submits `enc`.
+    fn submit(&mut self, ctx: &GpuContext, mut enc: wgpu::CommandEncoder, recs: &[&Rec<'_>]) -> GpuResult<()> {
+        let timer = if self.timed { crate::timing::KernelTimer::new(ctx, recs.len() as u32) } else { None };
+        for (i, r) in recs.iter().enumerate() {
+            r.encode(&mut enc, timer.as_ref().and_then(|t| t.writes(i as u32)));
+        }
+        if let Some(t) = &timer {
+            t.resolve(&mut enc);
+        }
+        ctx.submit(enc)?;
+        if let Some(t) = timer {
+            self.kernel_ms += t.read_ms(ctx)?.iter().sum::<f64>();
+        }
+        Ok(())
+    }
+    fn ms(&self) -> f64 {
+        if self.timed {
+            self.kernel_ms
+        } else {
+            self.start.elapsed().as_secs_f64() * 1e3
+        }
+    }
+}
+
+/// Reads `count` elements of `T` from the start of `buf`.
+fn read_buf<T: bytemuck::Pod + Default>(ctx: &GpuContext, buf: &wgpu::Buffer, count: usize) -> GpuResult<Vec<T>> {
+    let mut v = vec![T::default(); count];
+    let bytes = (count * std::mem::size_of::<T>()) as u64;
+    if bytes == 0 {
+        return Ok(v);
+    }
+    if !bytes.is_multiple_of(4) {
+        return Err(GpuError::Invalid("readback of a size that is not a multiple of 4".into()));
+    }
+    ctx.download_stream(&[Extent { buffer: buf, offset: 0, stream_offset: 0, len: bytes }], bytemuck::cast_slice_mut(&mut v))?;
+    Ok(v)
+}
+
+/// Scratch allocations of one call, with their byte total.
+struct Scratch<'a> {
+    ctx: &'a GpuContext,
+    bytes: u64,
+}
+
+impl Scratch<'_> {
+    fn alloc(&mut self, bytes: u64) -> GpuResult<GpuBuffer> {
+        let b = self.ctx.pool().alloc(bytes.max(4).div_ceil(4) * 4)?;
+        self.bytes += b.size();
+        Ok(b)
+    }
+    fn with_data(&mut self, data: &[u8]) -> GpuResult<GpuBuffer> {
+        let b = self.alloc(data.len() as u64)?;
+        if !data.is_empty() {
+            self.ctx.queue.write_buffer(b.raw(), 0, data);
+        }
+        Ok(b)
+    }
+}
+
+/// Where a task's keys live.
+#[derive(Clone, Copy, Debug)]
+enum Src {
+    /// The input array's first `len` elements.
+    Input,
+    /// `bufs[buf][off..off + n]`.
+    Buf { buf: usize, off: u64 },
+}
+
+#[derive(Clone, Debug)]
+struct Task {
+    src: Src,
+    /// Keys in the task.
+    n: u64,
+    /// Global rank of the task's smallest key.
+    lo: u64,
+    /// (output index, global rank).
+    ranks: Vec<(usize, u64)>,
+    /// The key at global rank `lo - 1`, when known (approximate answers).
+    below: Option<u64>,
+    /// The key at global rank `lo + n`, when known.
+    above: Option<u64>,
+}
+
+/// The pieces of a task's keys, one per buffer: (buffer, first element, count).
+fn pieces<'a>(input: &'a DeviceArray, len: usize, bufs: &'a [GpuBuffer], t: &Task) -> Vec<(&'a wgpu::Buffer, u32, u32)> {
+    match t.src {
+        Src::Input => (0..input.num_segments())
+            .filter_map(|i| {
+                let (buf, start, rows) = input.segment(i);
+                let rows = rows.min(len.saturating_sub(start));
+                (rows > 0).then_some((buf, 0u32, rows as u32))
+            })
+            .collect(),
+        Src::Buf { buf, off } => vec![(bufs[buf].raw(), off as u32, t.n as u32)],
+    }
+}
+
+fn check_device_input<K: SelectKey>(ctx: &GpuContext, keys: &DeviceArray, len: usize) -> GpuResult<()> {
+    if keys.elem_size() != K::BYTES {
+        return Err(GpuError::Invalid(format!(
+            "selection of {}-byte keys from an array of {}-byte elements",
+            K::BYTES,
+            keys.elem_size()
+        )));
+    }
+    if len > keys.len() {
+        return Err(GpuError::Invalid(format!("selection of {len} keys from an array of {}", keys.len())));
+    }
+    if len as u64 >= u32::MAX as u64 {
+        return Err(GpuError::Invalid(format!("selection of {len} keys (at most 2^32 - 2)")));
+    }
+    ctx.check()
+}
+
+/// Distinct ranks served by one descent. Each distinct target bucket is extracted
+/// (about 1.25 n / B keys for a random rank with B = 1024 buckets), so 64 ranks keep
+/// the extracted keys near 8% of the input; more ranks run in further descents.
+const RANKS_PER_DESCENT: usize = 64;
+
+/// [`sample_select_once`] over batches of at most [`RANKS_PER_DESCENT`] distinct
+/// ranks (neighbouring ranks share a batch, so they share buckets).
+fn sample_select<K: SelectKey>(
+    ctx: &GpuContext,
+    input: &DeviceArray,
+    len: usize,
+    ranks: &[u64],
+    approx: Option<u64>,
+    opts: &SelectOptions,
+) -> GpuResult<(Vec<K>, SelectStats)> {
+    let mut uniq: Vec<u64> = ranks.to_vec();
+    uniq.sort_unstable();
+    uniq.dedup();
+    if uniq.len() <= RANKS_PER_DESCENT {
+        return sample_select_once(ctx, input, len, ranks, approx, opts);
+    }
+    let mut vals: Vec<K> = Vec::with_capacity(uniq.len());
+    let mut stats = SelectStats::default();
+    for batch in uniq.chunks(RANKS_PER_DESCENT) {
+        let (v, st) = sample_select_once::<K>(ctx, input, len, batch, approx, opts)?;
+        vals.extend(v);
+        stats.levels = stats.levels.max(st.levels);
+        stats.device_bytes = stats.device_bytes.max(st.device_bytes);
+        stats.rank_error_bound = stats.rank_error_bound.max(st.rank_error_bound);
+        stats.gpu_ms += st.gpu_ms;
+        stats.algorithm = st.algorithm;
+    }
+    let out = ranks.iter().map(|r| vals[uniq.binary_search(r).expect("rank in its batch")]).collect();
+    Ok((out, stats))
+}
+
+/// The SampleSelect descent for all `ranks` at once. `approx`: the rank error
+/// allowed (None = exact).
+fn sample_select_once<K: SelectKey>(
+    ctx: &GpuContext,
+    input: &DeviceArray,
+    len: usize,
+    ranks: &[u64],
+    approx: Option<u64>,
+    opts: &SelectOptions,
+) -> GpuResult<(Vec<K>, SelectStats)> {
+    let mut clock = GpuClock::new(ctx);
+    check_device_input::<K>(ctx, input, len)?;
+    if let Some(r) = ranks.iter().find(|&&r| r >= len as u64) {
+        return Err(GpuError::Invalid(format!("rank {r} out of range for {len} keys")));
+    }
+    let algorithm = if approx.is_some() { "gpu-sampleselect-approx" } else { "gpu-sampleselect" };
+    let mut stats = SelectStats { algorithm, ..Default::default() };
+    let mut out = vec![K::default(); ranks.len()];
+    if ranks.is_empty() {
+        return Ok((out, stats));
+    }
+    let kern = Kern::new(ctx, K::BYTES, opts)?;
+    let (s, ns, nb, kb) = (kern.s as u64, kern.ns as u64, kern.nb() as u64, kern.kb as u64);
+    let p_gather = kern.pipe(ctx, "gather", "gather")?;
+    let p_sort = kern.pipe(ctx, "sort", "sort_sample")?;
+    let p_count = kern.pipe(ctx, "bucket", "count")?;
+    let p_filter = kern.pipe(ctx, "bucket", "filter_buckets")?;
+    let (p_count_o, p_filter_o) = if opts.oracle {
+        (Some(kern.pipe(ctx, "bucket+oracle", "count_oracle")?), Some(kern.pipe(ctx, "bucket+oracle", "filter_oracle")?))
+    } else {
+        (None, None)
+    };
+    let mut max_binding = ctx.limits().max_storage_buffer_binding_size.min((1 << 31) - 1);
+    if opts.max_filter_bytes > 0 {
+        max_binding = max_binding.min(opts.max_filter_bytes);
+    }
+
+    let mut scratch = Scratch { ctx, bytes: 0 };
+    let mut bufs: Vec<GpuBuffer> = Vec::new();
+    let mut tasks = vec![Task {
+        src: Src::Input,
+        n: len as u64,
+        lo: 0,
+        ranks: ranks.iter().copied().enumerate().collect(),
+        below: None,
+        above: None,
+    }];
+    let mut max_err = 0u64;
+    let mut level = 0u32;
+    while !tasks.is_empty() {
+        level += 1;
+        if level > 64 {
+            return Err(GpuError::Invalid("selection made no progress after 64 levels".into()));
+        }
+        // Base cases: at most S keys in one buffer (a small input spread over several
+        // segments takes one bucketing level first).
+        let (small, big): (Vec<Task>, Vec<Task>) =
+            tasks.into_iter().partition(|t| t.n <= s && pieces(input, len, &bufs, t).len() == 1);
+        let nbig = big.len() as u64;
+        let samples = scratch.alloc(nbig * s * kb)?;
+        let spl = scratch.alloc(nbig * ns * kb)?;
+        let counts = scratch.alloc(nbig * nb * 4)?;
+        let small_total: u64 = small.iter().map(|t| t.n).sum();
+        let sorted = scratch.alloc(small_total * kb)?;
+
+        let mut enc = ctx.encoder("select-level");
+        enc.clear_buffer(counts.raw(), 0, None);
+        let mut r_sample = Rec::new(ctx);
+        let mut r_sort = Rec::new(ctx);
+        let mut r_count = Rec::new(ctx);
+        // Oracles of each task's pieces (none where the task does not use one).
+        let mut oracles: Vec<Vec<GpuBuffer>> = Vec::with_capacity(big.len());
+        for (ti, t) in big.iter().enumerate() {
+            let ps = pieces(input, len, &bufs, t);
+            let distinct = {
+                let mut r: Vec<u64> = t.ranks.iter().map(|x| x.1).collect();
+                r.sort_unstable();
+                r.dedup();
+                r.len()
+            };
+            let use_oracle = p_count_o.is_some() && distinct <= opts.oracle_max_ranks;
+            let mut task_oracles = Vec::new();
+            let mut taken = 0u64;
+            for (pi, &(buf, off, n)) in ps.iter().enumerate() {
+                let cnt = if pi + 1 == ps.len() { s - taken } else { s * n as u64 / t.n };
+                let seed = opts.seed ^ (level.wrapping_mul(0x9e37_79b9)) ^ ((ti as u32) << 8) ^ (pi as u32);
+                let ub = ctx.uniform(&Params {
+                    off,
+                    n,
+                    cnt: cnt as u32,
+                    dst_off: (ti as u64 * s + taken) as u32,
+                    seed,
+                    task: ti as u32,
+                    mode: 0,
+                    pad: 0,
+                });
+                r_sample.dispatch(&p_gather, &[(0, buf), (1, samples.raw()), (2, &ub)], cnt.div_ceil(WG as u64))?;
+                taken += cnt;
+                let ub = ctx.uniform(&Params { off, n, cnt: 0, dst_off: 0, seed: 0, task: ti as u32, mode: 0, pad: 0 });
+                let groups = (n as u64).div_ceil(CCHUNK as u64);
+                if let (true, Some(pc)) = (use_oracle, &p_count_o) {
+                    let ob = scratch.alloc((n as u64).div_ceil(8) * 4)?;
+                    r_count.dispatch(pc, &[(0, buf), (1, spl.raw()), (2, counts.raw()), (3, &ub), (7, ob.raw())], groups)?;
+                    task_oracles.push(ob);
+                } else {
+                    r_count.dispatch(&p_count, &[(0, buf), (1, spl.raw()), (2, counts.raw()), (3, &ub)], groups)?;
+                }
+            }
+            oracles.push(task_oracles);
+            let ub = ctx.uniform(&Params {
+                off: (ti as u64 * s) as u32,
+                n: s as u32,
+                cnt: s as u32,
+                dst_off: (ti as u64 * ns) as u32,
+                seed: 0,
+                task: ti as u32,
+                mode: 1,
+                pad: 0,
+            });
+            r_sort.dispatch(&p_sort, &[(0, samples.raw()), (1, spl.raw()), (2, &ub)], 1)?;
+        }
+        let mut small_off = Vec::with_capacity(small.len());
+        let mut acc = 0u64;
+        for t in &small {
+            small_off.push(acc);
+            let ps = pieces(input, len, &bufs, t);
+            if ps.len() != 1 {
+                return Err(GpuError::Invalid("a base-case task spans several segments".into()));
+            }
+            let (buf, off, n) = ps[0];
+            let ub = ctx.uniform(&Params { off, n, cnt: n, dst_off: acc as u32, seed: 0, task: 0, mode: 0, pad: 0 });
+            r_sort.dispatch(&p_sort, &[(0, buf), (1, sorted.raw()), (2, &ub)], 1)?;
+            acc += t.n;
+        }
+        clock.submit(ctx, enc, &[&r_sample, &r_sort, &r_count])?;
+
+        // Base cases: read the sorted buckets, answer their ranks.
+        if !small.is_empty() {
+            let keys: Vec<K> = read_buf(ctx, sorted.raw(), small_total as usize)?;
+            for (t, &o) in small.iter().zip(&small_off) {
+                for &(i, r) in &t.ranks {
+                    out[i] = keys[(o + r - t.lo) as usize];
+                }
+            }
+        }
+        if big.is_empty() {
+            break;
+        }
+        let cnt: Vec<u32> = read_buf(ctx, counts.raw(), (nbig * nb) as usize)?;
+        let spl_keys: Vec<K> = read_buf(ctx, spl.raw(), (nbig * ns) as usize)?;
+
+        // Host: each rank's bucket; children for the range buckets still to descend.
+        let mut children: Vec<Task> = Vec::new();
+        let mut child_of: Vec<(usize, u64)> = Vec::new(); // (parent task, bucket)
+        let mut child_index: std::collections::HashMap<(usize, u64), usize> = std::collections::HashMap::new();
+        for (ti, t) in big.iter().enumerate() {
+            let c = &cnt[ti * nb as usize..(ti + 1) * nb as usize];
+            let sp = &spl_keys[ti * ns as usize..(ti + 1) * ns as usize];
+            let total: u64 = c.iter().map(|&x| x as u64).sum();
+            if total != t.n {
+                return Err(GpuError::Validation(format!("bucket counts sum to {total}, expected {}", t.n)));
+            }
+            let mut start = vec![0u64; nb as usize + 1];
+            for b in 0..nb as usize {
+                start[b + 1] = start[b] + c[b] as u64;
+            }
+            for &(i, r) in &t.ranks {
+                let local = r - t.lo;
+                let b = start.partition_point(|&x| x <= local) - 1;
+                if b % 2 == 1 {
+                    out[i] = sp[b / 2];
+                    continue;
+                }
+                let j = b / 2;
+                let size = c[b] as u64;
+                let below = if j > 0 { Some(sp[j - 1].to_u64()) } else { t.below };
+                let above = if j < ns as usize { Some(sp[j].to_u64()) } else { t.above };
+                if let Some(allowed) = approx {
+                    let bound = match (below, above) {
+                        (Some(_), Some(_)) => size.div_ceil(2),
+                        (None, Some(_)) | (Some(_), None) => size,
+                        (None, None) => u64::MAX,
+                    };
+                    if bound <= allowed {
+                        // The nearer neighbour: rank start-1 (below) or start+size (above).
+                        let d_below = local - start[b] + 1;
+                        let d_above = start[b] + size - local;
+                        let pick = match (below, above) {
+                            (Some(lo), Some(hi)) => if d_below <= d_above { lo } else { hi },
+                            (Some(lo), None) => lo,
+                            (None, Some(hi)) => hi,
+                            (None, None) => unreachable!("bound is finite"),
+                        };
+                        out[i] = K::from_u64(pick);
+                        max_err = max_err.max(bound);
+                        continue;
+                    }
+                }
+                let ci = match child_index.get(&(ti, b as u64)) {
+                    Some(&ci) => ci,
+                    None => {
+                        child_index.insert((ti, b as u64), children.len());
+                        child_of.push((ti, b as u64));
+                        children.push(Task {
+                            src: Src::Input,
+                            n: size,
+                            lo: t.lo + start[b],
+                            ranks: Vec::new(),
+                            below,
+                            above,
+                        });
+                        children.len() - 1
+                    }
+                };
+                children[ci].ranks.push((i, r));
+            }
+        }
+        if children.is_empty() {
+            break;
+        }
+        // Filter: the child buckets into new buffers, as few as the binding limit
+        // allows (one for all of them unless they hold more than one binding).
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        let mut group_keys = 0u64;
+        for (ci, c) in children.iter().enumerate() {
+            if c.n * kb > max_binding {
+                return Err(GpuError::Invalid(format!(
+                    "a bucket of {} keys exceeds one storage binding ({max_binding} bytes)",
+                    c.n
+                )));
+            }
+            if groups.is_empty() || (group_keys + c.n) * kb > max_binding {
+                groups.push(Vec::new());
+                group_keys = 0;
+            }
+            groups.last_mut().expect("a group").push(ci);
+            group_keys += c.n;
+        }
+        let mut new_bufs = Vec::with_capacity(groups.len());
+        let mut keep: Vec<GpuBuffer> = Vec::new();
+        let mut enc = ctx.encoder("select-filter");
+        let mut r_filter = Rec::new(ctx);
+        for group in &groups {
+            let keys_in: u64 = group.iter().map(|&ci| children[ci].n).sum();
+            let outbuf = scratch.alloc(keys_in * kb)?;
+            let mut slot = vec![NONE; (nbig * nb) as usize];
+            let mut outoff = Vec::with_capacity(group.len());
+            let mut acc = 0u64;
+            for (si, &ci) in group.iter().enumerate() {
+                let (p, b) = child_of[ci];
+                slot[p * nb as usize + b as usize] = si as u32;
+                outoff.push(acc as u32);
+                children[ci].src = Src::Buf { buf: bufs.len() + new_bufs.len(), off: acc };
+                acc += children[ci].n;
+            }
+            let slot_buf = scratch.with_data(bytemuck::cast_slice(&slot))?;
+            let off_buf = scratch.with_data(bytemuck::cast_slice(&outoff))?;
+            let cursors = scratch.alloc(group.len() as u64 * 4)?;
+            enc.clear_buffer(cursors.raw(), 0, None);
+            for (ti, t) in big.iter().enumerate() {
+                let ps = pieces(input, len, &bufs, t);
+                if !group.iter().any(|&ci| child_of[ci].0 == ti) {
+                    continue;
+                }
+                for (pi, (buf, off, n)) in ps.into_iter().enumerate() {
+                    let ub = ctx.uniform(&Params { off, n, cnt: 0, dst_off: 0, seed: 0, task: ti as u32, mode: 0, pad: 0 });
+                    let mut entries = vec![
+                        (0, buf),
+                        (1, spl.raw()),
+                        (2, cursors.raw()),
+                        (3, &ub),
+                        (4, slot_buf.raw()),
+                        (5, off_buf.raw()),
+                        (6, outbuf.raw()),
+                    ];
+                    let pipe = match (oracles[ti].get(pi), &p_filter_o) {
+                        (Some(ob), Some(pf)) => {
+                            entries.push((7, ob.raw()));
+                            pf
+                        }
+                        _ => &p_filter,
+                    };
+                    r_filter.dispatch(pipe, &entries, (n as u64).div_ceil(CHUNK as u64))?;
+                }
+            }
+            // Pool buffers go back to the pool when dropped, and the next group's
+            // allocations (and their queue writes) could take them before this
+            // submission: keep them until it is submitted (queue order does the rest).
+            new_bufs.push(outbuf);
+            keep.extend([slot_buf, off_buf, cursors]);
+        }
+        clock.submit(ctx, enc, &[&r_filter])?;
+        drop(keep);
+        bufs.extend(new_bufs);
+        tasks = children;
+    }
+    ctx.wait()?;
+    stats.levels = level;
+    stats.device_bytes = scratch.bytes;
+    stats.rank_error_bound = max_err;
+    stats.gpu_ms = clock.ms();
+    Ok((out, stats))
+}
+
+// ---------------------------------------------------------------------------------
+// GPU entry points
+// ---------------------------------------------------------------------------------
+
+fn upload<K: SelectKey>(ctx: &GpuContext, keys: &[K]) -> GpuResult<DeviceArray> {
+    DeviceArray::upload(ctx, keys)
+}
+
+/// Exact GPU selection of host keys: uploads, then [`select_gpu_device`].
+pub fn select_gpu<K: SelectKey>(ctx: &GpuContext, keys: &[K], ranks: &[u64]) -> GpuResult<(Vec<K>, SelectStats)> {
+    select_gpu_with(ctx, keys, ranks, &SelectOptions::default())
+}
+
+/// [`select_gpu`] with options.
+pub fn select_gpu_with<K: SelectKey>(ctx: &GpuContext, keys: &[K], ranks: &[u64], opts: &SelectOptions) -> GpuResult<(Vec<K>, SelectStats)> {
+    if keys.is_empty() || ranks.is_empty() {
+        return sample_select_empty(keys.len(), ranks, "gpu-sampleselect");
+    }
+    let arr = upload(ctx, keys)?;
+    select_gpu_device_with(ctx, &arr, keys.len(), ranks, opts)
+}
+
+fn sample_select_empty<K: SelectKey>(n: usize, ranks: &[u64], algorithm: &'static str) -> GpuResult<(Vec<K>, SelectStats)> {
+    if let Some(r) = ranks.iter().find(|&&r| r >= n as u64) {
+        return Err(GpuError::Invalid(format!("rank {r} out of range for {n} keys")));
+    }
+    Ok((Vec::new(), SelectStats { algorithm, ..Default::default() }))
+}
+
+/// Exact GPU selection of the first `len` keys of a resident device array
+/// (`K::BYTES`-byte elements, any segmentation).
+pub fn select_gpu_device<K: SelectKey>(ctx: &GpuContext, keys: &DeviceArray, len: usize, ranks: &[u64]) -> GpuResult<(Vec<K>, SelectStats)> {
+    select_gpu_device_with(ctx, keys, len, ranks, &SelectOptions::default())
+}
+
+/// [`select_gpu_device`] with options.
+pub fn select_gpu_device_with<K: SelectKey>(
+    ctx: &GpuContext,
+    keys: &DeviceArray,
+    len: usize,
+    ranks: &[u64],
+    opts: &SelectOptions,
+) -> GpuResult<(Vec<K>, SelectStats)> {
+    sample_select(ctx, keys, len, ranks, None, opts)
+}
+
+/// Approximate GPU selection of host keys: uploads, then [`approx_select_gpu_device`].
+pub fn approx_select_gpu<K: SelectKey>(ctx: &GpuContext, keys: &[K], ranks: &[u64]) -> GpuResult<(Vec<K>, SelectStats)> {
+    approx_select_gpu_with(ctx, keys, ranks, &SelectOptions::default())
+}
+
+/// [`approx_select_gpu`] with options.
+pub fn approx_select_gpu_with<K: SelectKey>(ctx: &GpuContext, keys: &[K], ranks: &[u64], opts: &SelectOptions) -> GpuResult<(Vec<K>, SelectStats)> {
+    if keys.is_empty() || ranks.is_empty() {
+        return sample_select_empty(keys.len(), ranks, "gpu-sampleselect-approx");
+    }
+    let arr = upload(ctx, keys)?;
+    approx_select_gpu_device_with(ctx, &arr, keys.len(), ranks, opts)
+}
+
+/// Approximate GPU selection on a resident array: SampleSelect levels until the
+/// rank's bucket is small enough that the nearer of its two bounding splitters (keys
+/// whose ranks are known from the counts) is within `max_error_fraction * len` ranks
+/// (one level for most inputs of 10^6 keys and more with B = 1024; a second level or
+/// the exact base case where not). `stats.rank_error_bound` is the largest bound of
+/// the buckets answered this way (half their size, rounded up), 0 if all were exact.
+pub fn approx_select_gpu_device<K: SelectKey>(ctx: &GpuContext, keys: &DeviceArray, len: usize, ranks: &[u64]) -> GpuResult<(Vec<K>, SelectStats)> {
+    approx_select_gpu_device_with(ctx, keys, len, ranks, &SelectOptions::default())
+}
+
+/// [`approx_select_gpu_device`] with options.
+pub fn approx_select_gpu_device_with<K: SelectKey>(
+    ctx: &GpuContext,
+    keys: &DeviceArray,
+    len: usize,
+    ranks: &[u64],
+    opts: &SelectOptions,
+) -> GpuResult<(Vec<K>, SelectStats)> {
+    let allowed = (opts.max_error_fraction.max(0.0) * len as f64).floor() as u64;
+    sample_select(ctx, keys, len, ranks, Some(allowed), opts)
+}
+
+/// GPU top-k of host keys: uploads, then [`topk_gpu_device`].
+pub fn topk_gpu<K: SelectKey>(ctx: &GpuContext, keys: &[K], k: usize) -> GpuResult<(Vec<u32>, SelectStats)> {
+    topk_gpu_with(ctx, keys, k, &SelectOptions::default())
+}
+
+/// [`topk_gpu`] with options.
+pub fn topk_gpu_with<K: SelectKey>(ctx: &GpuContext, keys: &[K], k: usize, opts: &SelectOptions) -> GpuResult<(Vec<u32>, SelectStats)> {
+    if keys.is_empty() || k == 0 {
+        return Ok((Vec::new(), SelectStats { algorithm: "gpu-topk", ..Default::default() }));
+    }
+    let arr = upload(ctx, keys)?;
+    topk_gpu_device_with::<K>(ctx, &arr, keys.len(), k, opts)
+}
+
+/// GPU top-k of the first `len` keys of a resident array: the ascending row indices
+/// of the `min(k, len)` smallest keys, ties at the threshold to the first rows.
+pub fn topk_gpu_device<K: SelectKey>(ctx: &GpuContext, keys: &DeviceArray, len: usize, k: usize) -> GpuResult<(Vec<u32>, SelectStats)> {
+    topk_gpu_device_with::<K>(ctx, keys, len, k, &SelectOptions::default())
+}
+
+/// [`topk_gpu_device`] with options.
+pub fn topk_gpu_device_with<K: SelectKey>(
+    ctx: &GpuContext,
+    keys: &DeviceArray,
+    len: usize,
+    k: usize,
+    opts: &SelectOptions,
+) -> GpuResult<(Vec<u32>, SelectStats)> {
+    check_device_input::<K>(ctx, keys, len)?;
+    let mut stats = SelectStats { algorithm: "gpu-topk", ..Default::default() };
+    if k == 0 || len == 0 {
+        return Ok((Vec::new(), stats));
+    }
+    if k >= len {
+        return Ok(((0..len as u32).collect(), stats));
+    }
+    let (t, st) = sample_select::<K>(ctx, keys, len, &[k as u64 - 1], None, opts)?;
+    let mut clock = GpuClock::new(ctx);
+    let t = t[0];
+    let kern = Kern::new(ctx, K::BYTES, opts)?;
+    let p_count = kern.pipe(ctx, "topk", "tk_count")?;
+    let p_scatter = kern.pipe(ctx, "topk", "tk_scatter")?;
+    let mut scratch = Scratch { ctx, bytes: 0 };
+
+    // Segments (of the first len rows) and their blocks.
+    let segs: Vec<(&wgpu::Buffer, usize, usize)> = (0..keys.num_segments())
+        .map(|i| keys.segment(i))
+        .map(|(b, start, rows)| (b, start, rows.min(len.saturating_sub(start))))
+        .filter(|s| s.2 > 0)
+        .collect();
+    let mut block_base = Vec::with_capacity(segs.len());
+    let mut blocks = 0u64;
+    for s in &segs {
+        block_base.push(blocks);
+        blocks += (s.2 as u64).div_ceil(CHUNK as u64);
+    }
+    let thr = scratch.with_data(bytemuck::bytes_of(&t))?;
+    let counts = scratch.alloc(2 * blocks * 4)?;
+    let params = |si: usize, need: u32, win_lo: u32, win_len: u32| TkParams {
+        n: segs[si].2 as u32,
+        block_base: block_base[si] as u32,
+        row0: segs[si].1 as u32,
+        need,
+        win_lo,
+        win_len,
+        blocks: blocks as u32,
+        pad: 0,
+    };
+    let mut rec = Rec::new(ctx);
+    for (si, s) in segs.iter().enumerate() {
+        let ub = ctx.uniform(&params(si, 0, 0, 0));
+        // The scatter's output binding is unused by tk_count (not in its layout).
+        rec.dispatch(&p_count, &[(0, s.0), (1, thr.raw()), (2, counts.raw()), (3, &ub)], (s.2 as u64).div_ceil(CHUNK as u64))?;
+    }
+    clock.submit(ctx, ctx.encoder("topk-count"), &[&rec])?;
+    let c: Vec<u32> = read_buf(ctx, counts.raw(), 2 * blocks as usize)?;
+    // Exclusive offsets of both halves (keys < t, keys == t), in place.
+    let mut offs = c.clone();
+    let (mut lt, mut eq) = (0u64, 0u64);
+    for b in 0..blocks as usize {
+        offs[b] = lt as u32;
+        lt += c[b] as u64;
+        offs[blocks as usize + b] = eq as u32;
+        eq += c[blocks as usize + b] as u64;
+    }
+    let k64 = k as u64;
+    if !(lt < k64 && k64 <= lt + eq) {
+        return Err(GpuError::Validation(format!("top-k threshold is inconsistent: {lt} keys below, {eq} equal, k = {k}")));
+    }
+    let need = (k64 - lt) as u32;
+    ctx.queue.write_buffer(counts.raw(), 0, bytemuck::cast_slice(&offs));
+    let out = DeviceArray::alloc(ctx, k, 4)?;
+    scratch.bytes += out.device_bytes();
+    let mut rec = Rec::new(ctx);
+    for oi in 0..out.num_segments() {
+        let (obuf, ostart, orows) = out.segment(oi);
+        for (si, s) in segs.iter().enumerate() {
+            let ub = ctx.uniform(&params(si, need, ostart as u32, orows as u32));
+            rec.dispatch(
+                &p_scatter,
+                &[(0, s.0), (1, thr.raw()), (2, counts.raw()), (3, &ub), (4, obuf)],
+                (s.2 as u64).div_ceil(CHUNK as u64),
+            )?;
+        }
+    }
+    clock.submit(ctx, ctx.encoder("topk-scatter"), &[&rec])?;
+    let idx = out.download::<u32>(ctx)?;
+    stats.levels = st.levels;
+    stats.device_bytes = st.device_bytes + scratch.bytes;
+    stats.gpu_ms = st.gpu_ms + clock.ms();
+    Ok((idx, stats))
+}

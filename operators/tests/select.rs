@@ -1,0 +1,585 @@
+//! Selection (SampleSelect on the GPU, parallel CPU paths) against the sort-based
+//! references: exact ranks, approximate ranks within the reported bound, and top-k
+//! row indices with the row-order tie rule.
+use rand::{Rng, SeedableRng};
+use ridgeline_operators::scan::Int64Path;
+use ridgeline_operators::select::*;
+use ridgeline_operators::testing::test_context;
+use ridgeline_operators::{DeviceArray, GpuError};
+
+fn rng(seed: u64) -> rand::rngs::SmallRng {
+    rand::rngs::SmallRng::seed_from_u64(seed)
+}
+
+fn normal(r: &mut impl Rng) -> f64 {
+    let u1: f64 = r.random::<f64>().max(1e-300);
+    let u2: f64 = r.random();
+    (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+}
+
+/// Named u32 key sets of length `n`.
+fn datasets_u32(n: usize, seed: u64) -> Vec<(String, Vec<u32>)> {
+    let mut r = rng(seed);
+    let mut v = Vec::new();
+    v.push(("uniform".into(), (0..n).map(|_| r.random::<u32>()).collect()));
+    v.push(("normal-f32".into(), keys_f32(&(0..n).map(|_| normal(&mut r) as f32).collect::<Vec<_>>())));
+    for d in [1u32, 16, 128, 1024] {
+        v.push((format!("distinct-{d}"), (0..n).map(|_| r.random_range(0..d) * 7919 + 3).collect()));
+    }
+    v.push(("sorted".into(), (0..n as u32).collect()));
+    v.push(("reverse".into(), (0..n as u32).rev().collect()));
+    v.push((
+        "extremes-i32".into(),
+        keys_i32(&(0..n).map(|i| [i32::MIN, i32::MAX, 0, -1, 1][i % 5] ^ (r.random_range(0..2) * (i as i32 & 1))).collect::<Vec<_>>()),
+    ));
+    v
+}
+
+fn ranks_for(n: usize, seed: u64) -> Vec<u64> {
+    if n == 0 {
+        return Vec::new();
+    }
+    let mut r = rng(seed);
+    let n64 = n as u64;
+    let mut v = vec![0, n64 - 1, n64 / 2, n64 / 2, (n64 - 1) / 3];
+    for _ in 0..4 {
+        v.push(r.random_range(0..n64));
+    }
+    v
+}
+
+fn check_exact<K: SelectKey>(got: &[K], keys: &[K], ranks: &[u64], what: &str) {
+    let want = select_reference(keys, ranks);
+    assert_eq!(got.len(), ranks.len(), "{what}: result length");
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(g, w, "{what}: n={} rank {} (#{i}) got {g:?}, want {w:?}", keys.len(), ranks[i]);
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Keys
+// ---------------------------------------------------------------------------------
+
+#[test]
+fn keys_preserve_arrow_total_order() {
+    let fs = [f32::NEG_INFINITY, -1e30, -1.0, -f32::MIN_POSITIVE, -0.0, 0.0, f32::MIN_POSITIVE, 1.0, 1e30, f32::INFINITY];
+    for w in fs.windows(2) {
+        assert!(key_f32(w[0]) < key_f32(w[1]), "{} < {}", w[0], w[1]);
+    }
+    assert!(key_f32(-0.0) < key_f32(0.0));
+    assert!(key_f32(f32::INFINITY) < key_f32(f32::NAN));
+    assert_eq!(key_f32(f32::NAN), key_f32(-f32::NAN));
+    assert_eq!(key_f32(f32::from_bits(0x7f80_0001)), key_f32(f32::NAN));
+    let ds = [f64::NEG_INFINITY, -1e300, -1.0, -0.0, 0.0, 5e-324, 1.0, f64::MAX, f64::INFINITY];
+    for w in ds.windows(2) {
+        assert!(key_f64(w[0]) < key_f64(w[1]), "{} < {}", w[0], w[1]);
+    }
+    assert!(key_f64(f64::INFINITY) < key_f64(f64::NAN));
+    assert_eq!(key_f64(-f64::NAN), key_f64(f64::NAN));
+    let is = [i32::MIN, i32::MIN + 1, -1, 0, 1, i32::MAX];
+    for w in is.windows(2) {
+        assert!(key_i32(w[0]) < key_i32(w[1]));
+    }
+    let ls = [i64::MIN, -1, 0, 1, i64::MAX];
+    for w in ls.windows(2) {
+        assert!(key_i64(w[0]) < key_i64(w[1]));
+    }
+    for x in [i64::MIN, -5, 0, 7, i64::MAX] {
+        assert_eq!(unkey_i64(key_i64(x)), x);
+    }
+    for x in [-2.5f64, -0.0, 0.0, 3.0, f64::INFINITY] {
+        assert_eq!(unkey_f64(key_f64(x)).to_bits(), x.to_bits());
+    }
+    // Bulk versions (parallel above 64Ki values) agree with the scalar ones.
+    let mut r = rng(1);
+    let xs: Vec<f32> = (0..100_000).map(|_| f32::from_bits(r.random())).collect();
+    assert_eq!(keys_f32(&xs), xs.iter().map(|&x| key_f32(x)).collect::<Vec<_>>());
+    let ys: Vec<i64> = (0..100_000).map(|_| r.random()).collect();
+    assert_eq!(keys_i64(&ys), ys.iter().map(|&x| key_i64(x)).collect::<Vec<_>>());
+    // Sorting by key = sorting by total_cmp (NaNs canonicalised to +NaN).
+    let mut a: Vec<f64> = (0..5000).map(|i| [f64::NAN, -f64::NAN, -0.0, 0.0, f64::INFINITY, -f64::INFINITY][i % 6]).collect();
+    a.extend((0..5000).map(|_| normal(&mut r)));
+    // Arrow's order is total_cmp with NaNs canonicalised (all NaNs equal, last).
+    let canon = |x: f64| if x.is_nan() { f64::NAN } else { x };
+    a.sort_by(|x, y| canon(*x).total_cmp(&canon(*y)));
+    for w in a.windows(2) {
+        let ord = canon(w[0]).total_cmp(&canon(w[1]));
+        assert_eq!(key_f64(w[0]).cmp(&key_f64(w[1])), ord, "{} vs {}", w[0], w[1]);
+        assert_eq!(key_f32(w[0] as f32).cmp(&key_f32(w[1] as f32)), canon(w[0] as f32 as f64).total_cmp(&canon(w[1] as f32 as f64)), "f32 {} vs {}", w[0], w[1]);
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// CPU paths
+// ---------------------------------------------------------------------------------
+
+#[test]
+fn cpu_select_matches_reference() {
+    for &n in &[1usize, 2, 1023, 1025, 4097, 300_001] {
+        for (name, keys) in datasets_u32(n, n as u64) {
+            let ranks = ranks_for(n, 7);
+            check_exact(&select_cpu(&keys, &ranks), &keys, &ranks, &format!("cpu {name}"));
+            let (a, st) = approx_select_cpu(&keys, &ranks);
+            check_exact(&a, &keys, &ranks, &format!("cpu approx {name}"));
+            assert_eq!(st.rank_error_bound, 0);
+        }
+    }
+    assert!(select_cpu::<u32>(&[], &[]).is_empty());
+    let keys64: Vec<u64> = keys_i64(&(0..300_000i64).map(|i| (i * 7_919_000_011) ^ (i << 40)).collect::<Vec<_>>());
+    let ranks = ranks_for(keys64.len(), 3);
+    check_exact(&select_cpu(&keys64, &ranks), &keys64, &ranks, "cpu u64");
+}
+
+#[test]
+fn cpu_topk_matches_reference() {
+    for &n in &[1usize, 5, 1000, 70_001] {
+        for (name, keys) in datasets_u32(n, 11) {
+            for k in [0, 1, n / 3, n.saturating_sub(1), n, n + 7] {
+                assert_eq!(topk_cpu(&keys, k), topk_reference(&keys, k), "cpu topk {name} n={n} k={k}");
+            }
+        }
+    }
+}
+
+#[test]
+fn topk_reference_breaks_ties_by_row_order() {
+    let keys = [5u32, 1, 5, 5, 0, 5];
+    assert_eq!(topk_reference(&keys, 3), vec![0, 1, 4]);
+    assert_eq!(topk_reference(&keys, 4), vec![0, 1, 2, 4]);
+    assert_eq!(topk_cpu(&keys, 4), vec![0, 1, 2, 4]);
+}
+
+// ---------------------------------------------------------------------------------
+// GPU exact selection
+// ---------------------------------------------------------------------------------
+
+#[test]
+fn gpu_select_u32_distributions_and_sizes() {
+    let Some(ctx) = test_context() else { return };
+    // 4095/4097: around the sample size (base case vs one level); 8191/8193,
+    // 65_537 and 100_003: not multiples of the 4096-key workgroup chunk.
+    for &n in &[1usize, 2, 3, 4095, 4097, 8191, 65_537, 100_003] {
+        for (name, keys) in datasets_u32(n, 100 + n as u64) {
+            let ranks = ranks_for(n, n as u64);
+            let (got, st) = select_gpu(&ctx, &keys, &ranks).unwrap();
+            check_exact(&got, &keys, &ranks, &format!("gpu {name}"));
+            // The filter without the oracle (recomputed buckets), and with it for
+            // every task (by default only tasks with at most 4 distinct ranks).
+            for (oracle, oracle_max_ranks) in [(false, 0), (true, usize::MAX)] {
+                let opts = SelectOptions { oracle, oracle_max_ranks, ..Default::default() };
+                let (got2, _) = select_gpu_with(&ctx, &keys, &ranks, &opts).unwrap();
+                check_exact(&got2, &keys, &ranks, &format!("gpu oracle={oracle} {name}"));
+            }
+            assert!(st.levels >= 1, "{name}: levels");
+            assert!(st.gpu_ms > 0.0, "{name}: gpu_ms");
+            assert_eq!(st.rank_error_bound, 0);
+            if n > 4096 && name.starts_with("distinct-1") && name.len() == 10 {
+                // All keys equal: the first level's equality bucket answers every rank.
+                assert_eq!(st.levels, 1, "all-equal data ends after one level");
+            }
+        }
+    }
+}
+
+#[test]
+fn gpu_select_empty_and_errors() {
+    let Some(ctx) = test_context() else { return };
+    let (v, _) = select_gpu::<u32>(&ctx, &[], &[]).unwrap();
+    assert!(v.is_empty());
+    let (v, _) = select_gpu::<u32>(&ctx, &[1, 2, 3], &[]).unwrap();
+    assert!(v.is_empty());
+    assert!(matches!(select_gpu::<u32>(&ctx, &[1, 2, 3], &[3]), Err(GpuError::Invalid(_))));
+    assert!(matches!(select_gpu::<u32>(&ctx, &[], &[0]), Err(GpuError::Invalid(_))));
+    let arr = DeviceArray::upload(&ctx, &[1u64, 2, 3]).unwrap();
+    assert!(matches!(select_gpu_device::<u32>(&ctx, &arr, 3, &[0]), Err(GpuError::Invalid(_))));
+    assert!(matches!(select_gpu_device::<u64>(&ctx, &arr, 4, &[0]), Err(GpuError::Invalid(_))));
+    // A prefix of a device array.
+    let (v, _) = select_gpu_device::<u64>(&ctx, &arr, 2, &[1, 0]).unwrap();
+    assert_eq!(v, vec![2, 1]);
+}
+
+#[test]
+fn gpu_select_many_levels_small_samples() {
+    let Some(ctx) = test_context() else { return };
+    // S = 64 samples, 15 splitters: several levels on 200k keys.
+    for (name, keys) in datasets_u32(200_003, 5) {
+      for oracle in [true, false] {
+        let opts = SelectOptions { max_sample: 64, oracle, oracle_max_ranks: usize::MAX, ..Default::default() };
+        let ranks = ranks_for(keys.len(), 9);
+        let (got, st) = select_gpu_with(&ctx, &keys, &ranks, &opts).unwrap();
+        check_exact(&got, &keys, &ranks, &format!("gpu S=64 oracle={oracle} {name}"));
+        if name == "uniform" {
+            assert!(st.levels >= 3, "uniform with 16 buckets needs several levels, got {}", st.levels);
+        }
+        assert!(st.device_bytes > 0 && st.device_bytes <= (keys.len() as u64 * 4) / 4 + (1 << 20), "{name}: {} aux bytes", st.device_bytes);
+      }
+    }
+}
+
+#[test]
+fn gpu_select_target_buckets_over_several_buffers() {
+    let Some(ctx) = test_context() else { return };
+    // 64 ranks spread over 300k keys: 64 target buckets of about 300-450 keys,
+    // split over buffers of at most 8 KiB (2048 keys).
+    let mut r = rng(12);
+    let keys: Vec<u32> = (0..300_000).map(|_| r.random::<u32>()).collect();
+    let ranks: Vec<u64> = (0..64).map(|i| i * 4_687 + 17).collect();
+    let opts = SelectOptions { max_filter_bytes: 8192, ..Default::default() };
+    let (got, _) = select_gpu_with(&ctx, &keys, &ranks, &opts).unwrap();
+    check_exact(&got, &keys, &ranks, "split filter buffers");
+    // A cap below one bucket is an error, not a panic.
+    let opts = SelectOptions { max_filter_bytes: 64, ..Default::default() };
+    assert!(matches!(select_gpu_with(&ctx, &keys, &ranks, &opts), Err(GpuError::Invalid(_))));
+}
+
+#[test]
+fn gpu_select_all_ranks_of_a_small_input() {
+    let Some(ctx) = test_context() else { return };
+    let mut r = rng(3);
+    let keys: Vec<u32> = (0..5000).map(|_| r.random_range(0..300)).collect();
+    let ranks: Vec<u64> = (0..5000).rev().collect();
+    let (got, _) = select_gpu(&ctx, &keys, &ranks).unwrap();
+    check_exact(&got, &keys, &ranks, "all ranks");
+    // 300 distinct ranks (several descents of at most 64) on 100k keys.
+    let keys: Vec<u32> = (0..100_000).map(|_| r.random::<u32>()).collect();
+    let ranks: Vec<u64> = (0..300u64).map(|i| (i * 7_919) % 100_000).chain([5, 5, 99_999]).collect();
+    let (got, st) = select_gpu(&ctx, &keys, &ranks).unwrap();
+    check_exact(&got, &keys, &ranks, "300 ranks");
+    // A quarter of the input plus the fixed scratch of each level (samples,
+    // splitters, counts: tens of KiB).
+    assert!(st.device_bytes <= 100_000 + (128 << 10), "aux {} bytes", st.device_bytes);
+}
+
+#[test]
+fn gpu_select_segmented_input() {
+    let Some(ctx) = test_context() else { return };
+    for (name, keys) in datasets_u32(50_001, 77) {
+        // 13 segments of 4096 keys (and a small input spread over 2 segments).
+        let arr = DeviceArray::upload_segmented(&ctx, &keys, 4096).unwrap();
+        let ranks = ranks_for(keys.len(), 1);
+        for oracle_max_ranks in [0, usize::MAX] {
+            let opts = SelectOptions { oracle_max_ranks, ..Default::default() };
+            let (got, _) = select_gpu_device_with::<u32>(&ctx, &arr, keys.len(), &ranks, &opts).unwrap();
+            check_exact(&got, &keys, &ranks, &format!("segmented {name} oracle_max_ranks={oracle_max_ranks}"));
+        }
+        let small = &keys[..5000];
+        let arr = DeviceArray::upload_segmented(&ctx, small, 4096).unwrap();
+        let ranks = ranks_for(small.len(), 2);
+        let (got, _) = select_gpu_device::<u32>(&ctx, &arr, small.len(), &ranks).unwrap();
+        check_exact(&got, small, &ranks, &format!("segmented small {name}"));
+    }
+}
+
+fn u64_sets(n: usize) -> Vec<(&'static str, Vec<u64>)> {
+    let mut r = rng(n as u64);
+    vec![
+        ("uniform-u64", (0..n).map(|_| r.random::<u64>()).collect()),
+        // Same high word, different low words (the emulated compare's second word).
+        ("high-equal", (0..n).map(|_| (7u64 << 32) | r.random::<u32>() as u64).collect()),
+        ("normal-f64", keys_f64(&(0..n).map(|_| normal(&mut r)).collect::<Vec<_>>())),
+        (
+            "specials-f64",
+            keys_f64(&(0..n).map(|i| [f64::NAN, -0.0, 0.0, f64::INFINITY, f64::NEG_INFINITY, 1.5, -1.5][i % 7]).collect::<Vec<_>>()),
+        ),
+        ("extremes-i64", keys_i64(&(0..n).map(|i| [i64::MIN, i64::MAX, 0, -1, 1, i as i64][i % 6]).collect::<Vec<_>>())),
+        ("distinct-16-u64", (0..n).map(|_| r.random_range(0..16u64) << 40).collect()),
+    ]
+}
+
+#[test]
+fn gpu_select_u64_native_and_emulated() {
+    let Some(ctx) = test_context() else { return };
+    let mut paths = vec![Int64Path::Emulated];
+    if ctx.has_int64() {
+        paths.push(Int64Path::Native);
+    }
+    for (int64, oracle) in paths.into_iter().flat_map(|p| [(p, true), (p, false)]) {
+        let opts = SelectOptions { int64, oracle, oracle_max_ranks: usize::MAX, ..Default::default() };
+        for &n in &[1usize, 4097, 65_537] {
+            for (name, keys) in u64_sets(n) {
+                let ranks = ranks_for(n, 4);
+                let (got, _) = select_gpu_with(&ctx, &keys, &ranks, &opts).unwrap();
+                check_exact(&got, &keys, &ranks, &format!("{int64:?} oracle={oracle} {name}"));
+                if oracle {
+                    for k in [1, n / 2, n] {
+                        let (idx, _) = topk_gpu_with(&ctx, &keys, k, &opts).unwrap();
+                        assert_eq!(idx, topk_reference(&keys, k), "{int64:?} top-{k} {name}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn gpu_select_f32_specials() {
+    let Some(ctx) = test_context() else { return };
+    let mut r = rng(8);
+    let vals: Vec<f32> = (0..30_000)
+        .map(|i| match i % 6 {
+            0 => f32::NAN,
+            1 => -0.0,
+            2 => 0.0,
+            3 => f32::INFINITY,
+            _ => normal(&mut r) as f32,
+        })
+        .collect();
+    let keys = keys_f32(&vals);
+    let n = keys.len() as u64;
+    let ranks = vec![0, n - 1, n / 6, n / 3, n / 2, 2 * n / 3];
+    let (got, _) = select_gpu(&ctx, &keys, &ranks).unwrap();
+    check_exact(&got, &keys, &ranks, "f32 specials");
+    assert!(unkey_f32(got[1]).is_nan(), "the largest is NaN");
+}
+
+// ---------------------------------------------------------------------------------
+// GPU approximate selection
+// ---------------------------------------------------------------------------------
+
+/// The ranks `[lo, hi]` that key `v` occupies in sorted order (`None` if absent).
+fn rank_range<K: SelectKey>(sorted: &[K], v: K) -> Option<(u64, u64)> {
+    let lo = sorted.partition_point(|x| *x < v);
+    let hi = sorted.partition_point(|x| *x <= v);
+    (hi > lo).then_some((lo as u64, hi as u64 - 1))
+}
+
+fn check_approx<K: SelectKey>(got: &[K], st: &SelectStats, keys: &[K], ranks: &[u64], what: &str) {
+    let mut sorted = keys.to_vec();
+    sorted.sort_unstable();
+    for (i, (&g, &r)) in got.iter().zip(ranks).enumerate() {
+        let (lo, hi) = rank_range(&sorted, g).unwrap_or_else(|| panic!("{what}: returned key {g:?} is not in the input"));
+        let err = if r < lo { lo - r } else { r.saturating_sub(hi) };
+        assert!(err <= st.rank_error_bound, "{what}: rank {r} (#{i}) got key with ranks {lo}..={hi}, error {err} > bound {}", st.rank_error_bound);
+    }
+}
+
+#[test]
+fn gpu_approx_select_within_bound() {
+    let Some(ctx) = test_context() else { return };
+    let n = 1 << 20;
+    let mut r = rng(21);
+    let sets: Vec<(&str, Vec<u32>)> = vec![
+        ("uniform", (0..n).map(|_| r.random::<u32>()).collect()),
+        ("normal", keys_f32(&(0..n).map(|_| normal(&mut r) as f32).collect::<Vec<_>>())),
+        ("sorted", (0..n as u32).collect()),
+        ("distinct-1024", (0..n).map(|_| r.random_range(0..1024u32)).collect()),
+    ];
+    for (name, keys) in sets {
+        let ranks: Vec<u64> = vec![0, 1, (n / 100) as u64, (n / 4) as u64, (n / 2) as u64, (n / 2) as u64, (3 * n / 4) as u64, (n - 1) as u64];
+        let (got, st) = approx_select_gpu(&ctx, &keys, &ranks).unwrap();
+        assert!(st.rank_error_bound <= n as u64 / 1000, "{name}: bound {} > 0.1% of {n}", st.rank_error_bound);
+        check_approx(&got, &st, &keys, &ranks, name);
+        if name == "uniform" {
+            assert!(st.rank_error_bound > 0, "uniform data is answered from splitters, not exactly");
+            assert!(st.levels <= 2, "{name}: {} levels", st.levels);
+        }
+    }
+    // A looser bound stops after one level.
+    let keys: Vec<u32> = (0..n).map(|_| r.random::<u32>()).collect();
+    let ranks = vec![(n / 3) as u64, 12345];
+    let opts = SelectOptions { max_error_fraction: 0.01, ..Default::default() };
+    let (got, st) = approx_select_gpu_with(&ctx, &keys, &ranks, &opts).unwrap();
+    assert_eq!(st.levels, 1);
+    assert!(st.rank_error_bound <= n as u64 / 100);
+    check_approx(&got, &st, &keys, &ranks, "1%");
+    // Below 1000 keys the allowed error rounds to 0: exact answers, even when
+    // bucketing levels run (S = 64).
+    let small: Vec<u32> = (0..999).map(|_| r.random::<u32>()).collect();
+    let ranks = ranks_for(small.len(), 5);
+    let opts = SelectOptions { max_sample: 64, ..Default::default() };
+    let (got, st) = approx_select_gpu_with(&ctx, &small, &ranks, &opts).unwrap();
+    assert_eq!(st.rank_error_bound, 0);
+    assert!(st.levels >= 2);
+    check_exact(&got, &small, &ranks, "approx small");
+    // 5000 keys: at most 5 ranks off.
+    let small: Vec<u32> = (0..5000).map(|_| r.random::<u32>()).collect();
+    let (got, st) = approx_select_gpu_with(&ctx, &small, &ranks, &opts).unwrap();
+    assert!(st.rank_error_bound <= 5);
+    check_approx(&got, &st, &small, &ranks, "approx 5000");
+    // 64-bit keys.
+    let keys64: Vec<u64> = keys_f64(&(0..n).map(|_| normal(&mut r)).collect::<Vec<_>>());
+    let ranks = vec![0, (n / 2) as u64, (n - 1) as u64];
+    let (got, st) = approx_select_gpu(&ctx, &keys64, &ranks).unwrap();
+    assert!(st.rank_error_bound <= n as u64 / 1000);
+    check_approx(&got, &st, &keys64, &ranks, "f64");
+}
+
+// ---------------------------------------------------------------------------------
+// GPU top-k
+// ---------------------------------------------------------------------------------
+
+#[test]
+fn gpu_topk_matches_reference() {
+    let Some(ctx) = test_context() else { return };
+    for &n in &[1usize, 2, 4095, 4097, 30_001] {
+        for (name, keys) in datasets_u32(n, 40 + n as u64) {
+            for k in [0, 1, 2, n / 2, n.saturating_sub(1), n, n + 3] {
+                let (got, _) = topk_gpu(&ctx, &keys, k).unwrap();
+                assert_eq!(got.len(), k.min(n), "{name} n={n} k={k}: length");
+                assert_eq!(got, topk_reference(&keys, k), "{name} n={n} k={k}");
+            }
+        }
+    }
+}
+
+#[test]
+fn gpu_topk_ties_at_threshold_take_first_rows() {
+    let Some(ctx) = test_context() else { return };
+    // 10_000 rows: value 5 everywhere except some 1s; k cuts through the 5s.
+    let mut keys = vec![5u32; 10_000];
+    for i in (0..10_000).step_by(97) {
+        keys[i] = 1;
+    }
+    let ones = keys.iter().filter(|&&x| x == 1).count();
+    let k = ones + 1000;
+    let (got, _) = topk_gpu(&ctx, &keys, k).unwrap();
+    assert_eq!(got, topk_reference(&keys, k));
+    // The 5s taken are exactly the first 1000 rows holding 5.
+    let fives: Vec<u32> = got.iter().copied().filter(|&i| keys[i as usize] == 5).collect();
+    let first_fives: Vec<u32> = (0..10_000u32).filter(|&i| keys[i as usize] == 5).take(1000).collect();
+    assert_eq!(fives, first_fives);
+    // 64-bit keys, both paths, segmented input.
+    let keys64: Vec<u64> = keys.iter().map(|&x| ((x as u64) << 33) | 1).collect();
+    let arr = DeviceArray::upload_segmented(&ctx, &keys64, 4096).unwrap();
+    for int64 in [Int64Path::Auto, Int64Path::Emulated] {
+        let opts = SelectOptions { int64, ..Default::default() };
+        let (got, _) = topk_gpu_device_with::<u64>(&ctx, &arr, keys64.len(), k, &opts).unwrap();
+        assert_eq!(got, topk_reference(&keys64, k), "{int64:?}");
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Above the binding limit
+// ---------------------------------------------------------------------------------
+
+/// Checks a top-k answer without a sort: ascending, exactly `k` rows, every row
+/// below the threshold taken, and the rows equal to it are the first ones.
+fn check_topk_props(keys: &[u32], k: usize, got: &[u32], t: u32) {
+    assert_eq!(got.len(), k);
+    assert!(got.windows(2).all(|w| w[0] < w[1]), "ascending");
+    let lt = keys.iter().filter(|&&x| x < t).count();
+    assert!(lt < k && k <= lt + keys.iter().filter(|&&x| x == t).count(), "threshold");
+    let mut it = got.iter().peekable();
+    let mut eq_taken = 0;
+    for (i, &x) in keys.iter().enumerate() {
+        let taken = it.peek().is_some_and(|&&g| g as usize == i);
+        if taken {
+            it.next();
+        }
+        if x < t {
+            assert!(taken, "row {i} below the threshold is missing");
+        } else if x == t {
+            assert_eq!(taken, eq_taken < k - lt, "row {i} at the threshold");
+            eq_taken += usize::from(taken);
+        } else {
+            assert!(!taken, "row {i} above the threshold was taken");
+        }
+    }
+}
+
+#[test]
+fn gpu_select_and_topk_above_binding_limit() {
+    let Some(ctx) = test_context() else { return };
+    let max_binding = ctx.limits().max_storage_buffer_binding_size.min((1 << 31) - 1);
+    // 40M u32 keys = 160 MB (above lavapipe's 128 MiB binding), more if needed.
+    let n = (40_000_000u64).max(max_binding / 4 + 1_000_000) as usize;
+    if n > 600_000_000 {
+        eprintln!("binding limit too large for this test: {max_binding}");
+        return;
+    }
+    // Few distinct values, unevenly spread (cheap to check by counting).
+    let keys: Vec<u32> = (0..n as u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 20) % 37 + (i % 3 == 0) as u32 * 100).collect();
+    let arr = DeviceArray::upload(&ctx, &keys).unwrap();
+    assert!(arr.num_segments() > 1, "the input spans several segments");
+    let mut hist = vec![0u64; 256];
+    for &x in &keys {
+        hist[x as usize] += 1;
+    }
+    let at = |r: u64| {
+        let mut acc = 0;
+        for (v, &c) in hist.iter().enumerate() {
+            acc += c;
+            if r < acc {
+                return v as u32;
+            }
+        }
+        unreachable!()
+    };
+    let n64 = n as u64;
+    let ranks = vec![0, n64 - 1, n64 / 2, n64 / 3, n64 / 3, 12_345_678];
+    let (got, st) = select_gpu_device::<u32>(&ctx, &arr, n, &ranks).unwrap();
+    eprintln!("40M few-distinct: {st:?}");
+    let want: Vec<u32> = ranks.iter().map(|&r| at(r)).collect();
+    assert_eq!(got, want);
+    assert!(st.device_bytes <= n64, "aux {} bytes above a quarter of the input", st.device_bytes);
+    let (got, st) = approx_select_gpu_device::<u32>(&ctx, &arr, n, &ranks).unwrap();
+    assert_eq!(got, want, "few distinct values: equality buckets answer exactly");
+    assert_eq!(st.rank_error_bound, 0);
+    for k in [1usize, 100_000] {
+        let (idx, st) = topk_gpu_device::<u32>(&ctx, &arr, n, k).unwrap();
+        eprintln!("40M top-{k}: {st:?}");
+        check_topk_props(&keys, k, &idx, at(k as u64 - 1));
+    }
+    drop(arr);
+    // Distinct keys across segments: a permutation of 0..n (i * a mod n with a
+    // coprime to n), so the key of rank r is r.
+    let gcd = |mut a: u64, mut b: u64| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    let mut a = 2_654_435_761u64 % n64;
+    while gcd(a, n64) != 1 {
+        a += 1;
+    }
+    let perm: Vec<u32> = (0..n64).map(|i| ((i * a) % n64) as u32).collect();
+    let arr = DeviceArray::upload(&ctx, &perm).unwrap();
+    // 4 distinct ranks: the default options use the oracle across the segments.
+    let ranks = vec![0, n64 / 2, n64 - 1, 7_777_777, 7_777_777];
+    let (got, st) = select_gpu_device::<u32>(&ctx, &arr, n, &ranks).unwrap();
+    eprintln!("40M distinct: {st:?}");
+    assert!(st.levels >= 2);
+    assert_eq!(got, ranks.iter().map(|&r| r as u32).collect::<Vec<_>>(), "40M distinct");
+    let (got, st) = approx_select_gpu_device::<u32>(&ctx, &arr, n, &ranks).unwrap();
+    assert!(st.rank_error_bound <= n64 / 1000 && st.rank_error_bound > 0);
+    for (&g, &r) in got.iter().zip(&ranks) {
+        assert!((g as u64).abs_diff(r) <= st.rank_error_bound, "approx rank {r}: got {g}, bound {}", st.rank_error_bound);
+    }
+}
+
+
+/// Timings, not a check: `RIDGELINE_GPU=on cargo test -p ridgeline-operators --test
+/// select -- --ignored --nocapture bench_select` (RIDGELINE_BENCH_N keys, default
+/// 2^24 uniform u32). Prints each path's gpu_ms (kernel time where the adapter has
+/// timestamp queries) and its levels.
+#[test]
+#[ignore]
+fn bench_select() {
+    let Some(ctx) = test_context() else { return };
+    let n: usize = std::env::var("RIDGELINE_BENCH_N").ok().and_then(|v| v.parse().ok()).unwrap_or(1 << 24);
+    let mut r = rng(99);
+    let keys: Vec<u32> = (0..n).map(|_| r.random::<u32>()).collect();
+    let arr = DeviceArray::upload(&ctx, &keys).unwrap();
+    let median = [n as u64 / 2];
+    let deciles: Vec<u64> = (1..10).map(|i| i * n as u64 / 10).collect();
+    for oracle in [true, false] {
+        let opts = SelectOptions { oracle, ..Default::default() };
+        for (what, ranks) in [("median", &median[..]), ("9 deciles", &deciles[..])] {
+            let _ = select_gpu_device_with::<u32>(&ctx, &arr, n, ranks, &opts).unwrap();
+            let t = std::time::Instant::now();
+            let (_, st) = select_gpu_device_with::<u32>(&ctx, &arr, n, ranks, &opts).unwrap();
+            eprintln!(
+                "n={n} exact {what} oracle={oracle}: gpu {:.1} ms, wall {:.1} ms, {} levels, {} aux bytes",
+                st.gpu_ms,
+                t.elapsed().as_secs_f64() * 1e3,
+                st.levels,
+                st.device_bytes
+            );
+        }
+        let (_, st) = approx_select_gpu_device_with::<u32>(&ctx, &arr, n, &deciles, &opts).unwrap();
+        eprintln!("n={n} approx 9 deciles oracle={oracle}: gpu {:.1} ms, {} levels, bound {}", st.gpu_ms, st.levels, st.rank_error_bound);
+        let (_, st) = topk_gpu_device_with::<u32>(&ctx, &arr, n, 100, &opts).unwrap();
+        eprintln!("n={n} top-100 oracle={oracle}: gpu {:.1} ms, {} levels", st.gpu_ms, st.levels);
+    }
+}

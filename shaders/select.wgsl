@@ -1,0 +1,441 @@
+// SampleSelect (Ribizel & Anzt, "Parallel selection on GPUs", 2019): GPU selection
+// by sample-based bucketing, and the top-k row filter built on it
+// (operators/src/select.rs).
+//
+// One level of SampleSelect on a region of keys (a task):
+// * `gather`: S keys at pseudo-random positions of the task's data -> samples
+//   (one dispatch per input segment, each taking its share of S).
+// * `sort_sample`: one workgroup sorts up to S keys in workgroup memory with a
+//   bitonic network; in splitter mode it writes the NS = B - 1 splitters
+//   (equidistant sample elements) of the task, in base-case mode the whole sorted
+//   region (the base case of the recursion: a bucket of at most S keys).
+// * `count`: every key finds its bucket by a branch-free binary search over the
+//   splitters held in workgroup memory (the search tree of the paper in its
+//   implicit sorted-array form: log2(B) steps), and counts it in a per-workgroup
+//   histogram (workgroup atomics), flushed once per workgroup into the task's global
+//   counts with one atomicAdd per non-empty bucket.
+// * `filter_buckets`: recomputes each key's bucket and copies the keys of the
+//   target buckets into their output regions; positions are aggregated per
+//   workgroup (workgroup atomics, then one global atomicAdd per bucket and
+//   workgroup). The order of keys inside a bucket is not kept (selection needs none).
+// * `count_oracle` / `filter_oracle` (the default, section `oracle`): the count also
+//   stores a 4-bit oracle per key (bucket id mod 16) and the filter reads a key only
+//   where its nibble matches a target bucket's residue.
+//
+// Buckets with equality buckets: with splitters s_0 <= .. <= s_{NS-1} and
+// j = #{splitters < x}, key x goes to bucket 2j + 1 if j < NS and x == s_j (the
+// equality bucket of s_j: one distinct value, so the recursion ends there at once,
+// even for all-equal or few-distinct data), else to bucket 2j (the open interval
+// (s_{j-1}, s_j)). NB = 2 NS + 1 buckets.
+//
+// Kernel sections start with a line `//@@ name`; the Rust side compiles the header
+// and the sections a kernel needs ("bucket+oracle"), so each kernel declares
+// only its own workgroup memory.
+//
+// Top-k (threshold t = the k-th smallest key, found by SampleSelect):
+// * `tk_count`: per block of BLOCK rows, the number of keys < t and == t.
+// * `tk_scatter`: the host turns the block counts into offsets; each block writes
+//   the row index of every key < t and of the first `need` keys == t (in row order),
+//   so the output is the ascending row indices of the k smallest keys, ties broken
+//   by row order.
+//
+// Placeholders: WG, S, NS, ITEMS, and the key part (alias K,
+// kless, keq, kmax) prepended by the Rust side for u32, u64 or vec2<u32> (emulated
+// 64-bit: x = low word, y = high word).
+
+const WG: u32 = {{WG}}u;
+const S: u32 = {{S}}u;
+const NS: u32 = {{NS}}u;
+const ITEMS: u32 = {{ITEMS}}u;     // keys per invocation in filter and top-k
+const CITEMS: u32 = {{CITEMS}}u;   // keys per invocation in count (larger: fewer histogram flushes)
+const NB: u32 = 2u * NS + 1u;
+const CHUNK: u32 = WG * ITEMS;
+const CCHUNK: u32 = WG * CITEMS;
+
+struct Params {
+    off: u32,      // first element of the region in `src`
+    n: u32,        // elements in the region
+    cnt: u32,      // gather: samples to take; sort: elements to sort
+    dst_off: u32,  // gather / sort: first output element
+    seed: u32,     // gather: hash seed
+    task: u32,     // counts at task * NB, splitters at task * NS, slots at task * NB
+    mode: u32,     // sort: 1 = write splitters, 0 = write the sorted region
+    pad: u32,
+}
+
+struct TkParams {
+    n: u32,         // rows of this segment
+    block_base: u32,// index of the segment's first block
+    row0: u32,      // global row of the segment's first row
+    need: u32,      // keys == t to take (the first ones in row order)
+    win_lo: u32,    // output window [win_lo, win_lo + win_len)
+    win_len: u32,
+    blocks: u32,    // blocks of the whole input (the eq counts start there)
+    pad: u32,
+}
+
+struct Inv {
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+}
+
+fn group_index(inv: Inv) -> u32 {
+    return inv.wid.x + inv.wid.y * inv.nwg.x;
+}
+
+fn hash(x: u32) -> u32 {
+    let s = x * 747796405u + 2891336453u;
+    let w = ((s >> ((s >> 28u) + 4u)) ^ s) * 277803737u;
+    return (w >> 22u) ^ w;
+}
+
+//@@ gather
+
+@group(0) @binding(0) var<storage, read> g_src: array<K>;
+@group(0) @binding(1) var<storage, read_write> g_dst: array<K>;
+@group(0) @binding(2) var<uniform> g_p: Params;
+
+@compute @workgroup_size(WG)
+fn gather(inv: Inv) {
+    let i = group_index(inv) * WG + inv.lid;
+    if (i >= g_p.cnt || g_p.n == 0u) {
+        return;
+    }
+    let pos = hash(hash(i) ^ g_p.seed) % g_p.n;
+    g_dst[g_p.dst_off + i] = g_src[g_p.off + pos];
+}
+
+//@@ sort (bitonic sort of up to S keys in workgroup memory)
+
+@group(0) @binding(0) var<storage, read> s_src: array<K>;
+@group(0) @binding(1) var<storage, read_write> s_dst: array<K>;
+@group(0) @binding(2) var<uniform> s_p: Params;
+
+var<workgroup> sh: array<K, S>;
+
+@compute @workgroup_size(WG)
+fn sort_sample(inv: Inv) {
+    let m = s_p.cnt;
+    for (var i = inv.lid; i < S; i += WG) {
+        var v = kmax();
+        if (i < m) {
+            v = s_src[s_p.off + i];
+        }
+        sh[i] = v;
+    }
+    workgroupBarrier();
+    for (var k = 2u; k <= S; k <<= 1u) {
+        for (var j = k >> 1u; j > 0u; j >>= 1u) {
+            for (var t = inv.lid; t < S / 2u; t += WG) {
+                let i = ((t & ~(j - 1u)) << 1u) | (t & (j - 1u));
+                let l = i | j;
+                let a = sh[i];
+                let b = sh[l];
+                let asc = (i & k) == 0u;
+                if ((asc && kless(b, a)) || (!asc && kless(a, b))) {
+                    sh[i] = b;
+                    sh[l] = a;
+                }
+            }
+            workgroupBarrier();
+        }
+    }
+    if (s_p.mode == 1u) {
+        // Splitter j: the sample element at (j + 1) m / (NS + 1).
+        for (var j = inv.lid; j < NS; j += WG) {
+            let idx = ((j + 1u) * (m / (NS + 1u))) + (((j + 1u) * (m % (NS + 1u))) / (NS + 1u));
+            s_dst[s_p.dst_off + j] = sh[idx];
+        }
+    } else {
+        for (var i = inv.lid; i < m; i += WG) {
+            s_dst[s_p.dst_off + i] = sh[i];
+        }
+    }
+}
+
+//@@ bucket (count and filter)
+
+@group(0) @binding(0) var<storage, read> c_src: array<K>;
+@group(0) @binding(1) var<storage, read> c_spl: array<K>;
+@group(0) @binding(2) var<storage, read_write> c_counts: array<atomic<u32>>;
+@group(0) @binding(3) var<uniform> c_p: Params;
+// filter only
+@group(0) @binding(4) var<storage, read> f_slot: array<u32>;     // task * NB + bucket -> slot (or NONE)
+@group(0) @binding(5) var<storage, read> f_outoff: array<u32>;   // slot -> first output element
+@group(0) @binding(6) var<storage, read_write> f_out: array<K>;
+// c_counts doubles as the slots' cursors in filter (slot -> keys written so far).
+
+var<workgroup> tree: array<K, NS>;
+var<workgroup> hist: array<atomic<u32>, NB>;
+
+const NONE: u32 = 0xffffffffu;
+
+fn load_tree(inv: Inv) {
+    for (var j = inv.lid; j < NS; j += WG) {
+        tree[j] = c_spl[c_p.task * NS + j];
+    }
+    for (var b = inv.lid; b < NB; b += WG) {
+        atomicStore(&hist[b], 0u);
+    }
+    workgroupBarrier();
+}
+
+fn bucket_of(x: K) -> u32 {
+    var j = 0u;
+    for (var step = (NS + 1u) >> 1u; step > 0u; step >>= 1u) {
+        if (kless(tree[j + step - 1u], x)) {
+            j += step;
+        }
+    }
+    var eq = 0u;
+    if (j < NS) {
+        eq = select(0u, 1u, keq(tree[j], x));
+    }
+    return 2u * j + eq;
+}
+
+@compute @workgroup_size(WG)
+fn count(inv: Inv) {
+    load_tree(inv);
+    let base = group_index(inv) * CCHUNK;
+    for (var it = 0u; it < CITEMS; it++) {
+        let i = base + it * WG + inv.lid;
+        if (i < c_p.n) {
+            atomicAdd(&hist[bucket_of(c_src[c_p.off + i])], 1u);
+        }
+    }
+    workgroupBarrier();
+    for (var b = inv.lid; b < NB; b += WG) {
+        let v = atomicLoad(&hist[b]);
+        if (v != 0u) {
+            atomicAdd(&c_counts[c_p.task * NB + b], v);
+        }
+    }
+}
+
+@compute @workgroup_size(WG)
+fn filter_buckets(inv: Inv) {
+    load_tree(inv);
+    let base = group_index(inv) * CHUNK;
+    var bk: array<u32, ITEMS>;
+    var li: array<u32, ITEMS>;
+    var key: array<K, ITEMS>;
+    for (var it = 0u; it < ITEMS; it++) {
+        let i = base + it * WG + inv.lid;
+        bk[it] = NONE;
+        if (i < c_p.n) {
+            let x = c_src[c_p.off + i];
+            let b = bucket_of(x);
+            if (f_slot[c_p.task * NB + b] != NONE) {
+                bk[it] = b;
+                key[it] = x;
+                li[it] = atomicAdd(&hist[b], 1u);
+            }
+        }
+    }
+    workgroupBarrier();
+    for (var b = inv.lid; b < NB; b += WG) {
+        let v = atomicLoad(&hist[b]);
+        if (v != 0u) {
+            let slot = f_slot[c_p.task * NB + b];
+            atomicStore(&hist[b], f_outoff[slot] + atomicAdd(&c_counts[slot], v));
+        }
+    }
+    workgroupBarrier();
+    for (var it = 0u; it < ITEMS; it++) {
+        if (bk[it] != NONE) {
+            f_out[atomicLoad(&hist[bk[it]]) + li[it]] = key[it];
+        }
+    }
+}
+
+//@@ topk (the top-k row filter)
+
+@group(0) @binding(0) var<storage, read> t_src: array<K>;
+@group(0) @binding(1) var<storage, read> t_thr: array<K>;
+@group(0) @binding(2) var<storage, read_write> t_counts: array<u32>;   // [lt per block | eq per block] or offsets
+@group(0) @binding(3) var<uniform> t_p: TkParams;
+@group(0) @binding(4) var<storage, read_write> t_out: array<u32>;
+
+var<workgroup> tsum: array<u32, WG>;
+
+// Packed per-thread counts of ITEMS consecutive rows: keys < t in bits 0-15, keys == t in bits 16-31.
+fn tk_flags(inv: Inv, base: u32, t: K) -> u32 {
+    var c = 0u;
+    for (var it = 0u; it < ITEMS; it++) {
+        let r = base + inv.lid * ITEMS + it;
+        if (r < t_p.n) {
+            let x = t_src[r];
+            c += select(0u, 1u, kless(x, t)) + select(0u, 0x10000u, keq(x, t));
+        }
+    }
+    return c;
+}
+
+// Inclusive Hillis-Steele scan of tsum over the workgroup.
+fn tk_scan(inv: Inv, v: u32) -> u32 {
+    tsum[inv.lid] = v;
+    workgroupBarrier();
+    for (var o = 1u; o < WG; o <<= 1u) {
+        var s = tsum[inv.lid];
+        if (inv.lid >= o) {
+            s += tsum[inv.lid - o];
+        }
+        workgroupBarrier();
+        tsum[inv.lid] = s;
+        workgroupBarrier();
+    }
+    return tsum[inv.lid];
+}
+
+@compute @workgroup_size(WG)
+fn tk_count(inv: Inv) {
+    let blk = group_index(inv);
+    let base = blk * CHUNK;
+    if (base >= t_p.n) {
+        return; // whole workgroup
+    }
+    let t = t_thr[0];
+    let total = tk_scan(inv, tk_flags(inv, base, t));
+    if (inv.lid == WG - 1u) {
+        t_counts[t_p.block_base + blk] = total & 0xffffu;
+        t_counts[t_p.blocks + t_p.block_base + blk] = total >> 16u;
+    }
+}
+
+@compute @workgroup_size(WG)
+fn tk_scatter(inv: Inv) {
+    let blk = group_index(inv);
+    let base = blk * CHUNK;
+    if (base >= t_p.n) {
+        return; // whole workgroup
+    }
+    let t = t_thr[0];
+    let mine = tk_flags(inv, base, t);
+    let incl = tk_scan(inv, mine);
+    let ex = incl - mine;
+    var lt = t_counts[t_p.block_base + blk] + (ex & 0xffffu);              // keys < t before this row
+    var eq = t_counts[t_p.blocks + t_p.block_base + blk] + (ex >> 16u);    // keys == t before this row
+    for (var it = 0u; it < ITEMS; it++) {
+        let r = base + inv.lid * ITEMS + it;
+        if (r < t_p.n) {
+            let x = t_src[r];
+            var take = false;
+            var pos = 0u;
+            if (kless(x, t)) {
+                // Every row < t is taken; before it: the rows < t and the taken rows == t.
+                take = true;
+                pos = lt + min(eq, t_p.need);
+                lt += 1u;
+            } else if (keq(x, t)) {
+                take = eq < t_p.need;
+                pos = lt + eq;
+                eq += 1u;
+            }
+            if (take && pos >= t_p.win_lo && pos - t_p.win_lo < t_p.win_len) {
+                t_out[pos - t_p.win_lo] = t_p.row0 + r;
+            }
+        }
+    }
+}
+
+//@@ oracle (count and filter with a 4-bit oracle per key; appended to the bucket section)
+//
+// `count_oracle` also stores each key's bucket id modulo 16 (four bits, eight keys
+// to a word: word w of a piece holds its keys 8w .. 8w+7; n/2 bytes in all, an
+// eighth of a 32-bit input). `filter_oracle` reads the oracle words first and reads
+// a key (and searches its bucket again) only where the nibble matches the residue
+// of a target bucket: about 1/16 of the keys for one target bucket, and only the
+// target keys when NB <= 16. (The paper stores the whole bucket id in a byte; the
+// nibble halves the scratch and, for a few targets, the filter's traffic too.)
+
+const OW: u32 = 8u;   // keys per oracle word
+
+@group(0) @binding(7) var<storage, read_write> o_oracle: array<u32>;
+
+var<workgroup> resid: array<u32, 16>;
+
+@compute @workgroup_size(WG)
+fn count_oracle(inv: Inv) {
+    load_tree(inv);
+    let wbase = group_index(inv) * (CCHUNK / OW);
+    for (var it = 0u; it < CITEMS / OW; it++) {
+        let w = wbase + it * WG + inv.lid;
+        if (w * OW < c_p.n) {
+            var word = 0u;
+            for (var q = 0u; q < OW; q++) {
+                let i = w * OW + q;
+                if (i < c_p.n) {
+                    let b = bucket_of(c_src[c_p.off + i]);
+                    atomicAdd(&hist[b], 1u);
+                    word |= (b & 15u) << (4u * q);
+                }
+            }
+            o_oracle[w] = word;
+        }
+    }
+    workgroupBarrier();
+    for (var b = inv.lid; b < NB; b += WG) {
+        let v = atomicLoad(&hist[b]);
+        if (v != 0u) {
+            atomicAdd(&c_counts[c_p.task * NB + b], v);
+        }
+    }
+}
+
+@compute @workgroup_size(WG)
+fn filter_oracle(inv: Inv) {
+    load_tree(inv);
+    for (var r = inv.lid; r < 16u; r += WG) {
+        var hit = 0u;
+        for (var b = r; b < NB; b += 16u) {
+            hit |= select(0u, 1u, f_slot[c_p.task * NB + b] != NONE);
+        }
+        resid[r] = hit;
+    }
+    workgroupBarrier();
+    let wbase = group_index(inv) * (CHUNK / OW);
+    var bk: array<u32, ITEMS>;
+    var li: array<u32, ITEMS>;
+    var key: array<K, ITEMS>;
+    for (var it = 0u; it < ITEMS / OW; it++) {
+        let w = wbase + it * WG + inv.lid;
+        var word = 0u;
+        if (w * OW < c_p.n) {
+            word = o_oracle[w];
+        }
+        for (var q = 0u; q < OW; q++) {
+            let e = it * OW + q;
+            bk[e] = NONE;
+            let i = w * OW + q;
+            let r = (word >> (4u * q)) & 15u;
+            if (i < c_p.n && resid[r] != 0u) {
+                let x = c_src[c_p.off + i];
+                var b = r;
+                if (NB > 16u) {
+                    b = bucket_of(x);
+                }
+                if (f_slot[c_p.task * NB + b] != NONE) {
+                    bk[e] = b;
+                    key[e] = x;
+                    li[e] = atomicAdd(&hist[b], 1u);
+                }
+            }
+        }
+    }
+    workgroupBarrier();
+    for (var b = inv.lid; b < NB; b += WG) {
+        let v = atomicLoad(&hist[b]);
+        if (v != 0u) {
+            let slot = f_slot[c_p.task * NB + b];
+            atomicStore(&hist[b], f_outoff[slot] + atomicAdd(&c_counts[slot], v));
+        }
+    }
+    workgroupBarrier();
+    for (var e = 0u; e < ITEMS; e++) {
+        if (bk[e] != NONE) {
+            f_out[atomicLoad(&hist[bk[e]]) + li[e]] = key[e];
+        }
+    }
+}

@@ -23,7 +23,11 @@ pub async fn plan_sql(ctx: &SessionContext, sql: &str) -> Result<DataFrame> {
     let Some(rw) = skyline::rewrite(sql)? else {
         return ctx.sql(sql).await;
     };
-    let state = ctx.state();
+    // DataFusion drops ORDER BY without LIMIT in subqueries while planning; the
+    // skyline keys travel as ORDER BY keys, so keep them (a statement with a
+    // skyline keeps its other subquery sorts too).
+    let mut state = ctx.state();
+    state.config_mut().options_mut().sql_parser.enable_subquery_sort_elimination = false;
     let plan = state.create_logical_plan(&rw.sql).await.map_err(|e| rw.map_error(e))?;
     let plan = replace_skyline_markers(plan, &rw).map_err(|e| rw.map_error(e))?;
     ctx.execute_logical_plan(plan).await

@@ -271,3 +271,129 @@ pub fn filter(lo: u32, hi: u32, iterations: usize) -> Result<()> {
     println!("* bytes read (k, v) + written (selected v) per second at the faster compaction");
     Ok(())
 }
+
+/// SampleSelect on resident f32 keys (exact median, three quartiles at once,
+/// top-k for k = 10, 1000, n/100, approximate median with its measured rank
+/// error) against the CPU path and DataFusion's `median` over the same column.
+pub fn select(lo: u32, hi: u32, iterations: usize) -> Result<()> {
+    use ridgeline_operators::select::{
+        approx_select_gpu_device, key_f32, select_cpu, select_gpu_device, topk_cpu, topk_gpu_device,
+    };
+    let ctx = context::global().map_err(|e| DataFusionError::Execution(e.to_string()))?;
+    let g = |e: ridgeline_operators::GpuError| DataFusionError::Execution(e.to_string());
+    let threads = rayon::current_num_threads();
+    println!(
+        "bench select on {} ({:?}): resident f32 keys (uniform), GPU wall ms incl. readback (median of {iterations}); CPU: Ridgeline's select_cpu on {threads} threads and DataFusion's median, best of {iterations}",
+        ctx.info().name,
+        ctx.info().backend
+    );
+    println!(
+        "| n | median ms | 3 quartiles ms | top-10 ms | top-1000 ms | top-n/100 ms | approx median ms | approx rank err (bound) | aux MiB (/input) | CPU median ms | DataFusion median ms |"
+    );
+    println!("|{}", " --- |".repeat(11));
+    let time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
+        f()?; // warm-up (pipelines)
+        let mut v = Vec::new();
+        for _ in 0..iterations.max(1) {
+            let t = Instant::now();
+            f()?;
+            v.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        Ok(median(v))
+    };
+    for k in lo..=hi {
+        let n = 1usize << k;
+        let vals: Vec<f32> = (0..n as u64)
+            .map(|i| {
+                let x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i >> 7).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                (x >> 40) as f32 / (1u64 << 24) as f32 * 1000.0 - 500.0
+            })
+            .collect();
+        let keys: Vec<u32> = vals.iter().map(|&x| key_f32(x)).collect();
+        let arr = DeviceArray::upload(&ctx, &keys).map_err(g)?;
+        ctx.wait().map_err(g)?;
+        let half = (n / 2) as u64;
+        let want = select_cpu(&keys, &[half, (n / 4) as u64, (3 * n / 4) as u64]);
+        let mut aux = 0u64;
+        let med = time(&mut || {
+            let (v, st) = select_gpu_device::<u32>(&ctx, &arr, n, &[half]).map_err(g)?;
+            aux = aux.max(st.device_bytes);
+            if v[0] != want[0] {
+                return Err(DataFusionError::Execution(format!("GPU median {} != CPU {}", v[0], want[0])));
+            }
+            Ok(())
+        })?;
+        let q3 = time(&mut || {
+            let (v, st) = select_gpu_device::<u32>(&ctx, &arr, n, &[(n / 4) as u64, half, (3 * n / 4) as u64]).map_err(g)?;
+            aux = aux.max(st.device_bytes);
+            if v != [want[1], want[0], want[2]] {
+                return Err(DataFusionError::Execution("GPU quartiles differ from the CPU's".into()));
+            }
+            Ok(())
+        })?;
+        let mut tk = Vec::new();
+        for kk in [10usize, 1000, n / 100] {
+            let want_ids = topk_cpu(&keys, kk);
+            tk.push(time(&mut || {
+                let (ids, st) = topk_gpu_device::<u32>(&ctx, &arr, n, kk).map_err(g)?;
+                aux = aux.max(st.device_bytes);
+                if ids != want_ids {
+                    return Err(DataFusionError::Execution(format!("GPU top-{kk} differs from the CPU's")));
+                }
+                Ok(())
+            })?);
+        }
+        let mut err = (0u64, 0u64);
+        let am = time(&mut || {
+            let (v, st) = approx_select_gpu_device::<u32>(&ctx, &arr, n, &[half]).map_err(g)?;
+            let below = keys.iter().filter(|&&x| x < v[0]).count() as u64;
+            let upto = keys.iter().filter(|&&x| x <= v[0]).count() as u64;
+            let e = if half < below { below - half } else if half >= upto { half + 1 - upto } else { 0 };
+            err = (err.0.max(e), st.rank_error_bound);
+            Ok(())
+        })?;
+        let mut cpu = Vec::new();
+        for _ in 0..iterations.max(1) {
+            let t = Instant::now();
+            std::hint::black_box(select_cpu(&keys, &[half]));
+            cpu.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        let cpu_ms = cpu.iter().copied().fold(f64::INFINITY, f64::min);
+        let df_ms = datafusion_median_ms(&vals, iterations)?;
+        println!(
+            "| 2^{k} | {med:.3} | {q3:.3} | {:.3} | {:.3} | {:.3} | {am:.3} | {} ({}, {:.4}% of n) | {:.1} ({:.3}) | {cpu_ms:.2} | {df_ms:.2} |",
+            tk[0],
+            tk[1],
+            tk[2],
+            err.0,
+            err.1,
+            err.1 as f64 * 100.0 / n as f64,
+            aux as f64 / (1 << 20) as f64,
+            aux as f64 / (n * 4) as f64
+        );
+    }
+    Ok(())
+}
+
+fn datafusion_median_ms(vals: &[f32], iterations: usize) -> Result<f64> {
+    use arrow::array::{Float32Array, RecordBatch};
+    use datafusion::prelude::SessionContext;
+    use std::sync::Arc;
+    let batch = RecordBatch::try_from_iter([("x", Arc::new(Float32Array::from(vals.to_vec())) as arrow::array::ArrayRef)])?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| DataFusionError::Execution(e.to_string()))?;
+    rt.block_on(async {
+        let ctx = SessionContext::new();
+        let parts = ctx.state().config().target_partitions();
+        let per = batch.num_rows().div_ceil(parts).max(1);
+        let chunks: Vec<Vec<RecordBatch>> =
+            (0..batch.num_rows()).step_by(per).map(|o| vec![batch.slice(o, per.min(batch.num_rows() - o))]).collect();
+        ctx.register_table("t", Arc::new(datafusion::datasource::MemTable::try_new(batch.schema(), chunks)?))?;
+        let mut best = f64::INFINITY;
+        for _ in 0..iterations.max(1) {
+            let t = Instant::now();
+            ctx.sql("SELECT median(x) FROM t").await?.collect().await?;
+            best = best.min(t.elapsed().as_secs_f64() * 1e3);
+        }
+        Ok(best)
+    })
+}

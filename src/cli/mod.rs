@@ -149,6 +149,11 @@ pub enum BenchCommand {
         #[command(flatten)]
         range: SizeRange,
     },
+    /// SampleSelect on resident f32 keys: exact median, quartiles, top-k, approximate median.
+    Select {
+        #[command(flatten)]
+        range: SizeRange,
+    },
     /// The 22 TPC-H queries: CPU and GPU mode side by side (min / median ms), optional
     /// answer checks and DuckDB on the same Parquet files.
     Tpch(bench_tpch::TpchArgs),
@@ -219,6 +224,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             BenchCommand::Scan { range } => bench::scan(range.min_log2, range.max_log2, range.iterations),
             BenchCommand::Compact { range, selectivity } => bench::compact(range.min_log2, range.max_log2, range.iterations, selectivity),
             BenchCommand::Filter { range } => bench::filter(range.min_log2, range.max_log2, range.iterations),
+            BenchCommand::Select { range } => bench::select(range.min_log2, range.max_log2, range.iterations),
             BenchCommand::Tpch(_) | BenchCommand::Skyline(_) => {
                 Err(DataFusionError::Internal("this benchmark runs on the async runtime".into()))
             }

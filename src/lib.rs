@@ -14,6 +14,7 @@
 pub mod cli;
 pub mod config;
 pub mod exec;
+pub mod functions;
 pub mod gen;
 pub mod gpu_batch;
 pub mod gpu_expr;

@@ -30,6 +30,14 @@ impl RidgelineSessionExt for SessionStateBuilder {
             }
             cfg.options_mut().extensions.insert(opts);
         }
+        let mode = self
+            .config()
+            .as_ref()
+            .and_then(|c| c.options().extensions.get::<RidgelineOptions>().and_then(|o| o.mode().ok()))
+            .unwrap_or(GpuMode::Auto);
+        let mut udafs = self.aggregate_functions().take().unwrap_or_default();
+        udafs.extend(crate::functions::quantile::quantile_udafs(mode));
+        self = self.with_aggregate_functions(udafs);
         let mut udfs = self.scalar_functions().take().unwrap_or_default();
         udfs.push(Arc::new(crate::logical::skyline::skyline_marker_udf()));
         self.with_scalar_functions(udfs)

@@ -1,0 +1,2 @@
+//! Aggregate functions Ridgeline adds.
+pub mod quantile;

@@ -12,10 +12,12 @@
 //!   SampleSelect level on the GPU; its rank is off by at most 0.1% of the group's
 //!   rows (the bound SampleSelect reports); on the CPU it is exact.
 //!
-//! Values order as Arrow sorts them (-0.0 before +0.0, NaN last). A group of at
-//! least `GPU_MIN_ROWS` values selects on the GPU when the session's GPU mode
-//! (when the function was registered) is not `off` and a device is there; a GPU
-//! error falls back to the CPU with a warning.
+//! Values order as Arrow sorts them (-0.0 before +0.0, NaN last). In GPU mode `on`
+//! (the session's mode when the function was registered) every group selects on
+//! the GPU; in mode `auto` the CPU selection runs, because the GPU SampleSelect
+//! measured slower than it on the H100 (BENCHMARKS.md, `bench select`: 354 ms vs
+//! 584 ms at 2^28 but 176 ms vs 3 ms at 2^20, dominated by per-call overheads not
+//! yet removed). A GPU error falls back to the CPU with a warning.
 use arrow::array::{Array, ArrayRef, AsArray, Float64Array, ListArray};
 use arrow::buffer::{OffsetBuffer, ScalarBuffer};
 use arrow::datatypes::{DataType, Field, FieldRef, Float64Type};
@@ -27,9 +29,6 @@ use datafusion::scalar::ScalarValue;
 use ridgeline_operators::select::{approx_select_gpu, keys_f64, select_cpu, select_gpu, unkey_f64};
 use ridgeline_operators::GpuMode;
 use std::sync::Arc;
-
-/// Groups with at least this many values select on the GPU (when allowed).
-pub const GPU_MIN_ROWS: usize = 1 << 20;
 
 /// Which quantile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -51,8 +50,7 @@ pub struct Quantile {
 
 impl Quantile {
     pub fn new(kind: QuantileKind, mode: GpuMode) -> Self {
-        let gpu_min_rows = if mode == GpuMode::On { 2 } else { GPU_MIN_ROWS };
-        Quantile { kind, gpu: mode != GpuMode::Off, gpu_min_rows, signature: Signature::user_defined(Volatility::Immutable) }
+        Quantile { kind, gpu: mode == GpuMode::On, gpu_min_rows: 2, signature: Signature::user_defined(Volatility::Immutable) }
     }
 }
 

@@ -703,7 +703,13 @@ struct GpuClock {
 
 impl GpuClock {
     fn new(ctx: &GpuContext) -> Self {
-        GpuClock { start: Instant::now(), kernel_ms: 0.0, timed: ctx.has_timestamps() }
+        GpuClock {
+            start: Instant::now(),
+            kernel_ms: 0.0,
+            // Timestamps cost a query set, two buffers and a readback per submission
+            // (milliseconds each on the H100's driver), so only on request.
+            timed: ctx.has_timestamps() && std::env::var_os("RIDGELINE_SELECT_TIMESTAMPS").is_some(),
+        }
     }
     /// Encodes `recs` as one compute pass each (timed), submits `enc`.
     fn submit(&mut self, ctx: &GpuContext, mut enc: wgpu::CommandEncoder, recs: &[&Rec<'_>]) -> GpuResult<()> {

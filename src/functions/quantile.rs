@@ -14,10 +14,10 @@
 //!
 //! Values order as Arrow sorts them (-0.0 before +0.0, NaN last). In GPU mode `on`
 //! (the session's mode when the function was registered) every group selects on
-//! the GPU; in mode `auto` the CPU selection runs, because the GPU SampleSelect
-//! measured slower than it on the H100 (BENCHMARKS.md, `bench select`: 354 ms vs
-//! 584 ms at 2^28 but 176 ms vs 3 ms at 2^20, dominated by per-call overheads not
-//! yet removed). A GPU error falls back to the CPU with a warning.
+//! the GPU; in mode `auto` groups of at least [`GPU_MIN_ROWS`] values do (on the
+//! H100 the GPU median of 2^20 resident values took 0.7 ms against 2.9 ms for the
+//! CPU selection on 16 cores; BENCHMARKS.md, `bench select`). A GPU error falls
+//! back to the CPU with a warning.
 use arrow::array::{Array, ArrayRef, AsArray, Float64Array, ListArray};
 use arrow::buffer::{OffsetBuffer, ScalarBuffer};
 use arrow::datatypes::{DataType, Field, FieldRef, Float64Type};
@@ -38,6 +38,9 @@ pub enum QuantileKind {
     Approx,
 }
 
+/// Groups with at least this many values select on the GPU in mode `auto`.
+pub const GPU_MIN_ROWS: usize = 1 << 20;
+
 /// The aggregate.
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub struct Quantile {
@@ -50,7 +53,8 @@ pub struct Quantile {
 
 impl Quantile {
     pub fn new(kind: QuantileKind, mode: GpuMode) -> Self {
-        Quantile { kind, gpu: mode == GpuMode::On, gpu_min_rows: 2, signature: Signature::user_defined(Volatility::Immutable) }
+        let gpu_min_rows = if mode == GpuMode::On { 2 } else { GPU_MIN_ROWS };
+        Quantile { kind, gpu: mode != GpuMode::Off, gpu_min_rows, signature: Signature::user_defined(Volatility::Immutable) }
     }
 }
 

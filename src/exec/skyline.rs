@@ -363,8 +363,10 @@ pub fn skyline_rows(
 pub fn placement_for(opts: &RidgelineOptions) -> Result<SkylinePlacement> {
     Ok(match crate::config::device_for(opts.mode()?)? {
         None => SkylinePlacement::Cpu,
-        Some(_) => match opts.mode()? {
+        Some(dev) => match opts.mode()? {
             ridgeline_operators::GpuMode::On => SkylinePlacement::Gpu,
+            // A CPU adapter (lavapipe) runs SkyAlign slower than the CPU algorithm.
+            _ if dev.info().device_type == ridgeline_operators::wgpu::DeviceType::Cpu => SkylinePlacement::Cpu,
             _ => SkylinePlacement::Auto { min_rows: opts.min_gpu_skyline_rows },
         },
     })

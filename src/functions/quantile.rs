@@ -162,9 +162,11 @@ fn list_of(values: Vec<Option<f64>>) -> ScalarValue {
 }
 
 /// The order statistics at `ranks` (0-based, each < keys.len()) of `keys`.
-fn order_stats(keys: &[u64], ranks: &[u64], kind: QuantileKind, gpu: bool) -> Vec<u64> {
+fn order_stats(keys: &[u64], ranks: &[u64], kind: QuantileKind, gpu: bool, always: bool) -> Vec<u64> {
     if gpu {
-        if let Ok(dev) = ridgeline_operators::context::global() {
+        // In mode auto a CPU adapter (lavapipe) is not used: it is slower than the CPU path.
+        let usable = |d: &ridgeline_operators::GpuContext| always || d.info().device_type != ridgeline_operators::wgpu::DeviceType::Cpu;
+        if let Some(dev) = ridgeline_operators::context::global().ok().filter(|d| usable(d)) {
             let r = if kind == QuantileKind::Approx { approx_select_gpu(&dev, keys, ranks) } else { select_gpu(&dev, keys, ranks) };
             match r {
                 Ok((v, _)) => return v,
@@ -222,7 +224,7 @@ impl Accumulator for QuantileAcc {
         ranks.sort_unstable();
         ranks.dedup();
         let keys = keys_f64(&self.values);
-        let stats = order_stats(&keys, &ranks, self.kind, self.gpu && n >= self.gpu_min_rows);
+        let stats = order_stats(&keys, &ranks, self.kind, self.gpu && n >= self.gpu_min_rows, self.gpu_min_rows <= 2);
         let at = |r: u64| unkey_f64(stats[ranks.binary_search(&r).unwrap()]);
         let out: Vec<f64> = per
             .iter()

@@ -3,7 +3,8 @@ use datafusion::error::{DataFusionError, Result};
 use ridgeline_operators::{context, DeviceArray};
 use std::time::Instant;
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// The median of `v` (the upper one of an even count).
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
 }

@@ -1,6 +1,7 @@
 //! `ridgeline bench skyline`: SkyAlign on the GPU vs the CPU algorithm (same rank
 //! matrix, same process), the whole `SKYLINE OF` query in GPU and CPU mode, and
 //! optionally DuckDB running the usual NOT EXISTS formulation on the same rows.
+use crate::cli::bench::median;
 use crate::cli::bench_tpch::duckdb_python;
 use crate::exec::skyline::dense_ranks;
 use crate::gen::skyline::{skyline_batch, SkylineDist};
@@ -47,11 +48,6 @@ pub struct SkylineArgs {
 
 fn err(msg: impl Into<String>) -> DataFusionError {
     DataFusionError::Execution(msg.into())
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 fn ms(t: Instant) -> f64 {

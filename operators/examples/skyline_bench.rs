@@ -42,21 +42,7 @@ fn main() {
         }
         row.copy_from_slice(&p);
     }
-    // Dense ranks per dimension.
-    let mut ranks = vec![0u32; n * d];
-    let mut col: Vec<(f64, usize)> = Vec::with_capacity(n);
-    for j in 0..d {
-        col.clear();
-        col.extend((0..n).map(|i| (vals[i * d + j], i)));
-        col.sort_by(|x, y| x.0.partial_cmp(&y.0).unwrap());
-        let mut rank = 0u32;
-        for k in 0..n {
-            if k > 0 && col[k].0 != col[k - 1].0 {
-                rank += 1;
-            }
-            ranks[col[k].1 * d + j] = rank;
-        }
-    }
+    let ranks = ridgeline_operators::testing::dense_ranks_f64(&vals, n, d);
     drop(vals);
     let m = RankMatrix::new(n, d, &ranks);
     let med = |mut v: Vec<f64>| {

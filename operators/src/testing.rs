@@ -22,3 +22,24 @@ pub fn test_context() -> Option<Arc<GpuContext>> {
         }
     }
 }
+
+/// Dense ranks per dimension of a row-major `n x d` matrix of non-NaN values
+/// (0 = smallest value, equal values equal ranks), row-major like the input: the
+/// skyline tests' and example's way from coordinates to a rank matrix.
+pub fn dense_ranks_f64(values: &[f64], n: usize, d: usize) -> Vec<u32> {
+    let mut ranks = vec![0u32; n * d];
+    let mut col: Vec<(f64, usize)> = Vec::with_capacity(n);
+    for j in 0..d {
+        col.clear();
+        col.extend((0..n).map(|i| (values[i * d + j], i)));
+        col.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap());
+        let mut rank = 0u32;
+        for k in 0..n {
+            if k > 0 && col[k].0 != col[k - 1].0 {
+                rank += 1;
+            }
+            ranks[col[k].1 * d + j] = rank;
+        }
+    }
+    ranks
+}

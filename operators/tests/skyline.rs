@@ -62,23 +62,8 @@ fn generate(dist: Dist, n: usize, d: usize, seed: u64) -> Vec<f64> {
     out
 }
 
-/// Dense ranks per dimension (0 = smallest value), row-major like the input.
 fn dense_ranks(values: &[f64], n: usize, d: usize) -> Vec<u32> {
-    let mut ranks = vec![0u32; n * d];
-    let mut col: Vec<(f64, usize)> = Vec::with_capacity(n);
-    for j in 0..d {
-        col.clear();
-        col.extend((0..n).map(|i| (values[i * d + j], i)));
-        col.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap());
-        let mut rank = 0u32;
-        for k in 0..n {
-            if k > 0 && col[k].0 != col[k - 1].0 {
-                rank += 1;
-            }
-            ranks[col[k].1 * d + j] = rank;
-        }
-    }
-    ranks
+    ridgeline_operators::testing::dense_ranks_f64(values, n, d)
 }
 
 /// Quantizes coordinates to `levels` values (heavy ties).

@@ -22,6 +22,7 @@ pub mod logical;
 pub mod optimizer;
 pub mod planner;
 pub mod resident;
+pub mod serve;
 pub mod session;
 pub mod sql_ext;
 

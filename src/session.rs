@@ -37,6 +37,8 @@ impl RidgelineSessionExt for SessionStateBuilder {
             .unwrap_or(GpuMode::Auto);
         let mut udafs = self.aggregate_functions().take().unwrap_or_default();
         udafs.extend(crate::functions::quantile::quantile_udafs(mode));
+        // DataFusion's median and percentile_cont keep their names (same answers) and run on SampleSelect.
+        udafs.extend(crate::functions::percentile::percentile_udafs(mode));
         self = self.with_aggregate_functions(udafs);
         let mut udfs = self.scalar_functions().take().unwrap_or_default();
         udfs.push(Arc::new(crate::logical::skyline::skyline_marker_udf()));

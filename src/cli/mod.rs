@@ -61,12 +61,52 @@ pub enum Command {
         #[arg(long, default_value_t = 0.1)]
         sf: f64,
     },
+    /// Serve SQL over Arrow Flight SQL and HTTP (`POST /query`, `GET /health`).
+    Serve(ServeArgs),
     /// Benchmarks.
     Bench {
         /// Which benchmark.
         #[command(subcommand)]
         what: BenchCommand,
     },
+}
+
+/// `ridgeline serve` options.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Flight SQL address (`none` to switch it off; port 0 picks a free port).
+    #[arg(long = "flight-sql", value_name = "ADDR")]
+    pub flight_sql: Option<String>,
+    /// HTTP address (`none` to switch it off; port 0 picks a free port).
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<String>,
+    /// Register a table: NAME=PATH (.csv with header, .parquet, .arrow).
+    #[arg(long = "table", value_name = "NAME=PATH")]
+    pub tables: Vec<String>,
+    /// Also serve the 8 TPC-H tables generated in memory at this scale factor.
+    #[arg(long, value_name = "SF")]
+    pub tpch: Option<f64>,
+    /// Keep the tables on the GPU.
+    #[arg(long)]
+    pub resident: bool,
+    /// Clients must send `Authorization: Bearer TOKEN` (default: RIDGELINE_TOKEN, else none).
+    #[arg(long)]
+    pub token: Option<String>,
+    /// Per-query timeout in seconds (0: none).
+    #[arg(long, default_value_t = 300.0)]
+    pub query_timeout: f64,
+    /// Per-query memory limit in MiB (DataFusion's memory pool; 0: none).
+    #[arg(long, default_value_t = 0)]
+    pub query_memory_mib: u64,
+    /// Memory limit of all running queries together in MiB (0: none).
+    #[arg(long, default_value_t = 0)]
+    pub total_memory_mib: u64,
+    /// Largest request (SQL text) in bytes.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub max_request_bytes: usize,
+    /// Queries running at once (the rest wait); default 4 per core.
+    #[arg(long)]
+    pub max_concurrent: Option<usize>,
 }
 
 /// `gen` subcommands.
@@ -217,6 +257,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             Err(e) => Err(DataFusionError::Execution(format!("{e}"))),
         },
         Some(Command::Demo { sf }) => demo::run(engine(cli.gpu)?, sf).await,
+        Some(Command::Serve(args)) => serve(engine(cli.gpu)?, args).await,
         Some(Command::Bench { what: BenchCommand::Tpch(args) }) => bench_tpch::run(args).await,
         Some(Command::Bench { what: BenchCommand::Skyline(args) }) => bench_skyline::run(args).await,
         Some(Command::Bench { what }) => tokio::task::spawn_blocking(move || match what {
@@ -232,6 +273,62 @@ pub async fn run(cli: Cli) -> Result<()> {
         .await
         .map_err(|e| DataFusionError::Execution(e.to_string()))?,
     }
+}
+
+fn parse_addr(flag: &str, v: Option<&str>, default: &str) -> Result<Option<std::net::SocketAddr>> {
+    let v = v.unwrap_or(default);
+    if v.eq_ignore_ascii_case("none") || v.eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    use std::net::ToSocketAddrs;
+    v.to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .map(Some)
+        .ok_or_else(|| DataFusionError::Plan(format!("--{flag} expects HOST:PORT or none, got '{v}'")))
+}
+
+/// `ridgeline serve`: registers the tables and serves until Ctrl-C.
+async fn serve(rl: Ridgeline, args: ServeArgs) -> Result<()> {
+    use crate::serve::{Listen, QueryService, ServiceOptions};
+    let listen = Listen {
+        flight_sql: parse_addr("flight-sql", args.flight_sql.as_deref(), "127.0.0.1:50051")?,
+        http: parse_addr("http", args.http.as_deref(), "127.0.0.1:8080")?,
+    };
+    if listen.flight_sql.is_none() && listen.http.is_none() {
+        return Err(DataFusionError::Plan("serve: both endpoints are off".into()));
+    }
+    register_tables(&rl, &args.tables, args.resident).await?;
+    if let Some(sf) = args.tpch {
+        let tables = tokio::task::spawn_blocking(move || crate::gen::tpch::generate_all(sf))
+            .await
+            .map_err(|e| DataFusionError::Execution(e.to_string()))??;
+        for (name, batches) in tables {
+            let schema = crate::gen::tpch::table_schema(&name)?;
+            if args.resident {
+                rl.register_resident(&name, schema, batches).await?;
+            } else {
+                rl.register_batches(&name, schema, batches)?;
+            }
+        }
+    }
+    let mb = |m: u64| (m > 0).then(|| (m as usize) << 20);
+    let mut options = ServiceOptions {
+        token: args.token.clone().or_else(|| std::env::var("RIDGELINE_TOKEN").ok()).filter(|t| !t.is_empty()),
+        query_timeout: (args.query_timeout > 0.0).then(|| std::time::Duration::from_secs_f64(args.query_timeout)),
+        query_memory_limit: mb(args.query_memory_mib),
+        total_memory_limit: mb(args.total_memory_mib),
+        max_request_bytes: args.max_request_bytes,
+        ..ServiceOptions::default()
+    };
+    if let Some(m) = args.max_concurrent {
+        options.max_concurrent_queries = m.max(1);
+    }
+    let service = QueryService::new(rl, options);
+    crate::serve::serve(service, listen, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await
 }
 
 /// An error as one line (DataFusion's position information kept).

@@ -1,2 +1,3 @@
 //! Aggregate functions Ridgeline adds.
+pub mod percentile;
 pub mod quantile;

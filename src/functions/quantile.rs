@@ -162,7 +162,7 @@ fn list_of(values: Vec<Option<f64>>) -> ScalarValue {
 }
 
 /// The order statistics at `ranks` (0-based, each < keys.len()) of `keys`.
-fn order_stats(keys: &[u64], ranks: &[u64], kind: QuantileKind, gpu: bool, always: bool) -> Vec<u64> {
+pub(crate) fn order_stats(keys: &[u64], ranks: &[u64], kind: QuantileKind, gpu: bool, always: bool) -> Vec<u64> {
     if gpu {
         // In mode auto a CPU adapter (lavapipe) is not used: it is slower than the CPU path.
         let usable = |d: &ridgeline_operators::GpuContext| always || d.info().device_type != ridgeline_operators::wgpu::DeviceType::Cpu;

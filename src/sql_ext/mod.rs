@@ -14,14 +14,21 @@ pub mod skyline;
 
 use crate::logical::skyline::replace_skyline_markers;
 use datafusion::error::Result;
+use datafusion::execution::context::SQLOptions;
 use datafusion::prelude::{DataFrame, SessionContext};
 
 /// Plans and runs one SQL statement with Ridgeline's extensions (as
 /// `SessionContext::sql` does for plain SQL: DDL runs at once, queries return a
 /// lazy DataFrame).
 pub async fn plan_sql(ctx: &SessionContext, sql: &str) -> Result<DataFrame> {
+    plan_sql_with(ctx, sql, &SQLOptions::new()).await
+}
+
+/// [`plan_sql`] restricted by `options` (the server uses it to refuse DDL, DML and
+/// `SET` statements: every client shares one catalog).
+pub async fn plan_sql_with(ctx: &SessionContext, sql: &str, options: &SQLOptions) -> Result<DataFrame> {
     let Some(rw) = skyline::rewrite(sql)? else {
-        return ctx.sql(sql).await;
+        return ctx.sql_with_options(sql, *options).await;
     };
     // DataFusion drops ORDER BY without LIMIT in subqueries while planning; the
     // skyline keys travel as ORDER BY keys, so keep them (a statement with a
@@ -30,5 +37,6 @@ pub async fn plan_sql(ctx: &SessionContext, sql: &str) -> Result<DataFrame> {
     state.config_mut().options_mut().sql_parser.enable_subquery_sort_elimination = false;
     let plan = state.create_logical_plan(&rw.sql).await.map_err(|e| rw.map_error(e))?;
     let plan = replace_skyline_markers(plan, &rw).map_err(|e| rw.map_error(e))?;
+    options.verify_plan(&plan)?;
     ctx.execute_logical_plan(plan).await
 }

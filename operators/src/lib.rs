@@ -11,6 +11,7 @@ pub mod context;
 pub mod cpu_scan;
 pub mod error;
 pub mod mode;
+pub mod partition;
 pub mod pool;
 pub mod rowwise;
 pub mod scan;

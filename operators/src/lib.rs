@@ -10,6 +10,7 @@ pub mod compact;
 pub mod context;
 pub mod cpu_scan;
 pub mod error;
+pub mod group_agg;
 pub mod mode;
 pub mod partition;
 pub mod pool;

@@ -50,8 +50,8 @@
 //! # Scratch ([`PartitionStats`])
 //!
 //! Histograms and offsets: two `u32` matrices of `digits * tiles` (with the
-//! default 16384-row tiles and 256 digits, `n / 16` bytes each: 2 x 6.25% of a
-//! `u32` key column, so 3.1% of a 4-byte key plus 4-byte payload batch), the scan's
+//! default 16384-row tiles and 256 digits, `n / 16` bytes each: together 3.1% of
+//! a lone `u32` key column, 1.6% of a key plus one `u32` payload), the scan's
 //! look-back state and the `F + 1` offsets. Per-row scratch (not in the
 //! histogram figure, reported apart): the ids and the destinations (8 bytes a
 //! row), plus for several passes the moved ids, row numbers and the composed

@@ -220,10 +220,9 @@ fn scratch_is_small_and_errors_are_typed() {
     let st = check(&ctx, &host, &[0], PartitionFn::Hash { fanout: 256 }, ctx.segment_rows(), &PartitionOptions::default(), "scratch");
     assert_eq!(st.passes, 1);
     let frac = st.histogram_bytes as f64 / st.input_bytes as f64;
-    // 256 digits x 64 tiles x 2 matrices: 128 KiB of 4 MiB; at 2^28 rows the same
-    // ratio (n/16 bytes per matrix) is 12.5% of a lone u32 key column, 6.25% of a
-    // key + payload batch.
-    assert!(frac < 0.15, "histogram scratch {} of {} input bytes", st.histogram_bytes, st.input_bytes);
+    // 256 digits x 64 tiles x 2 matrices: 128 KiB of 4 MiB (n/16 bytes per matrix
+    // at any n: 3.1% of a lone u32 key column), plus the scan state and offsets.
+    assert!(frac < 0.05, "histogram scratch {} of {} input bytes", st.histogram_bytes, st.input_bytes);
     let d = DeviceArray::upload(&ctx, &keys[..100]).unwrap();
     let bad = [
         (vec![Column::new(&d)], vec![1usize], PartitionFn::Hash { fanout: 4 }),

@@ -55,6 +55,10 @@ var<workgroup> w_s2: array<atomic<u32>, GMAX>;
 var<workgroup> w_mn: array<atomic<u32>, GMAX>;
 var<workgroup> w_mx: array<atomic<u32>, GMAX>;
 
+fn key_less(a: vec2<u32>, b: vec2<u32>) -> bool {
+    return a.y < b.y || (a.y == b.y && a.x < b.x);
+}
+
 fn is_valid(i: u32) -> bool {
     return (p.flags & F_VALID) == 0u || ((valid[i / 32u] >> (i % 32u)) & 1u) != 0u;
 }
@@ -180,55 +184,99 @@ fn dense_lo(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     }
 }
 
-fn key_less(a: vec2<u32>, b: vec2<u32>) -> bool {
-    return a.y < b.y || (a.y == b.y && a.x < b.x);
+// Sparse regions, two-level segmented reduction. The host cuts every group's
+// region (roffs[g] .. roffs[g + 1] of the partitioned columns) into pieces of at
+// most PIECE rows that do not cross a segment (pieces[2k], pieces[2k + 1]: first
+// and end row). `piece_reduce` (one dispatch per segment, one invocation per
+// piece of the segment) reduces a piece into its 8-word partial in ptbl;
+// `piece_merge` (one invocation per group) folds the group's pieces
+// (poffs[g] .. poffs[g + 1], in row order) into the table. No atomics are needed
+// for the arithmetic, and a huge (skewed) region is spread over many invocations.
+
+struct St {
+    cnt: u32,
+    s0: u32,
+    s1: u32,
+    s2: u32,
+    mn: vec2<u32>,
+    mx: vec2<u32>,
 }
 
-// Sparse regions: one invocation per group reduces the part of its region
-// (roffs[g] .. roffs[g + 1], rows of the partitioned columns) that lies in this
-// segment, continuing the state in the table (segments run in order, one
-// dispatch each, so no atomics are needed).
+fn st_new() -> St {
+    return St(0u, 0u, 0u, 0u, vec2<u32>(0xffffffffu, 0xffffffffu), vec2<u32>(0u, 0u));
+}
+
+// Adds the 96-bit (a0, a1, a2) into the state's sum.
+fn st_add96(st: ptr<function, St>, a0: u32, a1: u32, a2: u32) {
+    let t0 = (*st).s0 + a0;
+    let c0 = select(0u, 1u, t0 < (*st).s0);
+    let t1 = (*st).s1 + a1;
+    var c1 = select(0u, 1u, t1 < (*st).s1);
+    let t1b = t1 + c0;
+    c1 += select(0u, 1u, t1b < t1);
+    (*st).s0 = t0;
+    (*st).s1 = t1b;
+    (*st).s2 = (*st).s2 + a2 + c1;
+}
+
+fn st_key(st: ptr<function, St>, kmn: vec2<u32>, kmx: vec2<u32>) {
+    if (key_less(kmn, (*st).mn)) { (*st).mn = kmn; }
+    if (key_less((*st).mx, kmx)) { (*st).mx = kmx; }
+}
+
+@group(0) @binding(6) var<storage, read> pieces: array<u32>;
+@group(0) @binding(7) var<storage, read_write> ptbl: array<atomic<u32>>;
+
 @compute @workgroup_size(WG)
-fn region_reduce(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let g = (wid.x + wid.y * nwg.x) * WG + lid;
-    if (g >= p.groups) { return; }
-    let lo = max(roffs[g], p.row_base);
-    let hi = min(roffs[g + 1u], p.row_base + p.n);
-    if (lo >= hi) { return; }
-    let b = g * 8u;
-    var cnt = atomicLoad(&tbl[b]);
-    var s0 = atomicLoad(&tbl[b + 1u]);
-    var s1 = atomicLoad(&tbl[b + 2u]);
-    var s2 = atomicLoad(&tbl[b + 3u]);
-    var mn = vec2<u32>(atomicLoad(&tbl[b + 6u]), atomicLoad(&tbl[b + 4u]));
-    var mx = vec2<u32>(atomicLoad(&tbl[b + 7u]), atomicLoad(&tbl[b + 5u]));
+fn piece_reduce(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let k = (wid.x + wid.y * nwg.x) * WG + lid;
+    if (k >= p.tiles) { return; }
+    let pc = p.groups + k; // p.groups: first piece of this segment
+    let lo = pieces[2u * pc];
+    let hi = pieces[2u * pc + 1u];
+    var st = st_new();
     for (var gr = lo; gr < hi; gr++) {
         let r = gr - p.row_base;
         if (!is_valid(r)) { continue; }
-        cnt += 1u;
+        st.cnt += 1u;
         let v = vals[r];
         if ((p.flags & F_SUM) != 0u) {
-            let a2 = select(0u, 0xffffffffu, (v.y & 0x80000000u) != 0u);
-            let t0 = s0 + v.x;
-            let c0 = select(0u, 1u, t0 < s0);
-            let t1 = s1 + v.y;
-            var c1 = select(0u, 1u, t1 < s1);
-            let t1b = t1 + c0;
-            c1 += select(0u, 1u, t1b < t1);
-            s0 = t0;
-            s1 = t1b;
-            s2 = s2 + a2 + c1;
+            st_add96(&st, v.x, v.y, select(0u, 0xffffffffu, (v.y & 0x80000000u) != 0u));
         }
-        let k = sort_key(v);
-        if (key_less(k, mn)) { mn = k; }
-        if (key_less(mx, k)) { mx = k; }
+        let key = sort_key(v);
+        st_key(&st, key, key);
     }
-    atomicStore(&tbl[b], cnt);
-    atomicStore(&tbl[b + 1u], s0);
-    atomicStore(&tbl[b + 2u], s1);
-    atomicStore(&tbl[b + 3u], s2);
-    atomicStore(&tbl[b + 4u], mn.y);
-    atomicStore(&tbl[b + 5u], mx.y);
-    atomicStore(&tbl[b + 6u], mn.x);
-    atomicStore(&tbl[b + 7u], mx.x);
+    let b = pc * 8u;
+    atomicStore(&ptbl[b], st.cnt);
+    atomicStore(&ptbl[b + 1u], st.s0);
+    atomicStore(&ptbl[b + 2u], st.s1);
+    atomicStore(&ptbl[b + 3u], st.s2);
+    atomicStore(&ptbl[b + 4u], st.mn.y);
+    atomicStore(&ptbl[b + 5u], st.mx.y);
+    atomicStore(&ptbl[b + 6u], st.mn.x);
+    atomicStore(&ptbl[b + 7u], st.mx.x);
+}
+
+@compute @workgroup_size(WG)
+fn piece_merge(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let g = (wid.x + wid.y * nwg.x) * WG + lid;
+    if (g >= p.groups) { return; }
+    var st = st_new();
+    for (var pc = roffs[g]; pc < roffs[g + 1u]; pc++) {
+        let b = pc * 8u;
+        st.cnt += atomicLoad(&ptbl[b]);
+        st_add96(&st, atomicLoad(&ptbl[b + 1u]), atomicLoad(&ptbl[b + 2u]), atomicLoad(&ptbl[b + 3u]));
+        let kmn = vec2<u32>(atomicLoad(&ptbl[b + 6u]), atomicLoad(&ptbl[b + 4u]));
+        let kmx = vec2<u32>(atomicLoad(&ptbl[b + 7u]), atomicLoad(&ptbl[b + 5u]));
+        st_key(&st, kmn, kmx);
+    }
+    let b = g * 8u;
+    atomicStore(&tbl[b], st.cnt);
+    atomicStore(&tbl[b + 1u], st.s0);
+    atomicStore(&tbl[b + 2u], st.s1);
+    atomicStore(&tbl[b + 3u], st.s2);
+    atomicStore(&tbl[b + 4u], st.mn.y);
+    atomicStore(&tbl[b + 5u], st.mx.y);
+    atomicStore(&tbl[b + 6u], st.mn.x);
+    atomicStore(&tbl[b + 7u], st.mx.x);
 }

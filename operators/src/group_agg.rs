@@ -37,11 +37,11 @@
 //!   ([`dense_capacity`]: workgroup memory / 24 bytes, at most 1024 groups).
 //! * [`GroupAggStrategy::SparseRegions`]: the rows are partitioned by group id
 //!   ([`crate::partition::PartitionFn::Direct`], so each group is one contiguous
-//!   region and the `G + 1` region offsets are known), then one invocation per
-//!   group reduces its region (no atomics; one dispatch per segment continuing
-//!   the state). Any G; cost independent of G's size relative to workgroup memory.
-//!   A single huge region is reduced by one invocation (skewed data with many
-//!   groups is slower than it needs to be: not yet split).
+//!   region and the `G + 1` region offsets are known), then a two-level segmented
+//!   reduction over the region offsets: the host cuts the regions into pieces of
+//!   at most [`SPARSE_PIECE_ROWS`] rows (never crossing a segment), one invocation
+//!   reduces a piece into a partial, one invocation per group folds its pieces in
+//!   order (no atomics; a skewed region is spread over many invocations). Any G.
 //! * [`GroupAggStrategy::Auto`]: with `avg = rows / G` (the measured average group
 //!   size), DenseTags when `G <= dense capacity` and `avg >= workgroup_size / 8`
 //!   (regions at least an eighth of the workgroup: tags in workgroup memory then
@@ -72,6 +72,10 @@ const F_VALID: u32 = 1;
 const F_ROWS: u32 = 2;
 const F_F64: u32 = 4;
 const F_SUM: u32 = 8;
+
+/// Rows per piece of the sparse strategy's two-level segmented reduction (a
+/// region longer than this is reduced by several invocations).
+pub const SPARSE_PIECE_ROWS: u64 = 1024;
 
 /// Value type of an aggregated column.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -529,9 +533,38 @@ pub fn group_agg_gpu_with(
             cols.extend(columns.iter().map(|c| c.column));
             let part = partition_gpu(ctx, &cols, &[0], &PartitionFn::Direct { fanout: g })?;
             rows = (0..g as usize).map(|x| part.offsets[x + 1] - part.offsets[x]).collect();
-            let offs32: Vec<u32> = part.offsets.iter().map(|&o| o as u32).collect();
-            let roffs = DeviceArray::upload_segmented(ctx, &offs32, offs32.len().div_ceil(4) * 4)?;
-            let red = pipe("region_reduce")?;
+            // pieces of at most SPARSE_PIECE_ROWS rows, never crossing a segment
+            let offs = &part.offsets;
+            let mut pieces: Vec<u32> = Vec::new();
+            let mut poffs: Vec<u32> = Vec::with_capacity(g as usize + 1);
+            for x in 0..g as usize {
+                poffs.push((pieces.len() / 2) as u32);
+                let (mut a, e) = (offs[x], offs[x + 1]);
+                while a < e {
+                    let b = (a + SPARSE_PIECE_ROWS).min(e).min((a / seg as u64 + 1) * seg as u64);
+                    pieces.extend([a as u32, b as u32]);
+                    a = b;
+                }
+            }
+            let np = pieces.len() / 2;
+            poffs.push(np as u32);
+            // first piece of every segment (pieces are in row order)
+            let nseg = n.div_ceil(seg);
+            let mut seg_first = vec![np; nseg + 1];
+            for k in (0..np).rev() {
+                seg_first[pieces[2 * k] as usize / seg] = k;
+            }
+            for s in (0..nseg).rev() {
+                seg_first[s] = seg_first[s].min(seg_first[s + 1]);
+            }
+            if pieces.is_empty() {
+                pieces.extend([0, 0]);
+            }
+            let pieces_dev = DeviceArray::upload_segmented(ctx, &pieces, pieces.len().div_ceil(4) * 4)?;
+            let roffs = DeviceArray::upload_segmented(ctx, &poffs, poffs.len().div_ceil(4) * 4)?;
+            let ptbl = ctx.pool().alloc(np.max(1) as u64 * 32)?;
+            let red = pipe("piece_reduce")?;
+            let merge = pipe("piece_merge")?;
             for (ci, c) in columns.iter().enumerate() {
                 let t = tables[ci + 1].raw();
                 let pc = &part.columns[ci + 1];
@@ -541,11 +574,30 @@ pub fn group_agg_gpu_with(
                     AggKind::F64 => F_F64,
                 };
                 for s in 0..pc.values.num_segments() {
-                    let (vb, row_base, nrows) = pc.values.segment(s);
+                    let (vb, row_base, _) = pc.values.segment(s);
                     let vv = pc.validity.as_ref().map_or(vb, |v| v.segment(s).0);
-                    let ub = ctx.uniform(&Params { n: nrows as u32, groups: g, flags, row_base: row_base as u32, ..Default::default() });
-                    pass.dispatch(ctx, &red, &[entry(1, vb), entry(2, vv), entry(3, t), entry(4, roffs.segment(0).0), entry(5, &ub)], (g as u64).div_ceil(wg as u64))?;
+                    let cnt = seg_first[s + 1] - seg_first[s];
+                    let ub = ctx.uniform(&Params {
+                        groups: seg_first[s] as u32,
+                        tiles: cnt as u32,
+                        flags,
+                        row_base: row_base as u32,
+                        ..Default::default()
+                    });
+                    pass.dispatch(
+                        ctx,
+                        &red,
+                        &[entry(1, vb), entry(2, vv), entry(5, &ub), entry(6, pieces_dev.segment(0).0), entry(7, ptbl.raw())],
+                        (cnt as u64).div_ceil(wg as u64),
+                    )?;
                 }
+                let ub = ctx.uniform(&Params { groups: g, ..Default::default() });
+                pass.dispatch(
+                    ctx,
+                    &merge,
+                    &[entry(3, t), entry(4, roffs.segment(0).0), entry(5, &ub), entry(7, ptbl.raw())],
+                    (g as u64).div_ceil(wg as u64),
+                )?;
                 if c.kind == AggKind::F64 {
                     f64_sums[ci] = Some(region_f64_sums(ctx, &part.offsets, pc)?);
                 }
@@ -553,7 +605,7 @@ pub fn group_agg_gpu_with(
             let mut enc = ctx.encoder("group-agg");
             pass.encode(&mut enc, None);
             ctx.submit(enc)?;
-            drop(roffs);
+            drop((roffs, pieces_dev, ptbl));
         }
     }
     // read the tables back

@@ -393,10 +393,11 @@ struct Params {
 }
 
 /// Largest G the dense strategy takes on this device: 24 bytes of workgroup memory
-/// a group, at most 1024 groups.
+/// a group (the tables are sized in multiples of 64 groups), at most 1024 groups
+/// (1024 with 32 KiB of workgroup memory, 640 with WebGPU's minimum 16 KiB).
 pub fn dense_capacity(ctx: &GpuContext) -> u32 {
     let mem = ctx.limits().max_compute_workgroup_storage_size as u64;
-    ((mem.saturating_sub(64)) / 24).min(1024) as u32
+    ((mem.saturating_sub(64)) / 24 / 64 * 64).min(1024) as u32
 }
 
 /// The strategy [`GroupAggStrategy::Auto`] picks for `rows` rows in `g` groups.

@@ -194,3 +194,25 @@ fn group_agg_strategy_rule_and_errors() {
     let opts = GroupAggOptions { strategy: GroupAggStrategy::DenseTags, ..Default::default() };
     assert!(matches!(group_agg_gpu_with(&ctx, &g, cap + 1, &[], &opts), Err(GroupAggError::Gpu(GpuError::Invalid(_)))));
 }
+
+#[test]
+fn group_agg_above_the_binding_limit() {
+    let Some(ctx) = test_context() else { return };
+    let seg = ctx.segment_rows();
+    if seg > (32 << 20) {
+        eprintln!("segment of {seg} rows too large to exceed in a test on this adapter; covered with small segments");
+        return;
+    }
+    let n = seg + seg / 100 + 7;
+    let mut r = rng(10);
+    let gids: Vec<u32> = (0..n).map(|_| if r.random_bool(0.5) { 3 } else { r.random_range(0..100_000) }).collect();
+    let vals: Vec<i64> = (0..n).map(|_| r.random_range(-1_000_000_000_000i64..1_000_000_000_000)).collect();
+    let valid = bitmap(n, &mut r, 0.2);
+    let host = [HostAggColumn { values: HostAggValues::I64(&vals), validity: Some(&valid) }];
+    let want = group_agg_reference(&gids, 100_000, &host).unwrap();
+    for strategy in [GroupAggStrategy::Auto] {
+        let got = run_gpu(&ctx, &gids, 100_000, &host, seg, &GroupAggOptions { strategy, ..Default::default() }).unwrap();
+        assert_eq!(got.rows, want.rows);
+        assert!(got.columns == want.columns, "above the binding limit {strategy:?}");
+    }
+}

@@ -256,3 +256,25 @@ fn bench_helper_runs() {
     assert!(b.ms > 0.0 && b.gb_per_s > 0.0);
     assert_eq!(b.stats.passes, 1);
 }
+
+#[test]
+fn partition_above_the_binding_limit() {
+    let Some(ctx) = test_context() else { return };
+    let seg = ctx.segment_rows();
+    if seg > (32 << 20) {
+        eprintln!("segment of {seg} rows too large to exceed in a test on this adapter; covered with small segments");
+        return;
+    }
+    // more rows than one segment (16M rows on lavapipe's 128 MiB binding limit)
+    let n = seg + seg / 100 + 7;
+    let mut r = rng(9);
+    let keys: Vec<u32> = (0..n).map(|_| r.random()).collect();
+    let wide: Vec<u64> = (0..n as u64).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).collect();
+    let valid = bitmap(n, &mut r, 0.25);
+    let host = [HostColumn::u32(&keys).with_validity(&valid), HostColumn::u64(&wide).with_validity(&valid)];
+    let opts = PartitionOptions::default();
+    for fanout in [256u32, 4096] {
+        let st = check(&ctx, &host, &[0], PartitionFn::Hash { fanout }, seg, &opts, "above the binding limit");
+        assert!(st.histogram_bytes * 20 < st.input_bytes, "histogram scratch {st:?}");
+    }
+}

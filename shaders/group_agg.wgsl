@@ -129,6 +129,7 @@ fn dense_main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
     let end = min(tile * TILE + TILE, p.n);
     for (var r = tile * TILE + lid; r < end; r += WG) {
         let g = gids[r];
+        if (g >= p.groups) { continue; } // caller error: ids >= G are ignored, never written out of bounds
         if ((p.flags & F_ROWS) != 0u) {
             atomicAdd(&w_cnt[g], 1u);
         } else if (is_valid(r)) {
@@ -169,8 +170,8 @@ fn dense_lo(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     workgroupBarrier();
     let end = min(tile * TILE + TILE, p.n);
     for (var r = tile * TILE + lid; r < end; r += WG) {
-        if (is_valid(r)) {
-            let g = gids[r];
+        let g = gids[r];
+        if (g < p.groups && is_valid(r)) {
             let k = sort_key(vals[r]);
             if (k.y == atomicLoad(&tbl[g * 8u + 4u])) { atomicMin(&w_mn[g], k.x); atomicStore(&w_cnt[g], 1u); }
             if (k.y == atomicLoad(&tbl[g * 8u + 5u])) { atomicMax(&w_mx[g], k.x); atomicStore(&w_cnt[g], 1u); }

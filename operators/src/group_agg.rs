@@ -5,8 +5,9 @@
 //! # Inputs and outputs
 //!
 //! Rows carry a `u32` group id in `0 .. G` (from a dictionary of the GROUP BY key;
-//! ids `>= G` are a caller error: the CPU paths panic, the GPU's result is
-//! unspecified). Value columns hold 8-byte values with optional validity bitmaps:
+//! ids `>= G` are a caller error: the CPU paths panic; on the GPU they never
+//! write out of bounds: dense tags skip such rows, sparse regions count them into
+//! group `G - 1`). Value columns hold 8-byte values with optional validity bitmaps:
 //! [`AggKind::I64`] (BIGINT, decimals as unscaled i64, dates/timestamps) or
 //! [`AggKind::F64`] (DOUBLE). Per group and column the result is the non-NULL
 //! count and, when that is non-zero, the sum, the minimum and the maximum

@@ -1,0 +1,59 @@
+//! Partition timings: `cargo run -p ridgeline-operators --release --example
+//! partition_bench -- [min_log2_n] [max_log2_n] [payload_columns] [reps] [cpu: 0|1]`.
+//! For n = 2^min .. 2^max (default 2^20 .. 2^26) and fan-outs 2, 16, 256, 4096:
+//! the GPU hash partition of a u32 key plus `payload_columns` u32 columns
+//! (GPU-resident input, device time of the partition's compute pass, median of
+//! `reps`), its GB/s (input read + output written), the histogram scratch as a
+//! share of the input, and optionally the CPU fast path's wall time.
+use ridgeline_operators::partition::{bench_partition, partition_cpu, HostColumn, PartitionFn};
+
+fn main() {
+    let a: Vec<String> = std::env::args().collect();
+    let lo: u32 = a.get(1).map_or(20, |s| s.parse().unwrap());
+    let hi: u32 = a.get(2).map_or(26, |s| s.parse().unwrap());
+    let payload: usize = a.get(3).map_or(1, |s| s.parse().unwrap());
+    let reps: usize = a.get(4).map_or(3, |s| s.parse().unwrap());
+    let cpu = a.get(5).is_some_and(|s| s != "0");
+    let ctx = ridgeline_operators::global().expect("a GPU adapter");
+    println!("adapter: {} ({:?})", ctx.info().name, ctx.info().device_type);
+    println!("| n | fan-out | passes | GPU ms | GB/s | wall ms | hist scratch | CPU ms |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    for lg in lo..=hi {
+        let n = 1usize << lg;
+        for fanout in [2u32, 16, 256, 4096] {
+            let b = match bench_partition(&ctx, n, fanout, payload, reps) {
+                Ok(b) => b,
+                Err(e) => {
+                    println!("| 2^{lg} | {fanout} | error: {e} |");
+                    continue;
+                }
+            };
+            let cpu_ms = if cpu {
+                let keys: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761)).collect();
+                let pays: Vec<Vec<u32>> = (0..payload).map(|c| (0..n as u32).map(|i| i ^ c as u32).collect()).collect();
+                let mut cols = vec![HostColumn::u32(&keys)];
+                cols.extend(pays.iter().map(|p| HostColumn::u32(p)));
+                let mut ts: Vec<f64> = (0..reps.max(1))
+                    .map(|_| {
+                        let t = std::time::Instant::now();
+                        let out = partition_cpu(&cols, &[0], &PartitionFn::Hash { fanout });
+                        std::hint::black_box(&out);
+                        t.elapsed().as_secs_f64() * 1e3
+                    })
+                    .collect();
+                ts.sort_by(|x, y| x.total_cmp(y));
+                format!("{:.1}", ts[ts.len() / 2])
+            } else {
+                "-".into()
+            };
+            println!(
+                "| 2^{lg} | {fanout} | {} | {:.2} | {:.2} | {:.1} | {:.2}% | {cpu_ms} |",
+                b.stats.passes,
+                b.ms,
+                b.gb_per_s,
+                b.wall_ms,
+                100.0 * b.stats.histogram_bytes as f64 / b.stats.input_bytes as f64
+            );
+        }
+    }
+}

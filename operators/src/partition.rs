@@ -1,0 +1,940 @@
+//! Partitioning: the rows of a batch's columns regrouped so that every partition
+//! is contiguous, keeping the input order inside each partition (a **stable**
+//! partition), on the GPU (shaders/partition.wgsl) and on the CPU.
+//!
+//! # Partition ids ([`PartitionFn`])
+//!
+//! * [`PartitionFn::Radix`]: bits `shift .. shift + bits` of one `u32`/`u64` key
+//!   (fan-out `2^bits`, `bits <= 24`); NULL keys go to partition 0.
+//! * [`PartitionFn::Direct`]: the `u32` key itself is the id (group ids, dictionary
+//!   codes); keys `>= fanout` are clamped to `fanout - 1`; NULL keys go to 0.
+//! * [`PartitionFn::Hash`]: a 32-bit hash of one or more `u32`/`u64` key columns
+//!   modulo the fan-out. The hash starts at 0 and folds every key word in with
+//!   [`hash_combine`] (a boost-style combine followed by the murmur3 32-bit
+//!   finalizer; 64-bit keys contribute their low then their high word); a NULL key
+//!   contributes the fixed word [`NULL_TAG`] (twice for a 64-bit key), so equal
+//!   keys, NULLs included, always land in the same partition. The same function
+//!   runs in WGSL and in Rust ([`partition_ids`]).
+//!
+//! # GPU algorithm
+//!
+//! 1. One kernel computes every row's partition id into a `u32` scratch array
+//!    (hash: one dispatch per key column, folding into the running hash).
+//! 2. Per pass over an 8-bit digit of the id (LSD order; fan-out `F` needs
+//!    `ceil(log256 F)` passes, one for `F <= 256`): per tile of
+//!    [`PartitionOptions::tile_rows`] rows a histogram of the digit in workgroup
+//!    memory (workgroup atomics), written partition-major (`counts[b * W + w]` for
+//!    digit `b` and tile `w`); the crate's GPU exclusive scan ([`crate::scan`]) of
+//!    that matrix gives every (digit, tile) its first output row; a rank kernel
+//!    gives every row its stable destination (rows walk the tile in chunks of one
+//!    workgroup in order; the rank inside a chunk is a popcount over a per-digit
+//!    ballot mask in workgroup memory, plus the digit's running count in the tile).
+//!    Multi-pass: the ids and the row numbers are moved along each pass; at the
+//!    end the composed permutation is inverted, so every column is scattered once.
+//! 3. Every column (4-byte words; 8-byte columns as `vec2<u32>`; validity bits by
+//!    `atomicOr` into the zeroed output bitmap) is scattered by the destinations.
+//! 4. The fan-out + 1 offsets come from the scanned matrix (one pass) or from the
+//!    sorted ids (several passes), and are read back (one synchronisation).
+//!
+//! Every step is deterministic, so the output equals [`partition_reference`]
+//! exactly. All dispatches go into one compute pass of one submission.
+//!
+//! # Segments
+//!
+//! Inputs may span several segments (see [`DeviceArray`]); outputs have the
+//! input's `seg_rows`. Tiles never straddle segments. A scatter writes anywhere in
+//! the output, so each (input segment, output segment) pair is one dispatch that
+//! keeps only the rows landing in its output segment: `S^2` dispatches for `S`
+//! segments (1 below 2^28 rows with the default segmentation).
+//!
+//! # Scratch ([`PartitionStats`])
+//!
+//! Histograms and offsets: two `u32` matrices of `digits * tiles` (with the
+//! default 16384-row tiles and 256 digits, `n / 16` bytes each: together 3.1% of
+//! a lone `u32` key column, 1.6% of a key plus one `u32` payload), the scan's
+//! look-back state and the `F + 1` offsets. Per-row scratch (not in the
+//! histogram figure, reported apart): the ids and the destinations (8 bytes a
+//! row), plus for several passes the moved ids, row numbers and the composed
+//! permutation (16 more bytes a row).
+//!
+//! # CPU
+//!
+//! [`partition_cpu`]: rayon over chunks of rows (a histogram per chunk, the
+//! partition-major matrix of chunk histograms prefix-summed by
+//! [`crate::cpu_scan::exclusive_scan`], the cache-partitioned SIMD scan of Zhang,
+//! Wang & Ross, then every chunk scatters its rows in order). Identical output to
+//! [`partition_reference`] (sequential counting sort) and the GPU.
+use crate::array::DeviceArray;
+use crate::compact::{Column, CompactedColumn};
+use crate::context::GpuContext;
+use crate::error::{GpuError, GpuResult};
+use crate::pool::GpuBuffer;
+use crate::scan::{Pass, ScanKernel, ScanKind, ScanOptions, ScanType};
+use crate::timing::KernelTimer;
+use rayon::prelude::*;
+
+const PARTITION_WGSL: &str = include_str!("../../shaders/partition.wgsl");
+
+/// The word a NULL key contributes to the hash (ASCII "null").
+pub const NULL_TAG: u32 = 0x6e75_6c6c;
+
+/// Largest fan-out (and radix width `2^24`).
+pub const MAX_FANOUT: u32 = 1 << 24;
+
+const F_FIRST: u32 = 1;
+const F_LAST: u32 = 2;
+const F_VALID: u32 = 4;
+const F_DIRECT: u32 = 8;
+const F_PREV: u32 = 16;
+
+/// The murmur3 32-bit finalizer.
+#[inline]
+pub fn mix32(mut h: u32) -> u32 {
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x85eb_ca6b);
+    h ^= h >> 13;
+    h = h.wrapping_mul(0xc2b2_ae35);
+    h ^= h >> 16;
+    h
+}
+
+/// Folds the word `w` into the hash `h` (same as shaders/partition.wgsl).
+#[inline]
+pub fn hash_combine(h: u32, w: u32) -> u32 {
+    mix32(h ^ w.wrapping_add(0x9e37_79b9).wrapping_add(h << 6).wrapping_add(h >> 2))
+}
+
+/// How rows map to partitions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PartitionFn {
+    /// Bits `shift .. shift + bits` of one u32/u64 key (fan-out `2^bits`).
+    Radix {
+        /// First bit.
+        shift: u32,
+        /// Number of bits (0..=24).
+        bits: u32,
+    },
+    /// The u32 key is the partition id (clamped to `fanout - 1`).
+    Direct {
+        /// Partitions.
+        fanout: u32,
+    },
+    /// Hash of the key columns modulo `fanout`.
+    Hash {
+        /// Partitions.
+        fanout: u32,
+    },
+}
+
+impl PartitionFn {
+    /// Number of partitions.
+    pub fn fanout(&self) -> u32 {
+        match *self {
+            PartitionFn::Radix { bits, .. } => 1 << bits,
+            PartitionFn::Direct { fanout } | PartitionFn::Hash { fanout } => fanout,
+        }
+    }
+    /// LSD passes over 8-bit digits the GPU needs.
+    pub fn passes(&self) -> u32 {
+        let f = self.fanout();
+        if f <= 1 {
+            1
+        } else {
+            (32 - (f - 1).leading_zeros()).div_ceil(8)
+        }
+    }
+    fn check(&self, key_widths: &[usize]) -> Result<(), String> {
+        let f = self.fanout();
+        if f == 0 || f > MAX_FANOUT {
+            return Err(format!("fan-out {f} (expected 1..={MAX_FANOUT})"));
+        }
+        match *self {
+            PartitionFn::Radix { shift, bits } => {
+                if key_widths.len() != 1 {
+                    return Err("radix partitioning takes one key column".into());
+                }
+                if bits > 24 || shift + bits > 8 * key_widths[0] as u32 {
+                    return Err(format!("radix bits {shift}..{} of a {}-byte key", shift + bits, key_widths[0]));
+                }
+            }
+            PartitionFn::Direct { .. } => {
+                if key_widths != [4] {
+                    return Err("direct partitioning takes one u32 key column".into());
+                }
+            }
+            PartitionFn::Hash { .. } => {
+                if key_widths.is_empty() {
+                    return Err("hash partitioning needs at least one key column".into());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Host columns, CPU reference and fast path
+// ---------------------------------------------------------------------------------
+
+/// Values of a host column.
+#[derive(Clone, Copy, Debug)]
+pub enum HostValues<'a> {
+    /// 4-byte values (u32, i32, f32, dates, ...).
+    U32(&'a [u32]),
+    /// 8-byte values (u64, i64, f64, ...).
+    U64(&'a [u64]),
+}
+
+impl HostValues<'_> {
+    /// Rows.
+    pub fn len(&self) -> usize {
+        match self {
+            HostValues::U32(v) => v.len(),
+            HostValues::U64(v) => v.len(),
+        }
+    }
+    /// Whether there are no rows.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    fn width(&self) -> usize {
+        match self {
+            HostValues::U32(_) => 4,
+            HostValues::U64(_) => 8,
+        }
+    }
+}
+
+/// A host column: values and an optional validity bitmap (bit `i % 32` of word
+/// `i / 32` set = row `i` not NULL, like Arrow).
+#[derive(Clone, Copy, Debug)]
+pub struct HostColumn<'a> {
+    /// Values.
+    pub values: HostValues<'a>,
+    /// Validity bitmap (`ceil(len / 32)` words).
+    pub validity: Option<&'a [u32]>,
+}
+
+impl<'a> HostColumn<'a> {
+    /// A u32 column without NULLs.
+    pub fn u32(v: &'a [u32]) -> Self {
+        HostColumn { values: HostValues::U32(v), validity: None }
+    }
+    /// A u64 column without NULLs.
+    pub fn u64(v: &'a [u64]) -> Self {
+        HostColumn { values: HostValues::U64(v), validity: None }
+    }
+    /// The same column with a validity bitmap.
+    pub fn with_validity(mut self, bits: &'a [u32]) -> Self {
+        self.validity = Some(bits);
+        self
+    }
+    fn valid(&self, i: usize) -> bool {
+        self.validity.is_none_or(|b| (b[i / 32] >> (i % 32)) & 1 != 0)
+    }
+}
+
+/// Owned values of a partitioned host column.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OwnedValues {
+    /// 4-byte values.
+    U32(Vec<u32>),
+    /// 8-byte values.
+    U64(Vec<u64>),
+}
+
+/// A partitioned host column.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnedColumn {
+    /// Values in partition order.
+    pub values: OwnedValues,
+    /// Validity bitmap (`ceil(len / 32)` words, bits past `len` zero), when the
+    /// input had one.
+    pub validity: Option<Vec<u32>>,
+}
+
+/// A partitioned batch on the host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostPartitioned {
+    /// `fanout + 1` offsets: partition `b` is rows `offsets[b] .. offsets[b + 1]`.
+    pub offsets: Vec<u64>,
+    /// The columns, in input order.
+    pub columns: Vec<OwnedColumn>,
+}
+
+fn check_host(columns: &[HostColumn<'_>], keys: &[usize], func: &PartitionFn) -> usize {
+    let n = columns.first().map_or(0, |c| c.values.len());
+    for c in columns {
+        assert_eq!(c.values.len(), n, "columns of different lengths");
+        if let Some(v) = c.validity {
+            assert!(v.len() >= n.div_ceil(32), "validity bitmap too short");
+        }
+    }
+    for &k in keys {
+        assert!(k < columns.len(), "key column {k} out of range");
+    }
+    let widths: Vec<usize> = keys.iter().map(|&k| columns[k].values.width()).collect();
+    if let Err(e) = func.check(&widths) {
+        panic!("{e}");
+    }
+    n
+}
+
+fn row_id(columns: &[HostColumn<'_>], keys: &[usize], func: &PartitionFn, i: usize) -> u32 {
+    let word = |c: &HostColumn<'_>| -> (u32, u32) {
+        match c.values {
+            HostValues::U32(v) => (v[i], 0),
+            HostValues::U64(v) => (v[i] as u32, (v[i] >> 32) as u32),
+        }
+    };
+    match *func {
+        PartitionFn::Radix { shift, bits } => {
+            let c = &columns[keys[0]];
+            if !c.valid(i) {
+                return 0;
+            }
+            let (lo, hi) = word(c);
+            let v = ((hi as u64) << 32) | lo as u64;
+            ((v >> shift) as u32) & ((1u64 << bits) - 1) as u32
+        }
+        PartitionFn::Direct { fanout } => {
+            let c = &columns[keys[0]];
+            if !c.valid(i) {
+                return 0;
+            }
+            word(c).0.min(fanout - 1)
+        }
+        PartitionFn::Hash { fanout } => {
+            let mut h = 0u32;
+            for &k in keys {
+                let c = &columns[k];
+                let wide = c.values.width() == 8;
+                let (lo, hi) = if c.valid(i) { word(c) } else { (NULL_TAG, NULL_TAG) };
+                h = hash_combine(h, lo);
+                if wide {
+                    h = hash_combine(h, hi);
+                }
+            }
+            h % fanout
+        }
+    }
+}
+
+/// The partition id of every row (what the GPU's first kernel computes).
+pub fn partition_ids(columns: &[HostColumn<'_>], keys: &[usize], func: &PartitionFn) -> Vec<u32> {
+    let n = check_host(columns, keys, func);
+    let mut ids = vec![0u32; n];
+    ids.par_chunks_mut(1 << 16).enumerate().for_each(|(c, out)| {
+        for (j, o) in out.iter_mut().enumerate() {
+            *o = row_id(columns, keys, func, c * (1 << 16) + j);
+        }
+    });
+    ids
+}
+
+fn gather_column(c: &HostColumn<'_>, order: &[u32]) -> OwnedColumn {
+    let values = match c.values {
+        HostValues::U32(v) => OwnedValues::U32(order.iter().map(|&i| v[i as usize]).collect()),
+        HostValues::U64(v) => OwnedValues::U64(order.iter().map(|&i| v[i as usize]).collect()),
+    };
+    let validity = c.validity.map(|_| {
+        let mut bits = vec![0u32; order.len().div_ceil(32)];
+        for (j, &i) in order.iter().enumerate() {
+            if c.valid(i as usize) {
+                bits[j / 32] |= 1 << (j % 32);
+            }
+        }
+        bits
+    });
+    OwnedColumn { values, validity }
+}
+
+/// The sequential reference: a stable counting sort by partition id. Panics on
+/// invalid arguments (mismatched lengths, a bad [`PartitionFn`]).
+pub fn partition_reference(columns: &[HostColumn<'_>], keys: &[usize], func: &PartitionFn) -> HostPartitioned {
+    let n = check_host(columns, keys, func);
+    let f = func.fanout() as usize;
+    let ids: Vec<u32> = (0..n).map(|i| row_id(columns, keys, func, i)).collect();
+    let mut offsets = vec![0u64; f + 1];
+    for &id in &ids {
+        offsets[id as usize + 1] += 1;
+    }
+    for b in 0..f {
+        offsets[b + 1] += offsets[b];
+    }
+    let mut next: Vec<u64> = offsets[..f].to_vec();
+    let mut order = vec![0u32; n];
+    for (i, &id) in ids.iter().enumerate() {
+        order[next[id as usize] as usize] = i as u32;
+        next[id as usize] += 1;
+    }
+    HostPartitioned { offsets, columns: columns.iter().map(|c| gather_column(c, &order)).collect() }
+}
+
+struct SyncPtr<T>(*mut T);
+unsafe impl<T> Send for SyncPtr<T> {}
+unsafe impl<T> Sync for SyncPtr<T> {}
+impl<T> SyncPtr<T> {
+    /// # Safety
+    /// `i` in bounds and written by one thread only.
+    unsafe fn write(&self, i: usize, v: T) {
+        unsafe { self.0.add(i).write(v) }
+    }
+}
+
+/// The CPU fast path: parallel histograms per chunk, the chunk-histogram matrix
+/// (partition-major) prefix-summed by [`crate::cpu_scan::exclusive_scan`], a
+/// parallel stable scatter of the row numbers, then every column gathered in
+/// parallel. Same output as [`partition_reference`].
+pub fn partition_cpu(columns: &[HostColumn<'_>], keys: &[usize], func: &PartitionFn) -> HostPartitioned {
+    let n = check_host(columns, keys, func);
+    let f = func.fanout() as usize;
+    let threads = rayon::current_num_threads().max(1);
+    // chunks: enough for the threads, few enough that the matrix stays small
+    let chunk = n.div_ceil(threads * 4).max(1 << 14).max(f * 4);
+    let nchunks = n.div_ceil(chunk).max(1);
+    let ids = partition_ids(columns, keys, func);
+    let hists: Vec<Vec<u32>> = (0..nchunks)
+        .into_par_iter()
+        .map(|c| {
+            let mut h = vec![0u32; f];
+            for &id in &ids[(c * chunk).min(n)..((c + 1) * chunk).min(n)] {
+                h[id as usize] += 1;
+            }
+            h
+        })
+        .collect();
+    let mut matrix = vec![0u64; f * nchunks];
+    for (c, h) in hists.iter().enumerate() {
+        for b in 0..f {
+            matrix[b * nchunks + c] = h[b] as u64;
+        }
+    }
+    let total = crate::cpu_scan::exclusive_scan_in_place(&mut matrix);
+    debug_assert_eq!(total, n as u64);
+    let mut offsets: Vec<u64> = (0..f).map(|b| matrix[b * nchunks]).collect();
+    offsets.push(n as u64);
+    let mut order = vec![0u32; n];
+    let ptr = SyncPtr(order.as_mut_ptr());
+    (0..nchunks).into_par_iter().for_each(|c| {
+        let mut next: Vec<u64> = (0..f).map(|b| matrix[b * nchunks + c]).collect();
+        let start = (c * chunk).min(n);
+        for (j, &id) in ids[start..((c + 1) * chunk).min(n)].iter().enumerate() {
+            let d = &mut next[id as usize];
+            // SAFETY: the destinations of all chunks are disjoint and below n.
+            unsafe { ptr.write(*d as usize, (start + j) as u32) };
+            *d += 1;
+        }
+    });
+    let cols = columns.par_iter().map(|c| gather_column_par(c, &order)).collect();
+    HostPartitioned { offsets, columns: cols }
+}
+
+fn gather_column_par(c: &HostColumn<'_>, order: &[u32]) -> OwnedColumn {
+    let values = match c.values {
+        HostValues::U32(v) => OwnedValues::U32(order.par_iter().map(|&i| v[i as usize]).collect()),
+        HostValues::U64(v) => OwnedValues::U64(order.par_iter().map(|&i| v[i as usize]).collect()),
+    };
+    let validity = c.validity.map(|_| {
+        order
+            .par_chunks(32)
+            .map(|ch| ch.iter().enumerate().fold(0u32, |w, (k, &i)| w | ((c.valid(i as usize) as u32) << k)))
+            .collect()
+    });
+    OwnedColumn { values, validity }
+}
+
+// ---------------------------------------------------------------------------------
+// GPU
+// ---------------------------------------------------------------------------------
+
+/// Tuning of [`partition_gpu_with`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartitionOptions {
+    /// Invocations per workgroup: 32, 64, 128 or 256.
+    pub workgroup_size: u32,
+    /// Rows per tile (one histogram column), a multiple of `workgroup_size`.
+    pub tile_rows: u32,
+}
+
+impl Default for PartitionOptions {
+    /// 256 invocations, 16384-row tiles (histogram scratch 1/16 of a u32 column
+    /// per 256 digits, see the module documentation).
+    fn default() -> Self {
+        PartitionOptions { workgroup_size: 256, tile_rows: 16384 }
+    }
+}
+
+/// Memory accounting of a GPU partition.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PartitionStats {
+    /// LSD digit passes.
+    pub passes: u32,
+    /// Tiles (histogram columns).
+    pub tiles: u64,
+    /// Device bytes of the histogram matrices, their scans (look-back state and
+    /// total included) and the `fanout + 1` offsets: the scratch the 5% target is
+    /// about.
+    pub histogram_bytes: u64,
+    /// Device bytes of per-row scratch (ids, destinations; for several passes the
+    /// moved ids, row numbers and composed permutation).
+    pub row_scratch_bytes: u64,
+    /// Logical bytes of the input columns (values plus validity).
+    pub input_bytes: u64,
+}
+
+/// A partitioned batch on the device.
+#[derive(Debug)]
+pub struct Partitioned {
+    /// `fanout + 1` offsets: partition `b` is rows `offsets[b] .. offsets[b + 1]`.
+    pub offsets: Vec<u64>,
+    /// The columns in input order, partitioned (the input's `seg_rows`; validity
+    /// bitmaps `seg_rows / 32` words per segment, bits past the length zero).
+    pub columns: Vec<CompactedColumn>,
+    /// Scratch accounting.
+    pub stats: PartitionStats,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    n: u32,
+    tiles: u32,
+    tile_base: u32,
+    total_tiles: u32,
+    shift: u32,
+    mask: u32,
+    fanout: u32,
+    flags: u32,
+    out_first: u32,
+    out_rows: u32,
+    row_base: u32,
+    nb: u32,
+    dshift: u32,
+    total: u32,
+    pad0: u32,
+    pad1: u32,
+}
+
+struct Kernels {
+    wg: u32,
+    chunks: u32,
+}
+
+impl Kernels {
+    fn pipe(&self, ctx: &GpuContext, wide: bool, entry: &str) -> GpuResult<std::sync::Arc<wgpu::ComputePipeline>> {
+        let (t, fns) = if wide {
+            (
+                "vec2<u32>",
+                "fn klo(k: vec2<u32>) -> u32 { return k.x; }\nfn khi(k: vec2<u32>) -> u32 { return k.y; }\nconst KWIDE: bool = true;",
+            )
+        } else {
+            ("u32", "fn klo(k: u32) -> u32 { return k; }\nfn khi(k: u32) -> u32 { return 0u; }\nconst KWIDE: bool = false;")
+        };
+        let defs = [
+            ("T", t.to_string()),
+            ("KEY_FNS", fns.to_string()),
+            ("WG", self.wg.to_string()),
+            ("CHUNKS", self.chunks.to_string()),
+        ];
+        ctx.pipeline(if wide { "partition-64" } else { "partition-32" }, PARTITION_WGSL, entry, &defs)
+    }
+}
+
+fn entry(binding: u32, buf: &wgpu::Buffer) -> wgpu::BindGroupEntry<'_> {
+    wgpu::BindGroupEntry { binding, resource: buf.as_entire_binding() }
+}
+
+/// A segmented `u32` scratch array plus its bytes.
+fn scratch(ctx: &GpuContext, n: usize, seg: usize, bytes: &mut u64) -> GpuResult<DeviceArray> {
+    let a = DeviceArray::alloc_segmented(ctx, n, 4, seg)?;
+    *bytes += a.device_bytes();
+    Ok(a)
+}
+
+/// Records `out[idx[i]] = src[i]` (or the row number `i` when `src` is `None`) for
+/// all rows, one dispatch per (input segment, output segment).
+fn record_move(
+    ctx: &GpuContext,
+    k: &Kernels,
+    pass: &mut Pass,
+    idx: &DeviceArray,
+    src: Option<&DeviceArray>,
+    out: &DeviceArray,
+) -> GpuResult<()> {
+    let wide = src.is_some_and(|s| s.elem_size() == 8);
+    let pipe = k.pipe(ctx, wide, if src.is_some() { "move_values" } else { "move_iota" })?;
+    for s in 0..idx.num_segments() {
+        let (ib, row_base, rows) = idx.segment(s);
+        for t in 0..out.num_segments() {
+            let (ob, out_first, out_rows) = out.segment(t);
+            let ub = ctx.uniform(&Params {
+                n: rows as u32,
+                out_first: out_first as u32,
+                out_rows: out_rows as u32,
+                row_base: row_base as u32,
+                ..Default::default()
+            });
+            let mut e = vec![entry(7, ib), entry(9, ob), entry(15, &ub)];
+            if let Some(sa) = src {
+                e.push(entry(8, sa.segment(s).0));
+            }
+            pass.dispatch(ctx, &pipe, &e, (rows as u64).div_ceil(k.wg as u64))?;
+        }
+    }
+    Ok(())
+}
+
+fn record_move_validity(ctx: &GpuContext, k: &Kernels, pass: &mut Pass, idx: &DeviceArray, vin: &DeviceArray, vout: &DeviceArray) -> GpuResult<()> {
+    let pipe = k.pipe(ctx, false, "move_validity")?;
+    let seg = idx.seg_rows();
+    for s in 0..idx.num_segments() {
+        let (ib, _, rows) = idx.segment(s);
+        for t in 0..vout.num_segments() {
+            let (ob, _, _) = vout.segment(t);
+            let out_first = t * seg;
+            let out_rows = (idx.len() - out_first).min(seg);
+            let ub = ctx.uniform(&Params { n: rows as u32, out_first: out_first as u32, out_rows: out_rows as u32, ..Default::default() });
+            pass.dispatch(
+                ctx,
+                &pipe,
+                &[entry(7, ib), entry(10, vin.segment(s).0), entry(11, ob), entry(15, &ub)],
+                (rows as u64).div_ceil(k.wg as u64),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Partitions `columns` by the key columns `keys` (indices into `columns`) with
+/// the default options. All columns must have the same length and `seg_rows`.
+pub fn partition_gpu(ctx: &GpuContext, columns: &[Column<'_>], keys: &[usize], func: &PartitionFn) -> GpuResult<Partitioned> {
+    partition_gpu_with(ctx, columns, keys, func, &PartitionOptions::default())
+}
+
+/// [`partition_gpu`] with explicit options.
+pub fn partition_gpu_with(
+    ctx: &GpuContext,
+    columns: &[Column<'_>],
+    keys: &[usize],
+    func: &PartitionFn,
+    opts: &PartitionOptions,
+) -> GpuResult<Partitioned> {
+    partition_impl(ctx, columns, keys, func, opts, None)
+}
+
+fn partition_impl(
+    ctx: &GpuContext,
+    columns: &[Column<'_>],
+    keys: &[usize],
+    func: &PartitionFn,
+    opts: &PartitionOptions,
+    timer: Option<&KernelTimer>,
+) -> GpuResult<Partitioned> {
+    let inv = |m: String| GpuError::Invalid(m);
+    if columns.is_empty() {
+        return Err(inv("partition of no columns".into()));
+    }
+    let n = columns[0].values.len();
+    let seg = columns[0].values.seg_rows();
+    for c in columns {
+        if c.values.len() != n || c.values.seg_rows() != seg {
+            return Err(inv("partition columns of different lengths or segmentations".into()));
+        }
+        if let Some(v) = c.validity {
+            if v.len() != n.div_ceil(32) || v.seg_rows() * 32 != seg {
+                return Err(inv("validity bitmap does not match its column".into()));
+            }
+        }
+    }
+    if keys.iter().any(|&k| k >= columns.len()) {
+        return Err(inv("key column index out of range".into()));
+    }
+    let widths: Vec<usize> = keys.iter().map(|&k| columns[k].values.elem_size()).collect();
+    func.check(&widths).map_err(inv)?;
+    if n as u64 >= u32::MAX as u64 {
+        return Err(inv(format!("partition of {n} rows (at most 2^32 - 2)")));
+    }
+    let wg = opts.workgroup_size;
+    if ![32, 64, 128, 256].contains(&wg) || opts.tile_rows == 0 || opts.tile_rows % wg != 0 {
+        return Err(inv(format!("workgroup size {wg} / tile of {} rows", opts.tile_rows)));
+    }
+    let k = Kernels { wg, chunks: opts.tile_rows / wg };
+    let fanout = func.fanout();
+    let passes = func.passes();
+    let input_bytes = columns
+        .iter()
+        .map(|c| (c.values.len() * c.values.elem_size() + c.validity.map_or(0, |v| v.len() * 4)) as u64)
+        .sum::<u64>();
+    let mut outputs = Vec::with_capacity(columns.len());
+    for c in columns {
+        let values = DeviceArray::alloc_segmented(ctx, n, c.values.elem_size(), seg)?;
+        let validity = match c.validity {
+            Some(_) => Some(DeviceArray::alloc_segmented(ctx, n.div_ceil(32), 4, seg / 32)?),
+            None => None,
+        };
+        outputs.push(CompactedColumn { values, validity });
+    }
+    let mut stats = PartitionStats { passes, input_bytes, ..Default::default() };
+    if n == 0 {
+        return Ok(Partitioned { offsets: vec![0; fanout as usize + 1], columns: outputs, stats });
+    }
+    let mut pass = Pass::default();
+    let mut enc = ctx.encoder("partition");
+    for o in &outputs {
+        if let Some(v) = &o.validity {
+            for i in 0..v.num_segments() {
+                enc.clear_buffer(v.segment(i).0, 0, None);
+            }
+        }
+    }
+    let mut row_bytes = 0u64;
+    let mut hist_bytes = 0u64;
+    // 1. partition ids
+    let ids = scratch(ctx, n, seg, &mut row_bytes)?;
+    let groups = |rows: usize| (rows as u64).div_ceil(wg as u64);
+    match *func {
+        PartitionFn::Radix { .. } | PartitionFn::Direct { .. } => {
+            let kc = &columns[keys[0]];
+            let wide = kc.values.elem_size() == 8;
+            let pipe = k.pipe(ctx, wide, "pid_radix")?;
+            let (shift, mask, flags) = match *func {
+                PartitionFn::Radix { shift, bits } => (shift, ((1u64 << bits) - 1) as u32, 0),
+                _ => (0, 0, F_DIRECT),
+            };
+            for s in 0..ids.num_segments() {
+                let (ib, _, rows) = ids.segment(s);
+                let kb = kc.values.segment(s).0;
+                let vflag = if kc.validity.is_some() { F_VALID } else { 0 };
+                let ub = ctx.uniform(&Params { n: rows as u32, shift, mask, fanout, flags: flags | vflag, ..Default::default() });
+                let vb = kc.validity.map_or(kb, |v| v.segment(s).0);
+                pass.dispatch(ctx, &pipe, &[entry(0, kb), entry(1, vb), entry(2, ib), entry(15, &ub)], groups(rows))?;
+            }
+        }
+        PartitionFn::Hash { .. } => {
+            for (j, &kcol) in keys.iter().enumerate() {
+                let kc = &columns[kcol];
+                let pipe = k.pipe(ctx, kc.values.elem_size() == 8, "pid_hash")?;
+                let mut flags = if kc.validity.is_some() { F_VALID } else { 0 };
+                if j == 0 {
+                    flags |= F_FIRST;
+                }
+                if j + 1 == keys.len() {
+                    flags |= F_LAST;
+                }
+                for s in 0..ids.num_segments() {
+                    let (ib, _, rows) = ids.segment(s);
+                    let kb = kc.values.segment(s).0;
+                    let vb = kc.validity.map_or(kb, |v| v.segment(s).0);
+                    let ub = ctx.uniform(&Params { n: rows as u32, fanout, flags, ..Default::default() });
+                    pass.dispatch(ctx, &pipe, &[entry(0, kb), entry(1, vb), entry(2, ib), entry(15, &ub)], groups(rows))?;
+                }
+            }
+        }
+    }
+    // 2. digit passes
+    let tile = opts.tile_rows as usize;
+    let seg_tiles: Vec<usize> = (0..ids.num_segments()).map(|s| ids.segment(s).2.div_ceil(tile)).collect();
+    let total_tiles: usize = seg_tiles.iter().sum();
+    stats.tiles = total_tiles as u64;
+    let sk = ScanKernel::new(ctx, ScanType::U32, &ScanOptions::default())?;
+    let hist_pipe = k.pipe(ctx, false, "histogram")?;
+    let rank_pipe = k.pipe(ctx, false, "rank")?;
+    let mut cur_ids = ids;
+    let mut src: Option<DeviceArray> = None; // position -> input row, after the passes so far
+    let mut keep_arrays: Vec<DeviceArray> = Vec::new();
+    let mut keep_bufs: Vec<GpuBuffer> = Vec::new();
+    let mut last_offs: Option<GpuBuffer> = None;
+    let mut dest: Option<DeviceArray> = None;
+    for ps in 0..passes {
+        let dshift = 8 * ps;
+        let nb = if fanout <= 1 { 1 } else { (((fanout - 1) >> dshift) + 1).min(256) };
+        let m = nb as u64 * total_tiles as u64;
+        let counts = ctx.pool().alloc(m.div_ceil(4) * 16)?;
+        let offs = ctx.pool().alloc(m.div_ceil(4) * 16)?;
+        let total = ctx.pool().alloc(16)?;
+        hist_bytes += counts.size() + offs.size() + total.size();
+        let mut tb = 0usize;
+        for s in 0..cur_ids.num_segments() {
+            let (pb, _, rows) = cur_ids.segment(s);
+            let ub = ctx.uniform(&Params {
+                n: rows as u32,
+                tiles: seg_tiles[s] as u32,
+                tile_base: tb as u32,
+                total_tiles: total_tiles as u32,
+                nb,
+                dshift,
+                ..Default::default()
+            });
+            pass.dispatch(ctx, &hist_pipe, &[entry(3, pb), entry(4, counts.raw()), entry(15, &ub)], seg_tiles[s] as u64)?;
+            tb += seg_tiles[s];
+        }
+        let before = pass.keep.len();
+        sk.record(ctx, &mut pass, &[(counts.raw(), offs.raw(), m)], ScanKind::Exclusive, total.raw())?;
+        hist_bytes += pass.keep[before..].iter().map(|b| b.size()).sum::<u64>();
+        let dst = scratch(ctx, n, seg, &mut row_bytes)?;
+        let mut tb = 0usize;
+        for s in 0..cur_ids.num_segments() {
+            let (pb, _, rows) = cur_ids.segment(s);
+            let ub = ctx.uniform(&Params {
+                n: rows as u32,
+                tiles: seg_tiles[s] as u32,
+                tile_base: tb as u32,
+                total_tiles: total_tiles as u32,
+                nb,
+                dshift,
+                ..Default::default()
+            });
+            pass.dispatch(ctx, &rank_pipe, &[entry(3, pb), entry(5, offs.raw()), entry(6, dst.segment(s).0), entry(15, &ub)], seg_tiles[s] as u64)?;
+            tb += seg_tiles[s];
+        }
+        if passes == 1 {
+            dest = Some(dst);
+            keep_bufs.push(counts);
+            last_offs = Some(offs);
+            keep_bufs.push(total);
+            break;
+        }
+        // move the ids (for the next pass, and sorted for the offsets at the end)
+        let next_ids = scratch(ctx, n, seg, &mut row_bytes)?;
+        record_move(ctx, &k, &mut pass, &dst, Some(&cur_ids), &next_ids)?;
+        let next_src = scratch(ctx, n, seg, &mut row_bytes)?;
+        record_move(ctx, &k, &mut pass, &dst, src.as_ref(), &next_src)?;
+        keep_arrays.push(std::mem::replace(&mut cur_ids, next_ids));
+        if let Some(old) = src.replace(next_src) {
+            keep_arrays.push(old);
+        }
+        keep_arrays.push(dst);
+        keep_bufs.extend([counts, offs, total]);
+    }
+    // 3. offsets
+    let poffs = ctx.pool().alloc(((fanout as u64 + 1) * 4).div_ceil(16) * 16)?;
+    hist_bytes += poffs.size();
+    let fgroups = (fanout as u64 + 1).div_ceil(wg as u64);
+    let dest = match dest {
+        Some(d) => {
+            let pipe = k.pipe(ctx, false, "gather_offsets")?;
+            let ub = ctx.uniform(&Params { fanout, total_tiles: total_tiles as u32, total: n as u32, ..Default::default() });
+            let offs = last_offs.as_ref().expect("single pass keeps its offsets");
+            pass.dispatch(ctx, &pipe, &[entry(5, offs.raw()), entry(12, poffs.raw()), entry(15, &ub)], fgroups)?;
+            d
+        }
+        None => {
+            let fill = k.pipe(ctx, false, "fill_offsets")?;
+            let ub = ctx.uniform(&Params { fanout, total: n as u32, ..Default::default() });
+            pass.dispatch(ctx, &fill, &[entry(12, poffs.raw()), entry(15, &ub)], fgroups)?;
+            let bp = k.pipe(ctx, false, "bounds")?;
+            for s in 0..cur_ids.num_segments() {
+                let (pb, row_base, rows) = cur_ids.segment(s);
+                let (prev, prev_rows, flags) = if s > 0 {
+                    let (b, _, r) = cur_ids.segment(s - 1);
+                    (b, r, F_PREV)
+                } else {
+                    (pb, 0, 0)
+                };
+                let ub = ctx.uniform(&Params {
+                    n: rows as u32,
+                    row_base: row_base as u32,
+                    out_rows: prev_rows as u32,
+                    flags,
+                    fanout,
+                    ..Default::default()
+                });
+                pass.dispatch(ctx, &bp, &[entry(3, pb), entry(13, prev), entry(12, poffs.raw()), entry(15, &ub)], groups(rows))?;
+            }
+            // invert the composed permutation: dest[src[j]] = j
+            let src = src.take().expect("several passes track row numbers");
+            let d = scratch(ctx, n, seg, &mut row_bytes)?;
+            record_move(ctx, &k, &mut pass, &src, None, &d)?;
+            keep_arrays.push(src);
+            d
+        }
+    };
+    // 4. scatter the columns
+    for (c, o) in columns.iter().zip(&outputs) {
+        record_move(ctx, &k, &mut pass, &dest, Some(c.values), &o.values)?;
+        if let (Some(vin), Some(vout)) = (c.validity, &o.validity) {
+            record_move_validity(ctx, &k, &mut pass, &dest, vin, vout)?;
+        }
+    }
+    pass.encode(&mut enc, timer.and_then(|t| t.writes(0)));
+    let read = DeviceArray::alloc_segmented(ctx, fanout as usize + 1, 4, (fanout as usize + 1).div_ceil(4) * 4)?;
+    enc.copy_buffer_to_buffer(poffs.raw(), 0, read.segment(0).0, 0, (fanout as u64 + 1) * 4);
+    if let Some(t) = timer {
+        t.resolve(&mut enc);
+    }
+    ctx.submit(enc)?;
+    let offsets: Vec<u64> = read.download::<u32>(ctx)?.into_iter().map(u64::from).collect();
+    drop((pass, keep_arrays, keep_bufs, last_offs, cur_ids, dest));
+    stats.histogram_bytes = hist_bytes;
+    stats.row_scratch_bytes = row_bytes;
+    Ok(Partitioned { offsets, columns: outputs, stats })
+}
+
+/// A partition benchmark result (see [`bench_partition`]).
+#[derive(Clone, Debug)]
+pub struct PartitionBench {
+    /// Rows.
+    pub n: usize,
+    /// Partitions.
+    pub fanout: u32,
+    /// Payload columns (u32) besides the u32 key.
+    pub payload_columns: usize,
+    /// Median device time of the partition's compute pass (timestamps where the
+    /// adapter has them, else wall clock around submit + wait), in milliseconds.
+    pub ms: f64,
+    /// Median wall time of the whole call (allocation and the offsets' readback
+    /// included), in milliseconds.
+    pub wall_ms: f64,
+    /// Input bytes (key plus payload columns) read and the same written once, per
+    /// second, in GB/s (10^9 bytes): `2 * input_bytes / ms`.
+    pub gb_per_s: f64,
+    /// Scratch accounting of the last run.
+    pub stats: PartitionStats,
+}
+
+/// Times the hash partition of `n` rows of one pseudo-random u32 key plus
+/// `payload_columns` u32 columns into `fanout` partitions (GPU-resident input, the
+/// context's segmentation): one warm-up run, then the median of `reps` (at least 1).
+pub fn bench_partition(ctx: &GpuContext, n: usize, fanout: u32, payload_columns: usize, reps: usize) -> GpuResult<PartitionBench> {
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let keys: Vec<u32> = (0..n)
+        .map(|_| {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (state >> 33) as u32
+        })
+        .collect();
+    let mut arrays = vec![DeviceArray::upload(ctx, &keys)?];
+    for c in 0..payload_columns {
+        let v: Vec<u32> = (0..n as u32).map(|i| i ^ c as u32).collect();
+        arrays.push(DeviceArray::upload(ctx, &v)?);
+    }
+    drop(keys);
+    let cols: Vec<Column<'_>> = arrays.iter().map(Column::new).collect();
+    let func = PartitionFn::Hash { fanout };
+    let opts = PartitionOptions::default();
+    let (mut times, mut walls) = (Vec::new(), Vec::new());
+    let mut stats = PartitionStats::default();
+    for rep in 0..=reps.max(1) {
+        ctx.wait()?;
+        let timer = KernelTimer::new(ctx, 1);
+        let t0 = std::time::Instant::now();
+        let out = partition_impl(ctx, &cols, &[0], &func, &opts, timer.as_ref())?;
+        ctx.wait()?;
+        let wall = t0.elapsed().as_secs_f64() * 1e3;
+        let ms = match &timer {
+            Some(t) => t.read_ms(ctx)?[0],
+            None => wall,
+        };
+        stats = out.stats;
+        if rep > 0 {
+            times.push(ms);
+            walls.push(wall);
+        }
+    }
+    times.sort_by(|a, b| a.total_cmp(b));
+    walls.sort_by(|a, b| a.total_cmp(b));
+    let ms = times[times.len() / 2];
+    let gb_per_s = if ms > 0.0 { 2.0 * stats.input_bytes as f64 / (ms * 1e-3) / 1e9 } else { 0.0 };
+    Ok(PartitionBench { n, fanout, payload_columns, ms, wall_ms: walls[walls.len() / 2], gb_per_s, stats })
+}

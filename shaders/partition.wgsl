@@ -1,0 +1,274 @@
+// GPU partitioning (operators/src/partition.rs): histogram -> exclusive scan ->
+// stable scatter, the radix-partitioning scheme (one pass per 8-bit digit, LSD
+// order over the partition id) with the prefix-sum step of Zhang, Wang & Ross
+// ("Parallel Prefix Sum with SIMD", ADMS 2020) done by the crate's GPU scan.
+//
+// Kernels (one module, every variable on its own binding so each entry point's
+// automatic layout holds only what it uses):
+//
+// * `pid_radix`, `pid_hash`: the partition id of every row of one segment:
+//   radix digits `(key >> shift) & mask` of a u32/u64 key, a direct id
+//   `min(key, fanout - 1)`, or a 32-bit mixing hash of one key column folded
+//   into the running hash of the previous key columns (`hash_combine` below,
+//   the murmur3 finalizer; computed identically by partition.rs's
+//   `hash_combine`), taken modulo the fan-out after the last key column. NULL
+//   keys hash the fixed word NULL_TAG (twice for 64-bit keys); radix/direct put
+//   NULL keys in partition 0.
+// * `histogram`: per tile of TILE = WG * CHUNKS rows, counts of each digit
+//   `(pid >> dshift) & 255` in workgroup memory (workgroup atomics), written to
+//   `counts[b * total_tiles + tile]` (partition-major, so one exclusive scan of
+//   the matrix gives every (digit, tile) its first output row).
+// * `rank`: the stable destination of every row of a tile: the tile walks its rows
+//   in chunks of WG rows in order; each row sets its bit in a per-digit ballot
+//   mask in workgroup memory (WG / 32 words per digit), its rank among the rows of
+//   the chunk with the same digit is the popcount of the mask bits before its own,
+//   plus the running count of the digit in the tile's earlier chunks, plus the
+//   scanned offset of (digit, tile). Deterministic and stable.
+// * `move_values` / `move_iota` / `move_validity`: `out[idx[i]] = in[i]` (or the
+//   row number, or the validity bit) restricted to one output segment.
+// * `gather_offsets`, `fill_offsets`, `bounds`: the fan-out + 1 partition
+//   offsets (from the scanned matrix in one pass, or from the sorted ids).
+
+struct Params {
+    n: u32,            // rows of this segment
+    tiles: u32,        // tiles of this segment (histogram, rank)
+    tile_base: u32,    // first tile of this segment in the matrix
+    total_tiles: u32,  // tiles of the whole array
+    shift: u32,        // radix shift
+    mask: u32,         // radix mask
+    fanout: u32,       // partitions
+    flags: u32,        // F_*
+    out_first: u32,    // first row of the output segment (moves)
+    out_rows: u32,     // rows of the output segment (moves); rows of the previous segment (bounds)
+    row_base: u32,     // first row of this segment in the whole array
+    nb: u32,           // digits of this pass
+    dshift: u32,       // digit shift of this pass
+    total: u32,        // rows of the whole array
+    pad0: u32,
+    pad1: u32,
+}
+
+const WG: u32 = {{WG}}u;
+const CHUNKS: u32 = {{CHUNKS}}u;
+const TILE: u32 = WG * CHUNKS;
+const NB: u32 = 256u;
+const MW: u32 = WG / 32u;
+const NULL_TAG: u32 = 0x6e756c6cu;
+
+const F_FIRST: u32 = 1u;
+const F_LAST: u32 = 2u;
+const F_VALID: u32 = 4u;
+const F_DIRECT: u32 = 8u;
+const F_PREV: u32 = 16u;
+
+{{KEY_FNS}}
+
+@group(0) @binding(0) var<storage, read> keys: array<{{T}}>;
+@group(0) @binding(1) var<storage, read> kvalid: array<u32>;
+@group(0) @binding(2) var<storage, read_write> pids: array<u32>;
+@group(0) @binding(3) var<storage, read> pid_in: array<u32>;
+@group(0) @binding(4) var<storage, read_write> counts: array<u32>;
+@group(0) @binding(5) var<storage, read> offs: array<u32>;
+@group(0) @binding(6) var<storage, read_write> dst: array<u32>;
+@group(0) @binding(7) var<storage, read> mv_idx: array<u32>;
+@group(0) @binding(8) var<storage, read> mv_in: array<{{T}}>;
+@group(0) @binding(9) var<storage, read_write> mv_out: array<{{T}}>;
+@group(0) @binding(10) var<storage, read> mv_vin: array<u32>;
+@group(0) @binding(11) var<storage, read_write> mv_vout: array<atomic<u32>>;
+@group(0) @binding(12) var<storage, read_write> poffs: array<u32>;
+@group(0) @binding(13) var<storage, read> pid_prev: array<u32>;
+@group(0) @binding(15) var<uniform> p: Params;
+
+var<workgroup> hist: array<atomic<u32>, NB>;
+var<workgroup> ballot: array<atomic<u32>, 2048>; // NB * MW for WG <= 256
+var<workgroup> run: array<u32, NB>;
+var<workgroup> base: array<u32, NB>;
+
+fn mix32(x: u32) -> u32 {
+    var h = x;
+    h ^= h >> 16u;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13u;
+    h *= 0xc2b2ae35u;
+    h ^= h >> 16u;
+    return h;
+}
+
+fn hash_combine(h: u32, w: u32) -> u32 {
+    return mix32(h ^ (w + 0x9e3779b9u + (h << 6u) + (h >> 2u)));
+}
+
+fn row_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
+    return (wid.x + wid.y * nwg.x) * WG + lid;
+}
+
+fn is_valid(i: u32) -> bool {
+    return (p.flags & F_VALID) == 0u || ((kvalid[i / 32u] >> (i % 32u)) & 1u) != 0u;
+}
+
+@compute @workgroup_size(WG)
+fn pid_radix(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let i = row_index(wid, nwg, lid);
+    if (i >= p.n) { return; }
+    var id = 0u;
+    if (is_valid(i)) {
+        let k = keys[i];
+        let lo = klo(k);
+        let hi = khi(k);
+        if ((p.flags & F_DIRECT) != 0u) {
+            id = select(p.fanout - 1u, lo, hi == 0u && lo < p.fanout);
+        } else {
+            var v = lo;
+            if (p.shift >= 32u) {
+                v = hi >> (p.shift - 32u);
+            } else if (p.shift > 0u) {
+                v = (lo >> p.shift) | (hi << (32u - p.shift));
+            }
+            id = v & p.mask;
+        }
+    }
+    pids[i] = id;
+}
+
+@compute @workgroup_size(WG)
+fn pid_hash(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let i = row_index(wid, nwg, lid);
+    if (i >= p.n) { return; }
+    var h = 0u;
+    if ((p.flags & F_FIRST) == 0u) { h = pids[i]; }
+    if (is_valid(i)) {
+        let k = keys[i];
+        h = hash_combine(h, klo(k));
+        if (KWIDE) { h = hash_combine(h, khi(k)); }
+    } else {
+        h = hash_combine(h, NULL_TAG);
+        if (KWIDE) { h = hash_combine(h, NULL_TAG); }
+    }
+    if ((p.flags & F_LAST) != 0u) { h = h % p.fanout; }
+    pids[i] = h;
+}
+
+fn digit(x: u32) -> u32 {
+    return (x >> p.dshift) & 255u;
+}
+
+@compute @workgroup_size(WG)
+fn histogram(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let tile = wid.x + wid.y * nwg.x;
+    if (tile >= p.tiles) { return; }
+    for (var b = lid; b < NB; b += WG) { atomicStore(&hist[b], 0u); }
+    workgroupBarrier();
+    let start = tile * TILE;
+    let end = min(start + TILE, p.n);
+    for (var r = start + lid; r < end; r += WG) {
+        atomicAdd(&hist[digit(pid_in[r])], 1u);
+    }
+    workgroupBarrier();
+    for (var b = lid; b < p.nb; b += WG) {
+        counts[b * p.total_tiles + p.tile_base + tile] = atomicLoad(&hist[b]);
+    }
+}
+
+@compute @workgroup_size(WG)
+fn rank(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let tile = wid.x + wid.y * nwg.x;
+    if (tile >= p.tiles) { return; }
+    for (var b = lid; b < NB; b += WG) {
+        run[b] = 0u;
+        if (b < p.nb) { base[b] = offs[b * p.total_tiles + p.tile_base + tile]; }
+    }
+    for (var w = lid; w < NB * MW; w += WG) { atomicStore(&ballot[w], 0u); }
+    workgroupBarrier();
+    let word = lid / 32u;
+    let bit = 1u << (lid % 32u);
+    for (var c = 0u; c < CHUNKS; c++) {
+        let row = tile * TILE + c * WG + lid;
+        let valid = row < p.n;
+        var d = 0u;
+        if (valid) {
+            d = digit(pid_in[row]);
+            atomicOr(&ballot[d * MW + word], bit);
+        }
+        workgroupBarrier();
+        var r = 0u;
+        var cnt = 0u;
+        if (valid) {
+            for (var k = 0u; k < MW; k++) {
+                let m = atomicLoad(&ballot[d * MW + k]);
+                if (k < word) { r += countOneBits(m); }
+                if (k == word) { r += countOneBits(m & (bit - 1u)); }
+                cnt += countOneBits(m);
+            }
+            dst[row] = base[d] + run[d] + r;
+        }
+        workgroupBarrier();
+        if (valid) {
+            if (r + 1u == cnt) { run[d] += cnt; }
+            atomicStore(&ballot[d * MW + word], 0u);
+        }
+        workgroupBarrier();
+        if (tile * TILE + (c + 1u) * WG >= p.n) { break; }
+    }
+}
+
+fn in_out(d: u32) -> bool {
+    return d >= p.out_first && d - p.out_first < p.out_rows;
+}
+
+@compute @workgroup_size(WG)
+fn move_values(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let i = row_index(wid, nwg, lid);
+    if (i >= p.n) { return; }
+    let d = mv_idx[i];
+    if (in_out(d)) { mv_out[d - p.out_first] = mv_in[i]; }
+}
+
+@compute @workgroup_size(WG)
+fn move_iota(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let i = row_index(wid, nwg, lid);
+    if (i >= p.n) { return; }
+    let d = mv_idx[i];
+    if (in_out(d)) { mv_out[d - p.out_first] = {{T}}(p.row_base + i); }
+}
+
+@compute @workgroup_size(WG)
+fn move_validity(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let i = row_index(wid, nwg, lid);
+    if (i >= p.n) { return; }
+    let d = mv_idx[i];
+    if (in_out(d) && ((mv_vin[i / 32u] >> (i % 32u)) & 1u) != 0u) {
+        let q = d - p.out_first;
+        atomicOr(&mv_vout[q / 32u], 1u << (q % 32u));
+    }
+}
+
+// poffs[b] = first row of partition b (single pass: the scanned matrix's entry of
+// (b, tile 0)); poffs[fanout] = total rows.
+@compute @workgroup_size(WG)
+fn gather_offsets(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let b = row_index(wid, nwg, lid);
+    if (b < p.fanout) { poffs[b] = offs[b * p.total_tiles]; }
+    if (b == p.fanout) { poffs[b] = p.total; }
+}
+
+@compute @workgroup_size(WG)
+fn fill_offsets(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let b = row_index(wid, nwg, lid);
+    if (b <= p.fanout) { poffs[b] = p.total; }
+}
+
+// Over ids sorted ascending: row j with id c, after a row with id c' < c (or the
+// first row), is the first row of partitions c'+1 ..= c (0 ..= c for the first).
+@compute @workgroup_size(WG)
+fn bounds(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let i = row_index(wid, nwg, lid);
+    if (i >= p.n) { return; }
+    let cur = pid_in[i];
+    var first = 0u;
+    if (i > 0u) {
+        first = pid_in[i - 1u] + 1u;
+    } else if ((p.flags & F_PREV) != 0u) {
+        first = pid_prev[p.out_rows - 1u] + 1u;
+    }
+    for (var b = first; b <= cur; b++) { poffs[b] = p.row_base + i; }
+}

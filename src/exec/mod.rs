@@ -10,6 +10,7 @@ pub mod cpu_note;
 pub mod gpu_filter;
 pub mod gpu_load;
 pub mod gpu_scan;
+pub mod gpu_topk;
 pub mod gpu_unload;
 pub mod skyline;
 
@@ -17,6 +18,7 @@ pub use cpu_note::CpuNoteExec;
 pub use gpu_filter::GpuFilterExec;
 pub use gpu_load::GpuLoadExec;
 pub use gpu_scan::GpuScanExec;
+pub use gpu_topk::GpuTopKExec;
 pub use gpu_unload::GpuUnloadExec;
 pub use skyline::SkylineExec;
 

@@ -1,0 +1,262 @@
+//! `GpuTopKExec`: `ORDER BY e [ASC|DESC] [NULLS FIRST|LAST], ... LIMIT k [OFFSET m]`
+//! by SampleSelect (replaces a `SortExec` with a fetch; the rule is
+//! `optimizer::gpu_topk`).
+//!
+//! 1. The first sort key of every row becomes an order-preserving u64 key (DESC:
+//!    complemented), NULLs set aside.
+//! 2. SampleSelect finds the threshold: the key at rank `f - 1` among the non-NULL
+//!    keys (`f` = fetch, or fewer once NULLS FIRST rows are counted), on the GPU
+//!    where it pays (mode `auto`: from [`GPU_MIN_ROWS`] rows on a GPU that is not a
+//!    CPU adapter; mode `on`: always), else with the parallel CPU selection.
+//! 3. The candidate rows (key at or before the threshold, plus the NULL rows the
+//!    NULLS placement lets in) are gathered in input order, and a stable
+//!    lexicographic sort over all sort keys on the CPU keeps the first `f`.
+//!
+//! The answer is exactly the sort's: the first `f` rows in the order of all
+//! keys; rows tied on every key come in input order (DataFusion's `TopK` leaves
+//! that order open). Inputs whose first key has another type (strings, say) are
+//! sorted on the CPU by the same stable sort.
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt32Array};
+use arrow::compute::{concat_batches, take_record_batch, LexicographicalComparator, SortColumn};
+use arrow::datatypes::*;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::memory_pool::MemoryConsumer;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::{LexOrdering, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, Distribution, ExecutionPlan, Partitioning, PlanProperties,
+};
+use futures::{StreamExt, TryStreamExt};
+use rayon::prelude::*;
+use ridgeline_operators::select::{key_i64, select_cpu, select_gpu};
+use std::sync::Arc;
+
+/// In mode `auto`, inputs with at least this many rows select on the GPU.
+pub const GPU_MIN_ROWS: usize = 1 << 20;
+
+/// Top-k by SampleSelect.
+#[derive(Debug)]
+pub struct GpuTopKExec {
+    input: Arc<dyn ExecutionPlan>,
+    order: LexOrdering,
+    fetch: usize,
+    /// Select on the GPU from this many rows (usize::MAX: never).
+    gpu_min_rows: usize,
+    /// Whether a CPU adapter (lavapipe) may run it (mode on).
+    cpu_adapter_ok: bool,
+    props: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl GpuTopKExec {
+    pub fn new(input: Arc<dyn ExecutionPlan>, order: LexOrdering, fetch: usize, gpu_min_rows: usize, cpu_adapter_ok: bool) -> Self {
+        let mut eq = datafusion::physical_expr::EquivalenceProperties::new(input.schema());
+        eq.add_ordering(order.iter().cloned());
+        let props = PlanProperties::new(eq, Partitioning::UnknownPartitioning(1), EmissionType::Final, Boundedness::Bounded);
+        GpuTopKExec { input, order, fetch, gpu_min_rows, cpu_adapter_ok, props: Arc::new(props), metrics: ExecutionPlanMetricsSet::new() }
+    }
+    pub fn fetch_rows(&self) -> usize {
+        self.fetch
+    }
+    pub fn order(&self) -> &LexOrdering {
+        &self.order
+    }
+}
+
+impl DisplayAs for GpuTopKExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        let keys: Vec<String> = self.order.iter().map(|s| s.to_string()).collect();
+        write!(f, "GpuTopKExec: SampleSelect threshold, fetch={}, expr=[{}]", self.fetch, keys.join(", "))
+    }
+}
+
+impl ExecutionPlan for GpuTopKExec {
+    fn name(&self) -> &str {
+        "GpuTopKExec"
+    }
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.props
+    }
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<datafusion::common::tree_node::TreeNodeRecursion>,
+    ) -> Result<datafusion::common::tree_node::TreeNodeRecursion> {
+        use datafusion::common::tree_node::TreeNodeRecursion;
+        for s in self.order.iter() {
+            if f(&s.expr)? == TreeNodeRecursion::Stop {
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    }
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+    fn required_input_distribution(&self) -> Vec<Distribution> {
+        vec![Distribution::SinglePartition]
+    }
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![false]
+    }
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false]
+    }
+    fn fetch(&self) -> Option<usize> {
+        Some(self.fetch)
+    }
+    #[allow(deprecated)]
+    fn with_new_children(self: Arc<Self>, mut children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(GpuTopKExec::new(children.swap_remove(0), self.order.clone(), self.fetch, self.gpu_min_rows, self.cpu_adapter_ok)))
+    }
+    fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+        if partition != 0 {
+            return Err(DataFusionError::Internal(format!("GpuTopKExec has one partition, asked for {partition}")));
+        }
+        let schema = self.schema();
+        let mut input = self.input.execute(0, ctx.clone())?;
+        let order = self.order.clone();
+        let fetch = self.fetch;
+        let (gpu_min_rows, cpu_ok) = (self.gpu_min_rows, self.cpu_adapter_ok);
+        let gpu_rows = MetricBuilder::new(&self.metrics).counter("gpu_rows", partition);
+        let candidates = MetricBuilder::new(&self.metrics).counter("candidate_rows", partition);
+        let elapsed = MetricBuilder::new(&self.metrics).elapsed_compute(partition);
+        let reservation = MemoryConsumer::new("GpuTopKExec").register(ctx.memory_pool());
+        let s2 = schema.clone();
+        let fut = async move {
+            let mut batches = Vec::new();
+            while let Some(b) = input.next().await {
+                let b = b?;
+                reservation.try_grow(b.get_array_memory_size())?;
+                batches.push(b);
+            }
+            let out = tokio::task::spawn_blocking(move || -> Result<RecordBatch> {
+                let _t = elapsed.timer();
+                let batch = concat_batches(&s2, &batches)?;
+                drop(batches);
+                let (out, on_gpu, cand) = topk(&batch, &order, fetch, gpu_min_rows, cpu_ok)?;
+                if on_gpu {
+                    gpu_rows.add(batch.num_rows());
+                }
+                candidates.add(cand);
+                Ok(out)
+            })
+            .await
+            .map_err(super::blocking_err)??;
+            drop(reservation);
+            Ok::<_, DataFusionError>(futures::stream::iter([Ok(out)]))
+        };
+        let s = futures::stream::once(fut).try_flatten();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, s.boxed())))
+    }
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+}
+
+/// The key of `x` in `f64::total_cmp`'s order, the order Arrow sorts floats by
+/// (unlike `select::key_f64` it keeps NaNs apart: -NaN sorts first).
+fn total_key_f64(x: f64) -> u64 {
+    let b = x.to_bits() as i64;
+    let t = b ^ ((((b >> 63) as u64) >> 1) as i64);
+    (t as u64) ^ (1u64 << 63)
+}
+
+/// Order-preserving u64 keys of `a` (None: NULL), or None for a type without them.
+pub fn order_keys(a: &ArrayRef) -> Result<Option<Vec<Option<u64>>>> {
+    macro_rules! map {
+        ($t:ty, $f:expr) => {
+            Some(a.as_primitive::<$t>().iter().map(|v| v.map($f)).collect())
+        };
+    }
+    Ok(match a.data_type() {
+        DataType::Float64 => map!(Float64Type, total_key_f64),
+        DataType::Float32 => map!(Float32Type, |x| total_key_f64(x as f64)),
+        DataType::Int64 => map!(Int64Type, key_i64),
+        DataType::Int32 => map!(Int32Type, |x| key_i64(x as i64)),
+        DataType::Int16 => map!(Int16Type, |x| key_i64(x as i64)),
+        DataType::Int8 => map!(Int8Type, |x| key_i64(x as i64)),
+        DataType::UInt64 => map!(UInt64Type, |x| x),
+        DataType::UInt32 => map!(UInt32Type, |x| x as u64),
+        DataType::UInt16 => map!(UInt16Type, |x| x as u64),
+        DataType::UInt8 => map!(UInt8Type, |x| x as u64),
+        DataType::Date32 => map!(Date32Type, |x| key_i64(x as i64)),
+        DataType::Date64 => map!(Date64Type, key_i64),
+        DataType::Timestamp(TimeUnit::Second, _) => map!(TimestampSecondType, key_i64),
+        DataType::Timestamp(TimeUnit::Millisecond, _) => map!(TimestampMillisecondType, key_i64),
+        DataType::Timestamp(TimeUnit::Microsecond, _) => map!(TimestampMicrosecondType, key_i64),
+        DataType::Timestamp(TimeUnit::Nanosecond, _) => map!(TimestampNanosecondType, key_i64),
+        DataType::Decimal128(p, _) if *p <= 18 => map!(Decimal128Type, |x| key_i64(x as i64)),
+        _ => None,
+    })
+}
+
+/// The first `fetch` rows of `batch` in `order` (stable), whether the threshold
+/// was selected on the GPU, and how many candidate rows were sorted.
+pub fn topk(batch: &RecordBatch, order: &LexOrdering, fetch: usize, gpu_min_rows: usize, cpu_adapter_ok: bool) -> Result<(RecordBatch, bool, usize)> {
+    let n = batch.num_rows();
+    let f = fetch.min(n);
+    if f == 0 {
+        return Ok((batch.slice(0, 0), false, 0));
+    }
+    let first = &order[0];
+    let arr = first.expr.evaluate(batch)?.into_array(n)?;
+    let mut on_gpu = false;
+    let candidate_rows: Vec<u32> = match order_keys(&arr)? {
+        Some(keys) if f < n => {
+            let desc = first.options.descending;
+            let nulls_first = first.options.nulls_first;
+            let nulls = keys.iter().filter(|k| k.is_none()).count();
+            let nn = n - nulls;
+            // How many non-NULL rows can make the cut.
+            let want = if nulls_first { f.saturating_sub(nulls) } else { f.min(nn) };
+            let threshold = if want == 0 {
+                None
+            } else {
+                let dense: Vec<u64> = keys.par_iter().filter_map(|k| k.map(|k| if desc { !k } else { k })).collect();
+                let rank = [(want - 1) as u64];
+                let mut t = None;
+                if dense.len() >= gpu_min_rows {
+                    if let Ok(dev) = ridgeline_operators::context::global() {
+                        if cpu_adapter_ok || !dev.is_cpu_adapter() {
+                            match select_gpu(&dev, &dense, &rank) {
+                                Ok((v, _)) => {
+                                    t = Some(v[0]);
+                                    on_gpu = true;
+                                }
+                                Err(e) => {
+                                    log::warn!("GPU top-k failed, selecting on the CPU instead: {e}");
+                                    eprintln!("warning: GPU top-k failed, selecting on the CPU instead: {e}");
+                                }
+                            }
+                        }
+                    }
+                }
+                Some(t.unwrap_or_else(|| select_cpu(&dense, &rank)[0]))
+            };
+            // NULL rows come along when they can be among the first f.
+            let take_nulls = nulls_first || want < f;
+            (0..n as u32)
+                .into_par_iter()
+                .filter(|&i| match keys[i as usize] {
+                    None => take_nulls,
+                    Some(k) => threshold.is_some_and(|t| (if desc { !k } else { k }) <= t),
+                })
+                .collect()
+        }
+        _ => (0..n as u32).collect(),
+    };
+    let cand = take_record_batch(batch, &UInt32Array::from(candidate_rows))?;
+    let columns: Vec<SortColumn> = order
+        .iter()
+        .map(|s| Ok(SortColumn { values: s.expr.evaluate(&cand)?.into_array(cand.num_rows())?, options: Some(s.options) }))
+        .collect::<Result<_>>()?;
+    let cmp = LexicographicalComparator::try_new(&columns)?;
+    let mut idx: Vec<u32> = (0..cand.num_rows() as u32).collect();
+    idx.sort_by(|&a, &b| cmp.compare(a as usize, b as usize)); // stable: ties keep input order
+    idx.truncate(f);
+    let out = take_record_batch(&cand, &UInt32Array::from(idx))?;
+    Ok((out, on_gpu, cand.num_rows()))
+}

@@ -1,0 +1,78 @@
+//! Replaces a `SortExec` with a fetch (`ORDER BY .. LIMIT k [OFFSET m]`) by
+//! [`GpuTopKExec`] (SampleSelect finds the threshold of the first sort key).
+//!
+//! Mode `on`: every such sort whose first key has an order-preserving key
+//! (numbers, decimals up to 18 digits, dates, timestamps). Mode `auto`: only on a
+//! GPU that is not a CPU adapter, when DataFusion's statistics put the input at
+//! [`GPU_MIN_ROWS`] rows or more and the fetch at most an eighth of them
+//! (DataFusion's streaming `TopK` heap is cheap for small inputs and needs no
+//! copy of the input; the selection needs one).
+use crate::config::{device_for, RidgelineOptions};
+use crate::exec::gpu_topk::{GpuTopKExec, GPU_MIN_ROWS};
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::config::ConfigOptions;
+use datafusion::error::Result;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::sorts::sort::SortExec;
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
+use arrow::datatypes::DataType;
+use ridgeline_operators::GpuMode;
+use std::sync::Arc;
+
+/// The GPU top-k rule.
+#[derive(Debug, Default)]
+pub struct GpuTopKRule;
+
+fn keyable(dt: &DataType) -> bool {
+    use DataType::*;
+    matches!(
+        dt,
+        Int8 | Int16 | Int32 | Int64 | UInt8 | UInt16 | UInt32 | UInt64 | Float32 | Float64 | Date32 | Date64 | Timestamp(..)
+    ) || matches!(dt, Decimal128(p, _) if *p <= 18)
+}
+
+impl PhysicalOptimizerRule for GpuTopKRule {
+    fn optimize(&self, plan: Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
+        let mode = RidgelineOptions::from_config(config).mode()?;
+        if mode == GpuMode::Off {
+            return Ok(plan);
+        }
+        let Some(dev) = device_for(mode)? else { return Ok(plan) };
+        if mode == GpuMode::Auto && dev.is_cpu_adapter() {
+            return Ok(plan);
+        }
+        Ok(plan
+            .transform_up(|node| {
+                let Some(sort) = node.downcast_ref::<SortExec>() else { return Ok(Transformed::no(node)) };
+                let Some(fetch) = sort.fetch() else { return Ok(Transformed::no(node)) };
+                let input = sort.input().clone();
+                let first = &sort.expr()[0];
+                if !keyable(&first.expr.data_type(&input.schema())?) {
+                    return Ok(Transformed::no(node));
+                }
+                if mode == GpuMode::Auto {
+                    #[allow(deprecated)]
+                    let rows = input.partition_statistics(None)?.num_rows.get_value().copied();
+                    match rows {
+                        Some(r) if r >= GPU_MIN_ROWS && fetch.saturating_mul(8) <= r => {}
+                        _ => return Ok(Transformed::no(node)),
+                    }
+                }
+                let input: Arc<dyn ExecutionPlan> = if input.output_partitioning().partition_count() > 1 {
+                    Arc::new(CoalescePartitionsExec::new(input))
+                } else {
+                    input
+                };
+                let (min_rows, cpu_ok) = if mode == GpuMode::On { (0, true) } else { (GPU_MIN_ROWS, false) };
+                Ok(Transformed::yes(Arc::new(GpuTopKExec::new(input, sort.expr().clone(), fetch, min_rows, cpu_ok)) as Arc<dyn ExecutionPlan>))
+            })?
+            .data)
+    }
+    fn name(&self) -> &str {
+        "ridgeline_gpu_topk"
+    }
+    fn schema_check(&self) -> bool {
+        true
+    }
+}

@@ -1,6 +1,7 @@
 //! `ridgeline bench ...`: benchmarks printed as tables.
 use datafusion::error::{DataFusionError, Result};
 use ridgeline_operators::{context, DeviceArray};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// The median of `v` (the upper one of an even count).
@@ -399,4 +400,121 @@ fn datafusion_median_ms(vals: &[f32], iterations: usize) -> Result<f64> {
         }
         Ok(best)
     })
+}
+
+/// `bench partition`: GPU hash partition of a u32 key plus one u32 payload column
+/// (resident) at fan-outs 2..4096, next to the CPU partition (same rows, same
+/// partitions) and cub::DeviceRadixSort's one-pass rate (5.5 ms per 2^28 keys over
+/// 4 passes, ../shared/h100.md, key+value).
+pub fn partition(lo: u32, hi: u32, iterations: usize) -> Result<()> {
+    use ridgeline_operators::partition::{bench_partition, partition_cpu, HostColumn, PartitionFn};
+    let ctx = context::global().map_err(|e| DataFusionError::Execution(e.to_string()))?;
+    let threads = rayon::current_num_threads();
+    println!(
+        "bench partition on {} ({:?}): u32 key + 1 u32 payload, hash partition, GPU device ms (median of {iterations}); CPU partition on {threads} threads (best of {iterations})",
+        ctx.info().name,
+        ctx.info().backend
+    );
+    println!("| n | fan-out | GPU ms | GPU wall ms | GB/s | cub one-pass ms (same bytes) | scratch % of input | CPU ms | CPU/GPU |");
+    println!("|{}", " --- |".repeat(9));
+    for k in lo..=hi {
+        let n = 1usize << k;
+        let keys: Vec<u32> = (0..n as u64).map(|i| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as u32).collect();
+        let pay: Vec<u32> = (0..n as u32).collect();
+        for fanout in [2u32, 16, 256, 4096] {
+            let b = bench_partition(&ctx, n, fanout, 1, iterations).map_err(|e| DataFusionError::Execution(e.to_string()))?;
+            let cols = [HostColumn::u32(&keys), HostColumn::u32(&pay)];
+            let mut best = f64::INFINITY;
+            for _ in 0..iterations.max(1) {
+                let t = Instant::now();
+                std::hint::black_box(partition_cpu(&cols, &[0], &PartitionFn::Hash { fanout }));
+                best = best.min(t.elapsed().as_secs_f64() * 1e3);
+            }
+            // cub: 5.5 ms for 4 one-pass (8-bit) passes over 2^28 key+value pairs.
+            let cub = 5.5 / 4.0 * n as f64 / (1u64 << 28) as f64;
+            let s = &b.stats;
+            println!(
+                "| 2^{k} | {fanout} | {:.3} | {:.3} | {:.1} | {cub:.4} | {:.2} | {best:.2} | {:.1} |",
+                b.ms,
+                b.wall_ms,
+                b.gb_per_s,
+                s.histogram_bytes as f64 * 100.0 / s.input_bytes.max(1) as f64,
+                best / b.ms
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `bench aggregate`: GROUP BY with COUNT, SUM, MIN, MAX of an i64 column over
+/// resident rows (4, 1k and 1M groups): the GPU region aggregation (strategy
+/// auto) against the CPU one (same answers) and DataFusion's hash aggregation.
+pub fn aggregate(lo: u32, hi: u32, iterations: usize) -> Result<()> {
+    use ridgeline_operators::group_agg::{bench_group_agg, group_agg_cpu, GroupAggStrategy, HostAggColumn, HostAggValues};
+    let ctx = context::global().map_err(|e| DataFusionError::Execution(e.to_string()))?;
+    let threads = rayon::current_num_threads();
+    println!(
+        "bench aggregate on {} ({:?}): COUNT/SUM/MIN/MAX of i64 by u32 group id, GPU wall ms (resident input, median of {iterations}); CPU region aggregation and DataFusion's GROUP BY on {threads} threads (best of {iterations})",
+        ctx.info().name,
+        ctx.info().backend
+    );
+    println!("| n | groups | GPU strategy | GPU ms | CPU ms | DataFusion ms | DataFusion/GPU |");
+    println!("|{}", " --- |".repeat(7));
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| DataFusionError::Execution(e.to_string()))?;
+    for k in lo..=hi {
+        let n = 1usize << k;
+        for g in [4u32, 1000, 1_000_000] {
+            if g as usize > n {
+                continue;
+            }
+            let b = bench_group_agg(&ctx, n, g, GroupAggStrategy::Auto, iterations).map_err(|e| DataFusionError::Execution(e.to_string()))?;
+            // The same data as bench_group_agg generates.
+            let mut state = 0x2545_F491_4F6C_DD1Du64;
+            let mut next = || {
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                state
+            };
+            let gids: Vec<u32> = (0..n).map(|_| ((next() >> 32) % g as u64) as u32).collect();
+            let vals: Vec<i64> = (0..n).map(|_| (next() >> 24) as i64 - (1 << 39)).collect();
+            let cols = [HostAggColumn { values: HostAggValues::I64(&vals), validity: None }];
+            let mut cpu = f64::INFINITY;
+            for _ in 0..iterations.max(1) {
+                let t = Instant::now();
+                std::hint::black_box(group_agg_cpu(&gids, g, &cols).map_err(|e| DataFusionError::Execution(e.to_string()))?);
+                cpu = cpu.min(t.elapsed().as_secs_f64() * 1e3);
+            }
+            let df = rt.block_on(datafusion_group_by_ms(&gids, &vals, iterations))?;
+            println!("| 2^{k} | {g} | {:?} | {:.3} | {cpu:.2} | {df:.2} | {:.1} |", b.strategy, b.ms, df / b.ms);
+        }
+    }
+    Ok(())
+}
+
+async fn datafusion_group_by_ms(gids: &[u32], vals: &[i64], iterations: usize) -> Result<f64> {
+    use arrow::array::{Int64Array, UInt32Array};
+    use arrow::datatypes::{DataType, Field, Schema};
+    let ctx = datafusion::prelude::SessionContext::new();
+    let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::UInt32, false), Field::new("v", DataType::Int64, false)]));
+    let parts = ctx.state().config().target_partitions().max(1);
+    let chunk = gids.len().div_ceil(parts).max(1);
+    let mut partitions = Vec::new();
+    for (g, v) in gids.chunks(chunk).zip(vals.chunks(chunk)) {
+        let b = arrow::array::RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(UInt32Array::from(g.to_vec())), Arc::new(Int64Array::from(v.to_vec()))],
+        )?;
+        partitions.push(vec![b]);
+    }
+    ctx.register_table("t", Arc::new(datafusion::datasource::MemTable::try_new(schema, partitions)?))?;
+    let q = "SELECT k, count(*), sum(v), min(v), max(v) FROM t GROUP BY k";
+    let mut best = f64::INFINITY;
+    for i in 0..=iterations.max(1) {
+        let t = Instant::now();
+        let r = ctx.sql(q).await?.collect().await?;
+        std::hint::black_box(r);
+        if i > 0 {
+            best = best.min(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    Ok(best)
 }

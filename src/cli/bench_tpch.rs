@@ -103,17 +103,39 @@ fn exec_err(msg: impl Into<String>) -> DataFusionError {
     DataFusionError::Execution(msg.into())
 }
 
-/// Parses `1,6,10-12` (a `q` prefix is allowed; `all` means all 22).
+/// Queries beyond the 22, on lineitem, for the operators TPC-H does not stress:
+/// numbered from 23 on, named in `--queries` by name.
+pub const EXTRA_QUERIES: [(&str, &str); 3] = [
+    ("median", "SELECT l_returnflag, median(l_extendedprice) AS med FROM lineitem GROUP BY l_returnflag ORDER BY l_returnflag"),
+    ("topk", "SELECT l_orderkey, l_linenumber, l_extendedprice FROM lineitem ORDER BY l_extendedprice DESC, l_orderkey, l_linenumber LIMIT 100"),
+    ("quartiles", "SELECT quantile_cont(l_extendedprice, [0.25, 0.5, 0.75]) AS q FROM lineitem"),
+];
+
+/// The SQL of query `q` (1..=22 TPC-H, then [`EXTRA_QUERIES`]).
+pub fn query_sql(q: usize) -> &'static str {
+    if q <= 22 { QUERIES[q - 1] } else { EXTRA_QUERIES[q - 23].1 }
+}
+
+/// The table name of query `q`: q1..q22, then the extra query's name.
+pub fn query_name(q: usize) -> String {
+    if q <= 22 { format!("q{q}") } else { EXTRA_QUERIES[q - 23].0.to_string() }
+}
+
+/// Parses `1,6,10-12` (a `q` prefix is allowed; `all` means all 22; the extra
+/// queries by name: median, topk, quartiles).
 pub fn parse_queries(list: Option<&str>) -> Result<Vec<usize>> {
     let all: Vec<usize> = (1..=22).collect();
     let Some(list) = list.map(str::trim).filter(|l| !l.is_empty() && !l.eq_ignore_ascii_case("all")) else {
         return Ok(all);
     };
     let num = |s: &str| -> Result<usize> {
+        if let Some(i) = EXTRA_QUERIES.iter().position(|(n, _)| n.eq_ignore_ascii_case(s.trim())) {
+            return Ok(23 + i);
+        }
         let t = s.trim().trim_start_matches(['q', 'Q']);
         match t.parse::<usize>() {
             Ok(n) if (1..=22).contains(&n) => Ok(n),
-            _ => Err(DataFusionError::Plan(format!("--queries: '{}' is not a TPC-H query number (1 to 22)", s.trim()))),
+            _ => Err(DataFusionError::Plan(format!("--queries: '{}' is not a TPC-H query number (1 to 22) nor median, topk, quartiles", s.trim()))),
         }
     };
     let mut out = Vec::new();
@@ -519,7 +541,7 @@ pub async fn run(args: TpchArgs) -> Result<()> {
     // Ridgeline runs.
     let mut outcomes = Vec::new();
     for &q in &queries {
-        let sql = QUERIES[q - 1];
+        let sql = query_sql(q);
         let mut o = QueryOutcome { q, cpu: None, gpu: None, check: None };
         if run_cpu {
             o.cpu = Some(run_mode(&rl, sql, args.iterations).await.map_err(|e| super::one_line(&e)));
@@ -565,13 +587,13 @@ pub async fn run(args: TpchArgs) -> Result<()> {
     // geometric means over the queries where every column has a time
     let mut gm: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     for o in &outcomes {
-        let mut r = vec![format!("q{}", o.q)];
+        let mut r = vec![query_name(o.q)];
         let mut cols: Vec<(&str, Option<&Timing>)> = Vec::new();
         for (name, run) in [("CPU", &o.cpu), ("GPU", &o.gpu)] {
             match run {
                 Some(Ok(m)) => cols.push((name, Some(&m.timing))),
                 Some(Err(e)) => {
-                    errors.push(format!("q{} {name}: {e}", o.q));
+                    errors.push(format!("{} {name}: {e}", query_name(o.q)));
                     cols.push((name, None));
                 }
                 None => {}
@@ -580,7 +602,7 @@ pub async fn run(args: TpchArgs) -> Result<()> {
         let duck_t = duck.as_ref().map(|d| match d.queries.get(&o.q) {
             Some(Ok(t)) => Some(t),
             Some(Err(e)) => {
-                errors.push(format!("q{} DuckDB: {e}", o.q));
+                errors.push(format!("{} DuckDB: {e}", query_name(o.q)));
                 None
             }
             None => None,
@@ -886,7 +908,7 @@ print(json.dumps(out))
             tables.insert(name.clone(), src.to_string_lossy().to_string().into());
         }
         let qs: serde_json::Map<String, serde_json::Value> =
-            queries.iter().map(|&q| (q.to_string(), dialect(super::QUERIES[q - 1]).into())).collect();
+            queries.iter().map(|&q| (q.to_string(), dialect(super::query_sql(q)).into())).collect();
         let views = std::env::var("RIDGELINE_DUCKDB_VIEWS").is_ok_and(|v| v == "1");
         let cfg = serde_json::json!({ "threads": threads, "iterations": iterations, "tables": tables, "queries": qs, "views": views });
         let dir = std::env::temp_dir().join(format!("ridgeline-duckdb-{}", std::process::id()));

@@ -194,6 +194,16 @@ pub enum BenchCommand {
         #[command(flatten)]
         range: SizeRange,
     },
+    /// GPU hash partitioning (histogram, scan, stable scatter) at fan-outs 2..4096 vs the CPU partition.
+    Partition {
+        #[command(flatten)]
+        range: SizeRange,
+    },
+    /// GROUP BY aggregation by regions on the GPU (4, 1k, 1M groups) vs the CPU and DataFusion.
+    Aggregate {
+        #[command(flatten)]
+        range: SizeRange,
+    },
     /// The 22 TPC-H queries: CPU and GPU mode side by side (min / median ms), optional
     /// answer checks and DuckDB on the same Parquet files.
     Tpch(bench_tpch::TpchArgs),
@@ -266,6 +276,8 @@ pub async fn run(cli: Cli) -> Result<()> {
             BenchCommand::Compact { range, selectivity } => bench::compact(range.min_log2, range.max_log2, range.iterations, selectivity),
             BenchCommand::Filter { range } => bench::filter(range.min_log2, range.max_log2, range.iterations),
             BenchCommand::Select { range } => bench::select(range.min_log2, range.max_log2, range.iterations),
+            BenchCommand::Partition { range } => bench::partition(range.min_log2, range.max_log2, range.iterations),
+            BenchCommand::Aggregate { range } => bench::aggregate(range.min_log2, range.max_log2, range.iterations),
             BenchCommand::Tpch(_) | BenchCommand::Skyline(_) => {
                 Err(DataFusionError::Internal("this benchmark runs on the async runtime".into()))
             }

@@ -356,6 +356,19 @@ pub fn select(lo: u32, hi: u32, iterations: usize) -> Result<()> {
         let upto = keys.iter().filter(|&&x| x <= approx.0).count() as u64;
         let e = if half < below { below - half } else if half >= upto { half + 1 - upto } else { 0 };
         let err = (e, approx.1);
+        if std::env::var_os("RIDGELINE_SELECT_TIMESTAMPS").is_some() {
+            // Where the time goes: kernel time (timestamp queries) against wall time.
+            for (what, approx) in [("median", false), ("approx median", true)] {
+                let t = Instant::now();
+                let st = if approx {
+                    approx_select_gpu_device::<u32>(&ctx, &arr, n, &[half]).map_err(g)?.1
+                } else {
+                    select_gpu_device::<u32>(&ctx, &arr, n, &[half]).map_err(g)?.1
+                };
+                let wall = t.elapsed().as_secs_f64() * 1e3;
+                eprintln!("diag 2^{k} {what}: levels {}, kernels {:.3} ms, wall {wall:.3} ms, {}", st.levels, st.gpu_ms, st.algorithm);
+            }
+        }
         let mut cpu = Vec::new();
         for _ in 0..iterations.max(1) {
             let t = Instant::now();

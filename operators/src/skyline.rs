@@ -185,17 +185,83 @@ fn row_masks(row: &[u32], quart: &[u32]) -> (u32, u32) {
     (m, q)
 }
 
-/// Mask tests of SkyAlign's Equations 1 and 4: `false` when the masks prove that
-/// point j (masks `mj`, `qj`) cannot dominate point i; `true` when a dominance test
-/// is needed. Two mask tests are counted only when the first one passes.
+/// Points per branch-free mask scan.
+const SCAN: usize = 32;
+
+/// Bit k set iff `c[k] & bad == 0` (`c.len() <= 32`).
 #[inline]
-fn masks_allow(mj: u32, qj: u32, mi: u32, qi: u32, mask_tests: &mut u64) -> bool {
-    *mask_tests += 1;
-    if mj & !mi != 0 {
-        return false; // Eq. 1
+fn pass_bits(c: &[u32], bad: u32) -> u32 {
+    let mut bits = 0u32;
+    let mut k = 0;
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::*;
+        // SSE2 is part of the x86_64 baseline: 4 masks per compare and movemask.
+        // SAFETY: loads of 4 u32 within `c` (k + 4 <= c.len()).
+        unsafe {
+            let b = _mm_set1_epi32(bad as i32);
+            let z = _mm_setzero_si128();
+            while k + 4 <= c.len() {
+                let v = _mm_loadu_si128(c.as_ptr().add(k) as *const __m128i);
+                let e = _mm_cmpeq_epi32(_mm_and_si128(v, b), z);
+                bits |= (_mm_movemask_ps(_mm_castsi128_ps(e)) as u32) << k;
+                k += 4;
+            }
+        }
     }
-    *mask_tests += 1;
-    (mj | !mi) & qj & !qi == 0 // Eq. 4 (Eq. 5 when mj == mi)
+    while k < c.len() {
+        bits |= ((c[k] & bad == 0) as u32) << k;
+        k += 1;
+    }
+    bits
+}
+
+/// Eq. 4 / 5 over a group's quartile masks: point `k` passes iff `qs[k] & bad == 0`.
+/// Masks are tested `SCAN` at a time without branches (`mask_tests` counts every
+/// mask tested); `dom(k)` runs for the passing points in order and ends the scan
+/// with `true` when it finds a dominator.
+#[inline]
+fn scan_q(qs: &[u32], bad: u32, mask_tests: &mut u64, mut dom: impl FnMut(usize) -> bool) -> bool {
+    let mut base = 0;
+    for chunk in qs.chunks(SCAN) {
+        let mut bits = pass_bits(chunk, bad);
+        *mask_tests += chunk.len() as u64;
+        while bits != 0 {
+            let k = base + bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            if dom(k) {
+                return true;
+            }
+        }
+        base += chunk.len();
+    }
+    false
+}
+
+/// Eq. 1 and Eq. 4 between point i (`mi`, `qi`) and every point k of `ms`/`qs`
+/// (two mask tests a point, no branches, `SCAN` points at a time); `dom(k)` as in
+/// [`scan_q`].
+#[inline]
+fn scan_mq(ms: &[u32], qs: &[u32], mi: u32, qi: u32, mask_tests: &mut u64, mut dom: impl FnMut(usize) -> bool) -> bool {
+    let (nmi, nqi) = (!mi, !qi);
+    let test = |mj: u32, qj: u32| (mj & nmi) | ((mj | nmi) & qj & nqi) == 0;
+    let mut base = 0;
+    for (cm, cq) in ms.chunks(SCAN).zip(qs.chunks(SCAN)) {
+        let mut bits = 0u32;
+        for k in 0..cm.len() {
+            bits |= (test(cm[k], cq[k]) as u32) << k;
+        }
+        *mask_tests += 2 * cm.len() as u64;
+        while bits != 0 {
+            let k = base + bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            if dom(k) {
+                return true;
+            }
+        }
+        base += cm.len();
+    }
+    false
 }
 
 // ---------------------------------------------------------------------------------
@@ -219,11 +285,26 @@ const CPU_BLOCK: usize = 2048;
 ///    everything before it in this order stays in the skyline.
 /// 3. Blocks of [`CPU_BLOCK`] rows: (a) every row of the block is tested in
 ///    parallel against the confirmed skyline, which is kept grouped by median
-///    mask: one mask test per group skips every group whose mask is not a subset
-///    of the row's (Eq. 1), and inside a group the quartile test (Eq. 4/5) comes
-///    before each dominance test; (b) the block's survivors are tested in
-///    parallel against the survivors before them in the block (mask tests first);
+///    mask: only groups whose mask is a subset of the row's can hold a dominator
+///    (Eq. 1). For d <= 20 a dense mask -> group table is indexed directly: for
+///    d <= 14, when it is the cheaper walk, group-major (every group, fewest mask
+///    bits first, in parallel, walks the supersets of its mask in a per-block
+///    mask -> rows table, so a group's points are read once per block instead of
+///    once per row; one mask test per table entry looked up), otherwise row-major
+///    (every row enumerates its mask's subsets when fewer than the groups, else
+///    scans the groups, one mask test each). Inside a group the quartile test
+///    (Eq. 4/5) runs branch-free on the group's contiguous masks (SSE2 on x86_64,
+///    one mask test a point) before the dominance tests of the points that pass;
+///    (b) the block's survivors are tested in parallel against the survivors
+///    before them in the block (Eq. 1 and 4 branch-free, two mask tests a pair);
 ///    (c) the rest join the skyline groups.
+///
+///    (Measured on 2 shared cores at 200k anticorrelated d=12: step 3(a) is about
+///    90% of the time; with the subset lookups alone it took about 1/8 of that, so
+///    the cost is the scans of the groups' points and their dominance tests.
+///    Group-major and the SSE2 scans gave 1.15-1.45x over the previous version:
+///    200k anticorrelated d=12 1.99/2.71 -> 1.38/2.03 s, 1M independent d=12
+///    13.4/15.6 -> 11.7/12.9 s, same skylines.)
 ///
 /// `dominance_tests` and `mask_tests` count every test done.
 pub fn skyline_cpu(m: RankMatrix<'_>, threads: usize) -> (Vec<u32>, SkylineStats) {
@@ -272,6 +353,86 @@ struct SkyGroup {
     ids: Vec<u32>,
 }
 
+/// Most dimensions for the group-major step 3(a) (a 2^d table per block).
+const GM_MAX_DIMS: usize = 14;
+
+/// Step 3(a) group-major: block rows bucketed by median mask (counting sort); every
+/// skyline group (fewest mask bits first) walks the supersets of its mask (Eq. 1:
+/// only rows whose mask contains the group's can be dominated by it; one mask test
+/// per superset looked up) and tests the live rows there (Eq. 4/5, then dominance).
+/// Groups run in parallel; a row found dominated is skipped by later tests (so the
+/// counters may vary a little between runs). Returns (dead, dt, mt) per block row,
+/// the counts summed into the first entry.
+fn group_major(
+    groups: &[SkyGroup],
+    block: &[(u64, u32, u32, u32)],
+    data: &[u32],
+    d: usize,
+    gorder: &mut Vec<u32>,
+) -> Vec<(bool, u64, u64)> {
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    let nb = block.len();
+    let size = 1usize << d;
+    let mut bstart = vec![0u32; size + 1];
+    for t in block {
+        bstart[t.2 as usize + 1] += 1;
+    }
+    for k in 0..size {
+        bstart[k + 1] += bstart[k];
+    }
+    let mut cur = bstart.clone();
+    let mut border = vec![0u32; nb];
+    for (k, t) in block.iter().enumerate() {
+        let c = &mut cur[t.2 as usize];
+        border[*c as usize] = k as u32;
+        *c += 1;
+    }
+    if gorder.len() != groups.len() {
+        *gorder = (0..groups.len() as u32).collect();
+        gorder.sort_unstable_by_key(|&g| (groups[g as usize].mask.count_ones(), groups[g as usize].mask));
+    }
+    let dead: Vec<AtomicBool> = (0..nb).map(|_| AtomicBool::new(false)).collect();
+    let full = (size - 1) as u32;
+    let (dt, mt) = gorder
+        .par_iter()
+        .with_min_len(4)
+        .map(|&gi| {
+            let g = &groups[gi as usize];
+            let (mut dt, mut mt) = (0u64, 0u64);
+            let free = full & !g.mask;
+            let mut t = 0u32;
+            loop {
+                let sm = (g.mask | t) as usize;
+                mt += 1;
+                for &k in &border[bstart[sm] as usize..bstart[sm + 1] as usize] {
+                    let k = k as usize;
+                    if dead[k].load(Relaxed) {
+                        continue;
+                    }
+                    let (_, _, mi, qi) = block[k];
+                    let p = &data[k * d..(k + 1) * d];
+                    let bad = (g.mask | !mi) & !qi;
+                    if scan_q(&g.q, bad, &mut mt, |j| {
+                        dt += 1;
+                        dominates(&g.rows[j * d..(j + 1) * d], p)
+                    }) {
+                        dead[k].store(true, Relaxed);
+                    }
+                }
+                if t == free {
+                    break;
+                }
+                t = t.wrapping_sub(free) & free;
+            }
+            (dt, mt)
+        })
+        .reduce(|| (0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    let mut out: Vec<(bool, u64, u64)> = dead.into_iter().map(|x| (x.into_inner(), 0, 0)).collect();
+    out[0].1 = dt;
+    out[0].2 = mt;
+    out
+}
+
 fn cpu_hybrid(m: RankMatrix<'_>) -> (Vec<u32>, SkylineStats) {
     let (n, d) = (m.rows, m.dims);
     let mut st = SkylineStats { algorithm: "cpu-hybrid", ..Default::default() };
@@ -312,29 +473,37 @@ fn cpu_hybrid(m: RankMatrix<'_>) -> (Vec<u32>, SkylineStats) {
     let mut group_map: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
     let (mut dts, mut mts) = (0u64, 0u64);
     let mut blocks = 0u32;
-    for start in (0..keyed.len()).step_by(CPU_BLOCK) {
+    let block = CPU_BLOCK;
+    let mut gorder: Vec<u32> = Vec::new();
+    for start in (0..keyed.len()).step_by(block) {
         blocks += 1;
-        let end = (start + CPU_BLOCK).min(keyed.len());
+        let end = (start + block).min(keyed.len());
         // (a) against the confirmed skyline.
-        let phase1: Vec<(bool, u64, u64)> = (start..end)
+        // Group-major when the mask table is dense and enumerating the supersets of
+        // every group's mask is cheaper than the subsets of every row's: each group's
+        // points are then read once per block (cache-friendly) instead of once per row.
+        let use_gm = !group_of.is_empty() && d <= GM_MAX_DIMS && !groups.is_empty() && {
+            let by_group: u64 = groups.iter().map(|g| 1u64 << (d as u32 - g.mask.count_ones())).sum();
+            let by_row: u64 = keyed[start..end].iter().map(|t| (1u64 << t.2.count_ones()).min(groups.len() as u64)).sum();
+            by_group <= by_row.saturating_mul(2)
+        };
+        let phase1: Vec<(bool, u64, u64)> = if use_gm {
+            group_major(&groups, &keyed[start..end], &data[start * d..end * d], d, &mut gorder)
+        } else {
+            (start..end)
             .into_par_iter()
             .map(|i| {
                 let (_, _, mi, qi) = keyed[i];
                 let p = &data[i * d..(i + 1) * d];
                 let (mut dt, mut mt) = (0u64, 0u64);
                 let test_group = |g: &SkyGroup, dt: &mut u64, mt: &mut u64| -> bool {
-                    let same = g.mask | !mi;
-                    for (k, &qj) in g.q.iter().enumerate() {
-                        *mt += 1;
-                        if same & qj & !qi != 0 {
-                            continue; // Eq. 4 / 5
-                        }
+                    // Eq. 4 / 5 for every point of the group, 32 at a time without
+                    // branches, then dominance tests for the points that pass.
+                    let bad = (g.mask | !mi) & !qi;
+                    scan_q(&g.q, bad, mt, |k| {
                         *dt += 1;
-                        if dominates(&g.rows[k * d..(k + 1) * d], p) {
-                            return true;
-                        }
-                    }
-                    false
+                        dominates(&g.rows[k * d..(k + 1) * d], p)
+                    })
                 };
                 if !group_of.is_empty() && (1u64 << mi.count_ones()) < groups.len() as u64 {
                     // Only groups whose mask is a subset of this row's can hold a
@@ -365,7 +534,8 @@ fn cpu_hybrid(m: RankMatrix<'_>) -> (Vec<u32>, SkylineStats) {
                 }
                 (false, dt, mt)
             })
-            .collect();
+            .collect()
+        };
         let mut surv: Vec<usize> = Vec::new();
         for (k, &(dead, dt, mt)) in phase1.iter().enumerate() {
             dts += dt;
@@ -374,7 +544,11 @@ fn cpu_hybrid(m: RankMatrix<'_>) -> (Vec<u32>, SkylineStats) {
                 surv.push(start + k);
             }
         }
-        // (b) against earlier survivors of the block.
+        // (b) against earlier survivors of the block: Eq. 1 and Eq. 4 on contiguous
+        // mask arrays without branches (two mask tests a pair), 32 pairs at a time.
+        let sn: Vec<u64> = surv.iter().map(|&i| keyed[i].0).collect();
+        let sm: Vec<u32> = surv.iter().map(|&i| keyed[i].2).collect();
+        let sq: Vec<u32> = surv.iter().map(|&i| keyed[i].3).collect();
         let phase2: Vec<(bool, u64, u64)> = (0..surv.len())
             .into_par_iter()
             .map(|a| {
@@ -382,20 +556,14 @@ fn cpu_hybrid(m: RankMatrix<'_>) -> (Vec<u32>, SkylineStats) {
                 let (ni, _, mi, qi) = keyed[i];
                 let p = &data[i * d..(i + 1) * d];
                 let (mut dt, mut mt) = (0u64, 0u64);
-                for &j in &surv[..a] {
-                    let (nj, _, mj, qj) = keyed[j];
-                    if nj == ni {
-                        break; // equal norms cannot dominate, and the rest are equal too
-                    }
-                    if !masks_allow(mj, qj, mi, qi, &mut mt) {
-                        continue;
-                    }
+                // Equal norms cannot dominate; survivors are in norm order.
+                let lim = sn[..a].partition_point(|&nj| nj < ni);
+                let dead = scan_mq(&sm[..lim], &sq[..lim], mi, qi, &mut mt, |k| {
                     dt += 1;
-                    if dominates(&data[j * d..(j + 1) * d], p) {
-                        return (true, dt, mt);
-                    }
-                }
-                (false, dt, mt)
+                    let j = surv[k];
+                    dominates(&data[j * d..(j + 1) * d], p)
+                });
+                (dead, dt, mt)
             })
             .collect();
         // (c) survivors join the skyline.

@@ -94,7 +94,8 @@ pub fn gpu_operator_names(plan: &Arc<dyn ExecutionPlan>) -> Vec<String> {
     fn walk(p: &Arc<dyn ExecutionPlan>, parent_gpu: bool, out: &mut Vec<String>) {
         let gpu = as_gpu(p).is_some()
             || p.downcast_ref::<GpuUnloadExec>().is_some()
-            || p.downcast_ref::<SkylineExec>().is_some_and(|s| s.uses_gpu());
+            || p.downcast_ref::<SkylineExec>().is_some_and(|s| s.uses_gpu())
+            || p.downcast_ref::<GpuTopKExec>().is_some();
         let counts = gpu && (p.downcast_ref::<GpuScanExec>().is_none() || parent_gpu);
         if counts && !out.iter().any(|n| n == p.name()) {
             out.push(p.name().to_string());

@@ -134,11 +134,11 @@ impl ExecutionPlan for GpuTopKExec {
             }
             let out = tokio::task::spawn_blocking(move || -> Result<RecordBatch> {
                 let _t = elapsed.timer();
-                let batch = concat_batches(&s2, &batches)?;
+                let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+                let (out, on_gpu, cand) = topk(&s2, &batches, &order, fetch, gpu_min_rows, cpu_ok)?;
                 drop(batches);
-                let (out, on_gpu, cand) = topk(&batch, &order, fetch, gpu_min_rows, cpu_ok)?;
                 if on_gpu {
-                    gpu_rows.add(batch.num_rows());
+                    gpu_rows.add(rows);
                 }
                 candidates.add(cand);
                 Ok(out)
@@ -193,62 +193,96 @@ pub fn order_keys(a: &ArrayRef) -> Result<Option<Vec<Option<u64>>>> {
     })
 }
 
-/// The first `fetch` rows of `batch` in `order` (stable), whether the threshold
-/// was selected on the GPU, and how many candidate rows were sorted.
-pub fn topk(batch: &RecordBatch, order: &LexOrdering, fetch: usize, gpu_min_rows: usize, cpu_adapter_ok: bool) -> Result<(RecordBatch, bool, usize)> {
-    let n = batch.num_rows();
+/// Per batch: the keys of the first sort key (None: no order-preserving key for
+/// its type), and its NULL rows.
+struct BatchKeys {
+    keys: Option<Vec<Option<u64>>>,
+}
+
+/// The first `fetch` rows of `batches` in `order` (stable: ties in input order),
+/// whether the threshold was selected on the GPU, and how many candidate rows were
+/// sorted. Keys and candidates are computed per batch in parallel; the input is
+/// never concatenated.
+pub fn topk(
+    schema: &arrow::datatypes::SchemaRef,
+    batches: &[RecordBatch],
+    order: &LexOrdering,
+    fetch: usize,
+    gpu_min_rows: usize,
+    cpu_adapter_ok: bool,
+) -> Result<(RecordBatch, bool, usize)> {
+    let n: usize = batches.iter().map(|b| b.num_rows()).sum();
     let f = fetch.min(n);
     if f == 0 {
-        return Ok((batch.slice(0, 0), false, 0));
+        return Ok((RecordBatch::new_empty(schema.clone()), false, 0));
     }
     let first = &order[0];
-    let arr = first.expr.evaluate(batch)?.into_array(n)?;
+    let desc = first.options.descending;
+    let nulls_first = first.options.nulls_first;
+    let per: Vec<BatchKeys> = batches
+        .par_iter()
+        .map(|b| {
+            let arr = first.expr.evaluate(b)?.into_array(b.num_rows())?;
+            Ok(BatchKeys { keys: order_keys(&arr)?.map(|k| if desc { k.into_iter().map(|x| x.map(|x| !x)).collect() } else { k }) })
+        })
+        .collect::<Result<_>>()?;
+    let keyed = per.iter().all(|p| p.keys.is_some());
     let mut on_gpu = false;
-    let candidate_rows: Vec<u32> = match order_keys(&arr)? {
-        Some(keys) if f < n => {
-            let desc = first.options.descending;
-            let nulls_first = first.options.nulls_first;
-            let nulls = keys.iter().filter(|k| k.is_none()).count();
-            let nn = n - nulls;
-            // How many non-NULL rows can make the cut.
-            let want = if nulls_first { f.saturating_sub(nulls) } else { f.min(nn) };
-            let threshold = if want == 0 {
-                None
-            } else {
-                let dense: Vec<u64> = keys.par_iter().filter_map(|k| k.map(|k| if desc { !k } else { k })).collect();
-                let rank = [(want - 1) as u64];
-                let mut t = None;
-                if dense.len() >= gpu_min_rows {
-                    if let Ok(dev) = ridgeline_operators::context::global() {
-                        if cpu_adapter_ok || !dev.is_cpu_adapter() {
-                            match select_gpu(&dev, &dense, &rank) {
-                                Ok((v, _)) => {
-                                    t = Some(v[0]);
-                                    on_gpu = true;
-                                }
-                                Err(e) => {
-                                    log::warn!("GPU top-k failed, selecting on the CPU instead: {e}");
-                                    eprintln!("warning: GPU top-k failed, selecting on the CPU instead: {e}");
-                                }
+    let candidates: Vec<RecordBatch> = if keyed && f < n {
+        let nulls: usize = per.iter().map(|p| p.keys.as_ref().unwrap().iter().filter(|k| k.is_none()).count()).sum();
+        let nn = n - nulls;
+        // How many non-NULL rows can make the cut.
+        let want = if nulls_first { f.saturating_sub(nulls) } else { f.min(nn) };
+        let threshold = if want == 0 {
+            None
+        } else {
+            let parts: Vec<Vec<u64>> = per.par_iter().map(|p| p.keys.as_ref().unwrap().iter().flatten().copied().collect()).collect();
+            let dense: Vec<u64> = parts.concat();
+            let rank = [(want - 1) as u64];
+            let mut t = None;
+            if dense.len() >= gpu_min_rows {
+                if let Ok(dev) = ridgeline_operators::context::global() {
+                    if cpu_adapter_ok || !dev.is_cpu_adapter() {
+                        match select_gpu(&dev, &dense, &rank) {
+                            Ok((v, _)) => {
+                                t = Some(v[0]);
+                                on_gpu = true;
+                            }
+                            Err(e) => {
+                                log::warn!("GPU top-k failed, selecting on the CPU instead: {e}");
+                                eprintln!("warning: GPU top-k failed, selecting on the CPU instead: {e}");
                             }
                         }
                     }
                 }
-                Some(t.unwrap_or_else(|| select_cpu(&dense, &rank)[0]))
-            };
-            // NULL rows come along when they can be among the first f.
-            let take_nulls = nulls_first || want < f;
-            (0..n as u32)
-                .into_par_iter()
-                .filter(|&i| match keys[i as usize] {
-                    None => take_nulls,
-                    Some(k) => threshold.is_some_and(|t| (if desc { !k } else { k }) <= t),
-                })
-                .collect()
-        }
-        _ => (0..n as u32).collect(),
+            }
+            Some(t.unwrap_or_else(|| select_cpu(&dense, &rank)[0]))
+        };
+        // NULL rows come along when they can be among the first f.
+        let take_nulls = nulls_first || want < f;
+        batches
+            .par_iter()
+            .zip(per.par_iter())
+            .map(|(b, p)| {
+                let rows: Vec<u32> = p
+                    .keys
+                    .as_ref()
+                    .unwrap()
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, k)| match k {
+                        None => take_nulls,
+                        Some(k) => threshold.is_some_and(|t| *k <= t),
+                    })
+                    .map(|(i, _)| i as u32)
+                    .collect();
+                Ok(take_record_batch(b, &UInt32Array::from(rows))?)
+            })
+            .collect::<Result<_>>()?
+    } else {
+        batches.to_vec()
     };
-    let cand = take_record_batch(batch, &UInt32Array::from(candidate_rows))?;
+    let cand = concat_batches(schema, &candidates)?;
     let columns: Vec<SortColumn> = order
         .iter()
         .map(|s| Ok(SortColumn { values: s.expr.evaluate(&cand)?.into_array(cand.num_rows())?, options: Some(s.options) }))

@@ -113,12 +113,12 @@ impl Percentile {
     /// Whether this implementation takes `dt` (else DataFusion's does).
     fn takes(&self, dt: &DataType, distinct: bool) -> bool {
         if distinct {
-            return self.func == Func::Disc && supported(dt);
+            return self.func == Func::Disc && has_order_key(dt);
         }
         match self.func {
             Func::Median | Func::Cont => matches!(dt, DataType::Float32 | DataType::Float64)
                 || matches!(dt, DataType::Decimal128(p, _) if *p <= 18),
-            Func::Disc => supported(dt),
+            Func::Disc => has_order_key(dt),
         }
     }
 
@@ -173,8 +173,9 @@ impl Percentile {
     }
 }
 
-/// Types percentile_disc takes (and the keys they map to).
-fn supported(dt: &DataType) -> bool {
+/// Types with an order-preserving u64 key (what percentile_disc takes, and what
+/// `GpuTopKExec` can select on).
+pub fn has_order_key(dt: &DataType) -> bool {
     use DataType::*;
     matches!(
         dt,
@@ -207,7 +208,7 @@ impl AggregateUDFImpl for Percentile {
             },
             _ => match x {
                 DataType::Null => DataType::Float64,
-                t if supported(t) => t.clone(),
+                t if has_order_key(t) => t.clone(),
                 DataType::Decimal128(..) | DataType::Decimal256(..) => {
                     return Err(plan_err(format!("{name} takes decimals of at most 18 digits, got {x}")))
                 }
@@ -338,7 +339,7 @@ impl Spec {
             DataType::UInt64 => push!(a.as_primitive::<UInt64Type>().iter()),
             DataType::Decimal128(..) => push!(a.as_primitive::<Decimal128Type>().iter().map(|v| v.map(|x| key_i64(x as i64)))),
             DataType::Null => {}
-            dt if supported(dt) => {
+            dt if has_order_key(dt) => {
                 let c = if matches!(dt, DataType::Date32) {
                     arrow::compute::cast(&arrow::compute::cast(a, &DataType::Int32)?, &DataType::Int64)?
                 } else {

@@ -18,7 +18,6 @@ use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
-use arrow::datatypes::DataType;
 use ridgeline_operators::GpuMode;
 use std::sync::Arc;
 
@@ -29,14 +28,6 @@ pub const AUTO_MIN_FETCH: usize = 1 << 16;
 /// The GPU top-k rule.
 #[derive(Debug, Default)]
 pub struct GpuTopKRule;
-
-fn keyable(dt: &DataType) -> bool {
-    use DataType::*;
-    matches!(
-        dt,
-        Int8 | Int16 | Int32 | Int64 | UInt8 | UInt16 | UInt32 | UInt64 | Float32 | Float64 | Date32 | Date64 | Timestamp(..)
-    ) || matches!(dt, Decimal128(p, _) if *p <= 18)
-}
 
 impl PhysicalOptimizerRule for GpuTopKRule {
     fn optimize(&self, plan: Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
@@ -54,7 +45,7 @@ impl PhysicalOptimizerRule for GpuTopKRule {
                 let Some(fetch) = sort.fetch() else { return Ok(Transformed::no(node)) };
                 let input = sort.input().clone();
                 let first = &sort.expr()[0];
-                if !keyable(&first.expr.data_type(&input.schema())?) {
+                if !crate::functions::percentile::has_order_key(&first.expr.data_type(&input.schema())?) {
                     return Ok(Transformed::no(node));
                 }
                 if mode == GpuMode::Auto {

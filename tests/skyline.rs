@@ -161,7 +161,15 @@ async fn ties_duplicates_and_diff_groups() {
 }
 
 fn nba() -> RecordBatch {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/nba-8d-17264.csv");
+    // The project's shared data: RIDGELINE_SHARED_DIR, else ../shared next to the
+    // checkout, else /work/shared (where a clone elsewhere finds it).
+    let file = "data/nba-8d-17264.csv";
+    let candidates: Vec<std::path::PathBuf> = std::env::var_os("RIDGELINE_SHARED_DIR")
+        .map(|d| std::path::PathBuf::from(d).join(file))
+        .into_iter()
+        .chain([std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared").join(file), std::path::Path::new("/work/shared").join(file)])
+        .collect();
+    let path = candidates.iter().find(|p| p.exists()).unwrap_or(&candidates[0]).clone();
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut cols: Vec<Vec<f64>> = vec![Vec::new(); 8];
     for line in text.lines().filter(|l| !l.trim().is_empty()) {

@@ -1,15 +1,15 @@
 //! Grouped aggregation (GPU dense tags and sparse regions, CPU fast path) against
 //! the sequential reference: exact equality of every count, sum, min and max
 //! (f64 sums bit for bit: every path adds a group's values in row order).
-use rand::{Rng, SeedableRng};
+mod common;
+
+use common::{bitmap, rng};
+use rand::Rng;
 use ridgeline_operators::compact::Column;
 use ridgeline_operators::group_agg::*;
 use ridgeline_operators::testing::test_context;
 use ridgeline_operators::{DeviceArray, GpuContext, GpuError};
 
-fn rng(seed: u64) -> rand::rngs::SmallRng {
-    rand::rngs::SmallRng::seed_from_u64(seed)
-}
 
 struct Data {
     gids: Vec<u32>,
@@ -21,15 +21,6 @@ struct Data {
     dense_ints: Vec<i64>,
 }
 
-fn bitmap(n: usize, r: &mut impl Rng, p_null: f64) -> Vec<u32> {
-    let mut w = vec![0u32; n.div_ceil(32)];
-    for i in 0..n {
-        if !r.random_bool(p_null) {
-            w[i / 32] |= 1 << (i % 32);
-        }
-    }
-    w
-}
 
 impl Data {
     fn new(gids: Vec<u32>, g: u32, seed: u64, p_null: f64) -> Data {

@@ -4,15 +4,15 @@
 //!
 //! Most tests use small segments (`seg_rows` 128 to 4096) so inputs span several
 //! segments (the binding-limit split) cheaply.
-use rand::{Rng, SeedableRng};
+mod common;
+
+use common::{bitmap, rng};
+use rand::Rng;
 use ridgeline_operators::compact::Column;
 use ridgeline_operators::partition::*;
 use ridgeline_operators::testing::test_context;
 use ridgeline_operators::{DeviceArray, GpuContext, GpuError};
 
-fn rng(seed: u64) -> rand::rngs::SmallRng {
-    rand::rngs::SmallRng::seed_from_u64(seed)
-}
 
 /// A batch: a u32 key, a u64 key, a u32 payload with validity, a u64 payload
 /// with validity, a u32 payload without.
@@ -27,15 +27,6 @@ struct Batch {
     v_p64: Vec<u32>,
 }
 
-fn bitmap(n: usize, r: &mut impl Rng, p_null: f64) -> Vec<u32> {
-    let mut w = vec![0u32; n.div_ceil(32)];
-    for i in 0..n {
-        if !r.random_bool(p_null) {
-            w[i / 32] |= 1 << (i % 32);
-        }
-    }
-    w
-}
 
 impl Batch {
     fn new(k32: Vec<u32>, seed: u64, p_null_key: f64) -> Batch {

@@ -193,12 +193,6 @@ pub fn order_keys(a: &ArrayRef) -> Result<Option<Vec<Option<u64>>>> {
     })
 }
 
-/// Per batch: the keys of the first sort key (None: no order-preserving key for
-/// its type), and its NULL rows.
-struct BatchKeys {
-    keys: Option<Vec<Option<u64>>>,
-}
-
 /// The first `fetch` rows of `batches` in `order` (stable: ties in input order),
 /// whether the threshold was selected on the GPU, and how many candidate rows were
 /// sorted. Keys and candidates are computed per batch in parallel; the input is
@@ -219,24 +213,26 @@ pub fn topk(
     let first = &order[0];
     let desc = first.options.descending;
     let nulls_first = first.options.nulls_first;
-    let per: Vec<BatchKeys> = batches
+    // Per batch: the first sort key's keys in the wanted direction (None: its type
+    // has no order-preserving key).
+    let per: Vec<Option<Vec<Option<u64>>>> = batches
         .par_iter()
         .map(|b| {
             let arr = first.expr.evaluate(b)?.into_array(b.num_rows())?;
-            Ok(BatchKeys { keys: order_keys(&arr)?.map(|k| if desc { k.into_iter().map(|x| x.map(|x| !x)).collect() } else { k }) })
+            Ok(order_keys(&arr)?.map(|k| if desc { k.into_iter().map(|x| x.map(|x| !x)).collect() } else { k }))
         })
         .collect::<Result<_>>()?;
-    let keyed = per.iter().all(|p| p.keys.is_some());
+    let keyed = per.iter().all(Option::is_some);
     let mut on_gpu = false;
     let candidates: Vec<RecordBatch> = if keyed && f < n {
-        let nulls: usize = per.iter().map(|p| p.keys.as_ref().unwrap().iter().filter(|k| k.is_none()).count()).sum();
+        let nulls: usize = per.iter().map(|p| p.as_ref().unwrap().iter().filter(|k| k.is_none()).count()).sum();
         let nn = n - nulls;
         // How many non-NULL rows can make the cut.
         let want = if nulls_first { f.saturating_sub(nulls) } else { f.min(nn) };
         let threshold = if want == 0 {
             None
         } else {
-            let parts: Vec<Vec<u64>> = per.par_iter().map(|p| p.keys.as_ref().unwrap().iter().flatten().copied().collect()).collect();
+            let parts: Vec<Vec<u64>> = per.par_iter().map(|p| p.as_ref().unwrap().iter().flatten().copied().collect()).collect();
             let dense: Vec<u64> = parts.concat();
             let rank = [(want - 1) as u64];
             let mut t = None;
@@ -265,7 +261,6 @@ pub fn topk(
             .zip(per.par_iter())
             .map(|(b, p)| {
                 let rows: Vec<u32> = p
-                    .keys
                     .as_ref()
                     .unwrap()
                     .iter()

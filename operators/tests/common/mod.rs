@@ -1,0 +1,20 @@
+//! Random inputs shared by the operator tests.
+#![allow(dead_code)]
+use rand::{Rng, SeedableRng};
+
+/// A seeded generator.
+pub fn rng(seed: u64) -> rand::rngs::SmallRng {
+    rand::rngs::SmallRng::seed_from_u64(seed)
+}
+
+/// A validity bitmap of `n` rows (`ceil(n / 32)` words, bit set = not NULL), each
+/// row NULL with probability `p_null`.
+pub fn bitmap(n: usize, r: &mut impl Rng, p_null: f64) -> Vec<u32> {
+    let mut w = vec![0u32; n.div_ceil(32)];
+    for i in 0..n {
+        if !r.random_bool(p_null) {
+            w[i / 32] |= 1 << (i % 32);
+        }
+    }
+    w
+}

@@ -6,8 +6,11 @@
 //! (min, max, NULLs) are computed once at registration, so DataFusion can
 //! estimate selectivities and the GPU rules can weigh downloads.
 use crate::exec::GpuScanExec;
-use crate::gpu_batch::GpuBatch;
-use arrow::array::RecordBatch;
+use crate::gpu_batch::{ColumnData, GpuBatch, GpuColumn, Storage};
+use arrow::array::{ArrayRef, RecordBatch};
+use ridgeline_operators::DeviceArray;
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
 use arrow::compute::concat_batches;
 use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
@@ -38,6 +41,36 @@ pub struct ResidentData {
     pub host: Vec<RecordBatch>,
     /// Per-column statistics (exact).
     pub column_stats: Vec<ColumnStatistics>,
+    /// Dictionaries of string columns, built on first use (`None`: too many
+    /// distinct values, or not a string column).
+    dicts: Mutex<HashMap<usize, Option<Arc<StringDict>>>>,
+}
+
+/// Most distinct values a resident string column is dictionary-coded with.
+pub const MAX_DICT_VALUES: usize = 4096;
+
+/// A resident string column as codes: its distinct non-NULL values in sorted
+/// order, and per device chunk a device column of `u32` codes (index into
+/// `values`; NULL is `values.len()`). GPU operators group by the codes.
+#[derive(Debug)]
+pub struct StringDict {
+    /// The distinct values, sorted, of the column's type.
+    pub values: ArrayRef,
+    /// Codes per chunk (`UInt32` device columns without NULLs), segmented like the
+    /// chunk's columns.
+    pub codes: Vec<Arc<GpuColumn>>,
+}
+
+/// The strings of a string array (`None` for other types).
+fn strings(a: &ArrayRef) -> Option<Box<dyn Iterator<Item = Option<&str>> + '_>> {
+    use arrow::array::AsArray;
+    use arrow::datatypes::DataType;
+    Some(match a.data_type() {
+        DataType::Utf8 => Box::new(a.as_string::<i32>().iter()),
+        DataType::LargeUtf8 => Box::new(a.as_string::<i64>().iter()),
+        DataType::Utf8View => Box::new(a.as_string_view().iter()),
+        _ => return None,
+    })
 }
 
 fn at_extreme(v: &datafusion::common::ScalarValue) -> bool {
@@ -129,7 +162,69 @@ impl ResidentData {
         }
         flush(&mut pending)?;
         let column_stats = column_statistics(&schema, &host)?;
-        Ok(ResidentData { name: name.to_string(), schema, chunks, num_rows, host_bytes, host, column_stats })
+        Ok(ResidentData { name: name.to_string(), schema, chunks, num_rows, host_bytes, host, column_stats, dicts: Mutex::default() })
+    }
+
+    /// The dictionary of string column `col` (built once, in parallel over the
+    /// chunks, and cached); `None` when it is not a string column or has more than
+    /// [`MAX_DICT_VALUES`] distinct values.
+    pub fn string_dict(&self, ctx: &GpuContext, col: usize) -> Result<Option<Arc<StringDict>>> {
+        use rayon::prelude::*;
+        let mut dicts = self.dicts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(d) = dicts.get(&col) {
+            return Ok(d.clone());
+        }
+        let columns: Vec<&ArrayRef> = self.host.iter().map(|b| b.column(col)).collect();
+        if strings(self.host.first().map(|b| b.column(col)).unwrap_or(&arrow::array::new_empty_array(self.schema.field(col).data_type()))).is_none() {
+            dicts.insert(col, None);
+            return Ok(None);
+        }
+        // Distinct values per chunk, giving up past the limit.
+        let sets: Option<Vec<HashSet<&str>>> = columns
+            .par_iter()
+            .map(|a| {
+                let mut set = HashSet::new();
+                for v in strings(a).expect("string column").flatten() {
+                    if set.insert(v) && set.len() > MAX_DICT_VALUES {
+                        return None;
+                    }
+                }
+                Some(set)
+            })
+            .collect();
+        let mut all: Vec<&str> = match sets {
+            Some(sets) => sets.into_iter().flatten().collect::<HashSet<&str>>().into_iter().collect(),
+            None => Vec::new(),
+        };
+        if all.len() > MAX_DICT_VALUES || (all.is_empty() && self.column_stats[col].null_count != Precision::Exact(self.num_rows)) {
+            dicts.insert(col, None);
+            return Ok(None);
+        }
+        all.sort_unstable();
+        let index: HashMap<&str, u32> = all.iter().enumerate().map(|(i, v)| (*v, i as u32)).collect();
+        let null_code = all.len() as u32;
+        let codes: Vec<Vec<u32>> = columns
+            .par_iter()
+            .map(|a| strings(a).expect("string column").map(|v| v.map_or(null_code, |v| index[v])).collect())
+            .collect();
+        let seg = ctx.segment_rows();
+        let codes = codes
+            .iter()
+            .map(|c| {
+                let values = DeviceArray::upload_segmented(ctx, c, seg).map_err(crate::gpu_batch::gpu_err)?;
+                Ok(Arc::new(GpuColumn {
+                    data_type: arrow::datatypes::DataType::UInt32,
+                    data: ColumnData::Device { storage: Storage::U32, values, validity: None },
+                    len: c.len(),
+                    null_count: 0,
+                }))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let values: ArrayRef = Arc::new(arrow::array::StringArray::from(all));
+        let values = arrow::compute::cast(&values, self.schema.field(col).data_type())?;
+        let d = Some(Arc::new(StringDict { values, codes }));
+        dicts.insert(col, d.clone());
+        Ok(d)
     }
 
     /// Device bytes held.

@@ -45,6 +45,7 @@ impl RidgelineSessionExt for SessionStateBuilder {
         self.with_scalar_functions(udfs)
             .with_query_planner(Arc::new(crate::planner::RidgelineQueryPlanner))
             .with_physical_optimizer_rule(Arc::new(GpuFilterRule))
+            .with_physical_optimizer_rule(Arc::new(crate::optimizer::GpuAggregateRule))
             .with_physical_optimizer_rule(Arc::new(crate::optimizer::GpuTopKRule))
             .with_physical_optimizer_rule(Arc::new(GpuBoundaries))
     }

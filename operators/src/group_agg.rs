@@ -138,9 +138,12 @@ impl HostAggColumn<'_> {
 pub struct I64Agg {
     /// Non-NULL rows.
     pub count: Vec<u64>,
-    /// Sums (`None` where count is 0).
+    /// Sums (`None` where count is 0). With [`GroupAggOptions::checked_sums`]
+    /// off, a sum that does not fit i64 is wrapped (as `i128 as i64`).
     pub sum: Vec<Option<i64>>,
-    /// Minima.
+    /// The exact sums, in 128 bits (`None` where count is 0).
+    pub sum128: Vec<Option<i128>>,
+    /// Minima (with [`GroupAggOptions::min_max`] off on the GPU: `None`).
     pub min: Vec<Option<i64>>,
     /// Maxima.
     pub max: Vec<Option<i64>>,
@@ -228,11 +231,17 @@ pub struct GroupAggOptions {
     pub workgroup_size: u32,
     /// Rows per workgroup tile of the dense strategy.
     pub tile_rows: u32,
+    /// Compute MIN and MAX (the dense strategy's second pass over the rows settles
+    /// their low words; without it MIN/MAX come back as `None`).
+    pub min_max: bool,
+    /// Report an i64 SUM that does not fit i64 as [`GroupAggError::Overflow`]; when
+    /// off, `sum` holds the wrapped value and `sum128` the exact one.
+    pub checked_sums: bool,
 }
 
 impl Default for GroupAggOptions {
     fn default() -> Self {
-        GroupAggOptions { strategy: GroupAggStrategy::Auto, workgroup_size: 256, tile_rows: 16384 }
+        GroupAggOptions { strategy: GroupAggStrategy::Auto, workgroup_size: 256, tile_rows: 16384, min_max: true, checked_sums: true }
     }
 }
 
@@ -297,7 +306,8 @@ fn finish(kind: AggKind, accs: &[Acc], column: usize) -> Result<ColumnAgg, Group
                 }
             }
             let opt = |f: fn(&Acc) -> u64| accs.iter().map(|a| (a.count > 0).then(|| unkey_i64(f(a)))).collect();
-            ColumnAgg::I64(I64Agg { count, sum, min: opt(|a| a.min), max: opt(|a| a.max) })
+            let sum128 = accs.iter().map(|a| (a.count > 0).then_some(a.isum)).collect();
+            ColumnAgg::I64(I64Agg { count, sum, sum128, min: opt(|a| a.min), max: opt(|a| a.max) })
         }
         AggKind::F64 => {
             let opt = |f: fn(&Acc) -> u64| accs.iter().map(|a| (a.count > 0).then(|| unkey_f64(f(a)))).collect();
@@ -504,7 +514,8 @@ pub fn group_agg_gpu_with(
                     AggKind::I64 => F_SUM,
                     AggKind::F64 => F_F64,
                 };
-                for k in [&main, &lo] {
+                let kernels = if opts.min_max { vec![&main, &lo] } else { vec![&main] };
+                for k in kernels {
                     for s in 0..groups.num_segments() {
                         let (gb, _, nrows) = groups.segment(s);
                         let vb = c.column.values.segment(s).0;
@@ -627,30 +638,33 @@ pub fn group_agg_gpu_with(
     for (ci, c) in columns.iter().enumerate() {
         let tbl = &all[(ci + 1) * words..(ci + 2) * words];
         let mut count = Vec::with_capacity(g as usize);
-        let (mut mins, mut maxs, mut sums) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut mins, mut maxs, mut sums, mut sums128) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for x in 0..g as usize {
             let e = &tbl[x * 8..x * 8 + 8];
             let cnt = e[0] as u64;
             count.push(cnt);
             let mn = ((e[4] as u64) << 32) | e[6] as u64;
             let mx = ((e[5] as u64) << 32) | e[7] as u64;
-            mins.push((cnt > 0).then_some(mn));
-            maxs.push((cnt > 0).then_some(mx));
+            mins.push((cnt > 0 && opts.min_max).then_some(mn));
+            maxs.push((cnt > 0 && opts.min_max).then_some(mx));
             if c.kind == AggKind::I64 && cnt > 0 {
-                let s1 = e[2];
-                let ext = if s1 & 0x8000_0000 != 0 { u32::MAX } else { 0 };
-                if e[3] != ext {
+                // 96-bit two's complement sum, sign-extended to 128 bits
+                let wide = ((((e[3] as u128) << 64) | ((e[2] as u128) << 32) | e[1] as u128) << 32) as i128 >> 32;
+                if opts.checked_sums && i64::try_from(wide).is_err() {
                     return Err(GroupAggError::Overflow { column: ci, group: x as u32 });
                 }
-                sums.push(Some((((s1 as u64) << 32) | e[1] as u64) as i64));
+                sums.push(Some(wide as i64));
+                sums128.push(Some(wide));
             } else {
                 sums.push(None);
+                sums128.push(None);
             }
         }
         out.push(match c.kind {
             AggKind::I64 => ColumnAgg::I64(I64Agg {
                 count,
                 sum: sums,
+                sum128: sums128,
                 min: mins.iter().map(|k| k.map(unkey_i64)).collect(),
                 max: maxs.iter().map(|k| k.map(unkey_i64)).collect(),
             }),

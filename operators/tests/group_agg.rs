@@ -166,6 +166,16 @@ fn group_agg_i64_overflow_detected() {
                 Some(bg) => assert_eq!(got.unwrap_err(), GroupAggError::Overflow { column: 0, group: bg }, "{strategy:?}"),
                 None => assert_eq!(got.unwrap().columns, want.as_ref().unwrap().columns, "{strategy:?}"),
             }
+            // Unchecked: the exact 128-bit sums and the wrapped i64 sums, no error.
+            let opts = GroupAggOptions { strategy, checked_sums: false, min_max: false, ..Default::default() };
+            let got = run_gpu(&ctx, &gids, g, &host, 4096, &opts).unwrap();
+            let ColumnAgg::I64(a) = &got.columns[0] else { panic!() };
+            for x in 0..g as usize {
+                let exact: i128 = vals.iter().zip(&gids).filter(|(_, &k)| k as usize == x).map(|(&v, _)| v as i128).sum();
+                assert_eq!(a.sum128[x], Some(exact), "{strategy:?} group {x}");
+                assert_eq!(a.sum[x], Some(exact as i64), "{strategy:?} group {x}");
+                assert_eq!((a.min[x], a.max[x]), (None, None), "MIN/MAX not computed");
+            }
         }
     }
 }

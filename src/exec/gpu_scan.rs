@@ -43,6 +43,18 @@ impl GpuScanExec {
         Ok(GpuScanExec { data, projection, schema, partitions, props })
     }
 
+    /// The resident table.
+    pub fn data(&self) -> &Arc<ResidentData> {
+        &self.data
+    }
+    /// Table column of each output column.
+    pub fn table_columns(&self) -> Vec<usize> {
+        match &self.projection {
+            Some(p) => p.clone(),
+            None => (0..self.data.schema.fields().len()).collect(),
+        }
+    }
+
     fn chunks_of(&self, partition: usize) -> Result<Vec<GpuBatch>> {
         self.data
             .chunks

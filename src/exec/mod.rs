@@ -7,6 +7,7 @@
 //! boundary rule marks where an island starts ([`GpuLoadExec`]) and ends
 //! ([`GpuUnloadExec`]).
 pub mod cpu_note;
+pub mod gpu_aggregate;
 pub mod gpu_filter;
 pub mod gpu_load;
 pub mod gpu_scan;
@@ -15,6 +16,7 @@ pub mod gpu_unload;
 pub mod skyline;
 
 pub use cpu_note::CpuNoteExec;
+pub use gpu_aggregate::GpuAggregateExec;
 pub use gpu_filter::GpuFilterExec;
 pub use gpu_load::GpuLoadExec;
 pub use gpu_scan::GpuScanExec;
@@ -95,7 +97,8 @@ pub fn gpu_operator_names(plan: &Arc<dyn ExecutionPlan>) -> Vec<String> {
         let gpu = as_gpu(p).is_some()
             || p.downcast_ref::<GpuUnloadExec>().is_some()
             || p.downcast_ref::<SkylineExec>().is_some_and(|s| s.uses_gpu())
-            || p.downcast_ref::<GpuTopKExec>().is_some();
+            || p.downcast_ref::<GpuTopKExec>().is_some()
+            || p.downcast_ref::<GpuAggregateExec>().is_some();
         let counts = gpu && (p.downcast_ref::<GpuScanExec>().is_none() || parent_gpu);
         if counts && !out.iter().any(|n| n == p.name()) {
             out.push(p.name().to_string());

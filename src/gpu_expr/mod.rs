@@ -47,7 +47,7 @@ use std::sync::Arc;
 
 pub mod run;
 
-pub use run::{Evaluated, RowProgram};
+pub use run::{is_decimal_wide, DecimalWide, Evaluated, RowProgram};
 
 use crate::gpu_batch::Storage;
 
@@ -76,6 +76,10 @@ pub(crate) mod codes {
     pub const DIVIDE_BY_ZERO: u32 = 2;
     /// `MIN / -1`: `OVERFLOW_BASE + the type's index in OVERFLOW_TYPES`.
     pub const OVERFLOW_BASE: u32 = 16;
+    /// A wide decimal (precision above 18) left i64: not a SQL error, the
+    /// operator redoes the work on the CPU (larger than every other code, so it
+    /// wins: the CPU then raises whatever SQL error there is).
+    pub const DECIMAL_WIDE: u32 = 1 << 20;
 }
 
 /// The types whose `MIN / -1` overflows, for the error message.
@@ -154,6 +158,10 @@ pub(crate) struct Gen<'a> {
     uses64: bool,
     /// Whether the kernel can raise a SQL error (division, range-checked casts).
     pub(crate) may_error: bool,
+    /// Decimals of precision above 18 compute in i64 with every overflow checked
+    /// (raising [`codes::DECIMAL_WIDE`]: the work goes back to the CPU's 128-bit
+    /// arithmetic); only for operators that fall back on that code.
+    pub(crate) wide: bool,
 }
 
 fn is_int(dt: &DataType) -> bool {
@@ -166,7 +174,7 @@ fn pow10(k: u32) -> i64 {
 
 impl<'a> Gen<'a> {
     pub(crate) fn new(schema: &'a Schema, caps: Caps, validity: &'a dyn Fn(usize) -> bool) -> Self {
-        Gen { schema, caps, validity, tmp: 0, cols: BTreeSet::new(), uses64: false, may_error: false }
+        Gen { schema, caps, validity, tmp: 0, cols: BTreeSet::new(), uses64: false, may_error: false, wide: false }
     }
 
     fn fresh(&mut self) -> usize {
@@ -174,8 +182,16 @@ impl<'a> Gen<'a> {
         self.tmp
     }
 
+    /// The storage of a value of type `dt` in this kernel (wide decimals: i64).
+    fn st(&self, dt: &DataType) -> Result<Storage, String> {
+        match dt {
+            DataType::Decimal128(p, _) if *p > 18 && self.wide => Ok(Storage::I64),
+            _ => storage(dt),
+        }
+    }
+
     fn need(&mut self, dt: &DataType) -> Result<Storage, String> {
-        let st = storage(dt)?;
+        let st = self.st(dt)?;
         if matches!(st, Storage::I64 | Storage::U64 | Storage::F64) {
             if !self.caps.int64 {
                 return Err(format!("{dt} needs 64-bit integers, which this adapter lacks"));
@@ -315,7 +331,7 @@ impl<'a> Gen<'a> {
                 self.need(&dt)?;
                 lit(dt, format!("{}lu", x.unwrap_or(0.0).to_bits()))
             }
-            ScalarValue::Decimal128(x, p, _) if *p <= 18 => {
+            ScalarValue::Decimal128(x, p, _) if *p <= 18 || (self.wide && x.is_none_or(|x| i64::try_from(x).is_ok())) => {
                 self.need(&dt)?;
                 lit(dt, i64_lit(x.unwrap_or(0) as i64))
             }
@@ -332,7 +348,7 @@ impl<'a> Gen<'a> {
                 return Err(format!("comparison of {} with {}", a.dt, b.dt));
             }
         }
-        let st = storage(&a.dt)?;
+        let st = self.st(&a.dt)?;
         let (x, y) = match st {
             // DataFusion normalizes -0.0 to +0.0, then compares by Arrow's total order.
             Storage::F32 => (format!("fkey32(fnorm32({}))", a.v), format!("fkey32(fnorm32({}))", b.v)),
@@ -454,7 +470,7 @@ impl<'a> Gen<'a> {
             return Err("date plus a non-literal interval".into());
         }
         if matches!((&l.dt, &r.dt), (Decimal128(..), Decimal128(..))) {
-            return self.decimal_arith(op, l, r, rt, n);
+            return self.decimal_arith(op, l, r, rt, n, out);
         }
         if !(is_int(&l.dt) && l.dt == r.dt && rt == l.dt) {
             if l.dt.is_floating() || r.dt.is_floating() {
@@ -531,10 +547,13 @@ impl<'a> Gen<'a> {
         }
     }
 
-    fn decimal_arith(&mut self, op: Operator, l: Val, r: Val, rt: DataType, n: String) -> Result<Val, String> {
+    fn decimal_arith(&mut self, op: Operator, l: Val, r: Val, rt: DataType, n: String, out: &mut String) -> Result<Val, String> {
         let (DataType::Decimal128(_, s1), DataType::Decimal128(_, s2), DataType::Decimal128(p, s)) = (&l.dt, &r.dt, &rt) else {
             return Err(format!("decimal arithmetic to {rt}"));
         };
+        if *p > 18 && self.wide && self.caps.int64 {
+            return self.wide_decimal_arith(op, l, r, rt.clone(), n, out);
+        }
         if *p > 18 {
             return Err(format!(
                 "decimal {} {op} {} gives {rt}: precision above 18 needs 128-bit arithmetic",
@@ -555,9 +574,55 @@ impl<'a> Gen<'a> {
         Ok(Val { v, n, dt: rt })
     }
 
+    /// Decimal `+ - *` whose result precision exceeds 18, in i64: exact where it
+    /// fits, else the row raises [`codes::DECIMAL_WIDE`].
+    fn wide_decimal_arith(&mut self, op: Operator, l: Val, r: Val, rt: DataType, n: String, out: &mut String) -> Result<Val, String> {
+        let (DataType::Decimal128(_, s1), DataType::Decimal128(_, s2), DataType::Decimal128(_, s)) = (&l.dt, &r.dt, &rt) else {
+            return Err(format!("decimal arithmetic to {rt}"));
+        };
+        let (s1, s2, s) = (*s1 as i32, *s2 as i32, *s as i32);
+        self.uses64 = true;
+        self.may_error = true;
+        let flag = |out: &mut String, bad: String| {
+            let _ = writeln!(out, "if ({n} && ({bad})) {{ code = max(code, {}u); }}", codes::DECIMAL_WIDE);
+        };
+        // `v * 10^k`, checked.
+        let up = |g: &mut Self, out: &mut String, v: &str, k: i32| -> String {
+            if k == 0 {
+                return v.to_string();
+            }
+            let m = pow10(k as u32);
+            let t = g.let_(out, "i64", &format!("({v} * {m}li)"));
+            flag(out, format!("!mul_fits({v}, {m}li, {t})"));
+            t
+        };
+        let v = match op {
+            Operator::Plus | Operator::Minus if s == s1.max(s2) => {
+                let a = up(self, out, &l.v, s - s1);
+                let b = up(self, out, &r.v, s - s2);
+                if op == Operator::Plus {
+                    let t = self.let_(out, "i64", &format!("({a} + {b})"));
+                    flag(out, format!("(({a} ^ {t}) & ({b} ^ {t})) < 0li"));
+                    t
+                } else {
+                    let t = self.let_(out, "i64", &format!("({a} - {b})"));
+                    flag(out, format!("(({a} ^ {b}) & ({a} ^ {t})) < 0li"));
+                    t
+                }
+            }
+            Operator::Multiply if s == s1 + s2 => {
+                let t = self.let_(out, "i64", &format!("({} * {})", l.v, r.v));
+                flag(out, format!("!mul_fits({}, {}, {t})", l.v, r.v));
+                t
+            }
+            _ => return Err(format!("decimal {} {op} {} -> {rt}", l.dt, r.dt)),
+        };
+        Ok(Val { v, n, dt: rt })
+    }
+
     fn negative(&mut self, x: &NegativeExpr, out: &mut String) -> Result<Val, String> {
         let a = self.gen(x.arg(), out)?;
-        let st = storage(&a.dt)?;
+        let st = self.st(&a.dt)?;
         let v = match (&a.dt, st) {
             (DataType::Int8, _) => format!("(((-{}) << 24u) >> 24u)", a.v),
             (DataType::Int16, _) => format!("(((-{}) << 16u) >> 16u)", a.v),
@@ -806,7 +871,7 @@ impl<'a> Gen<'a> {
 
     pub(crate) fn helpers64(&self) -> &'static str {
         if self.uses64 {
-            "\n// Order-preserving key of an f64's bits.\nfn fkey64(b: u64) -> u64 {\n    return select(b ^ 0x8000000000000000lu, ~b, (b & 0x8000000000000000lu) != 0lu);\n}\n\n// i32 to i64 by zero extension and a correction: naga's OpSConvert of an i32\n// compares wrongly on lavapipe (Mesa 25), so no signed widening conversion is used.\nfn sext64(x: i32) -> i64 {\n    return i64(u64(bitcast<u32>(x))) - select(0li, 4294967296li, x < 0i);\n}\n\n// The bits of an f32 widened to f64 (exact; NaN payloads kept, as Rust's `as`).\nfn f32_to_f64(b: u32) -> u64 {\n    let sign = u64(b >> 31u) << 63u;\n    let e = (b >> 23u) & 0xffu;\n    let m = b & 0x7fffffu;\n    if (e == 0xffu) {\n        return sign | 0x7ff0000000000000lu | (u64(m) << 29u);\n    }\n    if (e == 0u) {\n        if (m == 0u) {\n            return sign;\n        }\n        let p = 31u - countLeadingZeros(m);\n        return sign | (u64(p + 874u) << 52u) | (u64(m ^ (1u << p)) << (52u - p));\n    }\n    return sign | (u64(e + 896u) << 52u) | (u64(m) << 29u);\n}\n\n// -0.0 as +0.0.\nfn fnorm64(b: u64) -> u64 {\n    return select(b, 0lu, b == 0x8000000000000000lu);\n}\n"
+            "\n// Order-preserving key of an f64's bits.\nfn fkey64(b: u64) -> u64 {\n    return select(b ^ 0x8000000000000000lu, ~b, (b & 0x8000000000000000lu) != 0lu);\n}\n\n// i32 to i64 by zero extension and a correction: naga's OpSConvert of an i32\n// compares wrongly on lavapipe (Mesa 25), so no signed widening conversion is used.\nfn sext64(x: i32) -> i64 {\n    return i64(u64(bitcast<u32>(x))) - select(0li, 4294967296li, x < 0i);\n}\n\n// The bits of an f32 widened to f64 (exact; NaN payloads kept, as Rust's `as`).\nfn f32_to_f64(b: u32) -> u64 {\n    let sign = u64(b >> 31u) << 63u;\n    let e = (b >> 23u) & 0xffu;\n    let m = b & 0x7fffffu;\n    if (e == 0xffu) {\n        return sign | 0x7ff0000000000000lu | (u64(m) << 29u);\n    }\n    if (e == 0u) {\n        if (m == 0u) {\n            return sign;\n        }\n        let p = 31u - countLeadingZeros(m);\n        return sign | (u64(p + 874u) << 52u) | (u64(m ^ (1u << p)) << (52u - p));\n    }\n    return sign | (u64(e + 896u) << 52u) | (u64(m) << 29u);\n}\n\n// -0.0 as +0.0.\nfn fnorm64(b: u64) -> u64 {\n    return select(b, 0lu, b == 0x8000000000000000lu);\n}\n\n// Whether t = a * b (wrapped) is the exact product.\nfn mul_fits(a: i64, b: i64, t: i64) -> bool {\n    let m = 3037000499li;\n    if (a <= m && a >= -m && b <= m && b >= -m) {\n        return true;\n    }\n    if (a == 0li) {\n        return true;\n    }\n    if (a == -1li) {\n        return b != (-9223372036854775807li - 1li);\n    }\n    return t / a == b;\n}\n"
         } else {
             ""
         }

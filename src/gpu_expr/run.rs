@@ -18,6 +18,7 @@ pub struct RowProgram {
     predicate: Option<Arc<dyn PhysicalExpr>>,
     outputs: Vec<Arc<dyn PhysicalExpr>>,
     caps: Caps,
+    wide: bool,
 }
 
 /// What a kernel produced for one batch.
@@ -39,11 +40,34 @@ impl Evaluated {
     }
 }
 
+/// The error a kernel raises when a wide decimal (precision above 18) leaves i64.
+#[derive(Debug)]
+pub struct DecimalWide;
+
+impl std::fmt::Display for DecimalWide {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a decimal of precision above 18 left the GPU's 64-bit range (the CPU's 128-bit arithmetic redoes it)")
+    }
+}
+
+impl std::error::Error for DecimalWide {}
+
+/// Whether `e` is [`DecimalWide`].
+pub fn is_decimal_wide(e: &DataFusionError) -> bool {
+    match e {
+        DataFusionError::External(b) => b.downcast_ref::<DecimalWide>().is_some(),
+        DataFusionError::Context(_, inner) => is_decimal_wide(inner),
+        DataFusionError::Shared(inner) => is_decimal_wide(inner),
+        _ => false,
+    }
+}
+
 /// The DataFusion error for a kernel error code (0: none).
 pub(crate) fn error_for(code: u32) -> Result<()> {
     let arrow = |e: ArrowError| Err(DataFusionError::ArrowError(Box::new(e), None));
     match code {
         0 => Ok(()),
+        codes::DECIMAL_WIDE => Err(DataFusionError::External(Box::new(DecimalWide))),
         codes::DIVIDE_BY_ZERO => arrow(ArrowError::DivideByZero),
         codes::CAST_OVERFLOW => arrow(ArrowError::CastError("Cannot cast a value to the target type of CAST: out of range".into())),
         c if c >= codes::OVERFLOW_BASE && ((c - codes::OVERFLOW_BASE) as usize) < OVERFLOW_TYPES.len() => {
@@ -92,11 +116,28 @@ impl RowProgram {
         outputs: Vec<Arc<dyn PhysicalExpr>>,
         caps: Caps,
     ) -> std::result::Result<RowProgram, String> {
-        let p = RowProgram { schema, predicate, outputs, caps };
+        RowProgram { schema, predicate, outputs, caps, wide: false }.checked()
+    }
+
+    /// [`RowProgram::try_new`] with decimals of precision above 18 computed in
+    /// i64, every overflow checked: a row that leaves i64 makes
+    /// [`Evaluated::check_errors`] fail with [`is_decimal_wide`] (the caller redoes
+    /// the work on the CPU). For operators that keep such values to themselves
+    /// (aggregate arguments): such outputs have no GPU layout elsewhere.
+    pub fn try_new_wide(
+        schema: SchemaRef,
+        predicate: Option<Arc<dyn PhysicalExpr>>,
+        outputs: Vec<Arc<dyn PhysicalExpr>>,
+        caps: Caps,
+    ) -> std::result::Result<RowProgram, String> {
+        RowProgram { schema, predicate, outputs, caps, wide: true }.checked()
+    }
+
+    fn checked(self) -> std::result::Result<RowProgram, String> {
         // Compile once assuming every nullable column carries validity.
-        let schema = p.schema.clone();
-        p.kernel(&|i| schema.field(i).is_nullable())?;
-        Ok(p)
+        let schema = self.schema.clone();
+        self.kernel(&|i| schema.field(i).is_nullable())?;
+        Ok(self)
     }
 
     /// The input schema.
@@ -119,6 +160,7 @@ impl RowProgram {
 
     fn kernel(&self, validity: &dyn Fn(usize) -> bool) -> std::result::Result<Kernel, String> {
         let mut g = Gen::new(&self.schema, self.caps, validity);
+        g.wide = self.wide;
         let mut code = String::new();
         let mut bitmaps: Vec<(Slot, String)> = Vec::new();
         let set_bit = |b: usize| format!("atomicOr(&wbits[{b}u * WORDS + lid / 32u], 1u << (lid & 31u));");
@@ -137,7 +179,10 @@ impl RowProgram {
         code.push_str("if (sel) {\n");
         for (j, e) in self.outputs.iter().enumerate() {
             let dt = e.data_type(&self.schema).map_err(|e| e.to_string())?;
-            let storage = Storage::of(&dt).ok_or_else(|| format!("output of type {dt} has no GPU layout"))?;
+            let storage = match dt {
+                DataType::Decimal128(p, _) if p > 18 && self.wide => Storage::I64,
+                _ => Storage::of(&dt).ok_or_else(|| format!("output of type {dt} has no GPU layout"))?,
+            };
             let mut c = String::new();
             let v = g.expr(e, &mut c)?;
             if v.dt != dt && v.dt != DataType::Null {

@@ -1,7 +1,9 @@
 //! Physical optimizer rules that place operators on the GPU.
 pub mod boundaries;
+pub mod gpu_aggregate;
 pub mod gpu_filter;
 pub mod gpu_topk;
 pub use boundaries::GpuBoundaries;
+pub use gpu_aggregate::GpuAggregateRule;
 pub use gpu_filter::GpuFilterRule;
 pub use gpu_topk::GpuTopKRule;

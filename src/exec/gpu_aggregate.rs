@@ -1,0 +1,385 @@
+//! `GpuAggregateExec`: `GROUP BY` aggregation over a resident table in one pass
+//! on the GPU (the rule is `optimizer::gpu_aggregate`).
+//!
+//! It replaces the whole aggregation (DataFusion's partial and final
+//! `AggregateExec`, the repartition between them, and the filters and
+//! projections below them down to the resident scan):
+//!
+//! 1. **Group ids.** Each GROUP BY key is a column of the table: a string column
+//!    by the codes of its resident dictionary ([`StringDict`]), an integer column
+//!    by `value - min` (from the table's exact statistics); NULL is one more code.
+//!    A row's group id is its codes in mixed radix, so groups are dense tags
+//!    `0 .. G`; rows the WHERE clause rejects get the id `G` (dropped).
+//! 2. **One row-wise kernel** per resident chunk computes the group ids and every
+//!    aggregate argument (`CASE WHEN predicate THEN argument END`, so a rejected
+//!    row contributes nothing and raises no error). Decimal arguments wider than
+//!    18 digits (TPC-H Q1's `l_extendedprice * (1 - l_discount) * (1 + l_tax)`)
+//!    compute in i64 with every overflow checked.
+//! 3. **Region state** per group ([`ridgeline_operators::group_agg`], the region
+//!    paper's choice): dense per-workgroup tables when the groups are few and
+//!    large, else a partition into contiguous regions reduced over their offsets.
+//!    SUM is exact in 96 bits, then 128 on the host across chunks.
+//! 4. Only the group tables come back: they become the partial aggregate state
+//!    DataFusion's own final aggregation expects, and a final `AggregateExec`
+//!    over those few rows evaluates them (AVG's decimal rounding, the result
+//!    types), so the answers are DataFusion's by construction.
+//!
+//! A GPU failure (device lost, out of memory) or a decimal that leaves 64 bits
+//! reruns the original plan on the CPU, with a warning.
+use crate::gpu_batch::{gpu_err, is_gpu_error, ColumnData, GpuBatch, GpuColumn};
+use crate::gpu_expr::{is_decimal_wide, RowProgram};
+use crate::resident::{ResidentData, StringDict};
+use arrow::array::{Array, ArrayRef, Decimal128Array, Int64Array, RecordBatch, UInt32Array, UInt64Array};
+use arrow::datatypes::{DataType, SchemaRef};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_plan::aggregates::AggregateExec;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties};
+use futures::TryStreamExt;
+use ridgeline_operators::compact::Column;
+use ridgeline_operators::group_agg::{group_agg_gpu_with, AggColumn, AggKind, ColumnAgg, GroupAggError, GroupAggOptions};
+use ridgeline_operators::GpuContext;
+use std::sync::Arc;
+
+/// A GROUP BY key.
+#[derive(Debug, Clone)]
+pub enum GroupKey {
+    /// A string column by its dictionary codes (NULL: `values.len()`).
+    Dict {
+        /// The dictionary.
+        dict: Arc<StringDict>,
+        /// Codes, NULL included when the column has NULLs.
+        card: u32,
+    },
+    /// An integer column by `value - min` (NULL: `card - 1` when nullable).
+    Range {
+        /// Smallest value.
+        min: i64,
+        /// Codes.
+        card: u32,
+        /// Whether the last code is NULL.
+        nullable: bool,
+        /// The key's type.
+        data_type: DataType,
+    },
+}
+
+impl GroupKey {
+    /// Number of codes.
+    pub fn card(&self) -> u32 {
+        match self {
+            GroupKey::Dict { card, .. } | GroupKey::Range { card, .. } => *card,
+        }
+    }
+}
+
+/// Where an aggregate's partial state comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AggState {
+    /// COUNT(*) (or of a non-NULL literal): the group's rows.
+    CountRows,
+    /// COUNT(x): non-NULL values of value column `.0`.
+    Count(usize),
+    /// SUM(x).
+    Sum(usize),
+    /// AVG(x): count, then sum.
+    Avg(usize),
+    /// MIN(x).
+    Min(usize),
+    /// MAX(x).
+    Max(usize),
+}
+
+/// Everything the node needs, prepared by the rule.
+#[derive(Debug)]
+pub struct GpuAggregatePlan {
+    /// The resident table.
+    pub data: Arc<ResidentData>,
+    /// Table column of each column of the program's input, before the code columns.
+    pub table_cols: Vec<usize>,
+    /// Keys, in GROUP BY order; the program's input ends with one `UInt32` code
+    /// column per dictionary key, in key order.
+    pub keys: Vec<GroupKey>,
+    /// Groups (`G`, the product of the keys' codes).
+    pub groups: u32,
+    /// Output 0: group id (`u32`, `G` for rejected rows); then the value columns.
+    pub program: RowProgram,
+    /// One entry per aggregate.
+    pub states: Vec<AggState>,
+    /// Whether any aggregate needs MIN or MAX.
+    pub min_max: bool,
+    /// The final aggregation over the partial state (its input is replaced at run time).
+    pub final_agg: Arc<AggregateExec>,
+    /// The partial state's schema (the final aggregation's input).
+    pub partial_schema: SchemaRef,
+    /// The replaced plan (CPU operators), for the fallback.
+    pub cpu: Arc<dyn ExecutionPlan>,
+    /// For EXPLAIN: the predicate, keys and aggregates as SQL-ish text.
+    pub display: String,
+}
+
+/// GROUP BY aggregation over a resident table on the GPU.
+#[derive(Debug)]
+pub struct GpuAggregateExec {
+    plan: Arc<GpuAggregatePlan>,
+    props: Arc<PlanProperties>,
+}
+
+impl GpuAggregateExec {
+    /// The node for `plan`; `schema` is the replaced aggregation's output schema.
+    pub fn new(plan: GpuAggregatePlan, schema: SchemaRef) -> Self {
+        let props = PlanProperties::new(
+            datafusion::physical_expr::EquivalenceProperties::new(schema),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Final,
+            Boundedness::Bounded,
+        );
+        GpuAggregateExec { plan: Arc::new(plan), props: Arc::new(props) }
+    }
+    /// The prepared plan.
+    pub fn plan(&self) -> &GpuAggregatePlan {
+        &self.plan
+    }
+}
+
+impl DisplayAs for GpuAggregateExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "GpuAggregateExec: table={}, groups={}, {}", self.plan.data.name, self.plan.groups, self.plan.display)
+    }
+}
+
+impl ExecutionPlan for GpuAggregateExec {
+    fn name(&self) -> &str {
+        "GpuAggregateExec"
+    }
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.props
+    }
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn datafusion::physical_expr::PhysicalExpr>) -> Result<datafusion::common::tree_node::TreeNodeRecursion>,
+    ) -> Result<datafusion::common::tree_node::TreeNodeRecursion> {
+        super::no_expressions(f)
+    }
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+    #[allow(deprecated)]
+    fn with_new_children(self: Arc<Self>, _children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+    fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+        if partition != 0 {
+            return Err(DataFusionError::Internal(format!("GpuAggregateExec has one partition, not {partition}")));
+        }
+        let plan = self.plan.clone();
+        let schema = self.schema();
+        let fut = async move {
+            let p = plan.clone();
+            let states = tokio::task::spawn_blocking(move || {
+                let dev = ridgeline_operators::context::global().map_err(gpu_err)?;
+                partial_states(&dev, &p)
+            })
+            .await
+            .map_err(super::blocking_err)?;
+            match states {
+                Ok(batch) => {
+                    let src = datafusion::datasource::memory::MemorySourceConfig::try_new_exec(&[vec![batch]], plan.partial_schema.clone(), None)?;
+                    #[allow(deprecated)]
+                    let fin = plan.final_agg.clone().with_new_children(vec![src])?;
+                    fin.execute(0, ctx)
+                }
+                Err(e) if is_gpu_error(&e) || is_decimal_wide(&e) => {
+                    log::warn!("GPU aggregation failed ({e}); running it on the CPU");
+                    CoalescePartitionsExec::new(plan.cpu.clone()).execute(0, ctx)
+                }
+                Err(e) => Err(e),
+            }
+        };
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, futures::stream::once(fut).try_flatten())))
+    }
+}
+
+/// Running totals of one value column over the chunks.
+#[derive(Clone, Default)]
+struct Totals {
+    count: Vec<u64>,
+    sum: Vec<i128>,
+    min: Vec<Option<i64>>,
+    max: Vec<Option<i64>>,
+}
+
+impl Totals {
+    fn new(g: usize) -> Self {
+        Totals { count: vec![0; g], sum: vec![0; g], min: vec![None; g], max: vec![None; g] }
+    }
+}
+
+/// Runs the kernel and the grouped aggregation over every chunk; returns the
+/// partial state of the groups that have rows.
+fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBatch> {
+    let g = plan.groups as usize;
+    let nvals = plan.program.outputs().len() - 1;
+    let mut rows = vec![0u64; g];
+    let mut totals = vec![Totals::new(g); nvals];
+    let aug_schema = plan.program.schema().clone();
+    let opts = GroupAggOptions { min_max: plan.min_max, checked_sums: false, ..Default::default() };
+    let agg_err = |e: GroupAggError| match e {
+        GroupAggError::Gpu(e) => gpu_err(e),
+        other => DataFusionError::Internal(other.to_string()),
+    };
+    for (ci, chunk) in plan.data.chunks.iter().enumerate() {
+        if chunk.num_rows == 0 {
+            continue;
+        }
+        let mut cols: Vec<Arc<GpuColumn>> = plan.table_cols.iter().map(|&t| chunk.columns[t].clone()).collect();
+        for k in &plan.keys {
+            if let GroupKey::Dict { dict, .. } = k {
+                cols.push(dict.codes[ci].clone());
+            }
+        }
+        let batch = GpuBatch { schema: aug_schema.clone(), columns: cols, num_rows: chunk.num_rows };
+        let eval = plan.program.evaluate(dev, &batch)?;
+        fn device(c: &GpuColumn) -> Result<Column<'_>> {
+            match &c.data {
+                ColumnData::Device { values, validity, .. } => Ok(Column { values, validity: validity.as_ref() }),
+                ColumnData::Host(_) => Err(DataFusionError::Internal("GPU aggregate output on the host".into())),
+            }
+        }
+        let gids = device(&eval.outputs[0])?;
+        let values = eval.outputs[1..]
+            .iter()
+            .map(|c| device(c).map(|column| AggColumn { kind: AggKind::I64, column }))
+            .collect::<Result<Vec<_>>>()?;
+        let out = group_agg_gpu_with(dev, gids.values, plan.groups + 1, &values, &opts).map_err(agg_err)?;
+        eval.check_errors(dev)?;
+        for x in 0..g {
+            rows[x] += out.rows[x];
+        }
+        for (t, c) in totals.iter_mut().zip(&out.columns) {
+            let ColumnAgg::I64(a) = c else { return Err(DataFusionError::Internal("f64 column in a GPU aggregate".into())) };
+            for x in 0..g {
+                t.count[x] += a.count[x];
+                t.sum[x] += a.sum128[x].unwrap_or(0);
+                t.min[x] = match (t.min[x], a.min[x]) {
+                    (Some(p), Some(q)) => Some(p.min(q)),
+                    (p, q) => p.or(q),
+                };
+                t.max[x] = match (t.max[x], a.max[x]) {
+                    (Some(p), Some(q)) => Some(p.max(q)),
+                    (p, q) => p.or(q),
+                };
+            }
+        }
+    }
+    // Groups with rows, in group-id order.
+    let live: Vec<usize> = (0..g).filter(|&x| rows[x] > 0).collect();
+    let schema = plan.partial_schema.clone();
+    let mut arrays: Vec<ArrayRef> = Vec::new();
+    let mut stride = 1u64;
+    let strides: Vec<u64> = plan
+        .keys
+        .iter()
+        .rev()
+        .map(|k| {
+            let s = stride;
+            stride *= k.card() as u64;
+            s
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    for (k, key) in plan.keys.iter().enumerate() {
+        let codes = live.iter().map(|&x| (x as u64 / strides[k]) % key.card() as u64);
+        let field = schema.field(arrays.len());
+        let a: ArrayRef = match key {
+            GroupKey::Dict { dict, .. } => {
+                let n = dict.values.len() as u64;
+                let idx = UInt32Array::from(codes.map(|c| (c < n).then_some(c as u32)).collect::<Vec<_>>());
+                arrow::compute::take(dict.values.as_ref(), &idx, None)?
+            }
+            GroupKey::Range { min, card, nullable, data_type } => {
+                let v: Vec<Option<i128>> = codes
+                    .map(|c| (!(*nullable && c == *card as u64 - 1)).then_some(*min as i128 + c as i128))
+                    .collect();
+                int_array(data_type, v)?
+            }
+        };
+        arrays.push(cast_to(a, field.data_type())?);
+    }
+    for st in &plan.states {
+        let pick = |f: &dyn Fn(usize) -> Option<i128>| -> Vec<Option<i128>> { live.iter().map(|&x| f(x)).collect() };
+        let mut push = |v: Vec<Option<i128>>| -> Result<()> {
+            let dt = schema.field(arrays.len()).data_type().clone();
+            arrays.push(int_array(&dt, v)?);
+            Ok(())
+        };
+        match *st {
+            AggState::CountRows => push(pick(&|x| Some(rows[x] as i128)))?,
+            AggState::Count(c) => push(pick(&|x| Some(totals[c].count[x] as i128)))?,
+            AggState::Sum(c) => push(pick(&|x| (totals[c].count[x] > 0).then_some(totals[c].sum[x])))?,
+            AggState::Avg(c) => {
+                push(pick(&|x| Some(totals[c].count[x] as i128)))?;
+                push(pick(&|x| (totals[c].count[x] > 0).then_some(totals[c].sum[x])))?;
+            }
+            AggState::Min(c) => push(pick(&|x| totals[c].min[x].map(|v| v as i128)))?,
+            AggState::Max(c) => push(pick(&|x| totals[c].max[x].map(|v| v as i128)))?,
+        }
+    }
+    let opts = arrow::array::RecordBatchOptions::new().with_row_count(Some(live.len()));
+    Ok(RecordBatch::try_new_with_options(schema, arrays, &opts)?)
+}
+
+fn cast_to(a: ArrayRef, dt: &DataType) -> Result<ArrayRef> {
+    if a.data_type() == dt {
+        return Ok(a);
+    }
+    Ok(arrow::compute::cast(&a, dt)?)
+}
+
+/// An array of type `dt` from integer values: decimals by their unscaled value,
+/// Int64 and UInt64 wrapped (DataFusion's SUM wraps), other integer, date and
+/// time types from their 64-bit value.
+pub(crate) fn int_array(dt: &DataType, v: Vec<Option<i128>>) -> Result<ArrayRef> {
+    use DataType::*;
+    Ok(match dt {
+        Decimal128(p, s) => Arc::new(Decimal128Array::from(v).with_precision_and_scale(*p, *s)?),
+        UInt64 => Arc::new(UInt64Array::from(v.into_iter().map(|x| x.map(|x| x as u64)).collect::<Vec<_>>())),
+        Int64 => Arc::new(Int64Array::from(v.into_iter().map(|x| x.map(|x| x as i64)).collect::<Vec<_>>())),
+        Int8 | Int16 | Int32 | UInt8 | UInt16 | UInt32 => {
+            let a: ArrayRef = Arc::new(Int64Array::from(v.into_iter().map(|x| x.map(|x| x as i64)).collect::<Vec<_>>()));
+            arrow::compute::cast(&a, dt)?
+        }
+        Date64 | Timestamp(_, _) | Duration(_) => {
+            let a = Int64Array::from(v.into_iter().map(|x| x.map(|x| x as i64)).collect::<Vec<_>>());
+            let data = a.into_data().into_builder().data_type(dt.clone()).build()?;
+            arrow::array::make_array(data)
+        }
+        other => return Err(DataFusionError::Internal(format!("GPU aggregate state of type {other}"))),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn int_arrays_of_every_state_type() {
+        let v = vec![Some(5i128), None, Some(-3)];
+        let a = int_array(&DataType::Decimal128(38, 4), v.clone()).unwrap();
+        assert_eq!(a.data_type(), &DataType::Decimal128(38, 4));
+        assert!(a.is_null(1));
+        let a = int_array(&DataType::Int32, v.clone()).unwrap();
+        assert_eq!(a.as_any().downcast_ref::<arrow::array::Int32Array>().unwrap().value(2), -3);
+        let a = int_array(&DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, None), v.clone()).unwrap();
+        assert_eq!(a.len(), 3);
+        // SUM(BIGINT) wraps as DataFusion's does.
+        let a = int_array(&DataType::Int64, vec![Some(i64::MAX as i128 + 1)]).unwrap();
+        assert_eq!(a.as_any().downcast_ref::<Int64Array>().unwrap().value(0), i64::MIN);
+        assert!(int_array(&DataType::Utf8, vec![]).is_err());
+    }
+}

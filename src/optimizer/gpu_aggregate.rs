@@ -1,0 +1,427 @@
+//! Replaces a `GROUP BY` aggregation over a resident table (DataFusion's final
+//! and partial `AggregateExec`, or a single-mode one, with the repartitions,
+//! filters and projections between the aggregation and the resident scan) by
+//! one [`GpuAggregateExec`].
+//!
+//! It applies when everything compiles:
+//! - the rows come from a resident table through filters, projections,
+//!   repartitions and coalesces only (their predicates and expressions are
+//!   composed into one predicate and the arguments over the table's columns);
+//! - every GROUP BY key is a column of the table: a string column with a resident
+//!   dictionary (at most [`MAX_DICT_VALUES`] distinct values) or an integer
+//!   column whose exact range (from the table's statistics) is small; the product
+//!   of the keys' codes (the dense group tags) is at most [`MAX_GROUPS`];
+//! - every aggregate is COUNT, SUM or AVG over integers or decimals (AVG:
+//!   decimals; DataFusion averages integers as floats), or MIN / MAX over
+//!   integers, decimals and timestamps, without DISTINCT, FILTER or ORDER BY,
+//!   and the arguments compile to WGSL (decimals wider than 18 digits compute in
+//!   64 bits, checked, falling back to the CPU if a value leaves them);
+//! - no grouping sets, no limit pushed into the aggregation.
+//!
+//! Floating-point SUM and AVG stay on the CPU: the GPU would add in another order
+//! and could differ from DataFusion in the last bits.
+//!
+//! Mode `on`: wherever it applies. Mode `auto`: on a GPU that is not a CPU
+//! adapter, for tables of at least `ridgeline.min_gpu_rows` rows (the pass reads
+//! only resident columns and downloads only the groups).
+use crate::config::{device_for, RidgelineOptions};
+use crate::exec::gpu_aggregate::{AggState, GpuAggregatePlan, GroupKey};
+use crate::exec::gpu_filter::OutCol;
+use crate::exec::{cpu_equivalent, CpuNoteExec, GpuAggregateExec, GpuFilterExec, GpuScanExec};
+use crate::gpu_expr::{Caps, RowProgram};
+use crate::resident::MAX_DICT_VALUES;
+use arrow::datatypes::{DataType, Field, Schema};
+use datafusion::common::stats::Precision;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::ScalarValue;
+use datafusion::config::ConfigOptions;
+use datafusion::error::Result;
+use datafusion::logical_expr::Operator;
+use datafusion::physical_expr::expressions::{BinaryExpr, CaseExpr, CastExpr, Column, IsNullExpr, Literal};
+use datafusion::physical_expr::{conjunction, PhysicalExpr};
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::ExecutionPlan;
+use ridgeline_operators::{GpuContext, GpuMode};
+use std::sync::Arc;
+
+/// Most dense group tags one GPU aggregation takes.
+pub const MAX_GROUPS: u64 = 1 << 16;
+
+/// The GPU aggregation rule.
+#[derive(Debug, Default)]
+pub struct GpuAggregateRule;
+
+impl PhysicalOptimizerRule for GpuAggregateRule {
+    fn optimize(&self, plan: Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
+        let opts = RidgelineOptions::from_config(config);
+        let mode = opts.mode()?;
+        if mode == GpuMode::Off {
+            return Ok(plan);
+        }
+        let Some(dev) = device_for(mode)? else { return Ok(plan) };
+        if mode == GpuMode::Auto && dev.is_cpu_adapter() {
+            return Ok(plan);
+        }
+        let min_rows = if mode == GpuMode::On { 0 } else { opts.min_gpu_rows };
+        Ok(plan
+            .transform_up(|node| {
+                let Some(agg) = node.downcast_ref::<AggregateExec>() else { return Ok(Transformed::no(node)) };
+                let src = match agg.mode() {
+                    AggregateMode::Single | AggregateMode::SinglePartitioned => agg,
+                    AggregateMode::Final | AggregateMode::FinalPartitioned => match partial_below(agg.input()) {
+                        Some(p) => p,
+                        None => return Ok(Transformed::no(node)),
+                    },
+                    _ => return Ok(Transformed::no(node)),
+                };
+                match prepare(&dev, &node, src, min_rows) {
+                    Ok(Some(p)) => Ok(Transformed::yes(Arc::new(GpuAggregateExec::new(p, node.schema())) as _)),
+                    Ok(None) => Ok(Transformed::no(node)),
+                    Err(why) => {
+                        log::debug!("aggregation stays on the CPU: {why}");
+                        Ok(Transformed::no(node))
+                    }
+                }
+            })?
+            .data)
+    }
+    fn name(&self) -> &str {
+        "ridgeline_gpu_aggregate"
+    }
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+/// Nodes that only move rows between partitions or batches.
+fn passes_rows(p: &Arc<dyn ExecutionPlan>) -> bool {
+    p.downcast_ref::<RepartitionExec>().is_some()
+        || p.downcast_ref::<CoalescePartitionsExec>().is_some()
+        || p.downcast_ref::<CpuNoteExec>().is_some()
+        || p.name() == "CoalesceBatchesExec"
+}
+
+/// The partial aggregation under a final one.
+fn partial_below(mut p: &Arc<dyn ExecutionPlan>) -> Option<&AggregateExec> {
+    while passes_rows(p) {
+        p = p.children()[0];
+    }
+    p.downcast_ref::<AggregateExec>().filter(|a| *a.mode() == AggregateMode::Partial)
+}
+
+fn col(name: &str, i: usize) -> Arc<dyn PhysicalExpr> {
+    Arc::new(Column::new(name, i))
+}
+
+fn lit(v: ScalarValue) -> Arc<dyn PhysicalExpr> {
+    Arc::new(Literal::new(v))
+}
+
+/// `e` with every column replaced by its expression in `exprs`.
+fn subst(e: &Arc<dyn PhysicalExpr>, exprs: &[Arc<dyn PhysicalExpr>]) -> Result<Arc<dyn PhysicalExpr>> {
+    Ok(e.clone()
+        .transform_up(|x| match x.downcast_ref::<Column>() {
+            Some(c) => Ok(Transformed::yes(exprs[c.index()].clone())),
+            None => Ok(Transformed::no(x)),
+        })?
+        .data)
+}
+
+fn as_i64(v: &Precision<ScalarValue>) -> Option<i64> {
+    match v.get_value()? {
+        ScalarValue::Int8(Some(x)) => Some(*x as i64),
+        ScalarValue::Int16(Some(x)) => Some(*x as i64),
+        ScalarValue::Int32(Some(x)) => Some(*x as i64),
+        ScalarValue::Int64(Some(x)) => Some(*x),
+        ScalarValue::UInt8(Some(x)) => Some(*x as i64),
+        ScalarValue::UInt16(Some(x)) => Some(*x as i64),
+        ScalarValue::UInt32(Some(x)) => Some(*x as i64),
+        _ => None,
+    }
+}
+
+type Why = String;
+
+/// The GPU plan for aggregation `node` (whose raw-input aggregation is `src`),
+/// `Ok(None)` when the table is too small, `Err` why not.
+fn prepare(dev: &Arc<GpuContext>, node: &Arc<dyn ExecutionPlan>, src: &AggregateExec, min_rows: usize) -> std::result::Result<Option<GpuAggregatePlan>, Why> {
+    let e = |e: datafusion::error::DataFusionError| e.to_string();
+    if src.limit_options().is_some() {
+        return Err("a limit is pushed into the aggregation".into());
+    }
+    if !src.group_expr().is_single() {
+        return Err("grouping sets".into());
+    }
+    if src.filter_expr().iter().any(|f| f.is_some()) {
+        return Err("an aggregate with FILTER".into());
+    }
+    // Down to the resident scan.
+    let mut chain: Vec<&Arc<dyn ExecutionPlan>> = Vec::new();
+    let mut p = src.input();
+    let scan = loop {
+        if let Some(s) = p.downcast_ref::<GpuScanExec>() {
+            break s;
+        }
+        let ok = passes_rows(p)
+            || p.downcast_ref::<ProjectionExec>().is_some()
+            || p.downcast_ref::<FilterExec>().is_some()
+            || p.downcast_ref::<GpuFilterExec>().is_some();
+        if !ok {
+            return Err(format!("the input is not a resident table ({} in between)", p.name()));
+        }
+        chain.push(p);
+        p = p.children()[0];
+    };
+    let data = scan.data().clone();
+    if data.num_rows < min_rows {
+        return Ok(None);
+    }
+    let scan_schema = scan.schema();
+    let table_cols = scan.table_columns();
+    // Compose the chain bottom-up into expressions over the scan's columns.
+    let mut exprs: Vec<Arc<dyn PhysicalExpr>> = scan_schema.fields().iter().enumerate().map(|(i, f)| col(f.name(), i)).collect();
+    let mut conjuncts: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
+    for n in chain.iter().rev() {
+        if let Some(f) = n.downcast_ref::<FilterExec>() {
+            conjuncts.push(subst(f.predicate(), &exprs).map_err(e)?);
+            if let Some(proj) = f.projection() {
+                exprs = proj.iter().map(|&i| exprs[i].clone()).collect();
+            }
+        } else if let Some(g) = n.downcast_ref::<GpuFilterExec>() {
+            if let Some(pred) = g.program().predicate() {
+                conjuncts.push(subst(pred, &exprs).map_err(e)?);
+            }
+            exprs = g
+                .columns()
+                .iter()
+                .map(|c| match c {
+                    OutCol::Input(i) => Ok(exprs[*i].clone()),
+                    OutCol::Computed(j) => subst(&g.program().outputs()[*j], &exprs),
+                })
+                .collect::<Result<Vec<_>>>()
+                .map_err(e)?;
+        } else if let Some(pr) = n.downcast_ref::<ProjectionExec>() {
+            exprs = pr.expr().iter().map(|pe| subst(&pe.expr, &exprs)).collect::<Result<Vec<_>>>().map_err(e)?;
+        }
+    }
+    let predicate = (!conjuncts.is_empty()).then(|| conjunction(conjuncts));
+    // Keys.
+    let mut fields: Vec<Field> = scan_schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+    let mut keys = Vec::new();
+    let mut key_codes: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
+    let mut groups: u64 = 1;
+    for (ge, _) in src.group_expr().expr() {
+        let k = subst(ge, &exprs).map_err(e)?;
+        let Some(c) = k.downcast_ref::<Column>() else { return Err(format!("GROUP BY {k}: not a column")) };
+        let t = table_cols[c.index()];
+        let dt = scan_schema.field(c.index()).data_type().clone();
+        let stats = &data.column_stats[t];
+        let has_nulls = stats.null_count != Precision::Exact(0);
+        match &dt {
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
+                let Some(dict) = data.string_dict(dev, t).map_err(e)? else {
+                    return Err(format!("GROUP BY {k}: more than {MAX_DICT_VALUES} distinct strings"));
+                };
+                let card = (dict.values.len() + has_nulls as usize).max(1) as u32;
+                key_codes.push(col(&format!("__rl_code{}", keys.len()), fields.len()));
+                fields.push(Field::new(format!("__rl_code{}", keys.len()), DataType::UInt32, false));
+                keys.push(GroupKey::Dict { dict, card });
+            }
+            DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 | DataType::UInt8 | DataType::UInt16 | DataType::UInt32 => {
+                let (min, max) = match (as_i64(&stats.min_value), as_i64(&stats.max_value)) {
+                    (Some(lo), Some(hi)) => (lo, hi),
+                    _ if stats.null_count == Precision::Exact(data.num_rows) => (0, -1),
+                    _ => return Err(format!("GROUP BY {k}: no exact range")),
+                };
+                let span = (max as i128 - min as i128 + 1) as u64 + has_nulls as u64;
+                if span > MAX_GROUPS {
+                    return Err(format!("GROUP BY {k}: {span} values in its range"));
+                }
+                let card = span.max(1) as u32;
+                let code: Arc<dyn PhysicalExpr> = Arc::new(CastExpr::new(
+                    Arc::new(BinaryExpr::new(
+                        Arc::new(CastExpr::new(k.clone(), DataType::Int64, None)),
+                        Operator::Minus,
+                        lit(ScalarValue::Int64(Some(min))),
+                    )),
+                    DataType::UInt32,
+                    None,
+                ));
+                let code = if has_nulls {
+                    Arc::new(
+                        CaseExpr::try_new(None, vec![(Arc::new(IsNullExpr::new(k.clone())) as _, lit(ScalarValue::UInt32(Some(card - 1))))], Some(code))
+                            .map_err(e)?,
+                    )
+                } else {
+                    code
+                };
+                key_codes.push(code);
+                keys.push(GroupKey::Range { min, card, nullable: has_nulls, data_type: dt.clone() });
+            }
+            other => return Err(format!("GROUP BY {k} of type {other}")),
+        }
+        groups *= keys.last().expect("pushed").card() as u64;
+        if groups + 1 > MAX_GROUPS {
+            return Err(format!("more than {MAX_GROUPS} groups"));
+        }
+    }
+    let aug_schema = Arc::new(Schema::new(fields));
+    // Group id in mixed radix; rejected rows get `groups`.
+    let mut gid: Option<Arc<dyn PhysicalExpr>> = None;
+    for (k, code) in keys.iter().zip(key_codes) {
+        gid = Some(match gid {
+            None => code,
+            Some(acc) => Arc::new(BinaryExpr::new(
+                Arc::new(BinaryExpr::new(acc, Operator::Multiply, lit(ScalarValue::UInt32(Some(k.card()))))),
+                Operator::Plus,
+                code,
+            )),
+        });
+    }
+    let gid = gid.unwrap_or_else(|| lit(ScalarValue::UInt32(Some(0))));
+    let when = |v: Arc<dyn PhysicalExpr>, otherwise: Option<Arc<dyn PhysicalExpr>>| -> std::result::Result<Arc<dyn PhysicalExpr>, Why> {
+        Ok(match &predicate {
+            Some(p) => Arc::new(CaseExpr::try_new(None, vec![(p.clone(), v)], otherwise).map_err(e)?),
+            None => v,
+        })
+    };
+    let mut outputs = vec![when(gid, Some(lit(ScalarValue::UInt32(Some(groups as u32)))))?];
+    // Aggregates.
+    let mut value_keys: Vec<String> = Vec::new();
+    let mut states = Vec::new();
+    let mut min_max = false;
+    let mut shown = Vec::new();
+    for a in src.aggr_expr() {
+        let name = a.fun().name().to_ascii_lowercase();
+        if a.is_distinct() {
+            return Err(format!("{name}(DISTINCT ..)"));
+        }
+        if !a.order_bys().is_empty() {
+            return Err(format!("{name}(.. ORDER BY ..)"));
+        }
+        let args = a.expressions();
+        if args.len() != 1 {
+            return Err(format!("{name} with {} arguments", args.len()));
+        }
+        let arg = subst(&args[0], &exprs).map_err(e)?;
+        shown.push(format!("{name}({arg})"));
+        let dt = arg.data_type(&scan_schema).map_err(e)?;
+        if name == "count" {
+            if let Some(l) = arg.downcast_ref::<Literal>() {
+                if !l.value().is_null() {
+                    states.push(AggState::CountRows);
+                    continue;
+                }
+            }
+        }
+        let ok_type = match name.as_str() {
+            "count" | "min" | "max" => matches!(
+                dt,
+                DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 | DataType::Decimal128(..) | DataType::Timestamp(..) | DataType::Date64
+            ),
+            "sum" => matches!(dt, DataType::Int64 | DataType::Decimal128(..)),
+            "avg" => matches!(dt, DataType::Decimal128(..)),
+            _ => return Err(format!("aggregate {name}")),
+        };
+        if !ok_type {
+            return Err(format!("{name} of {dt}"));
+        }
+        let v = if matches!(dt, DataType::Int8 | DataType::Int16 | DataType::Int32) {
+            Arc::new(CastExpr::new(arg.clone(), DataType::Int64, None)) as Arc<dyn PhysicalExpr>
+        } else {
+            arg.clone()
+        };
+        let key = v.to_string();
+        let c = match value_keys.iter().position(|x| *x == key) {
+            Some(c) => c,
+            None => {
+                value_keys.push(key);
+                outputs.push(when(v, None)?);
+                value_keys.len() - 1
+            }
+        };
+        states.push(match name.as_str() {
+            "count" => AggState::Count(c),
+            "sum" => AggState::Sum(c),
+            "avg" => AggState::Avg(c),
+            "min" => {
+                min_max = true;
+                AggState::Min(c)
+            }
+            _ => {
+                min_max = true;
+                AggState::Max(c)
+            }
+        });
+    }
+    let program = RowProgram::try_new_wide(aug_schema, None, outputs, Caps::of(dev))?;
+    // DataFusion's partial state and the final aggregation over it.
+    let partial = if *src.mode() == AggregateMode::Partial {
+        None
+    } else {
+        Some(
+            AggregateExec::try_new(
+                AggregateMode::Partial,
+                src.group_expr().clone(),
+                src.aggr_expr().to_vec(),
+                src.filter_expr().to_vec(),
+                src.input().clone(),
+                src.input_schema(),
+            )
+            .map_err(e)?,
+        )
+    };
+    let partial_ref = partial.as_ref().unwrap_or(src);
+    let partial_schema = partial_ref.schema();
+    let final_agg = AggregateExec::try_new(
+        AggregateMode::Final,
+        partial_ref.group_expr().as_final(),
+        src.aggr_expr().to_vec(),
+        src.filter_expr().to_vec(),
+        Arc::new(EmptyExec::new(partial_schema.clone())),
+        src.input_schema(),
+    )
+    .map_err(e)?;
+    let same = |a: &Schema, b: &Schema| {
+        a.fields().len() == b.fields().len() && a.fields().iter().zip(b.fields()).all(|(x, y)| x.name() == y.name() && x.data_type() == y.data_type())
+    };
+    if !same(&final_agg.schema(), &node.schema()) {
+        return Err("the final aggregation's schema differs".into());
+    }
+    // The state columns must be the ones the node builds.
+    let expected: usize = keys.len() + states.iter().map(|s| if matches!(s, AggState::Avg(_)) { 2 } else { 1 }).sum::<usize>();
+    if partial_schema.fields().len() != expected {
+        return Err(format!("partial state of {} columns, expected {expected}", partial_schema.fields().len()));
+    }
+    let cpu = match cpu_equivalent(node) {
+        Some(Ok(c)) => c,
+        Some(Err(err)) => return Err(err.to_string()),
+        None => return Err("no CPU plan to fall back to".into()),
+    };
+    let gby: Vec<String> = src.group_expr().expr().iter().map(|(x, _)| subst(x, &exprs).map(|x| x.to_string()).unwrap_or_default()).collect();
+    let display = format!(
+        "predicate={}, gby=[{}], aggr=[{}]",
+        predicate.as_ref().map_or("true".to_string(), |p| p.to_string()),
+        gby.join(", "),
+        shown.join(", ")
+    );
+    Ok(Some(GpuAggregatePlan {
+        data,
+        table_cols,
+        keys,
+        groups: groups as u32,
+        program,
+        states,
+        min_max,
+        final_agg: Arc::new(final_agg),
+        partial_schema,
+        cpu,
+        display,
+    }))
+}

@@ -44,6 +44,14 @@ use ridgeline_operators::group_agg::{group_agg_gpu_with, AggColumn, AggKind, Col
 use ridgeline_operators::GpuContext;
 use std::sync::Arc;
 
+static FALLBACKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many GPU aggregations this process redid on the CPU (GPU failure, or a
+/// wide decimal that left 64 bits).
+pub fn fallbacks() -> u64 {
+    FALLBACKS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// A GROUP BY key.
 #[derive(Debug, Clone)]
 pub enum GroupKey {
@@ -129,11 +137,14 @@ pub struct GpuAggregateExec {
 }
 
 impl GpuAggregateExec {
-    /// The node for `plan`; `schema` is the replaced aggregation's output schema.
-    pub fn new(plan: GpuAggregatePlan, schema: SchemaRef) -> Self {
+    /// The node for `plan`; `schema` and `partitions` are the replaced
+    /// aggregation's output schema and partition count (parents planned for that
+    /// many partitions keep working: the result comes in partition 0, the others
+    /// are empty).
+    pub fn new(plan: GpuAggregatePlan, schema: SchemaRef, partitions: usize) -> Self {
         let props = PlanProperties::new(
             datafusion::physical_expr::EquivalenceProperties::new(schema),
-            Partitioning::UnknownPartitioning(1),
+            Partitioning::UnknownPartitioning(partitions.max(1)),
             EmissionType::Final,
             Boundedness::Bounded,
         );
@@ -173,7 +184,7 @@ impl ExecutionPlan for GpuAggregateExec {
     }
     fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
         if partition != 0 {
-            return Err(DataFusionError::Internal(format!("GpuAggregateExec has one partition, not {partition}")));
+            return Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema(), futures::stream::empty())));
         }
         let plan = self.plan.clone();
         let schema = self.schema();
@@ -194,6 +205,7 @@ impl ExecutionPlan for GpuAggregateExec {
                 }
                 Err(e) if is_gpu_error(&e) || is_decimal_wide(&e) => {
                     log::warn!("GPU aggregation failed ({e}); running it on the CPU");
+                    FALLBACKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     CoalescePartitionsExec::new(plan.cpu.clone()).execute(0, ctx)
                 }
                 Err(e) => Err(e),
@@ -323,7 +335,8 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
             AggState::Count(c) => push(pick(&|x| Some(totals[c].count[x] as i128)))?,
             AggState::Sum(c) => push(pick(&|x| (totals[c].count[x] > 0).then_some(totals[c].sum[x])))?,
             AggState::Avg(c) => {
-                push(pick(&|x| Some(totals[c].count[x] as i128)))?;
+                // DataFusion's AVG state: count and sum both NULL for a group without values.
+                push(pick(&|x| (totals[c].count[x] > 0).then_some(totals[c].count[x] as i128)))?;
                 push(pick(&|x| (totals[c].count[x] > 0).then_some(totals[c].sum[x])))?;
             }
             AggState::Min(c) => push(pick(&|x| totals[c].min[x].map(|v| v as i128)))?,

@@ -46,7 +46,7 @@ use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
-use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use ridgeline_operators::{GpuContext, GpuMode};
 use std::sync::Arc;
 
@@ -81,7 +81,7 @@ impl PhysicalOptimizerRule for GpuAggregateRule {
                     _ => return Ok(Transformed::no(node)),
                 };
                 match prepare(&dev, &node, src, min_rows) {
-                    Ok(Some(p)) => Ok(Transformed::yes(Arc::new(GpuAggregateExec::new(p, node.schema())) as _)),
+                    Ok(Some(p)) => Ok(Transformed::yes(Arc::new(GpuAggregateExec::new(p, node.schema(), node.output_partitioning().partition_count())) as _)),
                     Ok(None) => Ok(Transformed::no(node)),
                     Err(why) => {
                         log::debug!("aggregation stays on the CPU: {why}");
@@ -104,7 +104,7 @@ fn passes_rows(p: &Arc<dyn ExecutionPlan>) -> bool {
     p.downcast_ref::<RepartitionExec>().is_some()
         || p.downcast_ref::<CoalescePartitionsExec>().is_some()
         || p.downcast_ref::<CpuNoteExec>().is_some()
-        || p.name() == "CoalesceBatchesExec"
+        || matches!(p.name(), "CoalesceBatchesExec" | "CooperativeExec")
 }
 
 /// The partial aggregation under a final one.

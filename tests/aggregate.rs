@@ -164,3 +164,31 @@ async fn plan_uses_gpu_aggregate_in_mode_on() {
         assert!(!p.contains("GpuFilterExec") && !p.contains("AggregateExec: mode"), "q{q}\n{p}");
     }
 }
+
+/// A partitioned hash join on the group keys needs the aggregation's output hash
+/// partitioned as DataFusion would (TPC-H Q15's shape).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn join_on_the_group_keys_stays_co_partitioned() {
+    let b = table(30_000, 5);
+    let q = "SELECT a.k32, a.t, b.n FROM (SELECT k32, sum(v64) AS t FROM agg GROUP BY k32) a \
+             JOIN (SELECT k32, count(*) AS n FROM agg WHERE id % 7 = 0 GROUP BY k32) b ON a.k32 = b.k32 ORDER BY a.k32";
+    let mut answers = Vec::new();
+    for mode in [GpuMode::Off, common::gpu_mode()] {
+        let rl = engine(mode, &b).await;
+        for set in [
+            "SET datafusion.execution.target_partitions = 4",
+            "SET datafusion.optimizer.hash_join_single_partition_threshold = 0",
+            "SET datafusion.optimizer.hash_join_single_partition_threshold_rows = 0",
+        ] {
+            rl.sql(set).await.unwrap().collect().await.unwrap();
+        }
+        let p = plan(&rl, q).await;
+        assert!(p.contains("mode=Partitioned"), "{p}");
+        if mode == GpuMode::On {
+            assert!(p.contains("GpuAggregateExec"), "{p}");
+        }
+        answers.push(run(&rl, q).await.unwrap());
+    }
+    assert!(answers[0].lines().count() > 900, "{}", answers[0].lines().count());
+    assert_eq!(answers[0], answers[1]);
+}

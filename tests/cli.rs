@@ -119,10 +119,13 @@ fn gpu_report_and_modes() {
 fn explain_marks_gpu_nodes_on_resident_tables() {
     let dir = tempfile::tempdir().unwrap();
     let t = format!("people={}", write_csv(dir.path()));
-    let out = ok(&["query", "SELECT sum(id) FROM people WHERE id > 1", "--table", &t, "--resident", "--explain"]);
+    let out = ok(&["query", "SELECT id FROM people WHERE id > 1", "--table", &t, "--resident", "--explain"]);
     if gpu_expected() {
         assert!(out.contains("[gpu]") && out.contains("GpuScanExec: table=people"), "{out}");
         assert!(out.contains("GpuFilterExec") && out.contains("GpuUnloadExec"), "{out}");
+        // An aggregation over the filter becomes one GPU node reading the resident columns.
+        let agg = ok(&["query", "SELECT sum(id) FROM people WHERE id > 1", "--table", &t, "--resident", "--explain"]);
+        assert!(agg.contains("[gpu] GpuAggregateExec: table=people") && agg.contains("predicate=id@0 > 1"), "{agg}");
     } else {
         assert!(out.contains("GPU operators:"), "{out}");
     }

@@ -244,17 +244,17 @@ fn default_cache_dir(sf: f64) -> PathBuf {
 
 /// Timings of one query in one engine / mode.
 #[derive(Clone, Debug)]
-struct Timing {
-    min_ms: f64,
-    median_ms: f64,
-    rows: usize,
+pub(crate) struct Timing {
+    pub(crate) min_ms: f64,
+    pub(crate) median_ms: f64,
+    pub(crate) rows: usize,
 }
 
 /// One query in one Ridgeline mode.
-struct ModeRun {
-    timing: Timing,
-    result: Vec<Vec<String>>,
-    gpu_ops: Vec<String>,
+pub(crate) struct ModeRun {
+    pub(crate) timing: Timing,
+    pub(crate) result: Vec<Vec<String>>,
+    pub(crate) gpu_ops: Vec<String>,
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -278,7 +278,7 @@ async fn execute(rl: &Ridgeline, sql: &str) -> Result<(Vec<RecordBatch>, Arc<dyn
 }
 
 /// Warm-up, then `iterations` timed runs (planning and execution).
-async fn run_mode(rl: &Ridgeline, sql: &str, iterations: usize) -> Result<ModeRun> {
+pub(crate) async fn run_mode(rl: &Ridgeline, sql: &str, iterations: usize) -> Result<ModeRun> {
     let (batches, mut plan) = execute(rl, sql).await?;
     let result = to_rows(&batches)?;
     let mut times = Vec::with_capacity(iterations);

@@ -1,6 +1,7 @@
 //! The `ridgeline` command line: `query`, the interactive shell, `gen`, `gpu`,
 //! `demo` and `bench`.
 pub mod bench;
+pub mod bench_aggregate;
 pub mod bench_skyline;
 pub mod bench_tpch;
 pub mod demo;
@@ -199,10 +200,20 @@ pub enum BenchCommand {
         #[command(flatten)]
         range: SizeRange,
     },
-    /// GROUP BY aggregation by regions on the GPU (4, 1k, 1M groups) vs the CPU and DataFusion.
+    /// GROUP BY aggregation by regions on the GPU (4, 1k, 1M groups) vs the CPU and DataFusion;
+    /// with --sql, the GROUP BY query in GPU and CPU mode (and DuckDB).
     Aggregate {
         #[command(flatten)]
         range: SizeRange,
+        /// Run the SQL comparison (every second size) instead of the operator one.
+        #[arg(long)]
+        sql: bool,
+        /// Add DuckDB to the SQL comparison.
+        #[arg(long)]
+        duckdb: bool,
+        /// A duckdb wheel to install offline (default: RIDGELINE_DUCKDB_WHEEL).
+        #[arg(long)]
+        duckdb_wheel: Option<std::path::PathBuf>,
     },
     /// The 22 TPC-H queries: CPU and GPU mode side by side (min / median ms), optional
     /// answer checks and DuckDB on the same Parquet files.
@@ -270,6 +281,9 @@ pub async fn run(cli: Cli) -> Result<()> {
         Some(Command::Serve(args)) => serve(engine(cli.gpu)?, args).await,
         Some(Command::Bench { what: BenchCommand::Tpch(args) }) => bench_tpch::run(args).await,
         Some(Command::Bench { what: BenchCommand::Skyline(args) }) => bench_skyline::run(args).await,
+        Some(Command::Bench { what: BenchCommand::Aggregate { range, sql: true, duckdb, duckdb_wheel } }) => {
+            bench_aggregate::run(range.min_log2, range.max_log2, range.iterations, duckdb, duckdb_wheel).await
+        }
         Some(Command::Bench { what }) => tokio::task::spawn_blocking(move || match what {
             BenchCommand::Transfer { max_mib, iterations } => bench::transfer(max_mib, iterations),
             BenchCommand::Scan { range } => bench::scan(range.min_log2, range.max_log2, range.iterations),
@@ -277,7 +291,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             BenchCommand::Filter { range } => bench::filter(range.min_log2, range.max_log2, range.iterations),
             BenchCommand::Select { range } => bench::select(range.min_log2, range.max_log2, range.iterations),
             BenchCommand::Partition { range } => bench::partition(range.min_log2, range.max_log2, range.iterations),
-            BenchCommand::Aggregate { range } => bench::aggregate(range.min_log2, range.max_log2, range.iterations),
+            BenchCommand::Aggregate { range, .. } => bench::aggregate(range.min_log2, range.max_log2, range.iterations),
             BenchCommand::Tpch(_) | BenchCommand::Skyline(_) => {
                 Err(DataFusionError::Internal("this benchmark runs on the async runtime".into()))
             }

@@ -46,7 +46,7 @@ use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
-use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, Partitioning};
 use ridgeline_operators::{GpuContext, GpuMode};
 use std::sync::Arc;
 
@@ -81,7 +81,19 @@ impl PhysicalOptimizerRule for GpuAggregateRule {
                     _ => return Ok(Transformed::no(node)),
                 };
                 match prepare(&dev, &node, src, min_rows) {
-                    Ok(Some(p)) => Ok(Transformed::yes(Arc::new(GpuAggregateExec::new(p, node.schema(), node.output_partitioning().partition_count())) as _)),
+                    Ok(Some(p)) => {
+                        // Parents may rely on the replaced node's hash partitioning (a
+                        // partitioned hash join on the group keys, say): DataFusion's own
+                        // repartition restores it from the one partition of groups.
+                        let out: Arc<dyn ExecutionPlan> = match node.output_partitioning() {
+                            Partitioning::Hash(exprs, n) if *n > 1 => Arc::new(RepartitionExec::try_new(
+                                Arc::new(GpuAggregateExec::new(p, node.schema(), 1)),
+                                Partitioning::Hash(exprs.clone(), *n),
+                            )?),
+                            other => Arc::new(GpuAggregateExec::new(p, node.schema(), other.partition_count())),
+                        };
+                        Ok(Transformed::yes(out))
+                    }
                     Ok(None) => Ok(Transformed::no(node)),
                     Err(why) => {
                         log::debug!("aggregation stays on the CPU: {why}");

@@ -11,6 +11,7 @@
 //! rl.sql("SELECT count(*) FROM lineitem").await?.show().await?;
 //! # Ok(()) }
 //! ```
+#![recursion_limit = "256"]
 pub mod cli;
 pub mod config;
 pub mod exec;

@@ -2,8 +2,10 @@
 pub mod boundaries;
 pub mod gpu_aggregate;
 pub mod gpu_filter;
+pub mod gpu_repartition;
 pub mod gpu_topk;
 pub use boundaries::GpuBoundaries;
 pub use gpu_aggregate::GpuAggregateRule;
 pub use gpu_filter::GpuFilterRule;
+pub use gpu_repartition::GpuRepartitionRule;
 pub use gpu_topk::GpuTopKRule;

@@ -9,7 +9,8 @@
 //! aggregation on the same keys that DataFusion left without a repartition of its
 //! own). Columns without a device layout (strings) follow on the host.
 //!
-//! Mode `on`: wherever it applies. Mode `auto`: on a GPU that is not a CPU adapter.
+//! Mode `on`: wherever it applies. Mode `auto`: never (measured slower, see
+//! `GpuRepartitionRule::optimize`).
 use crate::config::{device_for, RidgelineOptions};
 use crate::exec::gpu_repartition::partitionable_key;
 use crate::exec::{as_gpu, GpuRepartitionExec};
@@ -36,8 +37,11 @@ impl PhysicalOptimizerRule for GpuRepartitionRule {
         if mode == GpuMode::Off {
             return Ok(plan);
         }
-        let Some(dev) = device_for(mode)? else { return Ok(plan) };
-        if mode == GpuMode::Auto && dev.is_cpu_adapter() {
+        // Mode auto leaves DataFusion's repartition in place: on the H100 machine
+        // (TPC-H SF 10, BENCHMARKS.md) the GPU path made q2 and q11 2.5-3.5x slower,
+        // since a resident scan serves a CPU repartition from its host copy at no
+        // cost while the GPU path downloads every column, and no query got faster.
+        if mode != GpuMode::On || device_for(mode)?.is_none() {
             return Ok(plan);
         }
         rewrite(&plan, false)

@@ -243,6 +243,9 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
         GroupAggError::Gpu(e) => gpu_err(e),
         other => DataFusionError::Internal(other.to_string()),
     };
+    // Kernels that can raise an error are checked after the last chunk: by then
+    // every kernel has finished, so reading their error words waits for nothing.
+    let mut pending_errors = Vec::new();
     for (ci, chunk) in plan.data.chunks.iter().enumerate() {
         if chunk.num_rows == 0 {
             continue;
@@ -254,7 +257,7 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
             }
         }
         let batch = GpuBatch { schema: aug_schema.clone(), columns: cols, num_rows: chunk.num_rows };
-        let eval = plan.program.evaluate(dev, &batch)?;
+        let mut eval = plan.program.evaluate(dev, &batch)?;
         fn device(c: &GpuColumn) -> Result<Column<'_>> {
             match &c.data {
                 ColumnData::Device { values, validity, .. } => Ok(Column { values, validity: validity.as_ref() }),
@@ -267,7 +270,10 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
             .map(|c| device(c).map(|column| AggColumn { kind: AggKind::I64, column }))
             .collect::<Result<Vec<_>>>()?;
         let out = group_agg_gpu_with(dev, gids.values, plan.groups + 1, &values, &opts).map_err(agg_err)?;
-        eval.check_errors(dev)?;
+        // Free the outputs now; keep the error word.
+        drop(values);
+        eval.outputs.clear();
+        pending_errors.push(eval);
         for x in 0..g {
             rows[x] += out.rows[x];
         }
@@ -286,6 +292,9 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
                 };
             }
         }
+    }
+    for eval in &pending_errors {
+        eval.check_errors(dev)?;
     }
     // Groups with rows, in group-id order.
     let live: Vec<usize> = (0..g).filter(|&x| rows[x] > 0).collect();

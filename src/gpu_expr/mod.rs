@@ -183,7 +183,7 @@ impl<'a> Gen<'a> {
     }
 
     /// The storage of a value of type `dt` in this kernel (wide decimals: i64).
-    fn st(&self, dt: &DataType) -> Result<Storage, String> {
+    pub(crate) fn st(&self, dt: &DataType) -> Result<Storage, String> {
         match dt {
             DataType::Decimal128(p, _) if *p > 18 && self.wide => Ok(Storage::I64),
             _ => storage(dt),

@@ -179,10 +179,7 @@ impl RowProgram {
         code.push_str("if (sel) {\n");
         for (j, e) in self.outputs.iter().enumerate() {
             let dt = e.data_type(&self.schema).map_err(|e| e.to_string())?;
-            let storage = match dt {
-                DataType::Decimal128(p, _) if p > 18 && self.wide => Storage::I64,
-                _ => Storage::of(&dt).ok_or_else(|| format!("output of type {dt} has no GPU layout"))?,
-            };
+            let storage = g.st(&dt).map_err(|_| format!("output of type {dt} has no GPU layout"))?;
             let mut c = String::new();
             let v = g.expr(e, &mut c)?;
             if v.dt != dt && v.dt != DataType::Null {

@@ -60,6 +60,18 @@ impl RidgelineOptions {
     }
 }
 
+/// What a GPU optimizer rule works with: the session's options, its mode and the
+/// device; `None` when the rule has nothing to do (mode off, or mode auto without
+/// an adapter); an error in mode on without an adapter.
+pub fn rule_device(config: &ConfigOptions) -> Result<Option<(RidgelineOptions, GpuMode, Arc<GpuContext>)>> {
+    let opts = RidgelineOptions::from_config(config);
+    let mode = opts.mode()?;
+    if mode == GpuMode::Off {
+        return Ok(None);
+    }
+    Ok(device_for(mode)?.map(|dev| (opts, mode, dev)))
+}
+
 /// The device for a session in `mode`: `Ok(None)` means run on the CPU (mode off,
 /// or auto without an adapter, which warns once); mode on without an adapter is an
 /// error.

@@ -26,7 +26,7 @@
 //! only resident columns and downloads only the groups), and only as many groups
 //! as the dense per-workgroup tables hold (the region path's fixed costs lost to
 //! the CPU on TPC-H Q15 at SF 1).
-use crate::config::{device_for, RidgelineOptions};
+use crate::config::rule_device;
 use crate::exec::gpu_aggregate::{AggState, GpuAggregatePlan, GroupKey};
 use crate::exec::gpu_filter::OutCol;
 use crate::exec::{cpu_equivalent, CpuNoteExec, GpuAggregateExec, GpuFilterExec, GpuScanExec};
@@ -61,12 +61,7 @@ pub struct GpuAggregateRule;
 
 impl PhysicalOptimizerRule for GpuAggregateRule {
     fn optimize(&self, plan: Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
-        let opts = RidgelineOptions::from_config(config);
-        let mode = opts.mode()?;
-        if mode == GpuMode::Off {
-            return Ok(plan);
-        }
-        let Some(dev) = device_for(mode)? else { return Ok(plan) };
+        let Some((opts, mode, dev)) = rule_device(config)? else { return Ok(plan) };
         if mode == GpuMode::Auto && dev.is_cpu_adapter() {
             return Ok(plan);
         }

@@ -16,7 +16,7 @@
 //! only from `ridgeline.min_gpu_rows` rows on. On a CPU adapter (lavapipe) no filter
 //! moves in mode `auto`, resident or not.
 //! Mode `on` moves every filter that compiles.
-use crate::config::{device_for, RidgelineOptions};
+use crate::config::{rule_device, RidgelineOptions};
 use crate::exec::gpu_filter::OutCol;
 use crate::exec::{as_gpu, CpuNoteExec, GpuFilterExec, GpuScanExec};
 use crate::gpu_expr::{Caps, RowProgram};
@@ -60,12 +60,7 @@ pub struct GpuFilterRule;
 
 impl PhysicalOptimizerRule for GpuFilterRule {
     fn optimize(&self, plan: Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
-        let opts = RidgelineOptions::from_config(config);
-        let mode = opts.mode()?;
-        if mode == GpuMode::Off {
-            return Ok(plan);
-        }
-        let Some(dev) = device_for(mode)? else { return Ok(plan) };
+        let Some((opts, mode, dev)) = rule_device(config)? else { return Ok(plan) };
         let env = Env { mode, caps: Caps::of(&dev), dev, opts, threads: config.execution.target_partitions.max(1) };
         Ok(plan
             .transform_up(|node| {

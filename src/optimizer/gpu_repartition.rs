@@ -11,7 +11,7 @@
 //!
 //! Mode `on`: wherever it applies. Mode `auto`: never (measured slower, see
 //! `GpuRepartitionRule::optimize`).
-use crate::config::{device_for, RidgelineOptions};
+use crate::config::rule_device;
 use crate::exec::gpu_repartition::partitionable_key;
 use crate::exec::{as_gpu, GpuRepartitionExec};
 use crate::gpu_batch::Storage;
@@ -33,15 +33,12 @@ pub struct GpuRepartitionRule;
 
 impl PhysicalOptimizerRule for GpuRepartitionRule {
     fn optimize(&self, plan: Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
-        let mode = RidgelineOptions::from_config(config).mode()?;
-        if mode == GpuMode::Off {
-            return Ok(plan);
-        }
+        let Some((_, mode, _)) = rule_device(config)? else { return Ok(plan) };
         // Mode auto leaves DataFusion's repartition in place: on the H100 machine
         // (TPC-H SF 10, BENCHMARKS.md) the GPU path made q2 and q11 2.5-3.5x slower,
         // since a resident scan serves a CPU repartition from its host copy at no
         // cost while the GPU path downloads every column, and no query got faster.
-        if mode != GpuMode::On || device_for(mode)?.is_none() {
+        if mode != GpuMode::On {
             return Ok(plan);
         }
         rewrite(&plan, false)

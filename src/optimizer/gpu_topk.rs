@@ -9,7 +9,7 @@
 //! dynamic filters) is hard to beat for small k: on the H100 machine, TPC-H SF 1
 //! `ORDER BY l_extendedprice DESC .. LIMIT 100` took 11 ms in CPU mode and 261 ms
 //! through this operator (it copies the input first), hence the lower bound on k.
-use crate::config::{device_for, RidgelineOptions};
+use crate::config::rule_device;
 use crate::exec::gpu_topk::{GpuTopKExec, GPU_MIN_ROWS};
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::config::ConfigOptions;
@@ -31,11 +31,7 @@ pub struct GpuTopKRule;
 
 impl PhysicalOptimizerRule for GpuTopKRule {
     fn optimize(&self, plan: Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
-        let mode = RidgelineOptions::from_config(config).mode()?;
-        if mode == GpuMode::Off {
-            return Ok(plan);
-        }
-        let Some(dev) = device_for(mode)? else { return Ok(plan) };
+        let Some((_, mode, dev)) = rule_device(config)? else { return Ok(plan) };
         if mode == GpuMode::Auto && dev.is_cpu_adapter() {
             return Ok(plan);
         }

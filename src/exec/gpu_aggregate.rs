@@ -300,20 +300,12 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
     let live: Vec<usize> = (0..g).filter(|&x| rows[x] > 0).collect();
     let schema = plan.partial_schema.clone();
     let mut arrays: Vec<ArrayRef> = Vec::new();
-    let mut stride = 1u64;
-    let strides: Vec<u64> = plan
-        .keys
-        .iter()
-        .rev()
-        .map(|k| {
-            let s = stride;
-            stride *= k.card() as u64;
-            s
-        })
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .collect();
+    // Mixed radix, first key most significant: key k's code is worth the product
+    // of the later keys' code counts.
+    let mut strides = vec![1u64; plan.keys.len()];
+    for k in (1..plan.keys.len()).rev() {
+        strides[k - 1] = strides[k] * plan.keys[k].card() as u64;
+    }
     for (k, key) in plan.keys.iter().enumerate() {
         let codes = live.iter().map(|&x| (x as u64 / strides[k]) % key.card() as u64);
         let field = schema.field(arrays.len());

@@ -224,16 +224,25 @@ fn pass_bits(c: &[u32], bad: u32) -> u32 {
 fn scan_q(qs: &[u32], bad: u32, mask_tests: &mut u64, mut dom: impl FnMut(usize) -> bool) -> bool {
     let mut base = 0;
     for chunk in qs.chunks(SCAN) {
-        let mut bits = pass_bits(chunk, bad);
         *mask_tests += chunk.len() as u64;
-        while bits != 0 {
-            let k = base + bits.trailing_zeros() as usize;
-            bits &= bits - 1;
-            if dom(k) {
-                return true;
-            }
+        if any_dominates(pass_bits(chunk, bad), base, &mut dom) {
+            return true;
         }
         base += chunk.len();
+    }
+    false
+}
+
+/// Runs the dominance test `dom` on the points whose bit is set in `bits` (point
+/// `base + bit`), in order, until one dominates.
+#[inline]
+fn any_dominates(mut bits: u32, base: usize, dom: &mut impl FnMut(usize) -> bool) -> bool {
+    while bits != 0 {
+        let k = base + bits.trailing_zeros() as usize;
+        bits &= bits - 1;
+        if dom(k) {
+            return true;
+        }
     }
     false
 }
@@ -252,12 +261,8 @@ fn scan_mq(ms: &[u32], qs: &[u32], mi: u32, qi: u32, mask_tests: &mut u64, mut d
             bits |= (test(cm[k], cq[k]) as u32) << k;
         }
         *mask_tests += 2 * cm.len() as u64;
-        while bits != 0 {
-            let k = base + bits.trailing_zeros() as usize;
-            bits &= bits - 1;
-            if dom(k) {
-                return true;
-            }
+        if any_dominates(bits, base, &mut dom) {
+            return true;
         }
         base += cm.len();
     }

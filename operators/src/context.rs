@@ -395,7 +395,6 @@ impl GpuContext {
     /// written after creation, and repeated launches (the same chunk, the same
     /// sizes) find theirs. The cache is cleared when it holds 8192 buffers.
     pub fn uniform<T: bytemuck::Pod>(&self, data: &T) -> wgpu::Buffer {
-        use wgpu::util::DeviceExt;
         let bytes = bytemuck::bytes_of(data);
         let mut cache = self.uniforms.lock().unwrap();
         if let Some(b) = cache.get(bytes) {
@@ -404,18 +403,30 @@ impl GpuContext {
         if cache.len() >= 8192 {
             cache.clear();
         }
-        let b = self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        // Not `create_buffer_init`: its staging buffer costs milliseconds on some
+        // drivers; the contents go with the next submission (`write_small`).
+        let b = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("params"),
-            contents: bytes,
-            usage: wgpu::BufferUsages::UNIFORM,
+            size: (bytes.len() as u64).div_ceil(16).max(1) * 16,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
         });
+        let mut padded = bytes.to_vec();
+        padded.resize(bytes.len().div_ceil(4) * 4, 0);
+        if let Err(e) = self.write_small(&b, 0, &padded) {
+            // Only a failed staging map gets here; record it for the next check.
+            let mut slot = self.uncaptured.lock().unwrap();
+            if slot.is_none() {
+                *slot = Some(e);
+            }
+        }
         cache.insert(bytes.to_vec(), b.clone());
         b
     }
 
     /// Submits command buffers and checks for errors raised while encoding.
     pub fn submit(&self, encoder: wgpu::CommandEncoder) -> GpuResult<wgpu::SubmissionIndex> {
-        let idx = self.queue.submit(Some(encoder.finish()));
+        let idx = self.submit_buffers(vec![encoder.finish()])?;
         self.check()?;
         Ok(idx)
     }

@@ -163,11 +163,15 @@ pub struct F64Agg {
 }
 
 impl PartialEq for F64Agg {
-    /// Bit equality (NaN equals NaN, -0.0 differs from +0.0).
+    /// Bit equality (NaN equals NaN, -0.0 differs from +0.0). A NaN sum equals
+    /// any NaN sum: which NaN an addition returns is not defined (the compiler may
+    /// swap the operands of `+`, and release and debug builds did differ), whereas
+    /// MIN and MAX return one of the input values, bit for bit.
     fn eq(&self, o: &Self) -> bool {
         let bits = |v: &[Option<f64>]| v.iter().map(|x| x.map(f64::to_bits)).collect::<Vec<_>>();
+        let sums = |v: &[Option<f64>]| v.iter().map(|x| x.map(|f| if f.is_nan() { f64::NAN.to_bits() } else { f.to_bits() })).collect::<Vec<_>>();
         self.count == o.count
-            && bits(&self.sum) == bits(&o.sum)
+            && sums(&self.sum) == sums(&o.sum)
             && bits(&self.min) == bits(&o.min)
             && bits(&self.max) == bits(&o.max)
     }

@@ -676,7 +676,7 @@ impl<'a> Rec<'a> {
         if groups > max * max {
             return Err(GpuError::Invalid(format!("dispatch of {groups} workgroups exceeds two dimensions")));
         }
-        let bg = bind(self.ctx, pipe, entries);
+        let bg = lap("bind group", || bind(self.ctx, pipe, entries));
         self.list.push((pipe.clone(), bg, dispatch_dims(groups, max as u32)));
         Ok(())
     }
@@ -693,12 +693,38 @@ impl<'a> Rec<'a> {
     }
 }
 
+/// `RIDGELINE_SELECT_PROFILE` set: host steps slower than 0.1 ms are printed.
+fn profiling() -> bool {
+    static P: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *P.get_or_init(|| std::env::var_os("RIDGELINE_SELECT_PROFILE").is_some())
+}
+
+/// Runs `f`, printing its host time when profiling and above 0.1 ms.
+fn lap<R>(what: &str, f: impl FnOnce() -> R) -> R {
+    if !profiling() {
+        return f();
+    }
+    let t = Instant::now();
+    let r = f();
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    if ms > 0.1 {
+        eprintln!("select-profile   host {what}: {ms:.3} ms");
+    }
+    r
+}
+
+fn uni<T: bytemuck::Pod>(ctx: &GpuContext, p: &T) -> wgpu::Buffer {
+    lap("uniform", || ctx.uniform(p))
+}
+
 /// Kernel time of a call: the sum of its compute passes' timestamps where the
 /// adapter has timestamp queries, else the wall-clock time of the whole call.
 struct GpuClock {
     start: Instant,
     kernel_ms: f64,
     timed: bool,
+    /// `RIDGELINE_SELECT_PROFILE`: wait after each phase and print its wall time.
+    profile: Option<Instant>,
 }
 
 impl GpuClock {
@@ -709,7 +735,18 @@ impl GpuClock {
             // Timestamps cost a query set, two buffers and a readback per submission
             // (milliseconds each on the H100's driver), so only on request.
             timed: ctx.has_timestamps() && std::env::var_os("RIDGELINE_SELECT_TIMESTAMPS").is_some(),
+            profile: std::env::var_os("RIDGELINE_SELECT_PROFILE").map(|_| Instant::now()),
         }
+    }
+    /// With `RIDGELINE_SELECT_PROFILE`: waits for the device and prints the wall
+    /// time since the previous mark (a diagnosis aid; it serialises the phases).
+    fn mark(&mut self, ctx: &GpuContext, what: std::fmt::Arguments<'_>) -> GpuResult<()> {
+        if let Some(t) = self.profile {
+            ctx.wait()?;
+            eprintln!("select-profile {what}: {:.3} ms", t.elapsed().as_secs_f64() * 1e3);
+            self.profile = Some(Instant::now());
+        }
+        Ok(())
     }
     /// Encodes `recs` as one compute pass each (timed), submits `enc`.
     fn submit(&mut self, ctx: &GpuContext, mut enc: wgpu::CommandEncoder, recs: &[&Rec<'_>]) -> GpuResult<()> {
@@ -720,7 +757,7 @@ impl GpuClock {
         if let Some(t) = &timer {
             t.resolve(&mut enc);
         }
-        ctx.submit(enc)?;
+        lap("submit", || ctx.submit(enc))?;
         if let Some(t) = timer {
             self.kernel_ms += t.read_ms(ctx)?.iter().sum::<f64>();
         }
@@ -745,7 +782,7 @@ fn read_buf<T: bytemuck::Pod + Default>(ctx: &GpuContext, buf: &wgpu::Buffer, co
     if !bytes.is_multiple_of(4) {
         return Err(GpuError::Invalid("readback of a size that is not a multiple of 4".into()));
     }
-    ctx.download_stream(&[Extent { buffer: buf, offset: 0, stream_offset: 0, len: bytes }], bytemuck::cast_slice_mut(&mut v))?;
+    lap("download", || ctx.download_stream(&[Extent { buffer: buf, offset: 0, stream_offset: 0, len: bytes }], bytemuck::cast_slice_mut(&mut v)))?;
     Ok(v)
 }
 
@@ -757,14 +794,14 @@ struct Scratch<'a> {
 
 impl Scratch<'_> {
     fn alloc(&mut self, bytes: u64) -> GpuResult<GpuBuffer> {
-        let b = self.ctx.pool().alloc(bytes.max(4).div_ceil(4) * 4)?;
+        let b = lap("alloc", || self.ctx.pool().alloc(bytes.max(4).div_ceil(4) * 4))?;
         self.bytes += b.size();
         Ok(b)
     }
     fn with_data(&mut self, data: &[u8]) -> GpuResult<GpuBuffer> {
         let b = self.alloc(data.len() as u64)?;
         if !data.is_empty() {
-            self.ctx.queue.write_buffer(b.raw(), 0, data);
+            lap("write_buffer", || self.ctx.write_small(b.raw(), 0, data))?;
         }
         Ok(b)
     }
@@ -947,7 +984,7 @@ fn sample_select_once<K: SelectKey>(
             for (pi, &(buf, off, n)) in ps.iter().enumerate() {
                 let cnt = if pi + 1 == ps.len() { s - taken } else { s * n as u64 / t.n };
                 let seed = opts.seed ^ (level.wrapping_mul(0x9e37_79b9)) ^ ((ti as u32) << 8) ^ (pi as u32);
-                let ub = ctx.uniform(&Params {
+                let ub = uni(ctx, &Params {
                     off,
                     n,
                     cnt: cnt as u32,
@@ -959,7 +996,7 @@ fn sample_select_once<K: SelectKey>(
                 });
                 r_sample.dispatch(&p_gather, &[(0, buf), (1, samples.raw()), (2, &ub)], cnt.div_ceil(WG as u64))?;
                 taken += cnt;
-                let ub = ctx.uniform(&Params { off, n, cnt: 0, dst_off: 0, seed: 0, task: ti as u32, mode: 0, pad: 0 });
+                let ub = uni(ctx, &Params { off, n, cnt: 0, dst_off: 0, seed: 0, task: ti as u32, mode: 0, pad: 0 });
                 let groups = (n as u64).div_ceil(CCHUNK as u64);
                 if let (true, Some(pc)) = (use_oracle, &p_count_o) {
                     let ob = scratch.alloc((n as u64).div_ceil(8) * 4)?;
@@ -970,7 +1007,7 @@ fn sample_select_once<K: SelectKey>(
                 }
             }
             oracles.push(task_oracles);
-            let ub = ctx.uniform(&Params {
+            let ub = uni(ctx, &Params {
                 off: (ti as u64 * s) as u32,
                 n: s as u32,
                 cnt: s as u32,
@@ -991,11 +1028,13 @@ fn sample_select_once<K: SelectKey>(
                 return Err(GpuError::Invalid("a base-case task spans several segments".into()));
             }
             let (buf, off, n) = ps[0];
-            let ub = ctx.uniform(&Params { off, n, cnt: n, dst_off: acc as u32, seed: 0, task: 0, mode: 0, pad: 0 });
+            let ub = uni(ctx, &Params { off, n, cnt: n, dst_off: acc as u32, seed: 0, task: 0, mode: 0, pad: 0 });
             r_sort.dispatch(&p_sort, &[(0, buf), (1, sorted.raw()), (2, &ub)], 1)?;
             acc += t.n;
         }
+        clock.mark(ctx, format_args!("level {level} record ({} tasks)", big.len() + small.len()))?;
         clock.submit(ctx, enc, &[&r_sample, &r_sort, &r_count])?;
+        clock.mark(ctx, format_args!("level {level} sample+sort+count"))?;
 
         // Base cases: read the sorted buckets, answer their ranks.
         if !small.is_empty() {
@@ -1011,6 +1050,7 @@ fn sample_select_once<K: SelectKey>(
         }
         let cnt: Vec<u32> = read_buf(ctx, counts.raw(), (nbig * nb) as usize)?;
         let spl_keys: Vec<K> = read_buf(ctx, spl.raw(), (nbig * ns) as usize)?;
+        clock.mark(ctx, format_args!("level {level} read counts"))?;
 
         // Host: each rank's bucket; children for the range buckets still to descend.
         let mut children: Vec<Task> = Vec::new();
@@ -1126,7 +1166,7 @@ fn sample_select_once<K: SelectKey>(
                     continue;
                 }
                 for (pi, (buf, off, n)) in ps.into_iter().enumerate() {
-                    let ub = ctx.uniform(&Params { off, n, cnt: 0, dst_off: 0, seed: 0, task: ti as u32, mode: 0, pad: 0 });
+                    let ub = uni(ctx, &Params { off, n, cnt: 0, dst_off: 0, seed: 0, task: ti as u32, mode: 0, pad: 0 });
                     let mut entries = vec![
                         (0, buf),
                         (1, spl.raw()),
@@ -1152,7 +1192,9 @@ fn sample_select_once<K: SelectKey>(
             new_bufs.push(outbuf);
             keep.extend([slot_buf, off_buf, cursors]);
         }
+        clock.mark(ctx, format_args!("level {level} filter record"))?;
         clock.submit(ctx, enc, &[&r_filter])?;
+        clock.mark(ctx, format_args!("level {level} filter ({} keys out)", children.iter().map(|c| c.n).sum::<u64>()))?;
         drop(keep);
         bufs.extend(new_bufs);
         tasks = children;
@@ -1285,6 +1327,7 @@ pub fn topk_gpu_device_with<K: SelectKey>(
     }
     let (t, st) = sample_select::<K>(ctx, keys, len, &[k as u64 - 1], None, opts)?;
     let mut clock = GpuClock::new(ctx);
+    clock.mark(ctx, format_args!("top-k threshold"))?;
     let t = t[0];
     let kern = Kern::new(ctx, K::BYTES, opts)?;
     let p_count = kern.pipe(ctx, "topk", "tk_count")?;
@@ -1317,11 +1360,12 @@ pub fn topk_gpu_device_with<K: SelectKey>(
     };
     let mut rec = Rec::new(ctx);
     for (si, s) in segs.iter().enumerate() {
-        let ub = ctx.uniform(&params(si, 0, 0, 0));
+        let ub = uni(ctx, &params(si, 0, 0, 0));
         // The scatter's output binding is unused by tk_count (not in its layout).
         rec.dispatch(&p_count, &[(0, s.0), (1, thr.raw()), (2, counts.raw()), (3, &ub)], (s.2 as u64).div_ceil(CHUNK as u64))?;
     }
     clock.submit(ctx, ctx.encoder("topk-count"), &[&rec])?;
+    clock.mark(ctx, format_args!("top-k count"))?;
     let c: Vec<u32> = read_buf(ctx, counts.raw(), 2 * blocks as usize)?;
     // Exclusive offsets of both halves (keys < t, keys == t), in place.
     let mut offs = c.clone();
@@ -1337,14 +1381,14 @@ pub fn topk_gpu_device_with<K: SelectKey>(
         return Err(GpuError::Validation(format!("top-k threshold is inconsistent: {lt} keys below, {eq} equal, k = {k}")));
     }
     let need = (k64 - lt) as u32;
-    ctx.queue.write_buffer(counts.raw(), 0, bytemuck::cast_slice(&offs));
+    ctx.write_small(counts.raw(), 0, bytemuck::cast_slice(&offs))?;
     let out = DeviceArray::alloc(ctx, k, 4)?;
     scratch.bytes += out.device_bytes();
     let mut rec = Rec::new(ctx);
     for oi in 0..out.num_segments() {
         let (obuf, ostart, orows) = out.segment(oi);
         for (si, s) in segs.iter().enumerate() {
-            let ub = ctx.uniform(&params(si, need, ostart as u32, orows as u32));
+            let ub = uni(ctx, &params(si, need, ostart as u32, orows as u32));
             rec.dispatch(
                 &p_scatter,
                 &[(0, s.0), (1, thr.raw()), (2, counts.raw()), (3, &ub), (4, obuf)],
@@ -1353,6 +1397,7 @@ pub fn topk_gpu_device_with<K: SelectKey>(
         }
     }
     clock.submit(ctx, ctx.encoder("topk-scatter"), &[&rec])?;
+    clock.mark(ctx, format_args!("top-k scatter"))?;
     let idx = out.download::<u32>(ctx)?;
     stats.levels = st.levels;
     stats.device_bytes = st.device_bytes + scratch.bytes;

@@ -34,6 +34,25 @@ pub(crate) struct StagingPool {
     max_stages: usize,
     write: Mutex<Vec<Stage>>,
     read: Mutex<Vec<wgpu::Buffer>>,
+    small: Mutex<SmallWrites>,
+}
+
+/// Bytes of one staging chunk for small writes, and the most writes wait for.
+const SMALL_CHUNK: u64 = 1 << 20;
+/// Chunks for small writes kept (each 1 MiB, mapped again after its submission).
+const SMALL_CHUNKS: usize = 16;
+
+/// Small host-to-device writes (kernel parameters, bucket tables, offsets) that
+/// wait for the next submission. wgpu's `queue.write_buffer` and
+/// `create_buffer_init` create a fresh staging buffer per call, which costs 2-3 ms
+/// of host time on the H100's driver (measured with `RIDGELINE_SELECT_PROFILE`);
+/// these go instead through a few persistent 1 MiB MAP_WRITE chunks, as one copy
+/// command buffer submitted ahead of the next command buffer.
+#[derive(Default)]
+pub(crate) struct SmallWrites {
+    pending: Vec<(wgpu::Buffer, u64, Vec<u8>)>,
+    bytes: u64,
+    chunks: Vec<Stage>,
 }
 
 impl StagingPool {
@@ -43,6 +62,7 @@ impl StagingPool {
             max_stages: 4,
             write: Mutex::new(Vec::new()),
             read: Mutex::new(Vec::new()),
+            small: Mutex::new(SmallWrites::default()),
         }
     }
 }
@@ -119,6 +139,109 @@ fn encode_extent_copies(
 }
 
 impl GpuContext {
+    /// Writes `data` (a multiple of 4 bytes) at `offset` of `dst`, ordered like
+    /// `queue.write_buffer`: commands submitted afterwards see it. Small writes wait
+    /// for the next submission (see [`SmallWrites`]); large ones go through
+    /// [`GpuContext::upload_stream`] at once.
+    pub fn write_small(&self, dst: &wgpu::Buffer, offset: u64, data: &[u8]) -> GpuResult<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        if data.len() % 4 != 0 || offset % 4 != 0 {
+            return Err(GpuError::Invalid(format!("write of {} bytes at {offset}: not a multiple of 4", data.len())));
+        }
+        let len = data.len() as u64;
+        if len > SMALL_CHUNK / 4 {
+            return self.upload_stream(&BytesSource(data), &[Extent { buffer: dst, offset, stream_offset: 0, len }]);
+        }
+        let mut sw = self.staging.small.lock().unwrap();
+        if sw.bytes + len > SMALL_CHUNK {
+            // Flush what waits on its own, so this write fits the next chunk.
+            self.submit_locked(&mut sw, Vec::new())?;
+        }
+        sw.pending.push((dst.clone(), offset, data.to_vec()));
+        sw.bytes += len;
+        Ok(())
+    }
+
+    /// The pending small writes as one copy command buffer, and the chunk it reads
+    /// (to be mapped again once submitted).
+    fn flush_small(&self, sw: &mut SmallWrites) -> GpuResult<Option<(wgpu::CommandBuffer, Stage)>> {
+        if sw.pending.is_empty() {
+            return Ok(None);
+        }
+        let stage = loop {
+            if let Some(i) = sw.chunks.iter().position(|s| s.state.load(Ordering::Acquire) != PENDING) {
+                let s = sw.chunks.swap_remove(i);
+                if s.state.load(Ordering::Acquire) == FAILED {
+                    s.buf.destroy();
+                    return Err(GpuError::Map("staging chunk could not be mapped for writing".into()));
+                }
+                break s;
+            }
+            if sw.chunks.len() < SMALL_CHUNKS {
+                let buf = self.scoped(|| {
+                    self.device.create_buffer(&wgpu::BufferDescriptor {
+                        label: Some("ridgeline-small-writes"),
+                        size: SMALL_CHUNK,
+                        usage: wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
+                        mapped_at_creation: true,
+                    })
+                })?;
+                break Stage { buf, state: Arc::new(AtomicU8::new(MAPPED)) };
+            }
+            // Every chunk is in flight: let the device finish, then look again
+            // (the map callbacks only touch the chunks' states).
+            self.device
+                .poll(wgpu::PollType::wait_indefinitely())
+                .map_err(|e| GpuError::DeviceLost(format!("poll failed: {e}")))?;
+        };
+        let pending = std::mem::take(&mut sw.pending);
+        sw.bytes = 0;
+        let mut enc = self.encoder("small-writes");
+        {
+            let total: u64 = pending.iter().map(|p| p.2.len() as u64).sum();
+            let mut view = stage.buf.slice(0..total).get_mapped_range_mut().map_err(|e| GpuError::Map(e.to_string()))?;
+            let mut at = 0usize;
+            for (_, _, data) in &pending {
+                view.slice(at..at + data.len()).copy_from_slice(data);
+                at += data.len();
+            }
+        }
+        stage.buf.unmap();
+        let mut at = 0u64;
+        for (dst, offset, data) in &pending {
+            enc.copy_buffer_to_buffer(&stage.buf, at, dst, *offset, data.len() as u64);
+            at += data.len() as u64;
+        }
+        Ok(Some((enc.finish(), stage)))
+    }
+
+    /// Submits `buffers` after the pending small writes, in one queue submission.
+    /// The writes' lock is held across the submission, so no thread's commands can
+    /// overtake writes queued before them.
+    pub(crate) fn submit_buffers(&self, buffers: Vec<wgpu::CommandBuffer>) -> GpuResult<wgpu::SubmissionIndex> {
+        let mut sw = self.staging.small.lock().unwrap();
+        self.submit_locked(&mut sw, buffers)
+    }
+
+    fn submit_locked(&self, sw: &mut SmallWrites, buffers: Vec<wgpu::CommandBuffer>) -> GpuResult<wgpu::SubmissionIndex> {
+        let idx = match self.flush_small(sw)? {
+            Some((cb, stage)) => {
+                let idx = self.queue.submit(std::iter::once(cb).chain(buffers));
+                stage.state.store(PENDING, Ordering::Release);
+                let st = stage.state.clone();
+                stage.buf.map_async(wgpu::MapMode::Write, .., move |r| {
+                    st.store(if r.is_ok() { MAPPED } else { FAILED }, Ordering::Release);
+                });
+                sw.chunks.push(stage);
+                idx
+            }
+            None => self.queue.submit(buffers),
+        };
+        Ok(idx)
+    }
+
     fn acquire_write_stage(&self) -> GpuResult<Stage> {
         loop {
             {

@@ -738,6 +738,11 @@ pub fn bench_group_agg(ctx: &GpuContext, n: usize, g: u32, strategy: GroupAggStr
     let opts = GroupAggOptions { strategy, ..Default::default() };
     let mut times = Vec::new();
     let mut ran = strategy;
+    crate::timing::warm_up(crate::timing::WARM_UP_MS, || -> Result<(), GroupAggError> {
+        group_agg_gpu_with(ctx, &gd, g, &cols, &opts)?;
+        ctx.wait()?;
+        Ok(())
+    })?;
     for rep in 0..=reps.max(1) {
         ctx.wait()?;
         let t0 = std::time::Instant::now();

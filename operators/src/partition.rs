@@ -915,6 +915,10 @@ pub fn bench_partition(ctx: &GpuContext, n: usize, fanout: u32, payload_columns:
     let opts = PartitionOptions::default();
     let (mut times, mut walls) = (Vec::new(), Vec::new());
     let mut stats = PartitionStats::default();
+    crate::timing::warm_up(crate::timing::WARM_UP_MS, || {
+        partition_impl(ctx, &cols, &[0], &func, &opts, None)?;
+        ctx.wait()
+    })?;
     for rep in 0..=reps.max(1) {
         ctx.wait()?;
         let timer = KernelTimer::new(ctx, 1);

@@ -2,6 +2,27 @@
 use crate::context::GpuContext;
 use crate::error::{GpuError, GpuResult};
 
+/// Milliseconds of work a benchmark runs before timing. A GPU left idle (as by CPU
+/// work between measurements) drops its clock: the H100 went from 1980 MHz to
+/// 345-555 MHz within a second and stayed there under short bursts, which made the
+/// same kernel 4-5x slower (`nvidia-smi` log, 2026-11-24). Repeating the measured
+/// call for this long first brings the clock back, as the CUDA figures had it.
+pub const WARM_UP_MS: f64 = 300.0;
+
+/// Runs `f` at least once and then again until `min_ms` have passed (at most 1000
+/// runs): the warm-up before a timed measurement (pipelines compiled, caches and
+/// clocks up).
+pub fn warm_up<E>(min_ms: f64, mut f: impl FnMut() -> Result<(), E>) -> Result<(), E> {
+    let t = std::time::Instant::now();
+    f()?;
+    let mut runs = 1;
+    while t.elapsed().as_secs_f64() * 1e3 < min_ms && runs < 1000 {
+        f()?;
+        runs += 1;
+    }
+    Ok(())
+}
+
 /// Times compute passes: pass `i` writes timestamps `2i` and `2i+1`.
 pub struct KernelTimer {
     set: wgpu::QuerySet,

@@ -197,6 +197,13 @@ pub fn filter(lo: u32, hi: u32, iterations: usize) -> Result<()> {
             let run = |algo: CompactAlgo| -> Result<(f64, usize)> {
                 let mut times = Vec::new();
                 let mut count = 0;
+                ridgeline_operators::timing::warm_up(ridgeline_operators::timing::WARM_UP_MS, || -> Result<()> {
+                    let eval = program.evaluate(&ctx, &dev_batch)?;
+                    let sel = Selection::Bitmap { bits: eval.selection.as_ref().expect("predicate"), rows: n };
+                    compact_with(&ctx, sel, &[CCol::new(vcol)], &CompactOptions::with_algo(algo)).map_err(g)?;
+                    ctx.wait().map_err(g)?;
+                    Ok(())
+                })?;
                 for _ in 0..iterations.max(1) + 1 {
                     let t = Instant::now();
                     let eval = program.evaluate(&ctx, &dev_batch)?;
@@ -294,7 +301,7 @@ pub fn select(lo: u32, hi: u32, iterations: usize) -> Result<()> {
     );
     println!("|{}", " --- |".repeat(11));
     let time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
-        f()?; // warm-up (pipelines)
+        ridgeline_operators::timing::warm_up(ridgeline_operators::timing::WARM_UP_MS, &mut *f)?;
         let mut v = Vec::new();
         for _ in 0..iterations.max(1) {
             let t = Instant::now();

@@ -88,6 +88,11 @@ async fn time_sql(mode: GpuMode, batch: &RecordBatch, sql: &str, iterations: usi
     rl.register_batches("pts", batch.schema(), vec![batch.clone()])?;
     let mut times = Vec::new();
     let mut count = 0;
+    let w = Instant::now();
+    rl.sql(sql).await?.collect().await?;
+    while ms(w) < ridgeline_operators::timing::WARM_UP_MS {
+        rl.sql(sql).await?.collect().await?;
+    }
     for _ in 0..iterations.max(1) {
         let t = Instant::now();
         let b = rl.sql(sql).await?.collect().await?;
@@ -196,6 +201,9 @@ pub async fn run(args: SkylineArgs) -> Result<()> {
                 Some(dev) => {
                     let mut gt = Vec::new();
                     let mut gpu = None;
+                    ridgeline_operators::timing::warm_up(ridgeline_operators::timing::WARM_UP_MS, || {
+                        skyline_gpu(dev, rm).map(|_| ()).map_err(|e| err(e.to_string()))
+                    })?;
                     for _ in 0..args.iterations.max(1) {
                         let t = Instant::now();
                         let r = skyline_gpu(dev, rm).map_err(|e| err(e.to_string()))?;

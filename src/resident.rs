@@ -5,7 +5,7 @@
 //! plan that does not use the GPU never pays a download. Column statistics
 //! (min, max, NULLs) are computed once at registration, so DataFusion can
 //! estimate selectivities and the GPU rules can weigh downloads.
-use crate::exec::GpuScanExec;
+use crate::exec::{GpuScanExec, HostScanExec};
 use crate::gpu_batch::{ColumnData, GpuBatch, GpuColumn, Storage};
 use arrow::array::{ArrayRef, RecordBatch};
 use ridgeline_operators::DeviceArray;
@@ -95,13 +95,13 @@ fn at_extreme(v: &datafusion::common::ScalarValue) -> bool {
 }
 
 /// Exact NULL counts, and min / max for the types with a device layout.
-fn column_statistics(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Vec<ColumnStatistics>> {
+pub(crate) fn column_statistics(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Vec<ColumnStatistics>> {
     use datafusion::functions_aggregate::min_max::{MaxAccumulator, MinAccumulator};
     use datafusion::logical_expr::Accumulator;
-    schema
-        .fields()
-        .iter()
-        .enumerate()
+    use rayon::prelude::*;
+    let fields: Vec<_> = schema.fields().iter().enumerate().collect();
+    fields
+        .into_par_iter()
         .map(|(i, f)| {
             let mut cs = ColumnStatistics::new_unknown();
             cs.null_count = Precision::Exact(batches.iter().map(|b| b.column(i).null_count()).sum());
@@ -126,41 +126,43 @@ fn column_statistics(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Vec<
         .collect()
 }
 
+/// `batches` cut and joined into chunks of at most `chunk_rows` rows (and at least
+/// `min_chunks` chunks when there are enough rows, so scans can run in parallel):
+/// the chunks of a resident table, and of a [`HostTable`] of the same rows.
+pub(crate) fn table_chunks(schema: &SchemaRef, batches: &[RecordBatch], chunk_rows: usize, min_chunks: usize) -> Result<Vec<RecordBatch>> {
+    let num_rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+    let per = chunk_rows.min(num_rows.div_ceil(min_chunks.max(1)).max(8192)).max(1);
+    let mut out = Vec::new();
+    let mut pending: Vec<RecordBatch> = Vec::new();
+    let mut rows = 0;
+    for b in batches {
+        let mut off = 0;
+        while off < b.num_rows() {
+            let take = (per - rows).min(b.num_rows() - off);
+            pending.push(b.slice(off, take));
+            rows += take;
+            off += take;
+            if rows == per {
+                out.push(concat_batches(schema, pending.iter())?);
+                pending.clear();
+                rows = 0;
+            }
+        }
+    }
+    if !pending.is_empty() {
+        out.push(concat_batches(schema, pending.iter())?);
+    }
+    Ok(out)
+}
+
 impl ResidentData {
     /// Uploads `batches` as chunks of at most `chunk_rows` rows (and at least
     /// `min_chunks` chunks when there are enough rows, so scans can run in parallel).
     pub fn upload(ctx: &GpuContext, name: &str, schema: SchemaRef, batches: &[RecordBatch], chunk_rows: usize, min_chunks: usize) -> Result<ResidentData> {
         let num_rows: usize = batches.iter().map(|b| b.num_rows()).sum();
         let host_bytes: usize = batches.iter().map(|b| b.get_array_memory_size()).sum();
-        let per = chunk_rows.min(num_rows.div_ceil(min_chunks.max(1)).max(8192)).max(1);
-        let mut chunks = Vec::new();
-        let mut host = Vec::new();
-        let mut pending: Vec<RecordBatch> = Vec::new();
-        let mut rows = 0;
-        let mut flush = |pending: &mut Vec<RecordBatch>| -> Result<()> {
-            if pending.is_empty() {
-                return Ok(());
-            }
-            let b = concat_batches(&schema, pending.iter())?;
-            pending.clear();
-            chunks.push(GpuBatch::upload(ctx, &b)?);
-            host.push(b);
-            Ok(())
-        };
-        for b in batches {
-            let mut off = 0;
-            while off < b.num_rows() {
-                let take = (per - rows).min(b.num_rows() - off);
-                pending.push(b.slice(off, take));
-                rows += take;
-                off += take;
-                if rows == per {
-                    flush(&mut pending)?;
-                    rows = 0;
-                }
-            }
-        }
-        flush(&mut pending)?;
+        let host = table_chunks(&schema, batches, chunk_rows, min_chunks)?;
+        let chunks = host.iter().map(|b| GpuBatch::upload(ctx, b)).collect::<Result<Vec<_>>>()?;
         let column_stats = column_statistics(&schema, &host)?;
         Ok(ResidentData { name: name.to_string(), schema, chunks, num_rows, host_bytes, host, column_stats, dicts: Mutex::default() })
     }
@@ -230,6 +232,71 @@ impl ResidentData {
     /// Device bytes held.
     pub fn device_bytes(&self) -> u64 {
         self.chunks.iter().map(|c| c.device_bytes()).sum()
+    }
+}
+
+/// An in-memory table with the statistics of a resident one: the same chunks, the
+/// same exact row count, NULL counts and min / max, read by [`HostScanExec`]
+/// exactly as a [`GpuScanExec`] reads its host copy. Registered batches use it (in
+/// every mode), so DataFusion plans a query over host tables as it plans it over
+/// resident ones, and a query that the GPU rules leave alone runs the same plan in
+/// both modes. (A plain `MemTable` reports no min / max: its plans differed, and
+/// they were slower on TPC-H q7, q18 and q21.)
+#[derive(Debug)]
+pub struct HostTable {
+    data: Arc<HostData>,
+}
+
+/// The rows and statistics of a [`HostTable`].
+#[derive(Debug)]
+pub struct HostData {
+    /// Table name (for EXPLAIN).
+    pub name: String,
+    /// Schema.
+    pub schema: SchemaRef,
+    /// Rows.
+    pub num_rows: usize,
+    /// Bytes of the registered batches.
+    pub host_bytes: usize,
+    /// The rows as chunks (see [`table_chunks`]).
+    pub host: Vec<RecordBatch>,
+    /// Per-column statistics (exact).
+    pub column_stats: Vec<ColumnStatistics>,
+}
+
+impl HostTable {
+    /// Chunks `batches` like a resident table with `chunk_rows` rows a chunk and at
+    /// least `min_chunks` chunks, and computes their statistics.
+    pub fn try_new(name: &str, schema: SchemaRef, batches: &[RecordBatch], chunk_rows: usize, min_chunks: usize) -> Result<Self> {
+        let num_rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+        let host_bytes: usize = batches.iter().map(|b| b.get_array_memory_size()).sum();
+        let host = table_chunks(&schema, batches, chunk_rows, min_chunks)?;
+        let column_stats = column_statistics(&schema, &host)?;
+        Ok(HostTable { data: Arc::new(HostData { name: name.to_string(), schema, num_rows, host_bytes, host, column_stats }) })
+    }
+    /// The rows.
+    pub fn data(&self) -> &Arc<HostData> {
+        &self.data
+    }
+}
+
+#[async_trait]
+impl TableProvider for HostTable {
+    fn schema(&self) -> SchemaRef {
+        self.data.schema.clone()
+    }
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let parts = state.config().target_partitions();
+        Ok(Arc::new(HostScanExec::try_new(self.data.clone(), projection.cloned(), parts)?))
     }
 }
 

@@ -3,10 +3,9 @@
 //! [`RidgelineSessionExt::with_ridgeline`].
 use crate::config::{device_for, RidgelineOptions};
 use crate::optimizer::{GpuBoundaries, GpuFilterRule};
-use crate::resident::{ResidentData, ResidentTable};
+use crate::resident::{HostTable, ResidentData, ResidentTable};
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
-use datafusion::datasource::MemTable;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::prelude::{CsvReadOptions, DataFrame, ParquetReadOptions, SessionConfig, SessionContext};
@@ -154,14 +153,14 @@ impl Ridgeline {
             )))
         }
     }
-    /// Registers in-memory batches (host memory).
+    /// Registers in-memory batches (host memory) as a [`HostTable`]: chunked and
+    /// described by exact statistics (row count, NULL counts, min / max) as a
+    /// resident table is, so the planner sees the same table in every mode.
     pub fn register_batches(&self, name: &str, schema: SchemaRef, batches: Vec<RecordBatch>) -> Result<()> {
+        let opts = RidgelineOptions::from_config(self.ctx.state().config().options());
         let parts = self.ctx.state().config().target_partitions().max(1);
-        let mut partitions: Vec<Vec<RecordBatch>> = vec![Vec::new(); parts];
-        for (i, b) in batches.into_iter().enumerate() {
-            partitions[i % parts].push(b);
-        }
-        self.ctx.register_table(name, Arc::new(MemTable::try_new(schema, partitions)?))?;
+        let table = HostTable::try_new(name, schema, &batches, opts.chunk_rows(None), parts)?;
+        self.ctx.register_table(name, Arc::new(table))?;
         Ok(())
     }
     /// Registers batches as a GPU-resident table: the columns are uploaded once and

@@ -6,7 +6,6 @@ use super::{GpuBatchStream, GpuExec};
 use crate::gpu_batch::GpuBatch;
 use crate::resident::ResidentData;
 use arrow::datatypes::SchemaRef;
-use datafusion::common::stats::Precision;
 use datafusion::common::Statistics;
 use datafusion::error::Result;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -105,43 +104,23 @@ impl ExecutionPlan for GpuScanExec {
     }
     fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
         // CPU parents read the host copy: the same rows, no transfer.
-        let batch_size = ctx.session_config().batch_size().max(1);
-        let mut out = Vec::new();
-        for (i, b) in self.data.host.iter().enumerate() {
-            if i % self.partitions != partition {
-                continue;
-            }
-            let b = match &self.projection {
-                Some(p) => b.project(p)?,
-                None => b.clone(),
-            };
-            let n = b.num_rows();
-            out.extend((0..n).step_by(batch_size).map(|o| Ok(b.slice(o, batch_size.min(n - o)))));
-        }
-        Ok(Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
-            self.schema.clone(),
-            futures::stream::iter(out),
-        )))
+        let batch_size = ctx.session_config().batch_size();
+        super::host_scan::host_partition_stream(&self.data.host, self.schema.clone(), self.projection.as_deref(), self.partitions, partition, batch_size)
     }
     fn partition_statistics(&self, partition: Option<usize>) -> Result<Arc<Statistics>> {
-        let mut s = Statistics::new_unknown(&self.schema);
-        let (rows, bytes) = match partition {
-            None => (self.data.num_rows, self.data.host_bytes),
-            Some(p) => {
-                let rows: usize = self.chunks_of(p)?.iter().map(|c| c.num_rows).sum();
-                (rows, (self.data.host_bytes as f64 * rows as f64 / self.data.num_rows.max(1) as f64) as usize)
-            }
+        let rows = match partition {
+            None => None,
+            Some(p) => Some(self.chunks_of(p)?.iter().map(|c| c.num_rows).sum()),
         };
-        s.num_rows = Precision::Exact(rows);
-        if partition.is_none() {
-            s.column_statistics = match &self.projection {
-                Some(p) => p.iter().map(|&i| self.data.column_stats[i].clone()).collect(),
-                None => self.data.column_stats.clone(),
-            };
-        }
-        let frac = self.schema.fields().len() as f64 / self.data.schema.fields().len().max(1) as f64;
-        s.total_byte_size = Precision::Inexact((bytes as f64 * frac) as usize);
-        Ok(Arc::new(s))
+        Ok(Arc::new(super::host_scan::scan_statistics(
+            &self.schema,
+            self.data.schema.fields().len(),
+            self.data.num_rows,
+            self.data.host_bytes,
+            &self.data.column_stats,
+            self.projection.as_deref(),
+            rows,
+        )))
     }
 }
 

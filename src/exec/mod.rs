@@ -14,6 +14,7 @@ pub mod gpu_repartition;
 pub mod gpu_scan;
 pub mod gpu_topk;
 pub mod gpu_unload;
+pub mod host_scan;
 pub mod skyline;
 
 pub use cpu_note::CpuNoteExec;
@@ -24,6 +25,7 @@ pub use gpu_repartition::GpuRepartitionExec;
 pub use gpu_scan::GpuScanExec;
 pub use gpu_topk::GpuTopKExec;
 pub use gpu_unload::GpuUnloadExec;
+pub use host_scan::HostScanExec;
 pub use skyline::SkylineExec;
 
 use crate::gpu_batch::GpuBatch;

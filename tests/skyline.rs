@@ -213,7 +213,9 @@ async fn nba_data_set() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn explain_names_the_algorithm_and_dims() {
-    let batch = with_id(&skyline_batch(SkylineDist::Independent, 3, 100, 1).unwrap());
+    // 20,000 rows: at least two chunks of a registered table (8192 rows at least
+    // each), so the scan has partitions and the skyline a partial stage.
+    let batch = with_id(&skyline_batch(SkylineDist::Independent, 3, 20_000, 1).unwrap());
     let rl = engine(GpuMode::Off, &batch).await;
     let text = ridgeline::cli::output::explain(&rl, "SELECT id FROM pts SKYLINE OF d0 MIN, d1 MAX, d2 DIFF").await.unwrap();
     assert!(text.contains("SkylineExec: stage=final, algorithm=cpu-hybrid, dims=[d0 MIN, d1 MAX, d2 DIFF]"), "{text}");

@@ -59,4 +59,9 @@ impl ExecutionPlan for CpuNoteExec {
     fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
         self.input.execute(partition, ctx)
     }
+    fn partition_statistics(&self, partition: Option<usize>) -> Result<Arc<datafusion::common::Statistics>> {
+        // The input's, so rules that run after the note see through it.
+        #[allow(deprecated)]
+        self.input.partition_statistics(partition)
+    }
 }

@@ -6,8 +6,10 @@ use crate::error::{GpuError, GpuResult};
 /// work between measurements) drops its clock: the H100 went from 1980 MHz to
 /// 345-555 MHz within a second and stayed there under short bursts, which made the
 /// same kernel 4-5x slower (`nvidia-smi` log, 2026-11-24). Repeating the measured
-/// call for this long first brings the clock back, as the CUDA figures had it.
-pub const WARM_UP_MS: f64 = 300.0;
+/// call for this long first brings the clock back, as the CUDA figures had it
+/// (300 ms was not always enough after seconds of CPU work: the first variant of
+/// `bench select` then still measured up to 2x slower than the next).
+pub const WARM_UP_MS: f64 = 1000.0;
 
 /// Runs `f` at least once and then again until `min_ms` have passed (at most 1000
 /// runs): the warm-up before a timed measurement (pipelines compiled, caches and

@@ -27,20 +27,11 @@ use std::sync::Arc;
 /// The device data of a resident table.
 #[derive(Debug)]
 pub struct ResidentData {
-    /// Table name (for EXPLAIN).
-    pub name: String,
-    /// Schema.
-    pub schema: SchemaRef,
+    /// The same rows on the host (one batch per device chunk), with the table's
+    /// name, schema and exact statistics.
+    pub table: HostData,
     /// Device chunks.
     pub chunks: Vec<GpuBatch>,
-    /// Rows.
-    pub num_rows: usize,
-    /// Bytes the data took on the host (for statistics).
-    pub host_bytes: usize,
-    /// The same rows on the host, one batch per device chunk.
-    pub host: Vec<RecordBatch>,
-    /// Per-column statistics (exact).
-    pub column_stats: Vec<ColumnStatistics>,
     /// Dictionaries of string columns, built on first use (`None`: too many
     /// distinct values, or not a string column).
     dicts: Mutex<HashMap<usize, Option<Arc<StringDict>>>>,
@@ -159,12 +150,9 @@ impl ResidentData {
     /// Uploads `batches` as chunks of at most `chunk_rows` rows (and at least
     /// `min_chunks` chunks when there are enough rows, so scans can run in parallel).
     pub fn upload(ctx: &GpuContext, name: &str, schema: SchemaRef, batches: &[RecordBatch], chunk_rows: usize, min_chunks: usize) -> Result<ResidentData> {
-        let num_rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-        let host_bytes: usize = batches.iter().map(|b| b.get_array_memory_size()).sum();
-        let host = table_chunks(&schema, batches, chunk_rows, min_chunks)?;
-        let chunks = host.iter().map(|b| GpuBatch::upload(ctx, b)).collect::<Result<Vec<_>>>()?;
-        let column_stats = column_statistics(&schema, &host)?;
-        Ok(ResidentData { name: name.to_string(), schema, chunks, num_rows, host_bytes, host, column_stats, dicts: Mutex::default() })
+        let table = HostData::new(name, schema, batches, chunk_rows, min_chunks)?;
+        let chunks = table.host.iter().map(|b| GpuBatch::upload(ctx, b)).collect::<Result<Vec<_>>>()?;
+        Ok(ResidentData { table, chunks, dicts: Mutex::default() })
     }
 
     /// The dictionary of string column `col` (built once, in parallel over the
@@ -176,8 +164,8 @@ impl ResidentData {
         if let Some(d) = dicts.get(&col) {
             return Ok(d.clone());
         }
-        let columns: Vec<&ArrayRef> = self.host.iter().map(|b| b.column(col)).collect();
-        if strings(self.host.first().map(|b| b.column(col)).unwrap_or(&arrow::array::new_empty_array(self.schema.field(col).data_type()))).is_none() {
+        let columns: Vec<&ArrayRef> = self.table.host.iter().map(|b| b.column(col)).collect();
+        if strings(self.table.host.first().map(|b| b.column(col)).unwrap_or(&arrow::array::new_empty_array(self.table.schema.field(col).data_type()))).is_none() {
             dicts.insert(col, None);
             return Ok(None);
         }
@@ -198,7 +186,7 @@ impl ResidentData {
             Some(sets) => sets.into_iter().flatten().collect::<HashSet<&str>>().into_iter().collect(),
             None => Vec::new(),
         };
-        if all.len() > MAX_DICT_VALUES || (all.is_empty() && self.column_stats[col].null_count != Precision::Exact(self.num_rows)) {
+        if all.len() > MAX_DICT_VALUES || (all.is_empty() && self.table.column_stats[col].null_count != Precision::Exact(self.table.num_rows)) {
             dicts.insert(col, None);
             return Ok(None);
         }
@@ -223,7 +211,7 @@ impl ResidentData {
             })
             .collect::<Result<Vec<_>>>()?;
         let values: ArrayRef = Arc::new(arrow::array::StringArray::from(all));
-        let values = arrow::compute::cast(&values, self.schema.field(col).data_type())?;
+        let values = arrow::compute::cast(&values, self.table.schema.field(col).data_type())?;
         let d = Some(Arc::new(StringDict { values, codes }));
         dicts.insert(col, d.clone());
         Ok(d)
@@ -247,7 +235,7 @@ pub struct HostTable {
     data: Arc<HostData>,
 }
 
-/// The rows and statistics of a [`HostTable`].
+/// The rows and statistics of a [`HostTable`], and the host copy of a resident table.
 #[derive(Debug)]
 pub struct HostData {
     /// Table name (for EXPLAIN).
@@ -264,15 +252,22 @@ pub struct HostData {
     pub column_stats: Vec<ColumnStatistics>,
 }
 
-impl HostTable {
-    /// Chunks `batches` like a resident table with `chunk_rows` rows a chunk and at
-    /// least `min_chunks` chunks, and computes their statistics.
-    pub fn try_new(name: &str, schema: SchemaRef, batches: &[RecordBatch], chunk_rows: usize, min_chunks: usize) -> Result<Self> {
+impl HostData {
+    /// Chunks `batches` (see [`table_chunks`]) and computes their statistics.
+    pub fn new(name: &str, schema: SchemaRef, batches: &[RecordBatch], chunk_rows: usize, min_chunks: usize) -> Result<Self> {
         let num_rows: usize = batches.iter().map(|b| b.num_rows()).sum();
         let host_bytes: usize = batches.iter().map(|b| b.get_array_memory_size()).sum();
         let host = table_chunks(&schema, batches, chunk_rows, min_chunks)?;
         let column_stats = column_statistics(&schema, &host)?;
-        Ok(HostTable { data: Arc::new(HostData { name: name.to_string(), schema, num_rows, host_bytes, host, column_stats }) })
+        Ok(HostData { name: name.to_string(), schema, num_rows, host_bytes, host, column_stats })
+    }
+}
+
+impl HostTable {
+    /// Chunks `batches` like a resident table with `chunk_rows` rows a chunk and at
+    /// least `min_chunks` chunks, and computes their statistics.
+    pub fn try_new(name: &str, schema: SchemaRef, batches: &[RecordBatch], chunk_rows: usize, min_chunks: usize) -> Result<Self> {
+        Ok(HostTable { data: Arc::new(HostData::new(name, schema, batches, chunk_rows, min_chunks)?) })
     }
     /// The rows.
     pub fn data(&self) -> &Arc<HostData> {
@@ -320,7 +315,7 @@ impl ResidentTable {
 #[async_trait]
 impl TableProvider for ResidentTable {
     fn schema(&self) -> SchemaRef {
-        self.data.schema.clone()
+        self.data.table.schema.clone()
     }
     fn table_type(&self) -> TableType {
         TableType::Base

@@ -158,7 +158,7 @@ impl GpuAggregateExec {
 
 impl DisplayAs for GpuAggregateExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        write!(f, "GpuAggregateExec: table={}, groups={}, {}", self.plan.data.name, self.plan.groups, self.plan.display)
+        write!(f, "GpuAggregateExec: table={}, groups={}, {}", self.plan.data.table.name, self.plan.groups, self.plan.display)
     }
 }
 

@@ -29,8 +29,8 @@ impl GpuScanExec {
     /// Scans `data` with an optional projection into `partitions` output partitions.
     pub fn try_new(data: Arc<ResidentData>, projection: Option<Vec<usize>>, partitions: usize) -> Result<Self> {
         let schema = match &projection {
-            Some(p) => Arc::new(data.schema.project(p)?),
-            None => data.schema.clone(),
+            Some(p) => Arc::new(data.table.schema.project(p)?),
+            None => data.table.schema.clone(),
         };
         let partitions = partitions.clamp(1, data.chunks.len().max(1));
         let props = Arc::new(PlanProperties::new(
@@ -50,7 +50,7 @@ impl GpuScanExec {
     pub fn table_columns(&self) -> Vec<usize> {
         match &self.projection {
             Some(p) => p.clone(),
-            None => (0..self.data.schema.fields().len()).collect(),
+            None => (0..self.data.table.schema.fields().len()).collect(),
         }
     }
 
@@ -74,8 +74,8 @@ impl DisplayAs for GpuScanExec {
         write!(
             f,
             "GpuScanExec: table={}, resident rows={}, chunks={}, projection=[{}]",
-            self.data.name,
-            self.data.num_rows,
+            self.data.table.name,
+            self.data.table.num_rows,
             self.data.chunks.len(),
             cols.join(", ")
         )
@@ -104,23 +104,11 @@ impl ExecutionPlan for GpuScanExec {
     }
     fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
         // CPU parents read the host copy: the same rows, no transfer.
-        let batch_size = ctx.session_config().batch_size();
-        super::host_scan::host_partition_stream(&self.data.host, self.schema.clone(), self.projection.as_deref(), self.partitions, partition, batch_size)
+        self.data.table.stream(self.schema.clone(), self.projection.as_deref(), self.partitions, partition, ctx.session_config().batch_size())
     }
     fn partition_statistics(&self, partition: Option<usize>) -> Result<Arc<Statistics>> {
-        let rows = match partition {
-            None => None,
-            Some(p) => Some(self.chunks_of(p)?.iter().map(|c| c.num_rows).sum()),
-        };
-        Ok(Arc::new(super::host_scan::scan_statistics(
-            &self.schema,
-            self.data.schema.fields().len(),
-            self.data.num_rows,
-            self.data.host_bytes,
-            &self.data.column_stats,
-            self.projection.as_deref(),
-            rows,
-        )))
+        // Host chunk i holds the rows of device chunk i.
+        Ok(Arc::new(self.data.table.statistics(&self.schema, self.projection.as_deref(), partition.map(|p| (self.partitions, p)))))
     }
 }
 

@@ -2,12 +2,11 @@
 //! table chunked and described (exact row count, NULL counts, min / max) like a
 //! resident one. Its output partitions, batches and statistics are those a
 //! [`GpuScanExec`](super::GpuScanExec) gives from its host copy, so DataFusion
-//! plans both alike; the helpers below are shared by the two scans.
+//! plans both alike; both read through [`HostData`]'s methods below.
 use crate::resident::HostData;
-use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use datafusion::common::stats::Precision;
-use datafusion::common::{ColumnStatistics, Statistics};
+use datafusion::common::Statistics;
 use datafusion::error::Result;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::EquivalenceProperties;
@@ -15,59 +14,61 @@ use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties};
 use std::sync::Arc;
 
-/// Output partition `partition` of `partitions` over table chunks `host`: chunk `i`
-/// goes to partition `i % partitions`, projected, cut into `batch_size` rows.
-pub(crate) fn host_partition_stream(
-    host: &[RecordBatch],
-    schema: SchemaRef,
-    projection: Option<&[usize]>,
-    partitions: usize,
-    partition: usize,
-    batch_size: usize,
-) -> Result<SendableRecordBatchStream> {
-    let batch_size = batch_size.max(1);
-    let mut out = Vec::new();
-    for (i, b) in host.iter().enumerate() {
-        if i % partitions != partition {
-            continue;
-        }
-        let b = match projection {
-            Some(p) => b.project(p)?,
-            None => b.clone(),
-        };
-        let n = b.num_rows();
-        out.extend((0..n).step_by(batch_size).map(|o| Ok(b.slice(o, batch_size.min(n - o)))));
+impl HostData {
+    /// Rows of output partition `p` of `partitions`: chunk `i` goes to partition
+    /// `i % partitions`.
+    pub(crate) fn partition_rows(&self, partitions: usize, p: usize) -> usize {
+        self.host.iter().enumerate().filter(|(i, _)| i % partitions == p).map(|(_, b)| b.num_rows()).sum()
     }
-    Ok(Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, futures::stream::iter(out))))
-}
 
-/// Statistics of a scan over a table of `num_rows` rows and `host_bytes` bytes
-/// with exact `column_stats`: the whole table (`partition_rows` None) or one
-/// partition of `partition_rows` rows (row count only).
-pub(crate) fn scan_statistics(
-    out_schema: &SchemaRef,
-    table_columns: usize,
-    num_rows: usize,
-    host_bytes: usize,
-    column_stats: &[ColumnStatistics],
-    projection: Option<&[usize]>,
-    partition_rows: Option<usize>,
-) -> Statistics {
-    let mut s = Statistics::new_unknown(out_schema);
-    let (rows, bytes) = match partition_rows {
-        None => (num_rows, host_bytes),
-        Some(rows) => (rows, (host_bytes as f64 * rows as f64 / num_rows.max(1) as f64) as usize),
-    };
-    s.num_rows = Precision::Exact(rows);
-    if partition_rows.is_none() {
-        s.column_statistics = match projection {
-            Some(p) => p.iter().map(|&i| column_stats[i].clone()).collect(),
-            None => column_stats.to_vec(),
-        };
+    /// Output partition `partition` of `partitions`, projected (`out_schema`), cut
+    /// into `batch_size` rows.
+    pub(crate) fn stream(
+        &self,
+        out_schema: SchemaRef,
+        projection: Option<&[usize]>,
+        partitions: usize,
+        partition: usize,
+        batch_size: usize,
+    ) -> Result<SendableRecordBatchStream> {
+        let batch_size = batch_size.max(1);
+        let mut out = Vec::new();
+        for (i, b) in self.host.iter().enumerate() {
+            if i % partitions != partition {
+                continue;
+            }
+            let b = match projection {
+                Some(p) => b.project(p)?,
+                None => b.clone(),
+            };
+            let n = b.num_rows();
+            out.extend((0..n).step_by(batch_size).map(|o| Ok(b.slice(o, batch_size.min(n - o)))));
+        }
+        Ok(Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(out_schema, futures::stream::iter(out))))
     }
-    let frac = out_schema.fields().len() as f64 / table_columns.max(1) as f64;
-    s.total_byte_size = Precision::Inexact((bytes as f64 * frac) as usize);
-    s
+
+    /// Statistics of a scan with `projection` (output schema `out_schema`): of the
+    /// whole table, or of output partition `p` of `partitions` (row count only).
+    pub(crate) fn statistics(&self, out_schema: &SchemaRef, projection: Option<&[usize]>, partition: Option<(usize, usize)>) -> Statistics {
+        let mut s = Statistics::new_unknown(out_schema);
+        let (rows, bytes) = match partition {
+            None => (self.num_rows, self.host_bytes),
+            Some((partitions, p)) => {
+                let rows = self.partition_rows(partitions, p);
+                (rows, (self.host_bytes as f64 * rows as f64 / self.num_rows.max(1) as f64) as usize)
+            }
+        };
+        s.num_rows = Precision::Exact(rows);
+        if partition.is_none() {
+            s.column_statistics = match projection {
+                Some(p) => p.iter().map(|&i| self.column_stats[i].clone()).collect(),
+                None => self.column_stats.clone(),
+            };
+        }
+        let frac = out_schema.fields().len() as f64 / self.schema.fields().len().max(1) as f64;
+        s.total_byte_size = Precision::Inexact((bytes as f64 * frac) as usize);
+        s
+    }
 }
 
 /// Scan of a host table.
@@ -134,21 +135,9 @@ impl ExecutionPlan for HostScanExec {
         Ok(self)
     }
     fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
-        let batch_size = ctx.session_config().batch_size();
-        host_partition_stream(&self.data.host, self.schema.clone(), self.projection.as_deref(), self.partitions, partition, batch_size)
+        self.data.stream(self.schema.clone(), self.projection.as_deref(), self.partitions, partition, ctx.session_config().batch_size())
     }
     fn partition_statistics(&self, partition: Option<usize>) -> Result<Arc<Statistics>> {
-        let rows = partition.map(|p| {
-            self.data.host.iter().enumerate().filter(|(i, _)| i % self.partitions == p).map(|(_, b)| b.num_rows()).sum()
-        });
-        Ok(Arc::new(scan_statistics(
-            &self.schema,
-            self.data.schema.fields().len(),
-            self.data.num_rows,
-            self.data.host_bytes,
-            &self.data.column_stats,
-            self.projection.as_deref(),
-            rows,
-        )))
+        Ok(Arc::new(self.data.statistics(&self.schema, self.projection.as_deref(), partition.map(|p| (self.partitions, p)))))
     }
 }

@@ -201,7 +201,7 @@ fn prepare(
         p = p.children()[0];
     };
     let data = scan.data().clone();
-    if data.num_rows < min_rows {
+    if data.table.num_rows < min_rows {
         return Ok(None);
     }
     let scan_schema = scan.schema();
@@ -243,7 +243,7 @@ fn prepare(
         let Some(c) = k.downcast_ref::<Column>() else { return Err(format!("GROUP BY {k}: not a column")) };
         let t = table_cols[c.index()];
         let dt = scan_schema.field(c.index()).data_type().clone();
-        let stats = &data.column_stats[t];
+        let stats = &data.table.column_stats[t];
         let has_nulls = stats.null_count != Precision::Exact(0);
         match &dt {
             DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
@@ -258,7 +258,7 @@ fn prepare(
             DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 | DataType::UInt8 | DataType::UInt16 | DataType::UInt32 => {
                 let (min, max) = match (as_i64(&stats.min_value), as_i64(&stats.max_value)) {
                     (Some(lo), Some(hi)) => (lo, hi),
-                    _ if stats.null_count == Precision::Exact(data.num_rows) => (0, -1),
+                    _ if stats.null_count == Precision::Exact(data.table.num_rows) => (0, -1),
                     _ => return Err(format!("GROUP BY {k}: no exact range")),
                 };
                 let span = (max as i128 - min as i128 + 1) as u64 + has_nulls as u64;

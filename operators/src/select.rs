@@ -801,7 +801,7 @@ impl Scratch<'_> {
     fn with_data(&mut self, data: &[u8]) -> GpuResult<GpuBuffer> {
         let b = self.alloc(data.len() as u64)?;
         if !data.is_empty() {
-            lap("write_buffer", || self.ctx.write_small(b.raw(), 0, data))?;
+            lap("small write", || self.ctx.write_small(b.raw(), 0, data))?;
         }
         Ok(b)
     }

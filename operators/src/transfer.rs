@@ -28,6 +28,43 @@ struct Stage {
     state: Arc<AtomicU8>,
 }
 
+impl Stage {
+    /// A new MAP_WRITE staging buffer of `bytes`, mapped at creation.
+    fn new_write(ctx: &GpuContext, label: &str, bytes: u64) -> GpuResult<Stage> {
+        let buf = ctx.scoped(|| {
+            ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: bytes,
+                usage: wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: true,
+            })
+        })?;
+        Ok(Stage { buf, state: Arc::new(AtomicU8::new(MAPPED)) })
+    }
+
+    /// Maps the (submitted) buffer for writing again; `state` turns MAPPED (or
+    /// FAILED) when the device is done with it and a poll runs the callback.
+    fn remap_for_write(&self) {
+        self.state.store(PENDING, Ordering::Release);
+        let st = self.state.clone();
+        self.buf.map_async(wgpu::MapMode::Write, .., move |r| {
+            st.store(if r.is_ok() { MAPPED } else { FAILED }, Ordering::Release);
+        });
+    }
+}
+
+/// Takes a stage of `list` that is mapped for writing; `None` while every one is
+/// in flight. A stage whose mapping failed is destroyed and reported.
+fn take_mapped(list: &mut Vec<Stage>) -> GpuResult<Option<Stage>> {
+    let Some(i) = list.iter().position(|s| s.state.load(Ordering::Acquire) != PENDING) else { return Ok(None) };
+    let s = list.swap_remove(i);
+    if s.state.load(Ordering::Acquire) == FAILED {
+        s.buf.destroy();
+        return Err(GpuError::Map("staging buffer could not be mapped for writing".into()));
+    }
+    Ok(Some(s))
+}
+
 /// Staging buffers shared by every transfer of the process.
 pub(crate) struct StagingPool {
     stage_bytes: u64,
@@ -51,8 +88,14 @@ const SMALL_CHUNKS: usize = 16;
 #[derive(Default)]
 pub(crate) struct SmallWrites {
     pending: Vec<(wgpu::Buffer, u64, Vec<u8>)>,
-    bytes: u64,
     chunks: Vec<Stage>,
+}
+
+impl SmallWrites {
+    /// Bytes waiting.
+    fn bytes(&self) -> u64 {
+        self.pending.iter().map(|p| p.2.len() as u64).sum()
+    }
 }
 
 impl StagingPool {
@@ -155,12 +198,11 @@ impl GpuContext {
             return self.upload_stream(&BytesSource(data), &[Extent { buffer: dst, offset, stream_offset: 0, len }]);
         }
         let mut sw = self.staging.small.lock().unwrap();
-        if sw.bytes + len > SMALL_CHUNK {
+        if sw.bytes() + len > SMALL_CHUNK {
             // Flush what waits on its own, so this write fits the next chunk.
             self.submit_locked(&mut sw, Vec::new())?;
         }
         sw.pending.push((dst.clone(), offset, data.to_vec()));
-        sw.bytes += len;
         Ok(())
     }
 
@@ -171,24 +213,11 @@ impl GpuContext {
             return Ok(None);
         }
         let stage = loop {
-            if let Some(i) = sw.chunks.iter().position(|s| s.state.load(Ordering::Acquire) != PENDING) {
-                let s = sw.chunks.swap_remove(i);
-                if s.state.load(Ordering::Acquire) == FAILED {
-                    s.buf.destroy();
-                    return Err(GpuError::Map("staging chunk could not be mapped for writing".into()));
-                }
+            if let Some(s) = take_mapped(&mut sw.chunks)? {
                 break s;
             }
             if sw.chunks.len() < SMALL_CHUNKS {
-                let buf = self.scoped(|| {
-                    self.device.create_buffer(&wgpu::BufferDescriptor {
-                        label: Some("ridgeline-small-writes"),
-                        size: SMALL_CHUNK,
-                        usage: wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
-                        mapped_at_creation: true,
-                    })
-                })?;
-                break Stage { buf, state: Arc::new(AtomicU8::new(MAPPED)) };
+                break Stage::new_write(self, "ridgeline-small-writes", SMALL_CHUNK)?;
             }
             // Every chunk is in flight: let the device finish, then look again
             // (the map callbacks only touch the chunks' states).
@@ -196,11 +225,10 @@ impl GpuContext {
                 .poll(wgpu::PollType::wait_indefinitely())
                 .map_err(|e| GpuError::DeviceLost(format!("poll failed: {e}")))?;
         };
+        let total = sw.bytes();
         let pending = std::mem::take(&mut sw.pending);
-        sw.bytes = 0;
         let mut enc = self.encoder("small-writes");
         {
-            let total: u64 = pending.iter().map(|p| p.2.len() as u64).sum();
             let mut view = stage.buf.slice(0..total).get_mapped_range_mut().map_err(|e| GpuError::Map(e.to_string()))?;
             let mut at = 0usize;
             for (_, _, data) in &pending {
@@ -229,11 +257,7 @@ impl GpuContext {
         let idx = match self.flush_small(sw)? {
             Some((cb, stage)) => {
                 let idx = self.queue.submit(std::iter::once(cb).chain(buffers));
-                stage.state.store(PENDING, Ordering::Release);
-                let st = stage.state.clone();
-                stage.buf.map_async(wgpu::MapMode::Write, .., move |r| {
-                    st.store(if r.is_ok() { MAPPED } else { FAILED }, Ordering::Release);
-                });
+                stage.remap_for_write();
                 sw.chunks.push(stage);
                 idx
             }
@@ -246,26 +270,12 @@ impl GpuContext {
         loop {
             {
                 let mut list = self.staging.write.lock().unwrap();
-                if let Some(i) = list.iter().position(|s| s.state.load(Ordering::Acquire) != PENDING) {
-                    let s = list.swap_remove(i);
-                    if s.state.load(Ordering::Acquire) == FAILED {
-                        s.buf.destroy();
-                        return Err(GpuError::Map("staging buffer could not be mapped for writing".into()));
-                    }
+                if let Some(s) = take_mapped(&mut list)? {
                     return Ok(s);
                 }
                 if list.len() < self.staging.max_stages {
                     drop(list);
-                    let buf = self
-                        .scoped(|| {
-                            self.device.create_buffer(&wgpu::BufferDescriptor {
-                                label: Some("ridgeline-upload-stage"),
-                                size: self.staging.stage_bytes,
-                                usage: wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
-                                mapped_at_creation: true,
-                            })
-                        })?;
-                    return Ok(Stage { buf, state: Arc::new(AtomicU8::new(MAPPED)) });
+                    return Stage::new_write(self, "ridgeline-upload-stage", self.staging.stage_bytes);
                 }
             }
             // Every stage is in flight: wait for the device, then look again.
@@ -274,11 +284,7 @@ impl GpuContext {
     }
 
     fn release_write_stage(&self, stage: Stage) {
-        stage.state.store(PENDING, Ordering::Release);
-        let st = stage.state.clone();
-        stage.buf.map_async(wgpu::MapMode::Write, .., move |r| {
-            st.store(if r.is_ok() { MAPPED } else { FAILED }, Ordering::Release);
-        });
+        stage.remap_for_write();
         self.staging.write.lock().unwrap().push(stage);
     }
 

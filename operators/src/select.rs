@@ -735,7 +735,7 @@ impl GpuClock {
             // Timestamps cost a query set, two buffers and a readback per submission
             // (milliseconds each on the H100's driver), so only on request.
             timed: ctx.has_timestamps() && std::env::var_os("RIDGELINE_SELECT_TIMESTAMPS").is_some(),
-            profile: std::env::var_os("RIDGELINE_SELECT_PROFILE").map(|_| Instant::now()),
+            profile: profiling().then(Instant::now),
         }
     }
     /// With `RIDGELINE_SELECT_PROFILE`: waits for the device and prints the wall

@@ -195,26 +195,23 @@ pub fn filter(lo: u32, hi: u32, iterations: usize) -> Result<()> {
                 return Err(DataFusionError::Internal("payload not on the device".into()));
             };
             let run = |algo: CompactAlgo| -> Result<(f64, usize)> {
-                let mut times = Vec::new();
-                let mut count = 0;
-                ridgeline_operators::timing::warm_up(ridgeline_operators::timing::WARM_UP_MS, || -> Result<()> {
-                    let eval = program.evaluate(&ctx, &dev_batch)?;
-                    let sel = Selection::Bitmap { bits: eval.selection.as_ref().expect("predicate"), rows: n };
-                    compact_with(&ctx, sel, &[CCol::new(vcol)], &CompactOptions::with_algo(algo)).map_err(g)?;
-                    ctx.wait().map_err(g)?;
-                    Ok(())
-                })?;
-                for _ in 0..iterations.max(1) + 1 {
-                    let t = Instant::now();
+                // One filter: evaluate, compact, check the error word; the row count.
+                let once = || -> Result<usize> {
                     let eval = program.evaluate(&ctx, &dev_batch)?;
                     let sel = Selection::Bitmap { bits: eval.selection.as_ref().expect("predicate"), rows: n };
                     let c = compact_with(&ctx, sel, &[CCol::new(vcol)], &CompactOptions::with_algo(algo)).map_err(g)?;
                     eval.check_errors(&ctx)?;
                     ctx.wait().map_err(g)?;
+                    Ok(c.count)
+                };
+                ridgeline_operators::timing::warm_up(ridgeline_operators::timing::WARM_UP_MS, || once().map(|_| ()))?;
+                let mut times = Vec::new();
+                let mut count = 0;
+                for _ in 0..iterations.max(1) {
+                    let t = Instant::now();
+                    count = once()?;
                     times.push(t.elapsed().as_secs_f64() * 1e3);
-                    count = c.count;
                 }
-                times.remove(0); // warm-up (pipeline compilation)
                 Ok((median(times), count))
             };
             if sel == 0.5 && std::env::var("RIDGELINE_BENCH_PHASES").is_ok() {

@@ -2,7 +2,7 @@
 //! matrix, same process), the whole `SKYLINE OF` query in GPU and CPU mode, and
 //! optionally DuckDB running the usual NOT EXISTS formulation on the same rows.
 use crate::cli::bench::median;
-use crate::cli::bench_tpch::duckdb_python;
+use crate::cli::bench_tpch::{duckdb_python, warm_up_query};
 use crate::exec::skyline::dense_ranks;
 use crate::gen::skyline::{skyline_batch, SkylineDist};
 use crate::sql_ext::skyline::SkylineDirection;
@@ -88,11 +88,7 @@ async fn time_sql(mode: GpuMode, batch: &RecordBatch, sql: &str, iterations: usi
     rl.register_batches("pts", batch.schema(), vec![batch.clone()])?;
     let mut times = Vec::new();
     let mut count = 0;
-    let w = Instant::now();
-    rl.sql(sql).await?.collect().await?;
-    while ms(w) < ridgeline_operators::timing::WARM_UP_MS {
-        rl.sql(sql).await?.collect().await?;
-    }
+    warm_up_query(&rl, sql, Instant::now()).await?;
     for _ in 0..iterations.max(1) {
         let t = Instant::now();
         let b = rl.sql(sql).await?.collect().await?;

@@ -277,18 +277,25 @@ async fn execute(rl: &Ridgeline, sql: &str) -> Result<(Vec<RecordBatch>, Arc<dyn
     Ok((batches, plan))
 }
 
-/// Warm-up (repeated for at least `timing::WARM_UP_MS`, so a GPU left idle by the
-/// previous mode is back at its clock), then `iterations` timed runs (planning and
-/// execution).
+/// Runs `sql` (planning and execution) until `timing::WARM_UP_MS` have passed
+/// since `since` (at most 1000 runs): the async twin of `timing::warm_up`, so a GPU
+/// left idle by the previous mode is back at its clock.
+pub(crate) async fn warm_up_query(rl: &Ridgeline, sql: &str, since: Instant) -> Result<()> {
+    let mut runs = 0;
+    while since.elapsed().as_secs_f64() * 1e3 < ridgeline_operators::timing::WARM_UP_MS && runs < 1000 {
+        execute(rl, sql).await?;
+        runs += 1;
+    }
+    Ok(())
+}
+
+/// Warm-up (the first run gives the answer; see [`warm_up_query`]), then
+/// `iterations` timed runs (planning and execution).
 pub(crate) async fn run_mode(rl: &Ridgeline, sql: &str, iterations: usize) -> Result<ModeRun> {
     let t = Instant::now();
     let (batches, mut plan) = execute(rl, sql).await?;
     let result = to_rows(&batches)?;
-    let mut warm = 1;
-    while t.elapsed().as_secs_f64() * 1e3 < ridgeline_operators::timing::WARM_UP_MS && warm < 1000 {
-        execute(rl, sql).await?;
-        warm += 1;
-    }
+    warm_up_query(rl, sql, t).await?;
     let mut times = Vec::with_capacity(iterations);
     for _ in 0..iterations {
         let t = Instant::now();

@@ -14,6 +14,8 @@
 //   `hash_combine`), taken modulo the fan-out after the last key column. NULL
 //   keys hash the fixed word NULL_TAG (twice for 64-bit keys); radix/direct put
 //   NULL keys in partition 0.
+// * `histogram` and `rank` read each row's id from `pid_in`, or (one key column,
+//   one digit pass) compute it from the key as they go (`row_pid`, `key_pid`).
 // * `histogram`: per tile of TILE = WG * CHUNKS rows, counts of each digit
 //   `(pid >> dshift) & 255` in workgroup memory (workgroup atomics), written to
 //   `counts[b * total_tiles + tile]` (partition-major, so one exclusive scan of
@@ -60,10 +62,11 @@ const F_LAST: u32 = 2u;
 const F_VALID: u32 = 4u;
 const F_DIRECT: u32 = 8u;
 const F_PREV: u32 = 16u;
+const F_HASH: u32 = 32u;
 
 {{KEY_FNS}}
 
-@group(0) @binding(0) var<storage, read> keys: array<{{T}}>;
+@group(0) @binding(0) var<storage, read> keys: array<{{KT}}>;
 @group(0) @binding(1) var<storage, read> kvalid: array<u32>;
 @group(0) @binding(2) var<storage, read_write> pids: array<u32>;
 @group(0) @binding(3) var<storage, read> pid_in: array<u32>;
@@ -106,36 +109,27 @@ fn is_valid(i: u32) -> bool {
     return (p.flags & F_VALID) == 0u || ((kvalid[i / 32u] >> (i % 32u)) & 1u) != 0u;
 }
 
-@compute @workgroup_size(WG)
-fn pid_radix(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let i = row_index(wid, nwg, lid);
-    if (i >= p.n) { return; }
-    var id = 0u;
-    if (is_valid(i)) {
-        let k = keys[i];
-        let lo = klo(k);
-        let hi = khi(k);
-        if ((p.flags & F_DIRECT) != 0u) {
-            id = select(p.fanout - 1u, lo, hi == 0u && lo < p.fanout);
-        } else {
-            var v = lo;
-            if (p.shift >= 32u) {
-                v = hi >> (p.shift - 32u);
-            } else if (p.shift > 0u) {
-                v = (lo >> p.shift) | (hi << (32u - p.shift));
-            }
-            id = v & p.mask;
-        }
+// Radix digits or a direct id of row i's key (NULL: partition 0).
+fn radix_pid(i: u32) -> u32 {
+    if (!is_valid(i)) { return 0u; }
+    let k = keys[i];
+    let lo = klo(k);
+    let hi = khi(k);
+    if ((p.flags & F_DIRECT) != 0u) {
+        return select(p.fanout - 1u, lo, hi == 0u && lo < p.fanout);
     }
-    pids[i] = id;
+    var v = lo;
+    if (p.shift >= 32u) {
+        v = hi >> (p.shift - 32u);
+    } else if (p.shift > 0u) {
+        v = (lo >> p.shift) | (hi << (32u - p.shift));
+    }
+    return v & p.mask;
 }
 
-@compute @workgroup_size(WG)
-fn pid_hash(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let i = row_index(wid, nwg, lid);
-    if (i >= p.n) { return; }
-    var h = 0u;
-    if ((p.flags & F_FIRST) == 0u) { h = pids[i]; }
+// The hash of row i's key folded into h.
+fn fold_key(h0: u32, i: u32) -> u32 {
+    var h = h0;
     if (is_valid(i)) {
         let k = keys[i];
         h = hash_combine(h, klo(k));
@@ -144,6 +138,36 @@ fn pid_hash(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
         h = hash_combine(h, NULL_TAG);
         if (KWIDE) { h = hash_combine(h, NULL_TAG); }
     }
+    return h;
+}
+
+// The partition id of row i computed from its one key column (F_HASH: the hash
+// modulo the fan-out, else radix/direct): what `histogram` and `rank` use
+// instead of reading `pid_in` when one key column and one digit pass suffice.
+fn key_pid(i: u32) -> u32 {
+    if ((p.flags & F_HASH) != 0u) { return fold_key(0u, i) % p.fanout; }
+    return radix_pid(i);
+}
+
+// The partition id of row r as the digit kernels see it.
+fn row_pid(r: u32) -> u32 {
+    {{ROW_PID}}
+}
+
+@compute @workgroup_size(WG)
+fn pid_radix(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let i = row_index(wid, nwg, lid);
+    if (i >= p.n) { return; }
+    pids[i] = radix_pid(i);
+}
+
+@compute @workgroup_size(WG)
+fn pid_hash(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let i = row_index(wid, nwg, lid);
+    if (i >= p.n) { return; }
+    var h = 0u;
+    if ((p.flags & F_FIRST) == 0u) { h = pids[i]; }
+    h = fold_key(h, i);
     if ((p.flags & F_LAST) != 0u) { h = h % p.fanout; }
     pids[i] = h;
 }
@@ -161,7 +185,7 @@ fn histogram(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     let start = tile * TILE;
     let end = min(start + TILE, p.n);
     for (var r = start + lid; r < end; r += WG) {
-        atomicAdd(&hist[digit(pid_in[r])], 1u);
+        atomicAdd(&hist[digit(row_pid(r))], 1u);
     }
     workgroupBarrier();
     for (var b = lid; b < p.nb; b += WG) {
@@ -186,7 +210,7 @@ fn rank(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let valid = row < p.n;
         var d = 0u;
         if (valid) {
-            d = digit(pid_in[row]);
+            d = digit(row_pid(row));
             atomicOr(&ballot[d * MW + word], bit);
         }
         workgroupBarrier();

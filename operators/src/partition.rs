@@ -18,8 +18,12 @@
 //!
 //! # GPU algorithm
 //!
-//! 1. One kernel computes every row's partition id into a `u32` scratch array
-//!    (hash: one dispatch per key column, folding into the running hash).
+//! 1. With one key column and one digit pass (fan-out at most 256), the digit
+//!    kernels below compute every row's partition id from the key as they read
+//!    it (no ids array: on the H100 that saved the 0.7 ms the ids kernel took
+//!    at 2^27 rows). Otherwise one kernel first computes every row's id into a
+//!    `u32` scratch array (hash: one dispatch per key column, folding into the
+//!    running hash).
 //! 2. Per pass over an 8-bit digit of the id (LSD order; fan-out `F` needs
 //!    `ceil(log256 F)` passes, one for `F <= 256`): per tile of
 //!    [`PartitionOptions::tile_rows`] rows a histogram of the digit in workgroup
@@ -86,6 +90,7 @@ const F_LAST: u32 = 2;
 const F_VALID: u32 = 4;
 const F_DIRECT: u32 = 8;
 const F_PREV: u32 = 16;
+const F_HASH: u32 = 32;
 
 /// The murmur3 32-bit finalizer.
 #[inline]
@@ -523,21 +528,43 @@ struct Kernels {
 
 impl Kernels {
     fn pipe(&self, ctx: &GpuContext, wide: bool, entry: &str) -> GpuResult<std::sync::Arc<wgpu::ComputePipeline>> {
-        let (t, fns) = if wide {
-            (
-                "vec2<u32>",
-                "fn klo(k: vec2<u32>) -> u32 { return k.x; }\nfn khi(k: vec2<u32>) -> u32 { return k.y; }\nconst KWIDE: bool = true;",
-            )
+        self.build(ctx, wide, wide, false, entry)
+    }
+
+    /// A digit kernel (`histogram`, `rank`) computing each row's id from the one
+    /// key column itself.
+    fn pipe_inline(&self, ctx: &GpuContext, key_wide: bool, entry: &str) -> GpuResult<std::sync::Arc<wgpu::ComputePipeline>> {
+        self.build(ctx, key_wide, false, true, entry)
+    }
+
+    fn build(&self, ctx: &GpuContext, key_wide: bool, val_wide: bool, inline: bool, entry: &str) -> GpuResult<std::sync::Arc<wgpu::ComputePipeline>> {
+        let word = |wide: bool| if wide { "vec2<u32>" } else { "u32" };
+        let fns = if key_wide {
+            "fn klo(k: vec2<u32>) -> u32 { return k.x; }\nfn khi(k: vec2<u32>) -> u32 { return k.y; }\nconst KWIDE: bool = true;"
         } else {
-            ("u32", "fn klo(k: u32) -> u32 { return k; }\nfn khi(k: u32) -> u32 { return 0u; }\nconst KWIDE: bool = false;")
+            "fn klo(k: u32) -> u32 { return k; }\nfn khi(k: u32) -> u32 { return 0u; }\nconst KWIDE: bool = false;"
         };
         let defs = [
-            ("T", t.to_string()),
+            ("KT", word(key_wide).to_string()),
+            ("T", word(val_wide).to_string()),
             ("KEY_FNS", fns.to_string()),
             ("WG", self.wg.to_string()),
             ("CHUNKS", self.chunks.to_string()),
+            ("ROW_PID", if inline { "return key_pid(r);" } else { "return pid_in[r];" }.to_string()),
         ];
-        ctx.pipeline(if wide { "partition-64" } else { "partition-32" }, PARTITION_WGSL, entry, &defs)
+        ctx.pipeline("partition", PARTITION_WGSL, entry, &defs)
+    }
+}
+
+/// Where the digit kernels read segment `s`'s ids: the ids array, or the key
+/// column (and its validity) with the id computed inline.
+fn id_entries<'a>(ids: Option<&'a DeviceArray>, key: &Column<'a>, s: usize) -> Vec<wgpu::BindGroupEntry<'a>> {
+    match ids {
+        Some(a) => vec![entry(3, a.segment(s).0)],
+        None => {
+            let kb = key.values.segment(s).0;
+            vec![entry(0, kb), entry(1, key.validity.map_or(kb, |v| v.segment(s).0))]
+        }
     }
 }
 
@@ -620,7 +647,16 @@ pub fn partition_gpu_with(
     func: &PartitionFn,
     opts: &PartitionOptions,
 ) -> GpuResult<Partitioned> {
-    partition_impl(ctx, columns, keys, func, opts, None)
+    partition_impl(ctx, columns, keys, func, opts, Timing::None)
+}
+
+/// How [`partition_impl`] times its work.
+enum Timing<'a> {
+    None,
+    /// The whole compute pass, as pass 0 of the timer.
+    Pass(&'a KernelTimer),
+    /// Every dispatch in its own timed pass; milliseconds summed per step label.
+    Each(&'a mut Vec<(&'static str, f64)>),
 }
 
 fn partition_impl(
@@ -629,7 +665,7 @@ fn partition_impl(
     keys: &[usize],
     func: &PartitionFn,
     opts: &PartitionOptions,
-    timer: Option<&KernelTimer>,
+    timing: Timing<'_>,
 ) -> GpuResult<Partitioned> {
     let inv = |m: String| GpuError::Invalid(m);
     if columns.is_empty() {
@@ -690,28 +726,32 @@ fn partition_impl(
     }
     let mut row_bytes = 0u64;
     let mut hist_bytes = 0u64;
-    // 1. partition ids
-    let ids = scratch(ctx, n, seg, &mut row_bytes)?;
+    // 1. partition ids: computed inside the digit kernels from the one key column
+    // when one digit pass suffices; else into a u32 scratch array first
+    let kc0 = &columns[keys[0]];
+    let (shift, mask, fflags) = match *func {
+        PartitionFn::Radix { shift, bits } => (shift, ((1u64 << bits) - 1) as u32, 0),
+        PartitionFn::Direct { .. } => (0, 0, F_DIRECT),
+        PartitionFn::Hash { .. } => (0, 0, F_HASH),
+    };
+    let key_pid = Params { shift, mask, fanout, flags: fflags | if kc0.validity.is_some() { F_VALID } else { 0 }, ..Default::default() };
+    let inline = passes == 1 && keys.len() == 1;
     let groups = |rows: usize| (rows as u64).div_ceil(wg as u64);
-    match *func {
-        PartitionFn::Radix { .. } | PartitionFn::Direct { .. } => {
-            let kc = &columns[keys[0]];
-            let wide = kc.values.elem_size() == 8;
-            let pipe = k.pipe(ctx, wide, "pid_radix")?;
-            let (shift, mask, flags) = match *func {
-                PartitionFn::Radix { shift, bits } => (shift, ((1u64 << bits) - 1) as u32, 0),
-                _ => (0, 0, F_DIRECT),
-            };
+    let ids = if inline { None } else { Some(scratch(ctx, n, seg, &mut row_bytes)?) };
+    pass.label = "ids";
+    match (&ids, *func) {
+        (None, _) => {}
+        (Some(ids), PartitionFn::Radix { .. } | PartitionFn::Direct { .. }) => {
+            let pipe = k.pipe(ctx, kc0.values.elem_size() == 8, "pid_radix")?;
             for s in 0..ids.num_segments() {
                 let (ib, _, rows) = ids.segment(s);
-                let kb = kc.values.segment(s).0;
-                let vflag = if kc.validity.is_some() { F_VALID } else { 0 };
-                let ub = ctx.uniform(&Params { n: rows as u32, shift, mask, fanout, flags: flags | vflag, ..Default::default() });
-                let vb = kc.validity.map_or(kb, |v| v.segment(s).0);
+                let kb = kc0.values.segment(s).0;
+                let ub = ctx.uniform(&Params { n: rows as u32, ..key_pid });
+                let vb = kc0.validity.map_or(kb, |v| v.segment(s).0);
                 pass.dispatch(ctx, &pipe, &[entry(0, kb), entry(1, vb), entry(2, ib), entry(15, &ub)], groups(rows))?;
             }
         }
-        PartitionFn::Hash { .. } => {
+        (Some(ids), PartitionFn::Hash { .. }) => {
             for (j, &kcol) in keys.iter().enumerate() {
                 let kc = &columns[kcol];
                 let pipe = k.pipe(ctx, kc.values.elem_size() == 8, "pid_hash")?;
@@ -734,12 +774,17 @@ fn partition_impl(
     }
     // 2. digit passes
     let tile = opts.tile_rows as usize;
-    let seg_tiles: Vec<usize> = (0..ids.num_segments()).map(|s| ids.segment(s).2.div_ceil(tile)).collect();
+    let nsegs = kc0.values.num_segments();
+    let seg_tiles: Vec<usize> = (0..nsegs).map(|s| kc0.values.segment(s).2.div_ceil(tile)).collect();
     let total_tiles: usize = seg_tiles.iter().sum();
     stats.tiles = total_tiles as u64;
     let sk = ScanKernel::new(ctx, ScanType::U32, &ScanOptions::default())?;
-    let hist_pipe = k.pipe(ctx, false, "histogram")?;
-    let rank_pipe = k.pipe(ctx, false, "rank")?;
+    let (hist_pipe, rank_pipe) = if inline {
+        let wide = kc0.values.elem_size() == 8;
+        (k.pipe_inline(ctx, wide, "histogram")?, k.pipe_inline(ctx, wide, "rank")?)
+    } else {
+        (k.pipe(ctx, false, "histogram")?, k.pipe(ctx, false, "rank")?)
+    };
     let mut cur_ids = ids;
     let mut src: Option<DeviceArray> = None; // position -> input row, after the passes so far
     let mut keep_arrays: Vec<DeviceArray> = Vec::new();
@@ -754,38 +799,38 @@ fn partition_impl(
         let offs = ctx.pool().alloc(m.div_ceil(4) * 16)?;
         let total = ctx.pool().alloc(16)?;
         hist_bytes += counts.size() + offs.size() + total.size();
+        let tile_params = |s: usize, tb: usize, rows: usize| Params {
+            n: rows as u32,
+            tiles: seg_tiles[s] as u32,
+            tile_base: tb as u32,
+            total_tiles: total_tiles as u32,
+            nb,
+            dshift,
+            ..key_pid
+        };
         let mut tb = 0usize;
-        for s in 0..cur_ids.num_segments() {
-            let (pb, _, rows) = cur_ids.segment(s);
-            let ub = ctx.uniform(&Params {
-                n: rows as u32,
-                tiles: seg_tiles[s] as u32,
-                tile_base: tb as u32,
-                total_tiles: total_tiles as u32,
-                nb,
-                dshift,
-                ..Default::default()
-            });
-            pass.dispatch(ctx, &hist_pipe, &[entry(3, pb), entry(4, counts.raw()), entry(15, &ub)], seg_tiles[s] as u64)?;
+        pass.label = "histogram";
+        for s in 0..nsegs {
+            let rows = kc0.values.segment(s).2;
+            let ub = ctx.uniform(&tile_params(s, tb, rows));
+            let mut e = id_entries(cur_ids.as_ref(), kc0, s);
+            e.extend([entry(4, counts.raw()), entry(15, &ub)]);
+            pass.dispatch(ctx, &hist_pipe, &e, seg_tiles[s] as u64)?;
             tb += seg_tiles[s];
         }
         let before = pass.keep.len();
+        pass.label = "scan";
         sk.record(ctx, &mut pass, &[(counts.raw(), offs.raw(), m)], ScanKind::Exclusive, total.raw())?;
         hist_bytes += pass.keep[before..].iter().map(|b| b.size()).sum::<u64>();
         let dst = scratch(ctx, n, seg, &mut row_bytes)?;
         let mut tb = 0usize;
-        for s in 0..cur_ids.num_segments() {
-            let (pb, _, rows) = cur_ids.segment(s);
-            let ub = ctx.uniform(&Params {
-                n: rows as u32,
-                tiles: seg_tiles[s] as u32,
-                tile_base: tb as u32,
-                total_tiles: total_tiles as u32,
-                nb,
-                dshift,
-                ..Default::default()
-            });
-            pass.dispatch(ctx, &rank_pipe, &[entry(3, pb), entry(5, offs.raw()), entry(6, dst.segment(s).0), entry(15, &ub)], seg_tiles[s] as u64)?;
+        pass.label = "rank";
+        for s in 0..nsegs {
+            let rows = kc0.values.segment(s).2;
+            let ub = ctx.uniform(&tile_params(s, tb, rows));
+            let mut e = id_entries(cur_ids.as_ref(), kc0, s);
+            e.extend([entry(5, offs.raw()), entry(6, dst.segment(s).0), entry(15, &ub)]);
+            pass.dispatch(ctx, &rank_pipe, &e, seg_tiles[s] as u64)?;
             tb += seg_tiles[s];
         }
         if passes == 1 {
@@ -796,11 +841,14 @@ fn partition_impl(
             break;
         }
         // move the ids (for the next pass, and sorted for the offsets at the end)
+        let ids_now = cur_ids.take().expect("several passes keep an ids array");
         let next_ids = scratch(ctx, n, seg, &mut row_bytes)?;
-        record_move(ctx, &k, &mut pass, &dst, Some(&cur_ids), &next_ids)?;
+        pass.label = "move ids";
+        record_move(ctx, &k, &mut pass, &dst, Some(&ids_now), &next_ids)?;
         let next_src = scratch(ctx, n, seg, &mut row_bytes)?;
         record_move(ctx, &k, &mut pass, &dst, src.as_ref(), &next_src)?;
-        keep_arrays.push(std::mem::replace(&mut cur_ids, next_ids));
+        keep_arrays.push(ids_now);
+        cur_ids = Some(next_ids);
         if let Some(old) = src.replace(next_src) {
             keep_arrays.push(old);
         }
@@ -811,6 +859,7 @@ fn partition_impl(
     let poffs = ctx.pool().alloc(((fanout as u64 + 1) * 4).div_ceil(16) * 16)?;
     hist_bytes += poffs.size();
     let fgroups = (fanout as u64 + 1).div_ceil(wg as u64);
+    pass.label = "offsets";
     let dest = match dest {
         Some(d) => {
             let pipe = k.pipe(ctx, false, "gather_offsets")?;
@@ -824,6 +873,7 @@ fn partition_impl(
             let ub = ctx.uniform(&Params { fanout, total: n as u32, ..Default::default() });
             pass.dispatch(ctx, &fill, &[entry(12, poffs.raw()), entry(15, &ub)], fgroups)?;
             let bp = k.pipe(ctx, false, "bounds")?;
+            let cur_ids = cur_ids.as_ref().expect("several passes keep an ids array");
             for s in 0..cur_ids.num_segments() {
                 let (pb, row_base, rows) = cur_ids.segment(s);
                 let (prev, prev_rows, flags) = if s > 0 {
@@ -843,6 +893,7 @@ fn partition_impl(
                 pass.dispatch(ctx, &bp, &[entry(3, pb), entry(13, prev), entry(12, poffs.raw()), entry(15, &ub)], groups(rows))?;
             }
             // invert the composed permutation: dest[src[j]] = j
+            pass.label = "invert";
             let src = src.take().expect("several passes track row numbers");
             let d = scratch(ctx, n, seg, &mut row_bytes)?;
             record_move(ctx, &k, &mut pass, &src, None, &d)?;
@@ -851,20 +902,42 @@ fn partition_impl(
         }
     };
     // 4. scatter the columns
+    pass.label = "move columns";
     for (c, o) in columns.iter().zip(&outputs) {
         record_move(ctx, &k, &mut pass, &dest, Some(c.values), &o.values)?;
         if let (Some(vin), Some(vout)) = (c.validity, &o.validity) {
             record_move_validity(ctx, &k, &mut pass, &dest, vin, vout)?;
         }
     }
-    pass.encode(&mut enc, timer.and_then(|t| t.writes(0)));
+    let mut each = None;
+    match &timing {
+        Timing::Pass(t) => pass.encode(&mut enc, t.writes(0)),
+        Timing::Each(_) => match KernelTimer::new(ctx, pass.len() as u32) {
+            Some(t) => {
+                let labels = pass.encode_each(&mut enc, &t);
+                each = Some((t, labels));
+            }
+            None => pass.encode(&mut enc, None),
+        },
+        Timing::None => pass.encode(&mut enc, None),
+    }
     let read = DeviceArray::alloc_segmented(ctx, fanout as usize + 1, 4, (fanout as usize + 1).div_ceil(4) * 4)?;
     enc.copy_buffer_to_buffer(poffs.raw(), 0, read.segment(0).0, 0, (fanout as u64 + 1) * 4);
-    if let Some(t) = timer {
-        t.resolve(&mut enc);
+    match (&timing, &each) {
+        (Timing::Pass(t), _) => t.resolve(&mut enc),
+        (_, Some((t, _))) => t.resolve(&mut enc),
+        _ => {}
     }
     ctx.submit(enc)?;
     let offsets: Vec<u64> = read.download::<u32>(ctx)?.into_iter().map(u64::from).collect();
+    if let (Timing::Each(out), Some((t, labels))) = (timing, each) {
+        for (label, ms) in labels.into_iter().zip(t.read_ms(ctx)?) {
+            match out.iter_mut().find(|(l, _)| *l == label) {
+                Some(e) => e.1 += ms,
+                None => out.push((label, ms)),
+            }
+        }
+    }
     drop((pass, keep_arrays, keep_bufs, last_offs, cur_ids, dest));
     stats.histogram_bytes = hist_bytes;
     stats.row_scratch_bytes = row_bytes;
@@ -891,6 +964,10 @@ pub struct PartitionBench {
     pub gb_per_s: f64,
     /// Scratch accounting of the last run.
     pub stats: PartitionStats,
+    /// With `RIDGELINE_PARTITION_PROFILE=1`: one more run with every dispatch in
+    /// its own timed pass, device milliseconds per step (ids, histogram, scan,
+    /// rank, moves, ...); empty otherwise.
+    pub profile: Vec<(&'static str, f64)>,
 }
 
 /// Times the hash partition of `n` rows of one pseudo-random u32 key plus
@@ -916,14 +993,17 @@ pub fn bench_partition(ctx: &GpuContext, n: usize, fanout: u32, payload_columns:
     let (mut times, mut walls) = (Vec::new(), Vec::new());
     let mut stats = PartitionStats::default();
     crate::timing::warm_up(crate::timing::WARM_UP_MS, || {
-        partition_impl(ctx, &cols, &[0], &func, &opts, None)?;
+        partition_impl(ctx, &cols, &[0], &func, &opts, Timing::None)?;
         ctx.wait()
     })?;
     for _ in 0..reps.max(1) {
         ctx.wait()?;
         let timer = KernelTimer::new(ctx, 1);
         let t0 = std::time::Instant::now();
-        let out = partition_impl(ctx, &cols, &[0], &func, &opts, timer.as_ref())?;
+        let out = match &timer {
+            Some(t) => partition_impl(ctx, &cols, &[0], &func, &opts, Timing::Pass(t))?,
+            None => partition_impl(ctx, &cols, &[0], &func, &opts, Timing::None)?,
+        };
         ctx.wait()?;
         let wall = t0.elapsed().as_secs_f64() * 1e3;
         let ms = match &timer {
@@ -938,5 +1018,9 @@ pub fn bench_partition(ctx: &GpuContext, n: usize, fanout: u32, payload_columns:
     walls.sort_by(|a, b| a.total_cmp(b));
     let ms = times[times.len() / 2];
     let gb_per_s = if ms > 0.0 { 2.0 * stats.input_bytes as f64 / (ms * 1e-3) / 1e9 } else { 0.0 };
-    Ok(PartitionBench { n, fanout, payload_columns, ms, wall_ms: walls[walls.len() / 2], gb_per_s, stats })
+    let mut profile = Vec::new();
+    if std::env::var("RIDGELINE_PARTITION_PROFILE").is_ok_and(|v| v == "1") {
+        partition_impl(ctx, &cols, &[0], &func, &opts, Timing::Each(&mut profile))?;
+    }
+    Ok(PartitionBench { n, fanout, payload_columns, ms, wall_ms: walls[walls.len() / 2], gb_per_s, stats, profile })
 }

@@ -479,13 +479,15 @@ fn check_input(input: &DeviceArray, ty: ScanType) -> GpuResult<()> {
 /// Dispatches recorded for one compute pass, plus the scratch they use (kept alive,
 /// and out of the pool, until the pass is submitted).
 /// One recorded dispatch: pipeline, bind group, workgroup counts.
-type Dispatch = (Arc<wgpu::ComputePipeline>, wgpu::BindGroup, (u32, u32, u32));
+type Dispatch = (Arc<wgpu::ComputePipeline>, wgpu::BindGroup, (u32, u32, u32), &'static str);
 
 #[derive(Default)]
 pub(crate) struct Pass {
     dispatches: Vec<Dispatch>,
     /// Scratch buffers the dispatches use.
     pub(crate) keep: Vec<GpuBuffer>,
+    /// The step the next dispatches belong to (for [`Pass::encode_each`]'s profile).
+    pub(crate) label: &'static str,
 }
 
 impl Pass {
@@ -510,7 +512,7 @@ impl Pass {
             entries,
         });
         let dims = dispatch_dims(groups, ctx.limits().max_compute_workgroups_per_dimension);
-        self.dispatches.push((pipeline.clone(), bg, dims));
+        self.dispatches.push((pipeline.clone(), bg, dims, self.label));
         Ok(())
     }
 
@@ -521,11 +523,29 @@ impl Pass {
             return;
         }
         let mut cp = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("ridgeline"), timestamp_writes: timestamps });
-        for (p, bg, (x, y, z)) in &self.dispatches {
+        for (p, bg, (x, y, z), _) in &self.dispatches {
             cp.set_pipeline(p);
             cp.set_bind_group(0, bg, &[]);
             cp.dispatch_workgroups(*x, *y, *z);
         }
+    }
+
+    /// Dispatches recorded so far.
+    pub(crate) fn len(&self) -> usize {
+        self.dispatches.len()
+    }
+
+    /// Encodes every dispatch as its own compute pass, timed by pass `i` of
+    /// `timer` (a profile: per-dispatch device times, at the cost of the passes'
+    /// boundaries), and returns each dispatch's label.
+    pub(crate) fn encode_each(&self, enc: &mut wgpu::CommandEncoder, timer: &KernelTimer) -> Vec<&'static str> {
+        for (i, (p, bg, (x, y, z), _)) in self.dispatches.iter().enumerate() {
+            let mut cp = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("ridgeline"), timestamp_writes: timer.writes(i as u32) });
+            cp.set_pipeline(p);
+            cp.set_bind_group(0, bg, &[]);
+            cp.dispatch_workgroups(*x, *y, *z);
+        }
+        self.dispatches.iter().map(|d| d.3).collect()
     }
 }
 

@@ -458,6 +458,10 @@ pub fn partition(lo: u32, hi: u32, iterations: usize) -> Result<()> {
                 s.histogram_bytes as f64 * 100.0 / s.input_bytes.max(1) as f64,
                 best / b.ms
             );
+            if !b.profile.is_empty() {
+                let steps: Vec<String> = b.profile.iter().map(|(l, ms)| format!("{l} {ms:.3}")).collect();
+                println!("|  | profile (ms per step, each dispatch its own timed pass) | {} |", steps.join(", "));
+            }
         }
     }
     Ok(())

@@ -909,29 +909,36 @@ fn partition_impl(
             record_move_validity(ctx, &k, &mut pass, &dest, vin, vout)?;
         }
     }
-    let mut each = None;
-    match &timing {
-        Timing::Pass(t) => pass.encode(&mut enc, t.writes(0)),
-        Timing::Each(_) => match KernelTimer::new(ctx, pass.len() as u32) {
+    // the per-dispatch profile's timer (one pass per dispatch)
+    let each = match &timing {
+        Timing::Each(_) => KernelTimer::new(ctx, pass.len() as u32),
+        _ => None,
+    };
+    let timer = match &timing {
+        Timing::Pass(t) => {
+            pass.encode(&mut enc, t.writes(0));
+            Some(*t)
+        }
+        _ => match &each {
             Some(t) => {
-                let labels = pass.encode_each(&mut enc, &t);
-                each = Some((t, labels));
+                pass.encode_each(&mut enc, t);
+                Some(t)
             }
-            None => pass.encode(&mut enc, None),
+            None => {
+                pass.encode(&mut enc, None);
+                None
+            }
         },
-        Timing::None => pass.encode(&mut enc, None),
-    }
+    };
     let read = DeviceArray::alloc_segmented(ctx, fanout as usize + 1, 4, (fanout as usize + 1).div_ceil(4) * 4)?;
     enc.copy_buffer_to_buffer(poffs.raw(), 0, read.segment(0).0, 0, (fanout as u64 + 1) * 4);
-    match (&timing, &each) {
-        (Timing::Pass(t), _) => t.resolve(&mut enc),
-        (_, Some((t, _))) => t.resolve(&mut enc),
-        _ => {}
+    if let Some(t) = timer {
+        t.resolve(&mut enc);
     }
     ctx.submit(enc)?;
     let offsets: Vec<u64> = read.download::<u32>(ctx)?.into_iter().map(u64::from).collect();
-    if let (Timing::Each(out), Some((t, labels))) = (timing, each) {
-        for (label, ms) in labels.into_iter().zip(t.read_ms(ctx)?) {
+    if let (Timing::Each(out), Some(t)) = (timing, &each) {
+        for (label, ms) in pass.labels().zip(t.read_ms(ctx)?) {
             match out.iter_mut().find(|(l, _)| *l == label) {
                 Some(e) => e.1 += ms,
                 None => out.push((label, ms)),

@@ -523,11 +523,15 @@ impl Pass {
             return;
         }
         let mut cp = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("ridgeline"), timestamp_writes: timestamps });
-        for (p, bg, (x, y, z), _) in &self.dispatches {
-            cp.set_pipeline(p);
-            cp.set_bind_group(0, bg, &[]);
-            cp.dispatch_workgroups(*x, *y, *z);
+        for d in &self.dispatches {
+            Self::record(&mut cp, d);
         }
+    }
+
+    fn record(cp: &mut wgpu::ComputePass<'_>, (p, bg, (x, y, z), _): &Dispatch) {
+        cp.set_pipeline(p);
+        cp.set_bind_group(0, bg, &[]);
+        cp.dispatch_workgroups(*x, *y, *z);
     }
 
     /// Dispatches recorded so far.
@@ -537,15 +541,17 @@ impl Pass {
 
     /// Encodes every dispatch as its own compute pass, timed by pass `i` of
     /// `timer` (a profile: per-dispatch device times, at the cost of the passes'
-    /// boundaries), and returns each dispatch's label.
-    pub(crate) fn encode_each(&self, enc: &mut wgpu::CommandEncoder, timer: &KernelTimer) -> Vec<&'static str> {
-        for (i, (p, bg, (x, y, z), _)) in self.dispatches.iter().enumerate() {
+    /// boundaries).
+    pub(crate) fn encode_each(&self, enc: &mut wgpu::CommandEncoder, timer: &KernelTimer) {
+        for (i, d) in self.dispatches.iter().enumerate() {
             let mut cp = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("ridgeline"), timestamp_writes: timer.writes(i as u32) });
-            cp.set_pipeline(p);
-            cp.set_bind_group(0, bg, &[]);
-            cp.dispatch_workgroups(*x, *y, *z);
+            Self::record(&mut cp, d);
         }
-        self.dispatches.iter().map(|d| d.3).collect()
+    }
+
+    /// Each dispatch's step label, in order.
+    pub(crate) fn labels(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.dispatches.iter().map(|d| d.3)
     }
 }
 

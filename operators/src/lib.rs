@@ -14,6 +14,7 @@ pub mod group_agg;
 pub mod mode;
 pub mod partition;
 pub mod pool;
+pub mod regions;
 pub mod rowwise;
 pub mod scan;
 pub mod select;

@@ -1208,6 +1208,48 @@ fn sample_select_once<K: SelectKey>(
 }
 
 // ---------------------------------------------------------------------------------
+// Keys on the device
+// ---------------------------------------------------------------------------------
+
+/// What 8-byte device values hold, for [`to_order_keys_gpu`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RawKind {
+    /// `i64` (also decimals by their unscaled value, timestamps, Date64).
+    I64,
+    /// `f64`.
+    F64,
+}
+
+/// Turns the 8-byte values of `arr` into their order-preserving keys in place
+/// ([`key_i64`] / [`key_f64`] of every element), one dispatch per segment.
+pub fn to_order_keys_gpu(ctx: &GpuContext, arr: &DeviceArray, kind: RawKind) -> GpuResult<()> {
+    if arr.elem_size() != 8 {
+        return Err(GpuError::Invalid(format!("order keys of {}-byte values (expected 8)", arr.elem_size())));
+    }
+    if arr.is_empty() {
+        return Ok(());
+    }
+    let k = Kern::new(ctx, 8, &SelectOptions::default())?;
+    let pipe = k.pipe(ctx, "keys", "to_key")?;
+    let mode = match kind {
+        RawKind::I64 => 0,
+        RawKind::F64 => 1,
+    };
+    let mut rec = Rec::new(ctx);
+    let mut uniforms = Vec::new();
+    for s in 0..arr.num_segments() {
+        let (buf, _, rows) = arr.segment(s);
+        let ub = ctx.uniform(&Params { off: 0, n: rows as u32, cnt: 0, dst_off: 0, seed: 0, task: 0, mode, pad: 0 });
+        rec.dispatch(&pipe, &[(0, buf), (2, &ub)], (rows as u64).div_ceil(WG as u64))?;
+        uniforms.push(ub);
+    }
+    let mut enc = ctx.encoder("order-keys");
+    rec.encode(&mut enc, None);
+    ctx.submit(enc)?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------
 // GPU entry points
 // ---------------------------------------------------------------------------------
 

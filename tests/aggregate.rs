@@ -108,8 +108,24 @@ const QUERIES: &[(&str, bool)] = &[
     ("SELECT s, sum(v64) AS t FROM agg GROUP BY s HAVING count(*) > 1000 ORDER BY s", true),
     ("SELECT k8, sum(v64 / v32) FROM agg WHERE v32 <> 0 GROUP BY k8 ORDER BY k8", true),
     ("SELECT s, k8, k32, count(*) FROM agg WHERE k32 < 1010 GROUP BY s, k8, k32 ORDER BY s, k8, k32", true),
+    // Quantiles: every group a region, one selection each (decimals, integers,
+    // timestamps, floats; WHERE; several quantiles over one column; mixed with sums).
+    ("SELECT s, median(dec), count(*), sum(v64) FROM agg GROUP BY s ORDER BY s", true),
+    (
+        "SELECT k8, median(dec), percentile_disc(0.25) WITHIN GROUP (ORDER BY v64), percentile_disc(0.9) WITHIN GROUP (ORDER BY ts DESC), \
+         percentile_disc(0.1) WITHIN GROUP (ORDER BY v64) FROM agg WHERE v32 > 0 GROUP BY k8 ORDER BY k8",
+        true,
+    ),
+    ("SELECT median(dec), percentile_disc(0.5) WITHIN GROUP (ORDER BY v32), percentile_disc(1.0) WITHIN GROUP (ORDER BY dec) FROM agg", true),
+    ("SELECT s_null, median(dec), percentile_disc(0) WITHIN GROUP (ORDER BY v64) FROM agg GROUP BY s_null ORDER BY s_null", true),
+    ("SELECT k8, median(dec), median(decbig) FROM agg WHERE id < 0 GROUP BY k8 ORDER BY k8", true),
+    ("SELECT s, median(dec) FROM empty GROUP BY s ORDER BY s", true),
+    ("SELECT k8, s, median(dec) FROM agg WHERE id % 97 = 0 GROUP BY k8, s ORDER BY k8, s", true),
+    ("SELECT s, median(f), percentile_disc(0.75) WITHIN GROUP (ORDER BY f) FROM agg GROUP BY s ORDER BY s", true),
     // These stay on the CPU: too many strings, too wide a range, float sums,
-    // expression keys.
+    // expression keys, quantiles over too many groups or of a list of fractions.
+    ("SELECT kuniq, median(dec) FROM agg GROUP BY kuniq ORDER BY kuniq", false),
+    ("SELECT s, percentile_disc([0.1, 0.5]) WITHIN GROUP (ORDER BY dec) FROM agg GROUP BY s ORDER BY s", false),
     ("SELECT s_many, count(*) FROM agg WHERE id < 10 GROUP BY s_many ORDER BY s_many", false),
     ("SELECT kbig % 3, count(*) FROM agg GROUP BY kbig % 3 ORDER BY 1", false),
     ("SELECT count(*) FROM (SELECT kbig FROM agg GROUP BY kbig)", false),

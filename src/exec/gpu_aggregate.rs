@@ -41,7 +41,10 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Par
 use futures::TryStreamExt;
 use ridgeline_operators::compact::Column;
 use ridgeline_operators::group_agg::{group_agg_gpu_with, AggColumn, AggKind, ColumnAgg, GroupAggError, GroupAggOptions};
+use ridgeline_operators::regions::RegionSelect;
+use ridgeline_operators::select::RawKind;
 use ridgeline_operators::GpuContext;
+use crate::functions::percentile::GpuQuantile;
 use std::sync::Arc;
 
 static FALLBACKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -99,6 +102,18 @@ pub enum AggState {
     Min(usize),
     /// MAX(x).
     Max(usize),
+    /// A quantile (`median`, `percentile_cont`, `percentile_disc`): entry `.0` of
+    /// [`GpuAggregatePlan::quantiles`]; its state is the answer itself.
+    Quantile(usize),
+}
+
+/// A quantile aggregate.
+#[derive(Debug, Clone)]
+pub struct QuantileAgg {
+    /// Its ranks and answers.
+    pub quantile: GpuQuantile,
+    /// Its input: entry of [`GpuAggregatePlan::quantile_inputs`].
+    pub input: usize,
 }
 
 /// Everything the node needs, prepared by the rule.
@@ -113,10 +128,20 @@ pub struct GpuAggregatePlan {
     pub keys: Vec<GroupKey>,
     /// Groups (`G`, the product of the keys' codes).
     pub groups: u32,
-    /// Output 0: group id (`u32`, `G` for rejected rows); then the value columns.
+    /// Output 0: group id (`u32`, `G` for rejected rows); then the `nvals` value
+    /// columns; then per quantile input its tags (`G` for rejected rows and NULL
+    /// values) and its raw values.
     pub program: RowProgram,
+    /// Value columns of COUNT, SUM, AVG, MIN and MAX.
+    pub nvals: usize,
     /// One entry per aggregate.
     pub states: Vec<AggState>,
+    /// The quantiles' distinct value columns, by how their 8 bytes order.
+    pub quantile_inputs: Vec<RawKind>,
+    /// The quantile aggregates.
+    pub quantiles: Vec<QuantileAgg>,
+    /// Regions of at least this many values select on the device (smaller ones on the CPU).
+    pub region_gpu_min_rows: usize,
     /// Whether any aggregate needs MIN or MAX.
     pub min_max: bool,
     /// The final aggregation over the partial state (its input is replaced at run time).
@@ -234,7 +259,13 @@ impl Totals {
 /// partial state of the groups that have rows.
 fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBatch> {
     let g = plan.groups as usize;
-    let nvals = plan.program.outputs().len() - 1;
+    let nvals = plan.nvals;
+    let mut regions = plan
+        .quantile_inputs
+        .iter()
+        .map(|&kind| RegionSelect::new(plan.groups, kind))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(gpu_err)?;
     let mut rows = vec![0u64; g];
     let mut totals = vec![Totals::new(g); nvals];
     let aug_schema = plan.program.schema().clone();
@@ -265,7 +296,12 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
             }
         }
         let gids = device(&eval.outputs[0])?;
-        let values = eval.outputs[1..]
+        for (i, rs) in regions.iter_mut().enumerate() {
+            let tags = device(&eval.outputs[1 + nvals + 2 * i])?;
+            let vals = device(&eval.outputs[2 + nvals + 2 * i])?;
+            rs.add(dev, tags.values, vals.values).map_err(gpu_err)?;
+        }
+        let values = eval.outputs[1..1 + nvals]
             .iter()
             .map(|c| device(c).map(|column| AggColumn { kind: AggKind::I64, column }))
             .collect::<Result<Vec<_>>>()?;
@@ -295,6 +331,31 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
     }
     for eval in &pending_errors {
         eval.check_errors(dev)?;
+    }
+    // Quantiles: every group a region, selected on the device; the answers of all groups.
+    let mut answers: Vec<Option<ArrayRef>> = vec![None; plan.quantiles.len()];
+    for (i, rs) in regions.into_iter().enumerate() {
+        let aggs: Vec<usize> = (0..plan.quantiles.len()).filter(|&q| plan.quantiles[q].input == i).collect();
+        let ranks_of = |n: usize| aggs.iter().flat_map(|&q| plan.quantiles[q].quantile.ranks(n)).collect::<Vec<u64>>();
+        let (stats, st) = rs.finish(dev, &ranks_of, plan.region_gpu_min_rows).map_err(gpu_err)?;
+        log::debug!("GPU quantile regions: {st:?}");
+        let mut at = vec![0usize; stats.len()];
+        for &q in &aggs {
+            let quantile = &plan.quantiles[q].quantile;
+            let mine: Vec<(usize, Vec<u64>)> = stats
+                .iter()
+                .zip(at.iter_mut())
+                .map(|((n, keys), a)| {
+                    if *n == 0 {
+                        return (0, Vec::new());
+                    }
+                    let k = quantile.ranks(*n).len();
+                    *a += k;
+                    (*n, keys[*a - k..*a].to_vec())
+                })
+                .collect();
+            answers[q] = Some(quantile.answers(&mine)?);
+        }
     }
     // Groups with rows, in group-id order.
     let live: Vec<usize> = (0..g).filter(|&x| rows[x] > 0).collect();
@@ -342,6 +403,13 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
             }
             AggState::Min(c) => push(pick(&|x| totals[c].min[x].map(|v| v as i128)))?,
             AggState::Max(c) => push(pick(&|x| totals[c].max[x].map(|v| v as i128)))?,
+            AggState::Quantile(q) => {
+                let all = answers[q].as_ref().ok_or_else(|| DataFusionError::Internal("quantile without an answer".into()))?;
+                let idx = UInt32Array::from(live.iter().map(|&x| x as u32).collect::<Vec<_>>());
+                let a = arrow::compute::take(all.as_ref(), &idx, None)?;
+                let dt = schema.field(arrays.len()).data_type().clone();
+                arrays.push(cast_to(a, &dt)?);
+            }
         }
     }
     let opts = arrow::array::RecordBatchOptions::new().with_row_count(Some(live.len()));

@@ -44,6 +44,8 @@ use datafusion::logical_expr::{
     Accumulator, AggregateUDF, AggregateUDFImpl, EmitTo, GroupsAccumulator, Signature, Volatility,
 };
 use datafusion::physical_expr::expressions::Literal;
+use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::scalar::ScalarValue;
 use rayon::prelude::*;
 use ridgeline_operators::select::{key_f64, key_i64, unkey_f64, unkey_i64};
@@ -122,13 +124,12 @@ impl Percentile {
         }
     }
 
-    fn fractions(&self, args: &AccumulatorArgs) -> Result<(Vec<f64>, bool)> {
+    fn fractions(&self, exprs: &[Arc<dyn PhysicalExpr>], desc: bool) -> Result<(Vec<f64>, bool)> {
         let name = self.name();
         if self.func == Func::Median {
             return Ok((vec![0.5], false));
         }
-        let lit = args
-            .exprs
+        let lit = exprs
             .get(1)
             .and_then(|e| e.downcast_ref::<Literal>())
             .ok_or_else(|| plan_err(format!("Percentile value for '{name}' must be a literal")))?;
@@ -150,7 +151,6 @@ impl Percentile {
         if let Some(f) = fs.iter().find(|f| !(0.0..=1.0).contains(*f)) {
             return Err(plan_err(format!("Percentile value must be between 0.0 and 1.0 inclusive, {f} is invalid")));
         }
-        let desc = args.order_bys.first().is_some_and(|s| s.options.descending);
         if desc && self.func == Func::Cont {
             // As DataFusion: DESC reads the fraction from the other end.
             fs.iter_mut().for_each(|f| *f = 1.0 - *f);
@@ -159,14 +159,20 @@ impl Percentile {
     }
 
     fn spec(&self, args: &AccumulatorArgs) -> Result<Spec> {
-        let (fractions, list) = self.fractions(args)?;
-        let desc = self.func == Func::Disc && args.order_bys.first().is_some_and(|s| s.options.descending);
+        let desc = args.order_bys.first().is_some_and(|s| s.options.descending);
+        self.spec_of(args.exprs, desc, args.expr_fields[0].data_type())
+    }
+
+    /// The spec for arguments `exprs` (value, then the fraction literal), the
+    /// WITHIN GROUP order's direction and the value's type.
+    fn spec_of(&self, exprs: &[Arc<dyn PhysicalExpr>], desc: bool, dt: &DataType) -> Result<Spec> {
+        let (fractions, list) = self.fractions(exprs, desc)?;
         Ok(Spec {
             func: self.func,
             fractions,
             list,
-            desc,
-            dt: args.expr_fields[0].data_type().clone(),
+            desc: self.func == Func::Disc && desc,
+            dt: dt.clone(),
             gpu: self.gpu,
             gpu_min_rows: self.gpu_min_rows,
         })
@@ -699,27 +705,7 @@ impl PercentileGroups {
         let ranks_of = |n: usize| spec.ranks(n).into_iter().flat_map(|(a, b)| [a, b]).collect::<Vec<u64>>();
         let (stats, path) = grouped_order_stats(&tags, &keys, groups, &ranks_of, spec.gpu && !self.distinct, spec.gpu_min_rows);
         log::debug!("{:?}: {} rows in {groups} groups via {path:?}", spec.func, keys.len());
-        let per_group: Vec<Vec<Option<FinalValue>>> = stats
-            .iter()
-            .map(|(n, got)| {
-                if *n == 0 {
-                    return vec![None; spec.fractions.len()];
-                }
-                let rk = spec.ranks(*n);
-                let flat: Vec<u64> = rk.iter().flat_map(|&(a, b)| [a, b]).collect();
-                finish(spec, *n, &rk, |r| got[flat.iter().position(|&x| x == r).unwrap()])
-            })
-            .collect();
-        if spec.list {
-            let flat: Vec<Option<FinalValue>> = per_group.iter().flatten().copied().collect();
-            let values = final_array(&spec.dt, &flat)?;
-            let k = spec.fractions.len() as i32;
-            let offsets = OffsetBuffer::new(ScalarBuffer::from((0..=groups as i32).map(|g| g * k).collect::<Vec<_>>()));
-            let nulls = NullBuffer::from(stats.iter().map(|(n, _)| *n > 0).collect::<Vec<_>>());
-            Ok(Arc::new(ListArray::try_new(Arc::new(Field::new_list_field(spec.dt.clone(), true)), offsets, values, Some(nulls))?))
-        } else {
-            final_array(&spec.dt, &per_group.iter().map(|v| v[0]).collect::<Vec<_>>())
-        }
+        answers(spec, &stats)
     }
 
     fn state_of(&self, tags: &[u32], keys: &[u64], groups: usize) -> Result<ArrayRef> {
@@ -743,6 +729,73 @@ impl PercentileGroups {
             values,
             None,
         )?))
+    }
+}
+
+/// The answers (one row per group) from each group's count and its keys at the
+/// flat ranks (`(lo, hi)` per fraction, in order).
+fn answers(spec: &Spec, stats: &[(usize, Vec<u64>)]) -> Result<ArrayRef> {
+    let groups = stats.len();
+    let per_group: Vec<Vec<Option<FinalValue>>> = stats
+            .iter()
+            .map(|(n, got)| {
+                if *n == 0 {
+                    return vec![None; spec.fractions.len()];
+                }
+                let rk = spec.ranks(*n);
+                let flat: Vec<u64> = rk.iter().flat_map(|&(a, b)| [a, b]).collect();
+                finish(spec, *n, &rk, |r| got[flat.iter().position(|&x| x == r).unwrap()])
+            })
+            .collect();
+        if spec.list {
+            let flat: Vec<Option<FinalValue>> = per_group.iter().flatten().copied().collect();
+            let values = final_array(&spec.dt, &flat)?;
+            let k = spec.fractions.len() as i32;
+            let offsets = OffsetBuffer::new(ScalarBuffer::from((0..=groups as i32).map(|g| g * k).collect::<Vec<_>>()));
+            let nulls = NullBuffer::from(stats.iter().map(|(n, _)| *n > 0).collect::<Vec<_>>());
+            Ok(Arc::new(ListArray::try_new(Arc::new(Field::new_list_field(spec.dt.clone(), true)), offsets, values, Some(nulls))?))
+        } else {
+            final_array(&spec.dt, &per_group.iter().map(|v| v[0]).collect::<Vec<_>>())
+        }
+}
+
+/// One of these aggregates as the GPU aggregation computes it: it selects each
+/// group's order statistics itself ([`GpuQuantile::ranks`]) and turns them into
+/// the answer ([`GpuQuantile::answers`]), the same code the accumulators finish with.
+#[derive(Debug, Clone)]
+pub struct GpuQuantile {
+    spec: Spec,
+}
+
+impl GpuQuantile {
+    /// `a` as a GPU quantile: `None` when it is not `median`, `percentile_cont` or
+    /// `percentile_disc` of this crate, is DISTINCT, or leaves its input type to
+    /// DataFusion's implementation.
+    pub fn of(a: &AggregateFunctionExpr, dt: &DataType) -> Result<Option<Self>> {
+        let Some(p) = a.fun().inner().downcast_ref::<Percentile>() else { return Ok(None) };
+        if a.is_distinct() || !p.takes(dt, false) {
+            return Ok(None);
+        }
+        let args = a.expressions();
+        let desc = match a.order_bys() {
+            [] => false,
+            [o] if o.expr.to_string() == args[0].to_string() => o.options.descending,
+            _ => return Ok(None),
+        };
+        Ok(Some(GpuQuantile { spec: p.spec_of(&args, desc, dt)? }))
+    }
+    /// The ranks a group of `n > 0` values needs, in the order [`GpuQuantile::answers`] takes them.
+    pub fn ranks(&self, n: usize) -> Vec<u64> {
+        self.spec.ranks(n).into_iter().flat_map(|(a, b)| [a, b]).collect()
+    }
+    /// Whether the answer is a list (a list of fractions).
+    pub fn is_list(&self) -> bool {
+        self.spec.list
+    }
+    /// Per group, its count of non-NULL values and the keys at [`GpuQuantile::ranks`]:
+    /// the answers, one row per group.
+    pub fn answers(&self, stats: &[(usize, Vec<u64>)]) -> Result<ArrayRef> {
+        answers(&self.spec, stats)
     }
 }
 

@@ -27,7 +27,11 @@
 //! as the dense per-workgroup tables hold (the region path's fixed costs lost to
 //! the CPU on TPC-H Q15 at SF 1).
 use crate::config::rule_device;
-use crate::exec::gpu_aggregate::{AggState, GpuAggregatePlan, GroupKey};
+use crate::exec::gpu_aggregate::{AggState, GpuAggregatePlan, GroupKey, QuantileAgg};
+use crate::functions::percentile::GpuQuantile;
+use datafusion::functions_aggregate::min_max::max_udaf;
+use datafusion::physical_expr::aggregate::AggregateExprBuilder;
+use ridgeline_operators::select::RawKind;
 use crate::exec::gpu_filter::OutCol;
 use crate::exec::{cpu_equivalent, CpuNoteExec, GpuAggregateExec, GpuFilterExec, GpuScanExec};
 use crate::gpu_expr::{Caps, RowProgram};
@@ -54,6 +58,12 @@ use std::sync::Arc;
 
 /// Most dense group tags one GPU aggregation takes.
 pub const MAX_GROUPS: u64 = 1 << 16;
+/// Most groups a GPU aggregation with quantiles takes (each group with rows is a
+/// region of its own: copies from every chunk and its own selection).
+pub const MAX_QUANTILE_GROUPS: u64 = 256;
+/// In mode `auto`, quantile regions of at least this many values select on the
+/// device; smaller ones are downloaded and selected on the CPU.
+pub const REGION_GPU_MIN_ROWS: usize = 1 << 16;
 
 /// The GPU aggregation rule.
 #[derive(Debug, Default)]
@@ -84,7 +94,8 @@ impl PhysicalOptimizerRule for GpuAggregateRule {
                     },
                     _ => return Ok(Transformed::no(node)),
                 };
-                match prepare(&dev, &node, src, min_rows, max_groups) {
+                let region_min = if mode == GpuMode::On { 2 } else { REGION_GPU_MIN_ROWS };
+                match prepare(&dev, &node, src, min_rows, max_groups, region_min) {
                     Ok(Some(p)) => {
                         // Parents may rely on the replaced node's hash partitioning (a
                         // partitioned hash join on the group keys, say): DataFusion's own
@@ -172,6 +183,7 @@ fn prepare(
     src: &AggregateExec,
     min_rows: usize,
     max_groups: u64,
+    region_gpu_min_rows: usize,
 ) -> std::result::Result<Option<GpuAggregatePlan>, Why> {
     let e = |e: datafusion::error::DataFusionError| e.to_string();
     if src.limit_options().is_some() {
@@ -307,20 +319,65 @@ fn prepare(
         });
     }
     let gid = gid.unwrap_or_else(|| lit(ScalarValue::UInt32(Some(0))));
+    let gid_all = gid.clone();
     let when = |v: Arc<dyn PhysicalExpr>, otherwise: Option<Arc<dyn PhysicalExpr>>| -> std::result::Result<Arc<dyn PhysicalExpr>, Why> {
         Ok(match &predicate {
             Some(p) => Arc::new(CaseExpr::try_new(None, vec![(p.clone(), v)], otherwise).map_err(e)?),
             None => v,
         })
     };
-    let mut outputs = vec![when(gid, Some(lit(ScalarValue::UInt32(Some(groups as u32)))))?];
+    let dropped = lit(ScalarValue::UInt32(Some(groups as u32)));
+    let mut outputs = vec![when(gid, Some(dropped.clone()))?];
     // Aggregates.
     let mut value_keys: Vec<String> = Vec::new();
     let mut states = Vec::new();
     let mut min_max = false;
     let mut shown = Vec::new();
+    // Quantile inputs: (tag expression, value expression, key) and the aggregates.
+    let mut quantile_outputs: Vec<(Arc<dyn PhysicalExpr>, Arc<dyn PhysicalExpr>, String)> = Vec::new();
+    let mut quantile_inputs: Vec<RawKind> = Vec::new();
+    let mut quantiles: Vec<QuantileAgg> = Vec::new();
     for a in src.aggr_expr() {
         let name = a.fun().name().to_ascii_lowercase();
+        if let Some(first) = a.expressions().first() {
+            let v = subst(first, &exprs).map_err(e)?;
+            let dt = v.data_type(&scan_schema).map_err(e)?;
+            if let Some(q) = GpuQuantile::of(a, &dt).map_err(e)? {
+                if q.is_list() {
+                    return Err(format!("{name} of a list of fractions"));
+                }
+                if groups > MAX_QUANTILE_GROUPS {
+                    return Err(format!("{name} over more than {MAX_QUANTILE_GROUPS} groups"));
+                }
+                let (v, kind) = match &dt {
+                    DataType::Float64 => (v, RawKind::F64),
+                    DataType::Int64 | DataType::Decimal128(..) | DataType::Timestamp(..) | DataType::Date64 => (v, RawKind::I64),
+                    DataType::Int8 | DataType::Int16 | DataType::Int32 => {
+                        (Arc::new(CastExpr::new(v, DataType::Int64, None)) as Arc<dyn PhysicalExpr>, RawKind::I64)
+                    }
+                    other => return Err(format!("{name} of {other}")),
+                };
+                shown.push(format!("{name}({v})"));
+                let key = v.to_string();
+                let input = match quantile_outputs.iter().position(|x| x.2 == key) {
+                    Some(i) => i,
+                    None => {
+                        // A row's tag: its group, or `groups` (dropped) when the WHERE
+                        // clause rejects it or the value is NULL.
+                        let tag: Arc<dyn PhysicalExpr> = Arc::new(
+                            CaseExpr::try_new(None, vec![(Arc::new(IsNullExpr::new(v.clone())) as _, dropped.clone())], Some(gid_all.clone()))
+                                .map_err(e)?,
+                        );
+                        quantile_outputs.push((when(tag, Some(dropped.clone()))?, v, key));
+                        quantile_inputs.push(kind);
+                        quantile_outputs.len() - 1
+                    }
+                };
+                states.push(AggState::Quantile(quantiles.len()));
+                quantiles.push(QuantileAgg { quantile: q, input });
+                continue;
+            }
+        }
         if a.is_distinct() {
             return Err(format!("{name}(DISTINCT ..)"));
         }
@@ -349,7 +406,7 @@ fn prepare(
             ),
             "sum" => matches!(dt, DataType::Int64 | DataType::Decimal128(..)),
             "avg" => matches!(dt, DataType::Decimal128(..)),
-            _ => return Err(format!("aggregate {name}")),
+            _ => return Err(format!("aggregate {name} of {dt}")),
         };
         if !ok_type {
             return Err(format!("{name} of {dt}"));
@@ -382,6 +439,11 @@ fn prepare(
             }
         });
     }
+    let nvals = outputs.len() - 1;
+    for (tag, v, _) in quantile_outputs {
+        outputs.push(tag);
+        outputs.push(v);
+    }
     let program = RowProgram::try_new_wide(aug_schema, None, outputs, Caps::of(dev))?;
     // DataFusion's partial state and the final aggregation over it.
     let partial = if *src.mode() == AggregateMode::Partial {
@@ -400,11 +462,31 @@ fn prepare(
         )
     };
     let partial_ref = partial.as_ref().unwrap_or(src);
-    let partial_schema = partial_ref.schema();
+    // The final aggregation takes each quantile's answer as its state and keeps
+    // it (MAX of the one row per group, under the quantile's name).
+    let final_aggrs = src
+        .aggr_expr()
+        .iter()
+        .zip(&states)
+        .map(|(a, st)| match st {
+            AggState::Quantile(_) => {
+                let dt = a.field().data_type().clone();
+                let schema = Arc::new(Schema::new(vec![Field::new("answer", dt, true)]));
+                AggregateExprBuilder::new(max_udaf(), vec![col("answer", 0)]).schema(schema).alias(a.name()).build().map(Arc::new)
+            }
+            _ => Ok(a.clone()),
+        })
+        .collect::<Result<Vec<_>>>()
+        .map_err(e)?;
+    let mut partial_fields: Vec<Arc<Field>> = partial_ref.schema().fields()[..keys.len()].to_vec();
+    for a in &final_aggrs {
+        partial_fields.extend(a.state_fields().map_err(e)?);
+    }
+    let partial_schema = Arc::new(Schema::new(partial_fields));
     let final_agg = AggregateExec::try_new(
         AggregateMode::Final,
         partial_ref.group_expr().as_final(),
-        src.aggr_expr().to_vec(),
+        final_aggrs,
         src.filter_expr().to_vec(),
         Arc::new(EmptyExec::new(partial_schema.clone())),
         src.input_schema(),
@@ -439,7 +521,11 @@ fn prepare(
         keys,
         groups: groups as u32,
         program,
+        nvals,
         states,
+        quantile_inputs,
+        quantiles,
+        region_gpu_min_rows,
         min_max,
         final_agg: Arc::new(final_agg),
         partial_schema,

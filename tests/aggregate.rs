@@ -179,6 +179,9 @@ async fn plan_uses_gpu_aggregate_in_mode_on() {
         assert!(p.contains("GpuAggregateExec"), "q{q}\n{p}");
         assert!(!p.contains("GpuFilterExec") && !p.contains("AggregateExec: mode"), "q{q}\n{p}");
     }
+    // So does the grouped median over resident lineitem (quantile.slt checks its answers).
+    let p = plan(&rl, "SELECT l_returnflag, median(l_extendedprice) FROM lineitem GROUP BY l_returnflag").await;
+    assert!(p.contains("GpuAggregateExec") && p.contains("median(l_extendedprice") && !p.contains("mode=Partial"), "{p}");
 }
 
 /// A partitioned hash join on the group keys needs the aggregation's output hash

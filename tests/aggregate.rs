@@ -123,9 +123,17 @@ const QUERIES: &[(&str, bool)] = &[
     ("SELECT k8, s, median(dec) FROM agg WHERE id % 97 = 0 GROUP BY k8, s ORDER BY k8, s", true),
     ("SELECT s, median(f), percentile_disc(0.75) WITHIN GROUP (ORDER BY f) FROM agg GROUP BY s ORDER BY s", true),
     // These stay on the CPU: too many strings, too wide a range, float sums,
-    // expression keys, quantiles over too many groups or of a list of fractions.
+    // expression keys, quantiles over too many groups.
     ("SELECT kuniq, median(dec) FROM agg GROUP BY kuniq ORDER BY kuniq", false),
-    ("SELECT s, percentile_disc([0.1, 0.5]) WITHIN GROUP (ORDER BY dec) FROM agg GROUP BY s ORDER BY s", false),
+    ("SELECT s, percentile_disc([0.1, 0.5]) WITHIN GROUP (ORDER BY dec) FROM agg GROUP BY s ORDER BY s", true),
+    // Through the cast to Float64: median of integers, percentile_cont, DuckDB's names, lists.
+    (
+        "SELECT k8, median(v32), median(v64), percentile_cont(0.3) WITHIN GROUP (ORDER BY dec DESC), quantile_cont(dec, 0.5), \
+         quantile_disc(v32, [0.2, 0.9]), approx_quantile(v64, 0.5), quantile_cont(dec, [0.25, 0.5, 0.75]) FROM agg GROUP BY k8 ORDER BY k8",
+        true,
+    ),
+    ("SELECT quantile_cont(dec, [0.25, 0.5, 0.75]), quantile_cont(f, 0.5), median(k8) FROM agg WHERE v64 > 0", true),
+    ("SELECT s, quantile_cont(v32, [0.5]) FROM empty GROUP BY s ORDER BY s", true),
     ("SELECT s_many, count(*) FROM agg WHERE id < 10 GROUP BY s_many ORDER BY s_many", false),
     ("SELECT kbig % 3, count(*) FROM agg GROUP BY kbig % 3 ORDER BY 1", false),
     ("SELECT count(*) FROM (SELECT kbig FROM agg GROUP BY kbig)", false),

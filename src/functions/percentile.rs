@@ -759,19 +759,43 @@ fn answers(spec: &Spec, stats: &[(usize, Vec<u64>)]) -> Result<ArrayRef> {
         }
 }
 
-/// One of these aggregates as the GPU aggregation computes it: it selects each
+/// `e` without the casts around it.
+pub fn uncast(e: &Arc<dyn PhysicalExpr>) -> &Arc<dyn PhysicalExpr> {
+    match e.downcast_ref::<datafusion::physical_expr::expressions::CastExpr>() {
+        Some(c) => uncast(c.expr()),
+        None => e,
+    }
+}
+
+/// A quantile aggregate as the GPU aggregation computes it: it selects each
 /// group's order statistics itself ([`GpuQuantile::ranks`]) and turns them into
-/// the answer ([`GpuQuantile::answers`]), the same code the accumulators finish with.
+/// the answer ([`GpuQuantile::answers`]), the same code the accumulators finish
+/// with. `median`, `percentile_cont` and `percentile_disc` of this module, and
+/// `quantile_cont`, `quantile_disc` and `approx_quantile` (answered exactly).
 #[derive(Debug, Clone)]
 pub struct GpuQuantile {
-    spec: Spec,
+    which: Which,
+    /// The value's type before a cast to Float64 that the selection looks through.
+    source: Option<DataType>,
+}
+
+#[derive(Debug, Clone)]
+enum Which {
+    Percentile(Spec),
+    Quantile(super::quantile::QuantileSpec),
 }
 
 impl GpuQuantile {
-    /// `a` as a GPU quantile: `None` when it is not `median`, `percentile_cont` or
-    /// `percentile_disc` of this crate, is DISTINCT, or leaves its input type to
-    /// DataFusion's implementation.
-    pub fn of(a: &AggregateFunctionExpr, dt: &DataType) -> Result<Option<Self>> {
+    /// `a` (whose value argument has type `dt`) as a GPU quantile: `None` when it
+    /// is none of the six, is DISTINCT, or leaves its input type to DataFusion's
+    /// implementation.
+    ///
+    /// `same_value(e)` says whether the WITHIN GROUP order expression `e` orders by
+    /// the value argument (the caller resolves both over the same input).
+    pub fn of(a: &AggregateFunctionExpr, dt: &DataType, same_value: &dyn Fn(&Arc<dyn PhysicalExpr>) -> bool) -> Result<Option<Self>> {
+        if let Some(q) = super::quantile::QuantileSpec::of(a)? {
+            return Ok((dt == &DataType::Float64).then_some(GpuQuantile { which: Which::Quantile(q), source: None }));
+        }
         let Some(p) = a.fun().inner().downcast_ref::<Percentile>() else { return Ok(None) };
         if a.is_distinct() || !p.takes(dt, false) {
             return Ok(None);
@@ -779,23 +803,52 @@ impl GpuQuantile {
         let args = a.expressions();
         let desc = match a.order_bys() {
             [] => false,
-            [o] if o.expr.to_string() == args[0].to_string() => o.options.descending,
+            [o] if same_value(&o.expr) => o.options.descending,
             _ => return Ok(None),
         };
-        Ok(Some(GpuQuantile { spec: p.spec_of(&args, desc, dt)? }))
+        Ok(Some(GpuQuantile { which: Which::Percentile(p.spec_of(&args, desc, dt)?), source: None }))
+    }
+    /// Selects over the values of `source` that the argument casts to Float64 (a
+    /// monotone cast: the order statistics of the cast values are the casts of the
+    /// order statistics); [`GpuQuantile::answers`] then takes keys of `source`.
+    pub fn through_cast(mut self, source: DataType) -> Self {
+        self.source = Some(source);
+        self
     }
     /// The ranks a group of `n > 0` values needs, in the order [`GpuQuantile::answers`] takes them.
     pub fn ranks(&self, n: usize) -> Vec<u64> {
-        self.spec.ranks(n).into_iter().flat_map(|(a, b)| [a, b]).collect()
+        match &self.which {
+            Which::Percentile(spec) => spec.ranks(n).into_iter().flat_map(|(a, b)| [a, b]).collect(),
+            Which::Quantile(q) => q.ranks(n),
+        }
     }
     /// Whether the answer is a list (a list of fractions).
     pub fn is_list(&self) -> bool {
-        self.spec.list
+        match &self.which {
+            Which::Percentile(spec) => spec.list,
+            Which::Quantile(q) => q.is_list(),
+        }
     }
     /// Per group, its count of non-NULL values and the keys at [`GpuQuantile::ranks`]:
     /// the answers, one row per group.
     pub fn answers(&self, stats: &[(usize, Vec<u64>)]) -> Result<ArrayRef> {
-        answers(&self.spec, stats)
+        let converted;
+        let stats = match &self.source {
+            None => stats,
+            Some(src) => {
+                // Keys of `src` to keys of the Float64 values, by Arrow's own cast.
+                let flat: Vec<Option<u64>> = stats.iter().flat_map(|(_, k)| k.iter().map(|&k| Some(k))).collect();
+                let f = arrow::compute::cast(&values_of(src, &flat)?, &DataType::Float64)?;
+                let f = f.as_primitive::<Float64Type>();
+                let mut it = f.values().iter().map(|&x| key_f64(x));
+                converted = stats.iter().map(|(n, k)| (*n, it.by_ref().take(k.len()).collect())).collect::<Vec<_>>();
+                &converted
+            }
+        };
+        match &self.which {
+            Which::Percentile(spec) => answers(spec, stats),
+            Which::Quantile(q) => q.answers(stats),
+        }
     }
 }
 

@@ -111,9 +111,23 @@ impl AggregateUDFImpl for Quantile {
         Ok(vec![Field::new(format!("{}[values]", args.name), DataType::List(Arc::new(item)), true).into()])
     }
     fn accumulator(&self, acc_args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
+        let (fractions, list) = self.fractions(acc_args.exprs)?;
+        Ok(Box::new(QuantileAcc {
+            kind: self.kind,
+            fractions,
+            list,
+            values: Vec::new(),
+            gpu: self.gpu,
+            gpu_min_rows: self.gpu_min_rows,
+        }))
+    }
+}
+
+impl Quantile {
+    /// The fractions (from the literal second argument) and whether they are a list.
+    fn fractions(&self, exprs: &[Arc<dyn datafusion::physical_expr::PhysicalExpr>]) -> Result<(Vec<f64>, bool)> {
         let name = self.name();
-        let lit = acc_args
-            .exprs
+        let lit = exprs
             .get(1)
             .and_then(|e| e.downcast_ref::<Literal>())
             .ok_or_else(|| plan_err(format!("{name}: the fraction must be a constant")))?;
@@ -129,14 +143,88 @@ impl AggregateUDFImpl for Quantile {
         if let Some(f) = fractions.iter().find(|f| !(0.0..=1.0).contains(*f)) {
             return Err(plan_err(format!("{name}: fraction {f} is outside [0, 1]")));
         }
-        Ok(Box::new(QuantileAcc {
-            kind: self.kind,
-            fractions,
-            list,
-            values: Vec::new(),
-            gpu: self.gpu,
-            gpu_min_rows: self.gpu_min_rows,
-        }))
+        Ok((fractions, list))
+    }
+}
+
+/// `quantile_cont`, `quantile_disc` or `approx_quantile` as the GPU aggregation
+/// computes it (see `percentile::GpuQuantile`): the same ranks and interpolation
+/// as [`QuantileAcc::evaluate`]; `approx_quantile` is answered exactly there (a
+/// rank error of 0 is within its bound).
+#[derive(Debug, Clone)]
+pub(crate) struct QuantileSpec {
+    kind: QuantileKind,
+    fractions: Vec<f64>,
+    list: bool,
+}
+
+impl QuantileSpec {
+    /// The spec of aggregate `a`, `None` when it is not one of the three.
+    pub(crate) fn of(a: &datafusion::physical_expr::aggregate::AggregateFunctionExpr) -> Result<Option<Self>> {
+        let Some(q) = a.fun().inner().downcast_ref::<Quantile>() else { return Ok(None) };
+        if a.is_distinct() {
+            return Ok(None);
+        }
+        let acc = q.fractions(&a.expressions())?;
+        Ok(Some(QuantileSpec { kind: q.kind, fractions: acc.0, list: acc.1 }))
+    }
+    pub(crate) fn is_list(&self) -> bool {
+        self.list
+    }
+    /// Per fraction: the two ranks and the interpolation weight, for `n > 0` values.
+    fn per(&self, n: usize) -> Vec<(u64, u64, f64)> {
+        self.fractions
+            .iter()
+            .map(|&f| match self.kind {
+                QuantileKind::Cont => {
+                    let h = f * (n - 1) as f64;
+                    (h.floor() as u64, h.ceil() as u64, h - h.floor())
+                }
+                QuantileKind::Disc => {
+                    let r = ((f * n as f64).ceil() as u64).saturating_sub(1).min(n as u64 - 1);
+                    (r, r, 0.0)
+                }
+                QuantileKind::Approx => {
+                    let r = (f * (n - 1) as f64).round() as u64;
+                    (r, r, 0.0)
+                }
+            })
+            .collect()
+    }
+    /// The ranks (two per fraction) a group of `n > 0` values needs.
+    pub(crate) fn ranks(&self, n: usize) -> Vec<u64> {
+        self.per(n).into_iter().flat_map(|p| [p.0, p.1]).collect()
+    }
+    /// The answers, one row per group, from each group's count and its f64 keys at [`QuantileSpec::ranks`].
+    pub(crate) fn answers(&self, stats: &[(usize, Vec<u64>)]) -> Result<ArrayRef> {
+        let per_group: Vec<Option<Vec<f64>>> = stats
+            .iter()
+            .map(|(n, keys)| {
+                (*n > 0).then(|| {
+                    self.per(*n)
+                        .iter()
+                        .zip(keys.chunks(2))
+                        .map(|(&(lo, hi, w), k)| {
+                            let (a, b) = (unkey_f64(k[0]), unkey_f64(k[1]));
+                            if lo == hi || a == b { a } else { a + w * (b - a) }
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        if !self.list {
+            return Ok(Arc::new(per_group.iter().map(|v| v.as_ref().map(|v| v[0])).collect::<Float64Array>()));
+        }
+        let k = self.fractions.len() as i32;
+        let values: Vec<Option<f64>> = per_group.iter().flat_map(|v| (0..k as usize).map(move |i| v.as_ref().map(|v| v[i]))).collect();
+        let offsets = OffsetBuffer::new(ScalarBuffer::from((0..=stats.len() as i32).map(|g| g * k).collect::<Vec<_>>()));
+        let nulls = arrow::buffer::NullBuffer::from(per_group.iter().map(Option::is_some).collect::<Vec<_>>());
+        Ok(Arc::new(ListArray::try_new(
+            Arc::new(Field::new_list_field(DataType::Float64, true)),
+            offsets,
+            Arc::new(Float64Array::from(values)),
+            Some(nulls),
+        )?))
     }
 }
 

@@ -28,7 +28,7 @@
 //! the CPU on TPC-H Q15 at SF 1).
 use crate::config::rule_device;
 use crate::exec::gpu_aggregate::{AggState, GpuAggregatePlan, GroupKey, QuantileAgg};
-use crate::functions::percentile::GpuQuantile;
+use crate::functions::percentile::{uncast, GpuQuantile};
 use datafusion::functions_aggregate::min_max::max_udaf;
 use datafusion::physical_expr::aggregate::AggregateExprBuilder;
 use ridgeline_operators::select::RawKind;
@@ -342,10 +342,25 @@ fn prepare(
         if let Some(first) = a.expressions().first() {
             let v = subst(first, &exprs).map_err(e)?;
             let dt = v.data_type(&scan_schema).map_err(e)?;
-            if let Some(q) = GpuQuantile::of(a, &dt).map_err(e)? {
-                if q.is_list() {
-                    return Err(format!("{name} of a list of fractions"));
-                }
+            let same_value = |o: &Arc<dyn PhysicalExpr>| {
+                subst(o, &exprs).is_ok_and(|o| uncast(&o).to_string() == uncast(&v).to_string())
+            };
+            if let Some(q) = GpuQuantile::of(a, &dt, &same_value).map_err(e)? {
+                // Look through a cast of an integer or a decimal to Float64 (the coercion
+                // of median(int), percentile_cont and quantile_cont): select the exact values.
+                let (v, dt, q) = match v.downcast_ref::<CastExpr>() {
+                    Some(c) if dt == DataType::Float64 => {
+                        let src = c.expr().data_type(&scan_schema).map_err(e)?;
+                        let exact = matches!(src, DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64)
+                            || matches!(src, DataType::Decimal128(p, _) if p <= 18);
+                        if exact {
+                            (c.expr().clone(), src.clone(), q.through_cast(src))
+                        } else {
+                            (v, dt, q)
+                        }
+                    }
+                    _ => (v, dt, q),
+                };
                 if groups > MAX_QUANTILE_GROUPS {
                     return Err(format!("{name} over more than {MAX_QUANTILE_GROUPS} groups"));
                 }

@@ -444,7 +444,7 @@ fn filter_oracle(inv: Inv) {
 
 // The words of the values: x = low, y = high (any K: the section does not use it).
 @group(0) @binding(0) var<storage, read_write> o_data: array<vec2<u32>>;
-@group(0) @binding(2) var<uniform> o_p: Params;   // n: values of this segment; mode: 0 = i64, 1 = f64
+@group(0) @binding(2) var<uniform> o_p: Params;   // n: values of this segment; mode: 0 = i64, 1 = f64, +2 = descending (complemented)
 
 @compute @workgroup_size(WG)
 fn to_key(inv: Inv) {
@@ -453,7 +453,7 @@ fn to_key(inv: Inv) {
         return;
     }
     var w = o_data[i];
-    if (o_p.mode == 0u) {
+    if ((o_p.mode & 1u) == 0u) {
         // Two's complement: flipping the sign bit orders it as unsigned.
         w.y = w.y ^ 0x80000000u;
     } else {
@@ -466,6 +466,9 @@ fn to_key(inv: Inv) {
         } else {
             w.y = w.y | 0x80000000u;
         }
+    }
+    if ((o_p.mode & 2u) != 0u) {
+        w = ~w;
     }
     o_data[i] = w;
 }

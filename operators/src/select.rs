@@ -1223,6 +1223,12 @@ pub enum RawKind {
 /// Turns the 8-byte values of `arr` into their order-preserving keys in place
 /// ([`key_i64`] / [`key_f64`] of every element), one dispatch per segment.
 pub fn to_order_keys_gpu(ctx: &GpuContext, arr: &DeviceArray, kind: RawKind) -> GpuResult<()> {
+    to_order_keys_gpu_dir(ctx, arr, kind, false)
+}
+
+/// [`to_order_keys_gpu`], complemented when `descending` (so the largest value
+/// has the smallest key).
+pub fn to_order_keys_gpu_dir(ctx: &GpuContext, arr: &DeviceArray, kind: RawKind, descending: bool) -> GpuResult<()> {
     if arr.elem_size() != 8 {
         return Err(GpuError::Invalid(format!("order keys of {}-byte values (expected 8)", arr.elem_size())));
     }
@@ -1234,7 +1240,7 @@ pub fn to_order_keys_gpu(ctx: &GpuContext, arr: &DeviceArray, kind: RawKind) -> 
     let mode = match kind {
         RawKind::I64 => 0,
         RawKind::F64 => 1,
-    };
+    } | if descending { 2 } else { 0 };
     let mut rec = Rec::new(ctx);
     let mut uniforms = Vec::new();
     for s in 0..arr.num_segments() {
@@ -1359,6 +1365,24 @@ pub fn topk_gpu_device_with<K: SelectKey>(
     k: usize,
     opts: &SelectOptions,
 ) -> GpuResult<(Vec<u32>, SelectStats)> {
+    topk_device::<K>(ctx, keys, len, k, false, opts)
+}
+
+/// The candidates of a top-k with further sort keys: the ascending row indices of
+/// every key at or below the `k`-th smallest (all keys tied with it included, so
+/// later sort keys can settle the ties), `min(k, len)` rows or more.
+pub fn topk_ties_gpu_device<K: SelectKey>(ctx: &GpuContext, keys: &DeviceArray, len: usize, k: usize) -> GpuResult<(Vec<u32>, SelectStats)> {
+    topk_device::<K>(ctx, keys, len, k, true, &SelectOptions::default())
+}
+
+fn topk_device<K: SelectKey>(
+    ctx: &GpuContext,
+    keys: &DeviceArray,
+    len: usize,
+    k: usize,
+    ties: bool,
+    opts: &SelectOptions,
+) -> GpuResult<(Vec<u32>, SelectStats)> {
     check_device_input::<K>(ctx, keys, len)?;
     let mut stats = SelectStats { algorithm: "gpu-topk", ..Default::default() };
     if k == 0 || len == 0 {
@@ -1422,7 +1446,8 @@ pub fn topk_gpu_device_with<K: SelectKey>(
     if !(lt < k64 && k64 <= lt + eq) {
         return Err(GpuError::Validation(format!("top-k threshold is inconsistent: {lt} keys below, {eq} equal, k = {k}")));
     }
-    let need = (k64 - lt) as u32;
+    // With ties, every key equal to the threshold comes along.
+    let (need, k) = if ties { (eq as u32, (lt + eq) as usize) } else { ((k64 - lt) as u32, k) };
     ctx.write_small(counts.raw(), 0, bytemuck::cast_slice(&offs))?;
     let out = DeviceArray::alloc(ctx, k, 4)?;
     scratch.bytes += out.device_bytes();

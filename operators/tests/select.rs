@@ -583,3 +583,44 @@ fn bench_select() {
         eprintln!("n={n} top-100 oracle={oracle}: gpu {:.1} ms, {} levels", st.gpu_ms, st.levels);
     }
 }
+
+/// Top-k candidates with ties: every row whose key is at or below the k-th
+/// smallest, in row order (the rows later sort keys choose among).
+#[test]
+fn gpu_topk_ties_takes_every_tied_row() {
+    let Some(ctx) = test_context() else { return };
+    let mut r = rng(77);
+    for (n, distinct) in [(1usize, 1u64), (1000, 3), (20_011, 50), (70_000, 1 << 40), (5000, 1)] {
+        let keys: Vec<u64> = (0..n).map(|_| r.random_range(0..distinct) * 0x1_0000_0001).collect();
+        let mut sorted = keys.clone();
+        sorted.sort_unstable();
+        let arr = DeviceArray::upload_segmented(&ctx, &keys, 4096).unwrap();
+        for k in [1usize, 2, 100, n / 2 + 1, n, n + 5] {
+            let (got, _) = topk_ties_gpu_device::<u64>(&ctx, &arr, n, k).unwrap();
+            let want: Vec<u32> = if k >= n {
+                (0..n as u32).collect()
+            } else {
+                let t = sorted[k - 1];
+                (0..n as u32).filter(|&i| keys[i as usize] <= t).collect()
+            };
+            assert_eq!(got, want, "n {n}, {distinct} distinct, k {k}");
+            assert!(got.len() >= k.min(n));
+        }
+    }
+}
+
+/// Descending device keys are the complements of the ascending ones.
+#[test]
+fn device_descending_keys() {
+    let Some(ctx) = test_context() else { return };
+    let vals: Vec<i64> = vec![i64::MIN, -1, 0, 1, i64::MAX, 42, -42];
+    let a = DeviceArray::upload(&ctx, &vals).unwrap();
+    to_order_keys_gpu_dir(&ctx, &a, RawKind::I64, true).unwrap();
+    let got: Vec<u64> = a.download(&ctx).unwrap();
+    assert_eq!(got, vals.iter().map(|&v| !key_i64(v)).collect::<Vec<_>>());
+    let f: Vec<f64> = vec![-0.0, 0.0, f64::NAN, -1.5, f64::INFINITY];
+    let a = DeviceArray::upload(&ctx, &f).unwrap();
+    to_order_keys_gpu_dir(&ctx, &a, RawKind::F64, true).unwrap();
+    let got: Vec<u64> = a.download(&ctx).unwrap();
+    assert_eq!(got, f.iter().map(|&v| !key_f64(v)).collect::<Vec<_>>());
+}

@@ -12,6 +12,15 @@
 //!    NULLS placement lets in) are gathered in input order, and a stable
 //!    lexicographic sort over all sort keys on the CPU keeps the first `f`.
 //!
+//! Over a resident table (the input is a `GpuScanExec`) whose first sort key is
+//! a column of 8-byte integers, decimals or timestamps without NULLs, nothing but
+//! the candidates leaves the device: the key column's chunks are copied into one
+//! device array, turned into order keys in place (complemented for DESC),
+//! SampleSelect finds the threshold, and one count-and-scatter pass returns the
+//! row numbers of every key at or before it (all ties included); those rows are
+//! taken from the table's host copy and sorted as above. A GPU failure falls back
+//! to the host path with a warning.
+//!
 //! The answer is exactly the sort's: the first `f` rows in the order of all
 //! keys; rows tied on every key come in input order (DataFusion's `TopK` leaves
 //! that order open). Inputs whose first key has another type (strings, say) are
@@ -32,6 +41,11 @@ use datafusion::physical_plan::{
 use futures::{StreamExt, TryStreamExt};
 use rayon::prelude::*;
 use ridgeline_operators::select::{key_i64, select_cpu, select_gpu};
+use crate::exec::GpuScanExec;
+use crate::gpu_batch::{gpu_err, is_gpu_error, ColumnData};
+use crate::resident::ResidentData;
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use std::sync::Arc;
 
 /// In mode `auto`, inputs with at least this many rows select on the GPU.
@@ -41,6 +55,8 @@ pub const GPU_MIN_ROWS: usize = 1 << 20;
 #[derive(Debug)]
 pub struct GpuTopKExec {
     input: Arc<dyn ExecutionPlan>,
+    /// The resident table and the first key's table column, when the device path applies.
+    resident: Option<ResidentKey>,
     order: LexOrdering,
     fetch: usize,
     /// Select on the GPU from this many rows (usize::MAX: never).
@@ -56,7 +72,8 @@ impl GpuTopKExec {
         let mut eq = datafusion::physical_expr::EquivalenceProperties::new(input.schema());
         eq.add_ordering(order.iter().cloned());
         let props = PlanProperties::new(eq, Partitioning::UnknownPartitioning(1), EmissionType::Final, Boundedness::Bounded);
-        GpuTopKExec { input, order, fetch, gpu_min_rows, cpu_adapter_ok, props: Arc::new(props), metrics: ExecutionPlanMetricsSet::new() }
+        let resident = resident_key(&input, &order);
+        GpuTopKExec { input, resident, order, fetch, gpu_min_rows, cpu_adapter_ok, props: Arc::new(props), metrics: ExecutionPlanMetricsSet::new() }
     }
     pub fn fetch_rows(&self) -> usize {
         self.fetch
@@ -69,7 +86,8 @@ impl GpuTopKExec {
 impl DisplayAs for GpuTopKExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         let keys: Vec<String> = self.order.iter().map(|s| s.to_string()).collect();
-        write!(f, "GpuTopKExec: SampleSelect threshold, fetch={}, expr=[{}]", self.fetch, keys.join(", "))
+        let on = if self.resident.is_some() { " on the resident key" } else { "" };
+        write!(f, "GpuTopKExec: SampleSelect threshold{on}, fetch={}, expr=[{}]", self.fetch, keys.join(", "))
     }
 }
 
@@ -116,6 +134,39 @@ impl ExecutionPlan for GpuTopKExec {
             return Err(DataFusionError::Internal(format!("GpuTopKExec has one partition, asked for {partition}")));
         }
         let schema = self.schema();
+        if let Some(rk) = self.resident.clone() {
+            // The device path, unless there is no usable GPU (then the host path below).
+            let usable = ridgeline_operators::context::global().ok().filter(|d| self.cpu_adapter_ok || !d.is_cpu_adapter());
+            if let Some(dev) = usable.filter(|_| rk.data.table.num_rows >= self.gpu_min_rows) {
+                let (order, fetch, s2) = (self.order.clone(), self.fetch, schema.clone());
+                let input = self.input.clone();
+                let gpu_rows = MetricBuilder::new(&self.metrics).counter("gpu_rows", partition);
+                let candidates = MetricBuilder::new(&self.metrics).counter("candidate_rows", partition);
+                let fut = async move {
+                    let rows = rk.data.table.num_rows;
+                    let o2 = order.clone();
+                    let r = tokio::task::spawn_blocking(move || resident_topk(&dev, &rk, &s2, &o2, fetch)).await.map_err(super::blocking_err)?;
+                    let out = match r {
+                        Ok((b, cand)) => {
+                            gpu_rows.add(rows);
+                            candidates.add(cand);
+                            b
+                        }
+                        Err(e) if is_gpu_error(&e) => {
+                            log::warn!("GPU top-k failed, running it on the host copy instead: {e}");
+                            eprintln!("warning: GPU top-k failed, running it on the host copy instead: {e}");
+                            let schema = input.schema();
+                            let batches: Vec<RecordBatch> = datafusion::physical_plan::common::collect(input.execute(0, ctx)?).await?;
+                            topk(&schema, &batches, &order, fetch, usize::MAX, false)?.0
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    Ok::<_, DataFusionError>(futures::stream::iter([Ok(out)]))
+                };
+                let s = futures::stream::once(fut).try_flatten();
+                return Ok(Box::pin(RecordBatchStreamAdapter::new(schema, s.boxed())));
+            }
+        }
         let mut input = self.input.execute(0, ctx.clone())?;
         let order = self.order.clone();
         let fetch = self.fetch;
@@ -278,6 +329,12 @@ pub fn topk(
         batches.to_vec()
     };
     let cand = concat_batches(schema, &candidates)?;
+    Ok((settle(&cand, order, f)?, on_gpu, cand.num_rows()))
+}
+
+/// The first `f` rows of the candidates `cand` in `order` (stable: ties keep
+/// their order in `cand`).
+fn settle(cand: &RecordBatch, order: &LexOrdering, f: usize) -> Result<RecordBatch> {
     let columns: Vec<SortColumn> = order
         .iter()
         .map(|s| Ok(SortColumn { values: s.expr.evaluate(&cand)?.into_array(cand.num_rows())?, options: Some(s.options) }))
@@ -286,6 +343,95 @@ pub fn topk(
     let mut idx: Vec<u32> = (0..cand.num_rows() as u32).collect();
     idx.sort_by(|&a, &b| cmp.compare(a as usize, b as usize)); // stable: ties keep input order
     idx.truncate(f);
-    let out = take_record_batch(&cand, &UInt32Array::from(idx))?;
-    Ok((out, on_gpu, cand.num_rows()))
+    Ok(take_record_batch(cand, &UInt32Array::from(idx))?)
+}
+
+/// Whether the device path applies to `input` sorted by `order` (see [`GpuTopKExec`]).
+pub fn has_resident_key(input: &Arc<dyn ExecutionPlan>, order: &LexOrdering) -> bool {
+    resident_key(input, order).is_some()
+}
+
+/// A resident table under the node and its column that the first sort key is.
+#[derive(Debug, Clone)]
+struct ResidentKey {
+    data: Arc<ResidentData>,
+    /// Table columns of the node's input, in order.
+    columns: Vec<usize>,
+    /// Table column of the first sort key.
+    key: usize,
+    descending: bool,
+}
+
+/// The resident key when `input` is a resident scan (through partition
+/// coalescing) and the first sort key is one of its columns of 8-byte integers,
+/// decimals (precision at most 18) or timestamps with no NULLs.
+fn resident_key(input: &Arc<dyn ExecutionPlan>, order: &LexOrdering) -> Option<ResidentKey> {
+    let mut p = input;
+    while p.downcast_ref::<CoalescePartitionsExec>().is_some() || p.name() == "CooperativeExec" {
+        p = p.children()[0];
+    }
+    let scan = p.downcast_ref::<GpuScanExec>()?;
+    let first = &order[0];
+    let c = first.expr.downcast_ref::<Column>()?;
+    let columns = scan.table_columns();
+    let key = *columns.get(c.index())?;
+    let data = scan.data().clone();
+    let ok_type = matches!(
+        data.table.schema.field(key).data_type(),
+        DataType::Int64 | DataType::Date64 | DataType::Timestamp(..)
+    ) || matches!(data.table.schema.field(key).data_type(), DataType::Decimal128(p, _) if *p <= 18);
+    let no_nulls = data.table.column_stats[key].null_count == datafusion::common::stats::Precision::Exact(0);
+    (ok_type && no_nulls).then_some(ResidentKey { data, columns, key, descending: first.options.descending })
+}
+
+/// The device top-k over a resident key column (module documentation), and how
+/// many candidate rows came back.
+fn resident_topk(
+    dev: &ridgeline_operators::GpuContext,
+    rk: &ResidentKey,
+    schema: &SchemaRef,
+    order: &LexOrdering,
+    fetch: usize,
+) -> Result<(RecordBatch, usize)> {
+    use ridgeline_operators::array::copy_elements;
+    use ridgeline_operators::select::{to_order_keys_gpu_dir, topk_ties_gpu_device, RawKind};
+    let n = rk.data.table.num_rows;
+    let f = fetch.min(n);
+    if f == 0 {
+        return Ok((RecordBatch::new_empty(schema.clone()), 0));
+    }
+    if n >= u32::MAX as usize {
+        return Err(DataFusionError::NotImplemented(format!("device top-k of {n} rows")));
+    }
+    let keys = ridgeline_operators::DeviceArray::alloc(dev, n, 8).map_err(gpu_err)?;
+    let mut at = 0usize;
+    for chunk in &rk.data.chunks {
+        match &chunk.columns[rk.key].data {
+            ColumnData::Device { values, validity: None, .. } if values.elem_size() == 8 => {
+                copy_elements(dev, values, 0, &keys, at, chunk.num_rows).map_err(gpu_err)?;
+            }
+            _ => return Err(DataFusionError::Internal("resident top-k key is not an 8-byte device column without NULLs".into())),
+        }
+        at += chunk.num_rows;
+    }
+    to_order_keys_gpu_dir(dev, &keys, RawKind::I64, rk.descending).map_err(gpu_err)?;
+    let (rows, _) = topk_ties_gpu_device::<u64>(dev, &keys, n, f).map_err(gpu_err)?;
+    drop(keys);
+    // The candidate rows from the host copy, chunk by chunk, in row order.
+    let mut parts = Vec::new();
+    let (mut i, mut start) = (0usize, 0usize);
+    for host in &rk.data.table.host {
+        let end = start + host.num_rows();
+        let j = i + rows[i..].partition_point(|&r| (r as usize) < end);
+        if j > i {
+            let idx = UInt32Array::from(rows[i..j].iter().map(|&r| r - start as u32).collect::<Vec<_>>());
+            let projected = host.project(&rk.columns)?;
+            let b = take_record_batch(&projected, &idx)?;
+            parts.push(RecordBatch::try_new(schema.clone(), b.columns().to_vec())?);
+        }
+        i = j;
+        start = end;
+    }
+    let cand = concat_batches(schema, &parts)?;
+    Ok((settle(&cand, order, f)?, cand.num_rows()))
 }

@@ -9,8 +9,10 @@
 //! dynamic filters) is hard to beat for small k: on the H100 machine, TPC-H SF 1
 //! `ORDER BY l_extendedprice DESC .. LIMIT 100` took 11 ms in CPU mode and 261 ms
 //! through this operator (it copies the input first), hence the lower bound on k.
+//! Over a resident key column (the operator's device path: only the candidate
+//! rows leave the device) mode `auto` takes any fetch up to an eighth of the rows.
 use crate::config::rule_device;
-use crate::exec::gpu_topk::{GpuTopKExec, GPU_MIN_ROWS};
+use crate::exec::gpu_topk::{has_resident_key, GpuTopKExec, GPU_MIN_ROWS};
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::config::ConfigOptions;
 use datafusion::error::Result;
@@ -47,7 +49,12 @@ impl PhysicalOptimizerRule for GpuTopKRule {
                 if mode == GpuMode::Auto {
                     #[allow(deprecated)]
                     let rows = input.partition_statistics(None)?.num_rows.get_value().copied();
+                    // Over a resident key column only the candidates leave the device, so
+                    // any fetch pays; otherwise the keys are computed on the host and
+                    // uploaded, which pays only for large fetches.
+                    let resident = has_resident_key(&input, sort.expr());
                     match rows {
+                        Some(r) if r >= GPU_MIN_ROWS && resident && fetch.saturating_mul(8) <= r => {}
                         Some(r) if r >= GPU_MIN_ROWS && fetch >= AUTO_MIN_FETCH && fetch.saturating_mul(8) <= r => {}
                         _ => return Ok(Transformed::no(node)),
                     }

@@ -71,7 +71,7 @@ struct TkParams {
     win_lo: u32,    // output window [win_lo, win_lo + win_len)
     win_len: u32,
     blocks: u32,    // blocks of the whole input (the eq counts start there)
-    pad: u32,
+    lt_total: u32,  // scatter: keys < t in the whole input
 }
 
 struct Inv {
@@ -289,6 +289,20 @@ fn tk_scan(inv: Inv, v: u32) -> u32 {
     return tsum[inv.lid];
 }
 
+// The same counts of the block's rows base + it * WG + lid (contiguous loads across
+// the subgroup; the count needs only the block's totals, not the rows' order).
+fn tk_flags_strided(inv: Inv, base: u32, t: K) -> u32 {
+    var c = 0u;
+    for (var it = 0u; it < ITEMS; it++) {
+        let r = base + it * WG + inv.lid;
+        if (r < t_p.n) {
+            let x = t_src[r];
+            c += select(0u, 1u, kless(x, t)) + select(0u, 0x10000u, keq(x, t));
+        }
+    }
+    return c;
+}
+
 @compute @workgroup_size(WG)
 fn tk_count(inv: Inv) {
     let blk = group_index(inv);
@@ -297,7 +311,7 @@ fn tk_count(inv: Inv) {
         return; // whole workgroup
     }
     let t = t_thr[0];
-    let total = tk_scan(inv, tk_flags(inv, base, t));
+    let total = tk_scan(inv, tk_flags_strided(inv, base, t));
     if (inv.lid == WG - 1u) {
         t_counts[t_p.block_base + blk] = total & 0xffffu;
         t_counts[t_p.blocks + t_p.block_base + blk] = total >> 16u;
@@ -309,6 +323,19 @@ fn tk_scatter(inv: Inv) {
     let blk = group_index(inv);
     let base = blk * CHUNK;
     if (base >= t_p.n) {
+        return; // whole workgroup
+    }
+    // Blocks that take no row (every block but about k of them) stop here without
+    // reading a key: by the offsets, no key < t and no taken key == t is in them.
+    let gb = t_p.block_base + blk;
+    let lt0 = t_counts[gb];
+    var lt1 = t_p.lt_total;
+    var eq_rows = true;   // the last block: its eq offset below need means it has some
+    if (gb + 1u < t_p.blocks) {
+        lt1 = t_counts[gb + 1u];
+        eq_rows = t_counts[t_p.blocks + gb + 1u] > t_counts[t_p.blocks + gb];
+    }
+    if (lt1 == lt0 && !(eq_rows && t_counts[t_p.blocks + gb] < t_p.need)) {
         return; // whole workgroup
     }
     let t = t_thr[0];
@@ -343,8 +370,11 @@ fn tk_scatter(inv: Inv) {
 //@@ oracle (count and filter with a 4-bit oracle per key; appended to the bucket section)
 //
 // `count_oracle` also stores each key's bucket id modulo 16 (four bits, eight keys
-// to a word: word w of a piece holds its keys 8w .. 8w+7; n/2 bytes in all, an
-// eighth of a 32-bit input). `filter_oracle` reads the oracle words first and reads
+// to a word, about n/2 bytes: an eighth of a 32-bit input). The words come in
+// blocks of WG: word w = b * WG + l holds keys b * WG * 8 + q * WG + l, q = 0..7, so
+// invocation l of a block reads keys WG apart and every load of a subgroup is
+// contiguous. (Eight consecutive keys per word made each load of a subgroup span
+// 32-byte strides: eight times the cache traffic of the keys it used.) `filter_oracle` reads the oracle words first and reads
 // a key (and searches its bucket again) only where the nibble matches the residue
 // of a target bucket: about 1/16 of the keys for one target bucket, and only the
 // target keys when NB <= 16. (The paper stores the whole bucket id in a byte; the
@@ -361,11 +391,13 @@ fn count_oracle(inv: Inv) {
     load_tree(inv);
     let wbase = group_index(inv) * (CCHUNK / OW);
     for (var it = 0u; it < CITEMS / OW; it++) {
-        let w = wbase + it * WG + inv.lid;
-        if (w * OW < c_p.n) {
+        let blk = wbase + it * WG;        // first word of the block
+        let w = blk + inv.lid;
+        let k0 = blk * OW + inv.lid;      // the word's keys: k0 + q * WG
+        if (k0 < c_p.n) {
             var word = 0u;
             for (var q = 0u; q < OW; q++) {
-                let i = w * OW + q;
+                let i = k0 + q * WG;
                 if (i < c_p.n) {
                     let b = bucket_of(c_src[c_p.off + i]);
                     atomicAdd(&hist[b], 1u);
@@ -400,15 +432,17 @@ fn filter_oracle(inv: Inv) {
     var li: array<u32, ITEMS>;
     var key: array<K, ITEMS>;
     for (var it = 0u; it < ITEMS / OW; it++) {
-        let w = wbase + it * WG + inv.lid;
+        let blk = wbase + it * WG;
+        let w = blk + inv.lid;
+        let k0 = blk * OW + inv.lid;
         var word = 0u;
-        if (w * OW < c_p.n) {
+        if (k0 < c_p.n) {
             word = o_oracle[w];
         }
         for (var q = 0u; q < OW; q++) {
             let e = it * OW + q;
             bk[e] = NONE;
-            let i = w * OW + q;
+            let i = k0 + q * WG;
             let r = (word >> (4u * q)) & 15u;
             if (i < c_p.n && resid[r] != 0u) {
                 let x = c_src[c_p.off + i];

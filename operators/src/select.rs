@@ -527,7 +527,7 @@ struct TkParams {
     win_lo: u32,
     win_len: u32,
     blocks: u32,
-    pad: u32,
+    lt_total: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -999,7 +999,8 @@ fn sample_select_once<K: SelectKey>(
                 let ub = uni(ctx, &Params { off, n, cnt: 0, dst_off: 0, seed: 0, task: ti as u32, mode: 0, pad: 0 });
                 let groups = (n as u64).div_ceil(CCHUNK as u64);
                 if let (true, Some(pc)) = (use_oracle, &p_count_o) {
-                    let ob = scratch.alloc((n as u64).div_ceil(8) * 4)?;
+                    // Whole blocks of WG words (the oracle's layout, select.wgsl).
+                    let ob = scratch.alloc((n as u64).div_ceil(8 * WG as u64) * WG as u64 * 4)?;
                     r_count.dispatch(pc, &[(0, buf), (1, spl.raw()), (2, counts.raw()), (3, &ub), (7, ob.raw())], groups)?;
                     task_oracles.push(ob);
                 } else {
@@ -1422,7 +1423,7 @@ fn topk_device<K: SelectKey>(
         win_lo,
         win_len,
         blocks: blocks as u32,
-        pad: 0,
+        lt_total: 0,
     };
     let mut rec = Rec::new(ctx);
     for (si, s) in segs.iter().enumerate() {
@@ -1455,7 +1456,7 @@ fn topk_device<K: SelectKey>(
     for oi in 0..out.num_segments() {
         let (obuf, ostart, orows) = out.segment(oi);
         for (si, s) in segs.iter().enumerate() {
-            let ub = uni(ctx, &params(si, need, ostart as u32, orows as u32));
+            let ub = uni(ctx, &TkParams { lt_total: lt as u32, ..params(si, need, ostart as u32, orows as u32) });
             rec.dispatch(
                 &p_scatter,
                 &[(0, s.0), (1, thr.raw()), (2, counts.raw()), (3, &ub), (4, obuf)],

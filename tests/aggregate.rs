@@ -122,6 +122,8 @@ const QUERIES: &[(&str, bool)] = &[
     ("SELECT s, median(dec) FROM empty GROUP BY s ORDER BY s", true),
     ("SELECT k8, s, median(dec) FROM agg WHERE id % 97 = 0 GROUP BY k8, s ORDER BY k8, s", true),
     ("SELECT s, median(f), percentile_disc(0.75) WITHIN GROUP (ORDER BY f) FROM agg GROUP BY s ORDER BY s", true),
+    // A thousand groups (several partition passes, many small regions in one descent).
+    ("SELECT k32, median(dec), percentile_disc(0.3) WITHIN GROUP (ORDER BY v64), count(*) FROM agg GROUP BY k32 ORDER BY k32", true),
     // These stay on the CPU: too many strings, too wide a range, float sums,
     // expression keys, quantiles over too many groups.
     ("SELECT kuniq, median(dec) FROM agg GROUP BY kuniq ORDER BY kuniq", false),

@@ -1,20 +1,22 @@
-//! Grouped order statistics on the GPU: every group a region, one SampleSelect
-//! per region (the grouped quantiles of `GROUP BY`).
+//! Grouped order statistics on the GPU: every group a region, all regions
+//! selected together (the grouped quantiles of `GROUP BY`).
 //!
 //! Rows arrive in chunks, each with a dense group tag per row (MERCATOR's
 //! enumeration, Timcheck & Buhler: tag `g < groups`, any larger tag drops the
-//! row) and a raw 8-byte value. [`RegionSelect::add`] partitions each chunk by
-//! tag on the device (histogram, scan, stable scatter: [`crate::partition`]), so
-//! the chunk's rows of a group are one contiguous run with sparse region offsets.
-//! [`RegionSelect::finish`] then gathers each group's runs from every chunk into
-//! one device region ([`copy_elements`]), turns the raw values into order keys in
-//! place ([`to_order_keys_gpu`]), and selects the ranks the group needs:
-//! SampleSelect on the device for regions of at least `gpu_min_rows` keys (only
-//! bucket counts and the selected keys come back), a download and the CPU
-//! selection for smaller ones (fixed costs per device selection would dominate).
+//! row) and a raw 8-byte value. [`RegionSelect::add`] copies each chunk into one
+//! device array of all rows; [`RegionSelect::finish`] partitions it by tag once
+//! (histogram, scan, stable scatter: [`crate::partition`], several digit passes
+//! past 256 groups), so each group is one contiguous region with sparse region
+//! offsets, turns the values into order keys in place ([`to_order_keys_gpu`]), and
+//! selects every group's ranks in one SampleSelect descent over all regions
+//! ([`select_regions_gpu_device`]: one submission and one readback of bucket
+//! counts per level for all groups; regions of at most one sample are sorted whole
+//! by one workgroup). Only the selected keys come back. Inputs with fewer than
+//! `gpu_min_rows` kept rows are downloaded after the partition and selected on the
+//! CPU instead.
 //!
-//! Device memory: the partitioned chunks (tags and values) until `finish`, then
-//! one group region at a time on top.
+//! Device memory: the rows (tags and values, 12 bytes a row) twice during the
+//! partition, then the partitioned values and the selection's scratch.
 //!
 //! [`region_select_reference`] is the sort-based reference the tests compare with.
 use crate::array::{copy_elements, DeviceArray};
@@ -22,15 +24,18 @@ use crate::compact::Column;
 use crate::context::GpuContext;
 use crate::error::{GpuError, GpuResult};
 use crate::partition::{partition_gpu, PartitionFn};
-use crate::select::{key_f64, key_i64, select_cpu, select_gpu_device, to_order_keys_gpu, RawKind};
+use crate::select::{key_f64, key_i64, select_cpu, select_regions_gpu_device, to_order_keys_gpu, RawKind};
 
 /// Grouped selection over chunks of tagged device values.
 #[derive(Debug)]
 pub struct RegionSelect {
     groups: u32,
     kind: RawKind,
-    /// Per chunk: the `groups + 2` region offsets and the partitioned values.
-    parts: Vec<(Vec<u64>, DeviceArray)>,
+    /// All rows: tags and raw values.
+    tags: DeviceArray,
+    values: DeviceArray,
+    /// Rows added so far.
+    filled: usize,
 }
 
 /// How [`RegionSelect::finish`] ran.
@@ -38,9 +43,9 @@ pub struct RegionSelect {
 pub struct RegionSelectStats {
     /// Rows kept (tag below `groups`).
     pub rows: u64,
-    /// Regions selected on the device.
+    /// Non-empty regions selected on the device.
     pub gpu_regions: usize,
-    /// Regions downloaded and selected on the CPU.
+    /// Non-empty regions selected on the CPU.
     pub cpu_regions: usize,
 }
 
@@ -53,16 +58,28 @@ pub fn raw_key(kind: RawKind, bits: u64) -> u64 {
 }
 
 impl RegionSelect {
-    /// Empty, for `groups` groups (at most 2^24 - 1) of values of `kind`.
-    pub fn new(groups: u32, kind: RawKind) -> GpuResult<Self> {
+    /// Empty, for `rows` rows in all, `groups` groups (at most 2^24 - 1) of values
+    /// of `kind`, with the context's segment size.
+    pub fn new(ctx: &GpuContext, groups: u32, kind: RawKind, rows: usize) -> GpuResult<Self> {
+        Self::new_segmented(ctx, groups, kind, rows, ctx.segment_rows())
+    }
+
+    /// [`RegionSelect::new`] with `seg_rows` rows per buffer segment (tests).
+    pub fn new_segmented(ctx: &GpuContext, groups: u32, kind: RawKind, rows: usize, seg_rows: usize) -> GpuResult<Self> {
         if groups == 0 || groups >= crate::partition::MAX_FANOUT {
             return Err(GpuError::Invalid(format!("{groups} groups (expected 1..{})", crate::partition::MAX_FANOUT)));
         }
-        Ok(RegionSelect { groups, kind, parts: Vec::new() })
+        Ok(RegionSelect {
+            groups,
+            kind,
+            tags: DeviceArray::alloc_segmented(ctx, rows, 4, seg_rows)?,
+            values: DeviceArray::alloc_segmented(ctx, rows, 8, seg_rows)?,
+            filled: 0,
+        })
     }
 
-    /// Adds a chunk: `tags` (`u32`) and `values` (8 bytes each) of the same rows,
-    /// segmented alike. Rows tagged `groups` or above are dropped.
+    /// Adds a chunk: `tags` (`u32`) and `values` (8 bytes each) of the same rows.
+    /// Rows tagged `groups` or above are dropped.
     pub fn add(&mut self, ctx: &GpuContext, tags: &DeviceArray, values: &DeviceArray) -> GpuResult<()> {
         if tags.elem_size() != 4 || values.elem_size() != 8 {
             return Err(GpuError::Invalid("region select takes u32 tags and 8-byte values".into()));
@@ -70,72 +87,72 @@ impl RegionSelect {
         if tags.len() != values.len() {
             return Err(GpuError::Invalid(format!("{} tags for {} values", tags.len(), values.len())));
         }
-        if tags.is_empty() {
-            return Ok(());
+        let n = tags.len();
+        if self.filled + n > self.tags.len() {
+            return Err(GpuError::Invalid(format!("{} rows added to a region select of {}", self.filled + n, self.tags.len())));
         }
-        let cols = [Column::new(tags), Column::new(values)];
-        let mut p = partition_gpu(ctx, &cols, &[0], &PartitionFn::Direct { fanout: self.groups + 1 })?;
-        let values = p.columns.pop().expect("two columns").values;
-        self.parts.push((p.offsets, values));
+        copy_elements(ctx, tags, 0, &self.tags, self.filled, n)?;
+        copy_elements(ctx, values, 0, &self.values, self.filled, n)?;
+        self.filled += n;
         Ok(())
-    }
-
-    /// Rows per group so far.
-    pub fn sizes(&self) -> Vec<u64> {
-        let mut n = vec![0u64; self.groups as usize];
-        for (off, _) in &self.parts {
-            for (g, x) in n.iter_mut().enumerate() {
-                *x += off[g + 1] - off[g];
-            }
-        }
-        n
     }
 
     /// Per group: its row count and the keys at `ranks_of(n)` (in that order;
     /// `ranks_of` is called only for non-empty groups, every rank below `n`).
+    /// Every row the select was made for must have been added.
     pub fn finish(
         self,
         ctx: &GpuContext,
         ranks_of: &dyn Fn(usize) -> Vec<u64>,
         gpu_min_rows: usize,
     ) -> GpuResult<(Vec<(usize, Vec<u64>)>, RegionSelectStats)> {
-        let sizes = self.sizes();
-        let mut stats = RegionSelectStats { rows: sizes.iter().sum(), ..Default::default() };
-        let seg = self.parts.first().map_or(ctx.segment_rows(), |p| p.1.seg_rows());
-        let mut out = Vec::with_capacity(sizes.len());
-        for (g, &n) in sizes.iter().enumerate() {
-            let n = n as usize;
-            if n == 0 {
-                out.push((0, Vec::new()));
-                continue;
-            }
-            let ranks = ranks_of(n);
-            if let Some(r) = ranks.iter().find(|&&r| r >= n as u64) {
-                return Err(GpuError::Invalid(format!("rank {r} out of range for a group of {n}")));
-            }
-            let mut uniq = ranks.clone();
-            uniq.sort_unstable();
-            uniq.dedup();
-            let region = DeviceArray::alloc_segmented(ctx, n, 8, seg)?;
-            let mut at = 0usize;
-            for (off, vals) in &self.parts {
-                let (a, b) = (off[g] as usize, off[g + 1] as usize);
-                copy_elements(ctx, vals, a, &region, at, b - a)?;
-                at += b - a;
-            }
-            let got: Vec<u64> = if n >= gpu_min_rows.max(2) {
-                to_order_keys_gpu(ctx, &region, self.kind)?;
-                stats.gpu_regions += 1;
-                select_gpu_device::<u64>(ctx, &region, n, &uniq)?.0
-            } else {
-                let raw: Vec<u64> = region.download(ctx)?;
-                let keys: Vec<u64> = raw.iter().map(|&b| raw_key(self.kind, b)).collect();
-                stats.cpu_regions += 1;
-                select_cpu(&keys, &uniq)
-            };
-            out.push((n, ranks.iter().map(|r| got[uniq.binary_search(r).expect("a rank")]).collect()));
+        let g = self.groups as usize;
+        if self.filled != self.tags.len() {
+            return Err(GpuError::Invalid(format!("region select of {} rows finished after {}", self.tags.len(), self.filled)));
         }
-        Ok((out, stats))
+        let mut stats = RegionSelectStats::default();
+        if self.filled == 0 {
+            return Ok((vec![(0, Vec::new()); g], stats));
+        }
+        let (offsets, values) = {
+            let cols = [Column::new(&self.tags), Column::new(&self.values)];
+            let mut p = partition_gpu(ctx, &cols, &[0], &PartitionFn::Direct { fanout: self.groups + 1 })?;
+            (p.offsets, p.columns.pop().expect("two columns").values)
+        };
+        drop(self.tags);
+        drop(self.values);
+        let sizes: Vec<u64> = (0..g).map(|x| offsets[x + 1] - offsets[x]).collect();
+        stats.rows = offsets[g];
+        let ranks: Vec<Vec<u64>> = sizes.iter().map(|&n| if n == 0 { Vec::new() } else { ranks_of(n as usize) }).collect();
+        for (r, &n) in ranks.iter().zip(&sizes) {
+            if let Some(x) = r.iter().find(|&&x| x >= n) {
+                return Err(GpuError::Invalid(format!("rank {x} out of range for a group of {n}")));
+            }
+        }
+        let nonempty = sizes.iter().filter(|&&n| n > 0).count();
+        let got: Vec<Vec<u64>> = if stats.rows as usize >= gpu_min_rows.max(2) {
+            to_order_keys_gpu(ctx, &values, self.kind)?;
+            stats.gpu_regions = nonempty;
+            let regions: Vec<(u64, u64)> = (0..g).map(|x| (offsets[x], sizes[x])).collect();
+            select_regions_gpu_device::<u64>(ctx, &values, &regions, &ranks)?
+        } else {
+            let raw: Vec<u64> = values.download(ctx)?;
+            stats.cpu_regions = nonempty;
+            (0..g)
+                .map(|x| {
+                    if sizes[x] == 0 {
+                        return Vec::new();
+                    }
+                    let keys: Vec<u64> = raw[offsets[x] as usize..offsets[x + 1] as usize].iter().map(|&b| raw_key(self.kind, b)).collect();
+                    let mut uniq = ranks[x].clone();
+                    uniq.sort_unstable();
+                    uniq.dedup();
+                    let v = select_cpu(&keys, &uniq);
+                    ranks[x].iter().map(|r| v[uniq.binary_search(r).expect("a rank")]).collect()
+                })
+                .collect()
+        };
+        Ok((sizes.iter().zip(got).map(|(&n, v)| (n as usize, v)).collect(), stats))
     }
 }
 

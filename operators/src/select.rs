@@ -812,6 +812,8 @@ impl Scratch<'_> {
 enum Src {
     /// The input array's first `len` elements.
     Input,
+    /// The input array's elements `start .. start + n` (a region).
+    Range { start: u64 },
     /// `bufs[buf][off..off + n]`.
     Buf { buf: usize, off: u64 },
 }
@@ -842,6 +844,13 @@ fn pieces<'a>(input: &'a DeviceArray, len: usize, bufs: &'a [GpuBuffer], t: &Tas
             })
             .collect(),
         Src::Buf { buf, off } => vec![(bufs[buf].raw(), off as u32, t.n as u32)],
+        Src::Range { start } => (0..input.num_segments())
+            .filter_map(|i| {
+                let (buf, s0, rows) = input.segment(i);
+                let (a, b) = ((s0 as u64).max(start), ((s0 + rows) as u64).min(start + t.n));
+                (a < b).then_some((buf, (a - s0 as u64) as u32, (b - a) as u32))
+            })
+            .collect(),
     }
 }
 
@@ -908,17 +917,42 @@ fn sample_select_once<K: SelectKey>(
     approx: Option<u64>,
     opts: &SelectOptions,
 ) -> GpuResult<(Vec<K>, SelectStats)> {
-    let mut clock = GpuClock::new(ctx);
+    let clock = GpuClock::new(ctx);
     check_device_input::<K>(ctx, input, len)?;
     if let Some(r) = ranks.iter().find(|&&r| r >= len as u64) {
         return Err(GpuError::Invalid(format!("rank {r} out of range for {len} keys")));
     }
+    if ranks.is_empty() {
+        let algorithm = if approx.is_some() { "gpu-sampleselect-approx" } else { "gpu-sampleselect" };
+        return Ok((Vec::new(), SelectStats { algorithm, ..Default::default() }));
+    }
+    let tasks = vec![Task {
+        src: Src::Input,
+        n: len as u64,
+        lo: 0,
+        ranks: ranks.iter().copied().enumerate().collect(),
+        below: None,
+        above: None,
+    }];
+    sample_select_tasks(ctx, input, len, tasks, ranks.len(), approx, opts, clock)
+}
+
+/// The SampleSelect descent from the first-level `tasks` (every rank of a task
+/// relative to the task's source, `lo` 0), filling `nout` answers.
+#[allow(clippy::too_many_arguments)]
+fn sample_select_tasks<K: SelectKey>(
+    ctx: &GpuContext,
+    input: &DeviceArray,
+    len: usize,
+    mut tasks: Vec<Task>,
+    nout: usize,
+    approx: Option<u64>,
+    opts: &SelectOptions,
+    mut clock: GpuClock,
+) -> GpuResult<(Vec<K>, SelectStats)> {
     let algorithm = if approx.is_some() { "gpu-sampleselect-approx" } else { "gpu-sampleselect" };
     let mut stats = SelectStats { algorithm, ..Default::default() };
-    let mut out = vec![K::default(); ranks.len()];
-    if ranks.is_empty() {
-        return Ok((out, stats));
-    }
+    let mut out = vec![K::default(); nout];
     let kern = Kern::new(ctx, K::BYTES, opts)?;
     let (s, ns, nb, kb) = (kern.s as u64, kern.ns as u64, kern.nb() as u64, kern.kb as u64);
     let p_gather = kern.pipe(ctx, "gather", "gather")?;
@@ -937,14 +971,6 @@ fn sample_select_once<K: SelectKey>(
 
     let mut scratch = Scratch { ctx, bytes: 0 };
     let mut bufs: Vec<GpuBuffer> = Vec::new();
-    let mut tasks = vec![Task {
-        src: Src::Input,
-        n: len as u64,
-        lo: 0,
-        ranks: ranks.iter().copied().enumerate().collect(),
-        below: None,
-        above: None,
-    }];
     let mut max_err = 0u64;
     let mut level = 0u32;
     while !tasks.is_empty() {
@@ -1300,6 +1326,71 @@ pub fn select_gpu_device_with<K: SelectKey>(
     opts: &SelectOptions,
 ) -> GpuResult<(Vec<K>, SelectStats)> {
     sample_select(ctx, keys, len, ranks, None, opts)
+}
+
+/// Exact GPU selection in many regions of one device array at once: region `i`
+/// is elements `regions[i].0 .. regions[i].0 + regions[i].1`, and its answers are
+/// its keys at `ranks[i]` (ranks within the region). All regions descend together,
+/// level by level (one submission and one readback of bucket counts per level for
+/// all of them); regions of at most one sample's keys are sorted whole in one
+/// workgroup. Regions with more than [`RANKS_PER_DESCENT`] distinct ranks are
+/// served over several rounds.
+pub fn select_regions_gpu_device<K: SelectKey>(
+    ctx: &GpuContext,
+    keys: &DeviceArray,
+    regions: &[(u64, u64)],
+    ranks: &[Vec<u64>],
+) -> GpuResult<Vec<Vec<K>>> {
+    if regions.len() != ranks.len() {
+        return Err(GpuError::Invalid(format!("{} regions, {} rank lists", regions.len(), ranks.len())));
+    }
+    let len = regions.iter().map(|r| r.0 + r.1).max().unwrap_or(0) as usize;
+    check_device_input::<K>(ctx, keys, len)?;
+    for (&(_, n), rs) in regions.iter().zip(ranks) {
+        if let Some(r) = rs.iter().find(|&&r| r >= n) {
+            return Err(GpuError::Invalid(format!("rank {r} out of range for a region of {n} keys")));
+        }
+    }
+    // Distinct ranks per region, in rounds of at most RANKS_PER_DESCENT each.
+    let uniq: Vec<Vec<u64>> = ranks
+        .iter()
+        .map(|r| {
+            let mut u = r.clone();
+            u.sort_unstable();
+            u.dedup();
+            u
+        })
+        .collect();
+    let mut vals: Vec<Vec<K>> = uniq.iter().map(|u| vec![K::default(); u.len()]).collect();
+    let rounds = uniq.iter().map(|u| u.len().div_ceil(RANKS_PER_DESCENT)).max().unwrap_or(0);
+    let opts = SelectOptions::default();
+    for round in 0..rounds {
+        let mut tasks = Vec::new();
+        let mut slots: Vec<(usize, usize)> = Vec::new(); // output index -> (region, index in uniq)
+        for (ri, u) in uniq.iter().enumerate() {
+            let lo = round * RANKS_PER_DESCENT;
+            if lo >= u.len() {
+                continue;
+            }
+            let hi = (lo + RANKS_PER_DESCENT).min(u.len());
+            let mut tr = Vec::with_capacity(hi - lo);
+            for (j, &r) in u.iter().enumerate().take(hi).skip(lo) {
+                tr.push((slots.len(), r));
+                slots.push((ri, j));
+            }
+            tasks.push(Task { src: Src::Range { start: regions[ri].0 }, n: regions[ri].1, lo: 0, ranks: tr, below: None, above: None });
+        }
+        let clock = GpuClock::new(ctx);
+        let (out, _) = sample_select_tasks::<K>(ctx, keys, len, tasks, slots.len(), None, &opts, clock)?;
+        for (o, &(ri, j)) in out.into_iter().zip(&slots) {
+            vals[ri][j] = o;
+        }
+    }
+    Ok(ranks
+        .iter()
+        .zip(uniq.iter().zip(&vals))
+        .map(|(rs, (u, v))| rs.iter().map(|r| v[u.binary_search(r).expect("a rank")]).collect())
+        .collect())
 }
 
 /// Approximate GPU selection of host keys: uploads, then [`approx_select_gpu_device`].

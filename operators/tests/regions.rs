@@ -21,7 +21,8 @@ fn ranks_of(n: usize) -> Vec<u64> {
 /// Runs the GPU path over `chunks` (tags, raw values) with segments of `seg`
 /// rows and compares with the reference.
 fn check(ctx: &GpuContext, chunks: &[(Vec<u32>, Vec<u64>)], groups: u32, kind: RawKind, seg: usize, gpu_min_rows: usize, what: &str) {
-    let mut rs = RegionSelect::new(groups, kind).unwrap();
+    let total: usize = chunks.iter().map(|c| c.0.len()).sum();
+    let mut rs = RegionSelect::new_segmented(ctx, groups, kind, total, seg).unwrap();
     for (t, v) in chunks {
         let ta = DeviceArray::upload_segmented(ctx, t, seg).unwrap();
         let va = DeviceArray::upload_segmented(ctx, v, seg).unwrap();
@@ -114,9 +115,14 @@ fn edges_empty_one_row_all_dropped_empty_groups() {
     let tags: Vec<u32> = (0..3000u32).map(|i| if i % 1000 == 999 { 7 } else { (i % 2) * 4 }).collect();
     let vals: Vec<u64> = (0..3000u64).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).collect();
     check(&ctx, &chunked(tags, vals, 1100), 8, RawKind::I64, 256, 2, "empty groups, one-row group");
+    // Many groups: more than one partition digit pass (257 or more).
+    let mut r = rng(5);
+    let tags: Vec<u32> = (0..40_000).map(|_| r.random_range(0..3000)).collect();
+    let vals: Vec<u64> = (0..40_000).map(|_| r.random_range(0..1000u64)).collect();
+    check(&ctx, &chunked(tags, vals, 15_000), 2900, RawKind::I64, 4096, 2, "2900 groups");
     // Errors are typed, not panics.
-    assert!(RegionSelect::new(0, RawKind::I64).is_err());
-    let mut rs = RegionSelect::new(2, RawKind::I64).unwrap();
+    assert!(RegionSelect::new(&ctx, 0, RawKind::I64, 4).is_err());
+    let mut rs = RegionSelect::new(&ctx, 2, RawKind::I64, 2).unwrap();
     let t = DeviceArray::upload(&ctx, &[0u32, 1]).unwrap();
     let v32 = DeviceArray::upload(&ctx, &[0u32, 1]).unwrap();
     assert!(rs.add(&ctx, &t, &v32).is_err());
@@ -124,7 +130,10 @@ fn edges_empty_one_row_all_dropped_empty_groups() {
     assert!(rs.add(&ctx, &t, &v).is_err());
     let v = DeviceArray::upload(&ctx, &[5u64, 6]).unwrap();
     rs.add(&ctx, &t, &v).unwrap();
+    assert!(rs.add(&ctx, &t, &v).is_err(), "more rows than announced");
     assert!(rs.finish(&ctx, &|n| vec![n as u64], 2).is_err(), "a rank past the group");
+    let rs = RegionSelect::new(&ctx, 2, RawKind::I64, 3).unwrap();
+    assert!(rs.finish(&ctx, &|_| vec![0], 2).is_err(), "fewer rows than announced");
 }
 
 #[test]

@@ -624,3 +624,42 @@ fn device_descending_keys() {
     let got: Vec<u64> = a.download(&ctx).unwrap();
     assert_eq!(got, f.iter().map(|&v| !key_f64(v)).collect::<Vec<_>>());
 }
+
+/// Many regions of one array selected together: against sorting each region.
+#[test]
+fn gpu_select_regions_matches_sorted_regions() {
+    let Some(ctx) = test_context() else { return };
+    let mut r = rng(2024);
+    for (n, seg, nregions, distinct) in [(50_000usize, 1024usize, 300usize, 1u64 << 40), (120_000, 16384, 7, 100), (9_000, 4096, 2000, 5)] {
+        let keys: Vec<u64> = (0..n).map(|_| r.random_range(0..distinct)).collect();
+        let arr = DeviceArray::upload_segmented(&ctx, &keys, seg).unwrap();
+        // Random cut points (some regions empty), covering a prefix of the array.
+        let mut cuts: Vec<u64> = (0..nregions - 1).map(|_| r.random_range(0..n as u64 - 100)).collect();
+        cuts.push(0);
+        cuts.push(n as u64 - 100);
+        cuts.sort_unstable();
+        let regions: Vec<(u64, u64)> = cuts.windows(2).map(|w| (w[0], w[1] - w[0])).collect();
+        let ranks: Vec<Vec<u64>> = regions
+            .iter()
+            .enumerate()
+            .map(|(i, &(_, m))| match (m, i % 3) {
+                (0, _) => vec![],
+                (m, 0) => vec![(m - 1) / 2, m / 2, 0, m - 1],
+                (m, 1) => (0..m.min(150)).map(|j| j * (m - 1) / m.min(150).max(1)).collect(), // more than 64 ranks
+                (m, _) => vec![m - 1, m - 1],
+            })
+            .collect();
+        let got = select_regions_gpu_device::<u64>(&ctx, &arr, &regions, &ranks).unwrap();
+        for (i, (&(a, m), rs)) in regions.iter().zip(&ranks).enumerate() {
+            let mut v = keys[a as usize..(a + m) as usize].to_vec();
+            v.sort_unstable();
+            let want: Vec<u64> = rs.iter().map(|&x| v[x as usize]).collect();
+            assert_eq!(got[i], want, "n {n}, seg {seg}, region {i} of {nregions} ({a}, {m})");
+        }
+    }
+    // A rank past its region is an error, not a panic.
+    let arr = DeviceArray::upload(&ctx, &[1u64, 2, 3]).unwrap();
+    assert!(select_regions_gpu_device::<u64>(&ctx, &arr, &[(0, 2)], &[vec![2]]).is_err());
+    assert!(select_regions_gpu_device::<u64>(&ctx, &arr, &[(0, 2)], &[]).is_err());
+    assert_eq!(select_regions_gpu_device::<u64>(&ctx, &arr, &[], &[]).unwrap(), Vec::<Vec<u64>>::new());
+}

@@ -105,11 +105,15 @@ fn exec_err(msg: impl Into<String>) -> DataFusionError {
 
 /// Queries beyond the 22, on lineitem, for the operators TPC-H does not stress:
 /// numbered from 23 on, named in `--queries` by name.
-pub const EXTRA_QUERIES: [(&str, &str); 4] = [
+pub const EXTRA_QUERIES: [(&str, &str); 5] = [
     ("median", "SELECT l_returnflag, median(l_extendedprice) AS med FROM lineitem GROUP BY l_returnflag ORDER BY l_returnflag"),
     ("topk", "SELECT l_orderkey, l_linenumber, l_extendedprice FROM lineitem ORDER BY l_extendedprice DESC, l_orderkey, l_linenumber LIMIT 100"),
     ("quartiles", "SELECT quantile_cont(l_extendedprice, [0.25, 0.5, 0.75]) AS q FROM lineitem"),
     ("topk_large", "SELECT sum(l_extendedprice), count(*) FROM (SELECT l_extendedprice FROM lineitem ORDER BY l_extendedprice DESC LIMIT 100000)"),
+    (
+        "median_groups",
+        "SELECT p_brand, p_container, median(p_retailprice) AS med, quantile_cont(p_size, [0.1, 0.9]) AS q FROM part GROUP BY p_brand, p_container ORDER BY 1, 2",
+    ),
 ];
 
 /// The SQL of query `q` (1..=22 TPC-H, then [`EXTRA_QUERIES`]).
@@ -136,7 +140,7 @@ pub fn parse_queries(list: Option<&str>) -> Result<Vec<usize>> {
         let t = s.trim().trim_start_matches(['q', 'Q']);
         match t.parse::<usize>() {
             Ok(n) if (1..=22).contains(&n) => Ok(n),
-            _ => Err(DataFusionError::Plan(format!("--queries: '{}' is not a TPC-H query number (1 to 22) nor median, topk, quartiles, topk_large", s.trim()))),
+            _ => Err(DataFusionError::Plan(format!("--queries: '{}' is not a TPC-H query number (1 to 22) nor median, topk, quartiles, topk_large, median_groups", s.trim()))),
         }
     };
     let mut out = Vec::new();

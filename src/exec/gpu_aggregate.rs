@@ -19,7 +19,14 @@
 //!    paper's choice): dense per-workgroup tables when the groups are few and
 //!    large, else a partition into contiguous regions reduced over their offsets.
 //!    SUM is exact in 96 bits, then 128 on the host across chunks.
-//! 4. Only the group tables come back: they become the partial aggregate state
+//! 4. **Quantiles** (`median`, `percentile_cont` / `_disc`, `quantile_cont` /
+//!    `_disc`, `approx_quantile`): the kernel also gives each row a tag per
+//!    quantile input (its group, or the drop tag when the row is rejected or the
+//!    value NULL) and the raw value; [`RegionSelect`] partitions all rows by tag
+//!    once and selects every group's ranks in one SampleSelect descent over the
+//!    regions. The answers are computed here, by the accumulators' own code
+//!    ([`GpuQuantile`]), and the final aggregation keeps them (MAX of one row).
+//! 5. Only the group tables come back: they become the partial aggregate state
 //!    DataFusion's own final aggregation expects, and a final `AggregateExec`
 //!    over those few rows evaluates them (AVG's decimal rounding, the result
 //!    types), so the answers are DataFusion's by construction.
@@ -263,7 +270,7 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
     let mut regions = plan
         .quantile_inputs
         .iter()
-        .map(|&kind| RegionSelect::new(plan.groups, kind))
+        .map(|&kind| RegionSelect::new(dev, plan.groups, kind, plan.data.table.num_rows))
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(gpu_err)?;
     let mut rows = vec![0u64; g];

@@ -58,11 +58,12 @@ use std::sync::Arc;
 
 /// Most dense group tags one GPU aggregation takes.
 pub const MAX_GROUPS: u64 = 1 << 16;
-/// Most groups a GPU aggregation with quantiles takes (each group with rows is a
-/// region of its own: copies from every chunk and its own selection).
-pub const MAX_QUANTILE_GROUPS: u64 = 256;
-/// In mode `auto`, quantile regions of at least this many values select on the
-/// device; smaller ones are downloaded and selected on the CPU.
+/// Most groups a GPU aggregation with quantiles takes (every group is a region of
+/// one SampleSelect descent over all of them; each big region costs a few
+/// dispatches per level).
+pub const MAX_QUANTILE_GROUPS: u64 = 4096;
+/// In mode `auto`, quantiles over at least this many kept values select on the
+/// device; fewer are downloaded after the partition and selected on the CPU.
 pub const REGION_GPU_MIN_ROWS: usize = 1 << 16;
 
 /// The GPU aggregation rule.

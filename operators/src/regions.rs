@@ -11,20 +11,30 @@
 //! selects every group's ranks in one SampleSelect descent over all regions
 //! ([`select_regions_gpu_device`]: one submission and one readback of bucket
 //! counts per level for all groups; regions of at most one sample are sorted whole
-//! by one workgroup). Only the selected keys come back. Inputs with fewer than
-//! `gpu_min_rows` kept rows are downloaded after the partition and selected on the
-//! CPU instead.
+//! by one workgroup). Only the selected keys come back.
+//!
+//! Dense tags or sparse regions, by the measured region size (the region paper's
+//! choice): when the non-empty regions average fewer than `gpu_min_rows` rows,
+//! the per-region costs of the device descent (a few dispatches per region and
+//! level) outweigh its speed, so the partitioned values are downloaded and the
+//! regions selected on the CPU in parallel (small regions sorted whole). On the
+//! H100, 1000 regions of about 2000 rows took 150 ms through the device descent
+//! against 81 ms for the CPU aggregation (BENCHMARKS.md, session 8).
 //!
 //! Device memory: the rows (tags and values, 12 bytes a row) twice during the
 //! partition, then the partitioned values and the selection's scratch.
 //!
 //! [`region_select_reference`] is the sort-based reference the tests compare with.
 use crate::array::{copy_elements, DeviceArray};
+use rayon::prelude::*;
 use crate::compact::Column;
 use crate::context::GpuContext;
 use crate::error::{GpuError, GpuResult};
 use crate::partition::{partition_gpu, PartitionFn};
 use crate::select::{key_f64, key_i64, select_cpu, select_regions_gpu_device, to_order_keys_gpu, RawKind};
+
+/// CPU regions up to this size are sorted whole; larger ones use the parallel selection.
+const SORT_MAX: usize = 1 << 12;
 
 /// Grouped selection over chunks of tagged device values.
 #[derive(Debug)]
@@ -130,7 +140,8 @@ impl RegionSelect {
             }
         }
         let nonempty = sizes.iter().filter(|&&n| n > 0).count();
-        let got: Vec<Vec<u64>> = if stats.rows as usize >= gpu_min_rows.max(2) {
+        let avg = stats.rows as usize / nonempty.max(1);
+        let got: Vec<Vec<u64>> = if avg >= gpu_min_rows.max(2) {
             to_order_keys_gpu(ctx, &values, self.kind)?;
             stats.gpu_regions = nonempty;
             let regions: Vec<(u64, u64)> = (0..g).map(|x| (offsets[x], sizes[x])).collect();
@@ -138,12 +149,18 @@ impl RegionSelect {
         } else {
             let raw: Vec<u64> = values.download(ctx)?;
             stats.cpu_regions = nonempty;
+            let kind = self.kind;
             (0..g)
+                .into_par_iter()
                 .map(|x| {
                     if sizes[x] == 0 {
                         return Vec::new();
                     }
-                    let keys: Vec<u64> = raw[offsets[x] as usize..offsets[x + 1] as usize].iter().map(|&b| raw_key(self.kind, b)).collect();
+                    let mut keys: Vec<u64> = raw[offsets[x] as usize..offsets[x + 1] as usize].iter().map(|&b| raw_key(kind, b)).collect();
+                    if keys.len() <= SORT_MAX {
+                        keys.sort_unstable();
+                        return ranks[x].iter().map(|&r| keys[r as usize]).collect();
+                    }
                     let mut uniq = ranks[x].clone();
                     uniq.sort_unstable();
                     uniq.dedup();

@@ -62,8 +62,9 @@ pub const MAX_GROUPS: u64 = 1 << 16;
 /// one SampleSelect descent over all of them; each big region costs a few
 /// dispatches per level).
 pub const MAX_QUANTILE_GROUPS: u64 = 4096;
-/// In mode `auto`, quantiles over at least this many kept values select on the
-/// device; fewer are downloaded after the partition and selected on the CPU.
+/// In mode `auto`, quantile regions (groups) averaging at least this many values
+/// select on the device; smaller ones are downloaded after the partition and
+/// selected on the CPU (see `ridgeline_operators::regions`).
 pub const REGION_GPU_MIN_ROWS: usize = 1 << 16;
 
 /// The GPU aggregation rule.

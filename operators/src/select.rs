@@ -848,7 +848,7 @@ fn pieces<'a>(input: &'a DeviceArray, len: usize, bufs: &'a [GpuBuffer], t: &Tas
             .filter_map(|i| {
                 let (buf, s0, rows) = input.segment(i);
                 let (a, b) = ((s0 as u64).max(start), ((s0 + rows) as u64).min(start + t.n));
-                (a < b).then_some((buf, (a - s0 as u64) as u32, (b - a) as u32))
+                (a < b).then(|| (buf, (a - s0 as u64) as u32, (b - a) as u32))
             })
             .collect(),
     }

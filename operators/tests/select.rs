@@ -591,7 +591,7 @@ fn gpu_topk_ties_takes_every_tied_row() {
     let Some(ctx) = test_context() else { return };
     let mut r = rng(77);
     for (n, distinct) in [(1usize, 1u64), (1000, 3), (20_011, 50), (70_000, 1 << 40), (5000, 1)] {
-        let keys: Vec<u64> = (0..n).map(|_| r.random_range(0..distinct) * 0x1_0000_0001).collect();
+        let keys: Vec<u64> = (0..n).map(|_| r.random_range(0..distinct).wrapping_mul(0x1_0000_0001)).collect();
         let mut sorted = keys.clone();
         sorted.sort_unstable();
         let arr = DeviceArray::upload_segmented(&ctx, &keys, 4096).unwrap();

@@ -147,6 +147,28 @@ impl Quantile {
     }
 }
 
+/// Per fraction: the two order statistics (0-based ranks) and the interpolation
+/// weight between them, for `n > 0` values.
+fn rank_plan(kind: QuantileKind, fractions: &[f64], n: usize) -> Vec<(u64, u64, f64)> {
+    fractions
+        .iter()
+        .map(|&f| match kind {
+            QuantileKind::Cont => {
+                let h = f * (n - 1) as f64;
+                (h.floor() as u64, h.ceil() as u64, h - h.floor())
+            }
+            QuantileKind::Disc => {
+                let r = ((f * n as f64).ceil() as u64).saturating_sub(1).min(n as u64 - 1);
+                (r, r, 0.0)
+            }
+            QuantileKind::Approx => {
+                let r = (f * (n - 1) as f64).round() as u64;
+                (r, r, 0.0)
+            }
+        })
+        .collect()
+}
+
 /// `quantile_cont`, `quantile_disc` or `approx_quantile` as the GPU aggregation
 /// computes it (see `percentile::GpuQuantile`): the same ranks and interpolation
 /// as [`QuantileAcc::evaluate`]; `approx_quantile` is answered exactly there (a
@@ -173,23 +195,7 @@ impl QuantileSpec {
     }
     /// Per fraction: the two ranks and the interpolation weight, for `n > 0` values.
     fn per(&self, n: usize) -> Vec<(u64, u64, f64)> {
-        self.fractions
-            .iter()
-            .map(|&f| match self.kind {
-                QuantileKind::Cont => {
-                    let h = f * (n - 1) as f64;
-                    (h.floor() as u64, h.ceil() as u64, h - h.floor())
-                }
-                QuantileKind::Disc => {
-                    let r = ((f * n as f64).ceil() as u64).saturating_sub(1).min(n as u64 - 1);
-                    (r, r, 0.0)
-                }
-                QuantileKind::Approx => {
-                    let r = (f * (n - 1) as f64).round() as u64;
-                    (r, r, 0.0)
-                }
-            })
-            .collect()
+        rank_plan(self.kind, &self.fractions, n)
     }
     /// The ranks (two per fraction) a group of `n > 0` values needs.
     pub(crate) fn ranks(&self, n: usize) -> Vec<u64> {
@@ -290,24 +296,7 @@ impl Accumulator for QuantileAcc {
             return Ok(if self.list { ScalarValue::List(Arc::new(ListArray::new_null(Arc::new(Field::new_list_field(DataType::Float64, true)), 1))) } else { ScalarValue::Float64(None) });
         }
         // The ranks each fraction needs.
-        let per: Vec<(u64, u64, f64)> = self
-            .fractions
-            .iter()
-            .map(|&f| match self.kind {
-                QuantileKind::Cont => {
-                    let h = f * (n - 1) as f64;
-                    (h.floor() as u64, h.ceil() as u64, h - h.floor())
-                }
-                QuantileKind::Disc => {
-                    let r = ((f * n as f64).ceil() as u64).saturating_sub(1).min(n as u64 - 1);
-                    (r, r, 0.0)
-                }
-                QuantileKind::Approx => {
-                    let r = (f * (n - 1) as f64).round() as u64;
-                    (r, r, 0.0)
-                }
-            })
-            .collect();
+        let per = rank_plan(self.kind, &self.fractions, n);
         let mut ranks: Vec<u64> = per.iter().flat_map(|p| [p.0, p.1]).collect();
         ranks.sort_unstable();
         ranks.dedup();

@@ -346,22 +346,19 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
         let ranks_of = |n: usize| aggs.iter().flat_map(|&q| plan.quantiles[q].quantile.ranks(n)).collect::<Vec<u64>>();
         let (stats, st) = rs.finish(dev, &ranks_of, plan.region_gpu_min_rows).map_err(gpu_err)?;
         log::debug!("GPU quantile regions: {st:?}");
-        let mut at = vec![0usize; stats.len()];
-        for &q in &aggs {
-            let quantile = &plan.quantiles[q].quantile;
-            let mine: Vec<(usize, Vec<u64>)> = stats
-                .iter()
-                .zip(at.iter_mut())
-                .map(|((n, keys), a)| {
-                    if *n == 0 {
-                        return (0, Vec::new());
-                    }
-                    let k = quantile.ranks(*n).len();
-                    *a += k;
-                    (*n, keys[*a - k..*a].to_vec())
-                })
-                .collect();
-            answers[q] = Some(quantile.answers(&mine)?);
+        // Each group's keys are the aggregates' ranks back to back, in `aggs` order.
+        let mut per_agg: Vec<Vec<(usize, Vec<u64>)>> = vec![Vec::with_capacity(stats.len()); aggs.len()];
+        for (n, keys) in &stats {
+            let mut rest = keys.as_slice();
+            for (mine, &q) in per_agg.iter_mut().zip(&aggs) {
+                let k = if *n == 0 { 0 } else { plan.quantiles[q].quantile.ranks(*n).len() };
+                let (own, tail) = rest.split_at(k);
+                mine.push((*n, own.to_vec()));
+                rest = tail;
+            }
+        }
+        for (mine, &q) in per_agg.iter().zip(&aggs) {
+            answers[q] = Some(plan.quantiles[q].quantile.answers(mine)?);
         }
     }
     // Groups with rows, in group-id order.

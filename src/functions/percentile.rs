@@ -737,26 +737,26 @@ impl PercentileGroups {
 fn answers(spec: &Spec, stats: &[(usize, Vec<u64>)]) -> Result<ArrayRef> {
     let groups = stats.len();
     let per_group: Vec<Vec<Option<FinalValue>>> = stats
-            .iter()
-            .map(|(n, got)| {
-                if *n == 0 {
-                    return vec![None; spec.fractions.len()];
-                }
-                let rk = spec.ranks(*n);
-                let flat: Vec<u64> = rk.iter().flat_map(|&(a, b)| [a, b]).collect();
-                finish(spec, *n, &rk, |r| got[flat.iter().position(|&x| x == r).unwrap()])
-            })
-            .collect();
-        if spec.list {
-            let flat: Vec<Option<FinalValue>> = per_group.iter().flatten().copied().collect();
-            let values = final_array(&spec.dt, &flat)?;
-            let k = spec.fractions.len() as i32;
-            let offsets = OffsetBuffer::new(ScalarBuffer::from((0..=groups as i32).map(|g| g * k).collect::<Vec<_>>()));
-            let nulls = NullBuffer::from(stats.iter().map(|(n, _)| *n > 0).collect::<Vec<_>>());
-            Ok(Arc::new(ListArray::try_new(Arc::new(Field::new_list_field(spec.dt.clone(), true)), offsets, values, Some(nulls))?))
-        } else {
-            final_array(&spec.dt, &per_group.iter().map(|v| v[0]).collect::<Vec<_>>())
-        }
+        .iter()
+        .map(|(n, got)| {
+            if *n == 0 {
+                return vec![None; spec.fractions.len()];
+            }
+            let rk = spec.ranks(*n);
+            let flat: Vec<u64> = rk.iter().flat_map(|&(a, b)| [a, b]).collect();
+            finish(spec, *n, &rk, |r| got[flat.iter().position(|&x| x == r).unwrap()])
+        })
+        .collect();
+    if spec.list {
+        let flat: Vec<Option<FinalValue>> = per_group.iter().flatten().copied().collect();
+        let values = final_array(&spec.dt, &flat)?;
+        let k = spec.fractions.len() as i32;
+        let offsets = OffsetBuffer::new(ScalarBuffer::from((0..=groups as i32).map(|g| g * k).collect::<Vec<_>>()));
+        let nulls = NullBuffer::from(stats.iter().map(|(n, _)| *n > 0).collect::<Vec<_>>());
+        Ok(Arc::new(ListArray::try_new(Arc::new(Field::new_list_field(spec.dt.clone(), true)), offsets, values, Some(nulls))?))
+    } else {
+        final_array(&spec.dt, &per_group.iter().map(|v| v[0]).collect::<Vec<_>>())
+    }
 }
 
 /// `e` without the casts around it.

@@ -59,13 +59,38 @@
 //!
 //! # Device memory
 //!
-//! Auxiliary device memory ([`SelectStats::device_bytes`]): the oracle (n/2 bytes:
+//! With bracketing, the windows' regions (their expected size plus five standard
+//! deviations, at most 22% of the keys) and 4 bytes per 4096 keys replace the
+//! first level's oracle; the later levels' scratch is a small part of the windows.
+//!
+//! Without bracketing: the oracle (n/2 bytes:
 //! an eighth of a `u32` input, a sixteenth of a `u64` one), per task the sample (S
 //! keys), splitters and counts (tens of KiB in all), and the extracted target
 //! buckets (about 1.25 n / B keys per distinct target bucket; with at most 64 per
 //! descent under 8% of the keys). So about n/2 bytes plus a few percent of the
 //! input: within a quarter of the input for 32-bit and 64-bit keys (the tests
 //! assert it for 40M keys).
+//!
+//! # Bracketing (the first level on large inputs)
+//!
+//! From [`SelectOptions::bracket_min`] keys (2^21) the descent starts with a
+//! bracketing level in the manner of Floyd & Rivest's sampling select: after the
+//! sample of S keys is sorted, each distinct rank gets a *window* of sample indices
+//! around its expected position (3.5 standard deviations of the sample rank either
+//! side; windows that overlap merge; at most 4 windows holding at most 22% of the
+//! keys, else the plain descent runs). Two lean passes over the keys
+//! (select.wgsl, section `window`): `window_count` counts, per window, the keys
+//! below it and inside it (and each workgroup's keys inside), `window_copy` copies
+//! the keys inside each window into its region. One readback of the counts pins
+//! each rank to its window (ranks outside their window, which happens with
+//! probability about 5e-4, or windows overflowing their region rerun the plain
+//! descent; a window of one value answers its ranks at once), and the descent goes
+//! on inside the windows, about 8% of the keys for a median. Neither pass searches
+//! a splitter tree or keeps per-key state, so both run at 1.6-2 TB/s on the H100
+//! (0.55 and 0.67 ms at 2^28, against 3.5 ms for the first level's count kernel),
+//! and the oracle is only built over the windows. This is the SampleSelect level
+//! with three buckets per rank (below, window, above) whose splitters are taken
+//! from the sample next to the target instead of equidistant.
 //!
 //! # Top-k
 //!
@@ -278,11 +303,29 @@ pub struct SelectOptions {
     /// more, their target buckets cover most of the 16 residues and the filter would
     /// read most keys anyway). Default 4; `usize::MAX` always uses it.
     pub oracle_max_ranks: usize,
+    /// Inputs of at least this many keys (and at least 8 samples' worth) start with
+    /// the bracketing level (see "Bracketing" in the module documentation) when their
+    /// distinct ranks make at most 4 windows; `usize::MAX` never brackets. Default
+    /// 2^21.
+    pub bracket_min: usize,
+    /// Half-width of a bracketing window in standard deviations of the sample rank
+    /// (default 3.5; tests make it small so that windows miss and overflow).
+    pub bracket_sigmas: f64,
 }
 
 impl Default for SelectOptions {
     fn default() -> Self {
-        SelectOptions { int64: Int64Path::Auto, max_error_fraction: 0.001, seed: 0x2545_f491, max_sample: 4096, max_filter_bytes: 0, oracle: true, oracle_max_ranks: 4 }
+        SelectOptions {
+            int64: Int64Path::Auto,
+            max_error_fraction: 0.001,
+            seed: 0x2545_f491,
+            max_sample: 4096,
+            max_filter_bytes: 0,
+            oracle: true,
+            oracle_max_ranks: 4,
+            bracket_min: 1 << 21,
+            bracket_sigmas: BRACKET_SIGMAS,
+        }
     }
 }
 
@@ -519,6 +562,19 @@ struct Params {
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct WinParams {
+    off: u32,
+    n: u32,
+    nw: u32,
+    wg_base: u32,
+    lo_idx: [u32; 4],
+    hi_idx: [u32; 4],
+    woff: [u32; 4],
+    cap: [u32; 4],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct TkParams {
     n: u32,
     block_base: u32,
@@ -541,16 +597,19 @@ const KEY_U32: &str = "alias K = u32;
 fn kless(a: K, b: K) -> bool { return a < b; }
 fn keq(a: K, b: K) -> bool { return a == b; }
 fn kmax() -> K { return 0xffffffffu; }
+fn kword(a: K, i: u32) -> u32 { return select(0u, a, i == 0u); }
 ";
 const KEY_U64: &str = "alias K = u64;
 fn kless(a: K, b: K) -> bool { return a < b; }
 fn keq(a: K, b: K) -> bool { return a == b; }
 fn kmax() -> K { return 0xfffffffffffffffflu; }
+fn kword(a: K, i: u32) -> u32 { if (i == 0u) { return u32(a & 0xfffffffflu); } return u32(a >> 32u); }
 ";
 const KEY_U64EMU: &str = "alias K = vec2<u32>;
 fn kless(a: K, b: K) -> bool { return a.y < b.y || (a.y == b.y && a.x < b.x); }
 fn keq(a: K, b: K) -> bool { return all(a == b); }
 fn kmax() -> K { return vec2<u32>(0xffffffffu, 0xffffffffu); }
+fn kword(a: K, i: u32) -> u32 { return a[i]; }
 ";
 
 const WG: u32 = 256;
@@ -611,6 +670,11 @@ impl Kern {
     }
 
     fn pipe(&self, ctx: &GpuContext, section: &str, entry: &str) -> GpuResult<Arc<wgpu::ComputePipeline>> {
+        self.pipe_with(ctx, section, entry, &[])
+    }
+
+    /// [`Kern::pipe`] with further placeholder values (`NWIN` of section window).
+    fn pipe_with(&self, ctx: &GpuContext, section: &str, entry: &str, extra: &[(&str, String)]) -> GpuResult<Arc<wgpu::ComputePipeline>> {
         let (key, kname) = match self.repr {
             Repr::U32 => (KEY_U32, "u32"),
             Repr::U64 => (KEY_U64, "u64"),
@@ -631,7 +695,7 @@ impl Kern {
             src.push_str("\n//");
             src.push_str(body);
         }
-        let defs = [
+        let mut defs = vec![
             ("KEY", kname.to_string()),
             ("WG", WG.to_string()),
             ("S", self.s.to_string()),
@@ -639,6 +703,7 @@ impl Kern {
             ("ITEMS", ITEMS.to_string()),
             ("CITEMS", CITEMS.to_string()),
         ];
+        defs.extend(extra.iter().cloned());
         ctx.pipeline(&format!("select-{section}"), &src, entry, &defs)
     }
 }
@@ -917,7 +982,7 @@ fn sample_select_once<K: SelectKey>(
     approx: Option<u64>,
     opts: &SelectOptions,
 ) -> GpuResult<(Vec<K>, SelectStats)> {
-    let clock = GpuClock::new(ctx);
+    let mut clock = GpuClock::new(ctx);
     check_device_input::<K>(ctx, input, len)?;
     if let Some(r) = ranks.iter().find(|&&r| r >= len as u64) {
         return Err(GpuError::Invalid(format!("rank {r} out of range for {len} keys")));
@@ -925,6 +990,11 @@ fn sample_select_once<K: SelectKey>(
     if ranks.is_empty() {
         let algorithm = if approx.is_some() { "gpu-sampleselect-approx" } else { "gpu-sampleselect" };
         return Ok((Vec::new(), SelectStats { algorithm, ..Default::default() }));
+    }
+    if let Some((tasks, start)) = bracket::<K>(ctx, input, len, ranks, opts, &mut clock)? {
+        let (out, mut stats) = sample_select_tasks(ctx, input, len, tasks, ranks.len(), approx, opts, clock, start)?;
+        stats.algorithm = if approx.is_some() { "gpu-sampleselect-approx+bracket" } else { "gpu-sampleselect+bracket" };
+        return Ok((out, stats));
     }
     let tasks = vec![Task {
         src: Src::Input,
@@ -934,7 +1004,203 @@ fn sample_select_once<K: SelectKey>(
         below: None,
         above: None,
     }];
-    sample_select_tasks(ctx, input, len, tasks, ranks.len(), approx, opts, clock)
+    sample_select_tasks(ctx, input, len, tasks, ranks.len(), approx, opts, clock, Start::default())
+}
+
+/// Where a descent starts when a bracketing level ran before it.
+#[derive(Default)]
+struct Start {
+    /// Buffers that the first tasks read (`Src::Buf`).
+    bufs: Vec<GpuBuffer>,
+    /// Levels already run.
+    level: u32,
+    /// Scratch bytes already allocated.
+    bytes: u64,
+    /// Answers already known: (output index, key).
+    answered: Vec<(usize, u64)>,
+}
+
+/// How many standard deviations of the sample rank a bracketing window reaches on
+/// either side of the target (the chance that a rank falls outside its window is
+/// about 2 * 2.3e-4; then the call reruns without bracketing).
+const BRACKET_SIGMAS: f64 = 3.5;
+/// Largest share of the input that the bracketing windows may hold together.
+const BRACKET_MAX_SHARE: f64 = 0.22;
+/// Windows of one bracketing pass (NWIN in select.wgsl).
+const BRACKET_WINDOWS: usize = 4;
+
+/// A bracketing window: sample index range `a ..= b` (`None`: unbounded on that
+/// side), the ranks it serves, and the capacity of its region.
+#[derive(Clone, Debug)]
+struct Window {
+    a: Option<u64>,
+    b: Option<u64>,
+    ranks: Vec<u64>,
+    cap: u64,
+}
+
+/// The bracketing windows of `ranks` (sorted, distinct) for `n` keys and a sorted
+/// sample of `s`; empty when there are more than [`BRACKET_WINDOWS`] after merging
+/// or they would hold too much.
+fn bracket_windows(n: u64, s: u64, ranks: &[u64], sigmas: f64) -> Vec<Window> {
+    let mut ws: Vec<(i64, i64, Vec<u64>)> = Vec::new();
+    for &r in ranks {
+        let q = (r as f64 + 0.5) / n as f64;
+        let p = q * s as f64 - 0.5;
+        let sd = (s as f64 * q * (1.0 - q)).sqrt() + 1.0;
+        // Sample indices; -1 and s stand for "unbounded".
+        let a = ((p - sigmas * sd).floor() as i64 - 1).max(-1);
+        let b = ((p + sigmas * sd).ceil() as i64 + 1).min(s as i64);
+        match ws.last_mut() {
+            Some(last) if a <= last.1 + 1 => {
+                last.1 = last.1.max(b);
+                last.2.push(r);
+            }
+            _ => ws.push((a, b, vec![r])),
+        }
+    }
+    if ws.len() > BRACKET_WINDOWS {
+        return Vec::new();
+    }
+    let out: Vec<Window> = ws
+        .into_iter()
+        .map(|(a, b, ranks)| {
+            // Keys between two sample order statistics m apart: about m / (s + 1) of
+            // them, standard deviation about sqrt(m) / (s + 1); 5 deviations of slack.
+            let m = (b - a) as f64;
+            let cap = (((m + 5.0 * m.sqrt() + 8.0) / (s as f64 + 1.0)) * n as f64).ceil() as u64;
+            Window { a: (a >= 0).then_some(a as u64), b: (b < s as i64).then_some(b as u64), ranks, cap: cap.min(n) }
+        })
+        .collect();
+    if out.iter().map(|w| w.cap).sum::<u64>() as f64 > BRACKET_MAX_SHARE * n as f64 {
+        return Vec::new();
+    }
+    out
+}
+
+/// The bracketing level (select.wgsl, section `window`): sample, sort the sample,
+/// one pass counting and copying the keys of each rank's window, one readback. Returns the
+/// first tasks (one per window holding a rank) and where the descent starts, or
+/// `None` when bracketing does not apply or did not pin every rank to a window
+/// (the caller then runs the plain descent).
+fn bracket<K: SelectKey>(
+    ctx: &GpuContext,
+    input: &DeviceArray,
+    len: usize,
+    ranks: &[u64],
+    opts: &SelectOptions,
+    clock: &mut GpuClock,
+) -> GpuResult<Option<(Vec<Task>, Start)>> {
+    let kern = Kern::new(ctx, K::BYTES, opts)?;
+    let (s, kb) = (kern.s as u64, kern.kb as u64);
+    let n = len as u64;
+    if len < opts.bracket_min || n < 8 * s {
+        return Ok(None);
+    }
+    let mut uniq: Vec<u64> = ranks.to_vec();
+    uniq.sort_unstable();
+    uniq.dedup();
+    let windows = bracket_windows(n, s, &uniq, opts.bracket_sigmas);
+    let total_cap: u64 = windows.iter().map(|w| w.cap).sum();
+    let max_binding = ctx.limits().max_storage_buffer_binding_size.min((1 << 31) - 1);
+    if windows.is_empty() || total_cap * kb > max_binding {
+        return Ok(None);
+    }
+    let p_gather = kern.pipe(ctx, "gather", "gather")?;
+    let p_sort = kern.pipe(ctx, "sort", "sort_sample")?;
+    let nwin = windows.len();
+    let nw_def = [("NWIN", nwin.to_string())];
+    let p_count = kern.pipe_with(ctx, "window", "window_count", &nw_def)?;
+    let p_copy = kern.pipe_with(ctx, "window", "window_copy", &nw_def)?;
+    let whole = Task { src: Src::Input, n, lo: 0, ranks: Vec::new(), below: None, above: None };
+    let ps = pieces(input, len, &[], &whole);
+    let mut scratch = Scratch { ctx, bytes: 0 };
+    let samples = scratch.alloc(s * kb)?;
+    let sorted = scratch.alloc(s * kb)?;
+    let counts = scratch.alloc(8 * BRACKET_WINDOWS as u64 * 4)?;
+    let wout = scratch.alloc(total_cap * kb)?;
+    let total_groups: u64 = ps.iter().map(|p| (p.2 as u64).div_ceil(CHUNK as u64)).sum();
+    let per_group = scratch.alloc(total_groups * nwin as u64 * 4)?;
+    let mut wp = WinParams { nw: nwin as u32, ..bytemuck::Zeroable::zeroed() };
+    let mut acc = 0u64;
+    let mut woff = Vec::with_capacity(windows.len());
+    for (i, w) in windows.iter().enumerate() {
+        wp.lo_idx[i] = w.a.map_or(NONE, |a| a as u32);
+        wp.hi_idx[i] = w.b.map_or(NONE, |b| b as u32);
+        wp.woff[i] = acc as u32;
+        wp.cap[i] = w.cap as u32;
+        woff.push(acc);
+        acc += w.cap;
+    }
+    let mut enc = ctx.encoder("select-bracket");
+    enc.clear_buffer(counts.raw(), 0, None);
+    let (mut r_sample, mut r_sort, mut r_count, mut r_copy) = (Rec::new(ctx), Rec::new(ctx), Rec::new(ctx), Rec::new(ctx));
+    let mut taken = 0u64;
+    let mut wg_base = 0u64;
+    for (pi, &(buf, off, pn)) in ps.iter().enumerate() {
+        let cnt = if pi + 1 == ps.len() { s - taken } else { s * pn as u64 / n };
+        let seed = opts.seed ^ 0x5bd1_e995 ^ (pi as u32);
+        let ub = uni(ctx, &Params { off, n: pn, cnt: cnt as u32, dst_off: taken as u32, seed, task: 0, mode: 0, pad: 0 });
+        r_sample.dispatch(&p_gather, &[(0, buf), (1, samples.raw()), (2, &ub)], cnt.div_ceil(WG as u64))?;
+        taken += cnt;
+        let groups = (pn as u64).div_ceil(CHUNK as u64);
+        let ub = uni(ctx, &WinParams { off, n: pn, wg_base: wg_base as u32, ..wp });
+        // The count pass does not use binding 4 (not in its layout).
+        r_count.dispatch(&p_count, &[(0, buf), (1, sorted.raw()), (2, counts.raw()), (3, &ub), (5, per_group.raw())], groups)?;
+        r_copy.dispatch(
+            &p_copy,
+            &[(0, buf), (1, sorted.raw()), (2, counts.raw()), (3, &ub), (4, wout.raw()), (5, per_group.raw())],
+            groups,
+        )?;
+        wg_base += groups;
+    }
+    let ub = uni(ctx, &Params { off: 0, n: s as u32, cnt: s as u32, dst_off: 0, seed: 0, task: 0, mode: 0, pad: 0 });
+    r_sort.dispatch(&p_sort, &[(0, samples.raw()), (1, sorted.raw()), (2, &ub)], 1)?;
+    clock.submit(ctx, enc, &[&r_sample, &r_sort, &r_count, &r_copy])?;
+    clock.mark(ctx, format_args!("bracket sample+sort+window ({} windows)", windows.len()))?;
+    let c: Vec<u32> = read_buf(ctx, counts.raw(), 8 * BRACKET_WINDOWS)?;
+    clock.mark(ctx, format_args!("bracket read counts"))?;
+
+    let word = |w: usize, at: usize| K::from_u64(c[8 * w + at] as u64 | ((c[8 * w + at + 1] as u64) << 32));
+    let mut answered = Vec::new();
+    let mut tasks: Vec<Task> = Vec::new();
+    for (wi, w) in windows.iter().enumerate() {
+        let (below, inside) = (c[8 * wi] as u64, c[8 * wi + 1] as u64);
+        let (lo, hi) = (word(wi, 2), word(wi, 4));
+        if wi + 1 < windows.len() {
+            // Windows must be disjoint in key space: the next one starts above this one.
+            let next_lo = word(wi + 1, 2);
+            if w.b.is_none() || windows[wi + 1].a.is_none() || next_lo <= hi {
+                return Ok(None);
+            }
+        }
+        let mut task = Task { src: Src::Buf { buf: 0, off: woff[wi] }, n: inside, lo: below, ranks: Vec::new(), below: None, above: None };
+        for (i, &r) in ranks.iter().enumerate() {
+            if !w.ranks.contains(&r) {
+                continue;
+            }
+            if !(below <= r && r < below + inside) {
+                // The sample missed: the rank lies outside its window.
+                return Ok(None);
+            }
+            if inside > w.cap {
+                // More keys than the region holds: only a window of one value can
+                // still answer (its keys are all that value).
+                if w.a.is_some() && w.b.is_some() && lo == hi {
+                    answered.push((i, lo.to_u64()));
+                    continue;
+                }
+                return Ok(None);
+            }
+            task.ranks.push((i, r));
+        }
+        if !task.ranks.is_empty() {
+            tasks.push(task);
+        }
+    }
+    let bytes = scratch.bytes;
+    drop((samples, sorted, counts, per_group));
+    Ok(Some((tasks, Start { bufs: vec![wout], level: 1, bytes, answered })))
 }
 
 /// The SampleSelect descent from the first-level `tasks` (every rank of a task
@@ -949,10 +1215,14 @@ fn sample_select_tasks<K: SelectKey>(
     approx: Option<u64>,
     opts: &SelectOptions,
     mut clock: GpuClock,
+    start: Start,
 ) -> GpuResult<(Vec<K>, SelectStats)> {
     let algorithm = if approx.is_some() { "gpu-sampleselect-approx" } else { "gpu-sampleselect" };
     let mut stats = SelectStats { algorithm, ..Default::default() };
     let mut out = vec![K::default(); nout];
+    for &(i, v) in &start.answered {
+        out[i] = K::from_u64(v);
+    }
     let kern = Kern::new(ctx, K::BYTES, opts)?;
     let (s, ns, nb, kb) = (kern.s as u64, kern.ns as u64, kern.nb() as u64, kern.kb as u64);
     let p_gather = kern.pipe(ctx, "gather", "gather")?;
@@ -969,10 +1239,10 @@ fn sample_select_tasks<K: SelectKey>(
         max_binding = max_binding.min(opts.max_filter_bytes);
     }
 
-    let mut scratch = Scratch { ctx, bytes: 0 };
-    let mut bufs: Vec<GpuBuffer> = Vec::new();
+    let mut scratch = Scratch { ctx, bytes: start.bytes };
+    let mut bufs: Vec<GpuBuffer> = start.bufs;
     let mut max_err = 0u64;
-    let mut level = 0u32;
+    let mut level = start.level;
     while !tasks.is_empty() {
         level += 1;
         if level > 64 {
@@ -1235,6 +1505,114 @@ fn sample_select_tasks<K: SelectKey>(
 }
 
 // ---------------------------------------------------------------------------------
+// Probes (bench select --probe)
+// ---------------------------------------------------------------------------------
+
+const PROBE_WGSL: &str = include_str!("../../shaders/probe.wgsl");
+
+/// Device milliseconds (timestamp queries, median of `reps`) of one pass over the
+/// first `n` keys of `keys` (u32; at most its first segment) for: plain load-and-sum probes
+/// (shaders/probe.wgsl) in scalar and vec4 shapes, with and without contention on
+/// one global counter; the bracketing window pass (both variants, one window of
+/// about 8% of the keys); and the first level's count kernel (1023 splitters, with
+/// the oracle). `sample` is a sorted sample of the keys (4096 of them). Empty when
+/// the adapter has no timestamp queries.
+pub fn probe_kernels(ctx: &GpuContext, keys: &DeviceArray, n: usize, sample: &[u32], reps: usize) -> GpuResult<Vec<(String, f64)>> {
+    check_device_input::<u32>(ctx, keys, n)?;
+    if !ctx.has_timestamps() || sample.len() != 4096 {
+        return Ok(Vec::new());
+    }
+    // The first segment (all of the keys unless they exceed one binding).
+    let (buf, _, rows) = keys.segment(0);
+    let n = n.min(rows);
+    let time = |what: &str, pipe: &Arc<wgpu::ComputePipeline>, entries: &[(u32, &wgpu::Buffer)], groups: u64| -> GpuResult<(String, f64)> {
+        // Warm up (the clock of an idle GPU drops; see timing::warm_up).
+        crate::timing::warm_up(200.0, || -> GpuResult<()> {
+            let mut r = Rec::new(ctx);
+            r.dispatch(pipe, entries, groups)?;
+            let mut enc = ctx.encoder("probe-warm-up");
+            r.encode(&mut enc, None);
+            ctx.submit(enc)?;
+            ctx.wait()
+        })?;
+        let mut v = Vec::new();
+        for _ in 0..reps.max(1) {
+            let mut r = Rec::new(ctx);
+            r.dispatch(pipe, entries, groups)?;
+            let timer = crate::timing::KernelTimer::new(ctx, 1).ok_or_else(|| GpuError::Invalid("no timestamps".into()))?;
+            let mut enc = ctx.encoder("probe");
+            r.encode(&mut enc, timer.writes(0));
+            timer.resolve(&mut enc);
+            ctx.submit(enc)?;
+            v.push(timer.read_ms(ctx)?[0]);
+        }
+        v.sort_by(f64::total_cmp);
+        Ok((what.to_string(), v[v.len() / 2]))
+    };
+    let mut out = Vec::new();
+    let acc = ctx.pool().alloc(4096 * 4)?;
+    for items in [16u32, 64] {
+        let defs = [("ITEMS", items.to_string())];
+        let ps = ctx.pipeline("probe", PROBE_WGSL, "sum_scalar", &defs)?;
+        let pv = ctx.pipeline("probe", PROBE_WGSL, "sum_vec4", &defs)?;
+        let groups = (n as u64).div_ceil(256 * items as u64);
+        for mode in [0u32, 1] {
+            let ub = ctx.uniform(&[n as u32, mode, 0, 0]);
+            let e: [(u32, &wgpu::Buffer); 3] = [(0, buf), (2, acc.raw()), (3, &ub)];
+            out.push(time(&format!("sum scalar x{items} mode {mode}"), &ps, &e, groups)?);
+            let e: [(u32, &wgpu::Buffer); 3] = [(1, buf), (2, acc.raw()), (3, &ub)];
+            out.push(time(&format!("sum vec4 x{items} mode {mode}"), &pv, &e, groups)?);
+        }
+    }
+    // The window pass over one window of sample indices 1900..=2200.
+    let kern = Kern::new(ctx, 4, &SelectOptions::default())?;
+    let smp = ctx.pool().alloc(4096 * 4)?;
+    ctx.write_small(smp.raw(), 0, bytemuck::cast_slice(sample))?;
+    let counts = ctx.pool().alloc(32 * 4)?;
+    let cap = n as u64 / 5;
+    let wout = ctx.pool().alloc(cap * 4)?;
+    let wp = WinParams {
+        off: 0,
+        n: n as u32,
+        nw: 1,
+        wg_base: 0,
+        lo_idx: [1900, 0, 0, 0],
+        hi_idx: [2200, 0, 0, 0],
+        woff: [0; 4],
+        cap: [cap as u32, 0, 0, 0],
+    };
+    let ub = ctx.uniform(&wp);
+    let groups = (n as u64).div_ceil(CHUNK as u64);
+    let per_group = ctx.pool().alloc(groups * 4)?;
+    let defs = [("NWIN", "1".to_string())];
+    let p = kern.pipe_with(ctx, "window", "window_count", &defs)?;
+    out.push(time("window count", &p, &[(0, buf), (1, smp.raw()), (2, counts.raw()), (3, &ub), (5, per_group.raw())], groups)?);
+    let p = kern.pipe_with(ctx, "window", "window_copy", &defs)?;
+    out.push(time("window copy", &p, &[(0, buf), (1, smp.raw()), (2, counts.raw()), (3, &ub), (4, wout.raw()), (5, per_group.raw())], groups)?);
+    // One level's sample: the gather of S keys and their sort in one workgroup.
+    let samples = ctx.pool().alloc(kern.s as u64 * 4)?;
+    let sorted = ctx.pool().alloc(kern.s as u64 * 4)?;
+    let ub = ctx.uniform(&Params { off: 0, n: n as u32, cnt: kern.s, dst_off: 0, seed: 7, task: 0, mode: 0, pad: 0 });
+    let p = kern.pipe(ctx, "gather", "gather")?;
+    out.push(time("gather S", &p, &[(0, buf), (1, samples.raw()), (2, &ub)], (kern.s as u64).div_ceil(WG as u64))?);
+    let ub = ctx.uniform(&Params { off: 0, n: kern.s, cnt: kern.s, dst_off: 0, seed: 0, task: 0, mode: 0, pad: 0 });
+    let p = kern.pipe(ctx, "sort", "sort_sample")?;
+    out.push(time("sort S", &p, &[(0, samples.raw()), (1, sorted.raw()), (2, &ub)], 1)?);
+    // The count kernel with the oracle, 1023 splitters from the sample.
+    let spl: Vec<u32> = (0..kern.ns as usize).map(|j| sample[(j + 1) * 4096 / (kern.ns as usize + 1)]).collect();
+    let splb = ctx.pool().alloc(spl.len() as u64 * 4)?;
+    ctx.write_small(splb.raw(), 0, bytemuck::cast_slice(&spl))?;
+    let cnt = ctx.pool().alloc(kern.nb() as u64 * 4)?;
+    let ob = ctx.pool().alloc((n as u64).div_ceil(8 * WG as u64) * WG as u64 * 4)?;
+    let ub = ctx.uniform(&Params { off: 0, n: n as u32, cnt: 0, dst_off: 0, seed: 0, task: 0, mode: 0, pad: 0 });
+    let p = kern.pipe(ctx, "bucket+oracle", "count_oracle")?;
+    out.push(time("count (oracle)", &p, &[(0, buf), (1, splb.raw()), (2, cnt.raw()), (3, &ub), (7, ob.raw())], (n as u64).div_ceil(CCHUNK as u64))?);
+    let p = kern.pipe(ctx, "bucket", "count")?;
+    out.push(time("count (no oracle)", &p, &[(0, buf), (1, splb.raw()), (2, cnt.raw()), (3, &ub)], (n as u64).div_ceil(CCHUNK as u64))?);
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------------
 // Keys on the device
 // ---------------------------------------------------------------------------------
 
@@ -1381,7 +1759,7 @@ pub fn select_regions_gpu_device<K: SelectKey>(
             tasks.push(Task { src: Src::Range { start: regions[ri].0 }, n: regions[ri].1, lo: 0, ranks: tr, below: None, above: None });
         }
         let clock = GpuClock::new(ctx);
-        let (out, _) = sample_select_tasks::<K>(ctx, keys, len, tasks, slots.len(), None, &opts, clock)?;
+        let (out, _) = sample_select_tasks::<K>(ctx, keys, len, tasks, slots.len(), None, &opts, clock, Start::default())?;
         for (o, &(ri, j)) in out.into_iter().zip(&slots) {
             vals[ri][j] = o;
         }

@@ -663,3 +663,88 @@ fn gpu_select_regions_matches_sorted_regions() {
     assert!(select_regions_gpu_device::<u64>(&ctx, &arr, &[(0, 2)], &[]).is_err());
     assert_eq!(select_regions_gpu_device::<u64>(&ctx, &arr, &[], &[]).unwrap(), Vec::<Vec<u64>>::new());
 }
+
+// ---------------------------------------------------------------------------------
+// Bracketing level
+// ---------------------------------------------------------------------------------
+
+/// The bracketing first level (key windows around the target ranks from the sorted
+/// sample, one counting and copying pass) against the sort reference: every
+/// distribution, exact, approximate and top-k, 32- and 64-bit keys, inputs over
+/// several segments; and with windows so narrow that they miss or overflow (the
+/// call must then fall back to the plain descent and still be exact).
+#[test]
+fn gpu_select_bracketing_level() {
+    let Some(ctx) = test_context() else { return };
+    let on = SelectOptions { bracket_min: 0, ..Default::default() };
+    let narrow = SelectOptions { bracket_min: 0, bracket_sigmas: 0.0, ..Default::default() };
+    let mut bracketed = 0;
+    let mut fell_back = 0;
+    for &n in &[40_000usize, 100_003] {
+        for (name, keys) in datasets_u32(n, 700 + n as u64) {
+            let n64 = n as u64;
+            let rank_sets: Vec<Vec<u64>> = vec![
+                vec![n64 / 2],
+                vec![n64 / 4, n64 / 2, 3 * n64 / 4],
+                vec![0, n64 - 1],
+                vec![n64 / 3, n64 / 3 + 1, n64 / 3 + 17],
+                ranks_for(n, 3),
+            ];
+            for ranks in &rank_sets {
+                for (label, opts) in [("on", &on), ("narrow", &narrow)] {
+                    let (got, st) = select_gpu_with(&ctx, &keys, ranks, opts).unwrap();
+                    check_exact(&got, &keys, ranks, &format!("bracket {label} {name}"));
+                    if st.algorithm.contains("bracket") {
+                        bracketed += 1;
+                    } else {
+                        fell_back += 1;
+                    }
+                    if label == "on" && ranks.len() == 1 && (name == "uniform" || name == "sorted" || name == "distinct-1") {
+                        assert!(st.algorithm.contains("bracket"), "{name}: the median is bracketed ({})", st.algorithm);
+                    }
+                }
+            }
+            // Approximate: within the bound.
+            let ranks = vec![n64 / 2, n64 / 10];
+            let (got, st) = approx_select_gpu_with(&ctx, &keys, &ranks, &on).unwrap();
+            check_approx(&got, &st, &keys, &ranks, &format!("bracket approx {name}"));
+            // Top-k through a bracketed threshold.
+            for k in [1usize, 10, 1000, n / 100] {
+                let (got, _) = topk_gpu_with(&ctx, &keys, k, &on).unwrap();
+                assert_eq!(got, topk_reference(&keys, k), "bracket top-{k} {name}");
+            }
+        }
+    }
+    assert!(bracketed > 0 && fell_back > 0, "both outcomes seen: {bracketed} bracketed, {fell_back} fell back");
+    // 64-bit keys (native and emulated), segmented input.
+    let mut r = rng(77);
+    let n = 150_001usize;
+    let keys64: Vec<u64> = keys_f64(&(0..n).map(|_| normal(&mut r) * 1e6).collect::<Vec<_>>());
+    let arr = DeviceArray::upload_segmented(&ctx, &keys64, 32_768).unwrap();
+    assert!(arr.num_segments() > 1);
+    // Five windows (more than one pass takes): the plain descent; three: bracketed.
+    let five = vec![0, n as u64 / 2, n as u64 / 4, 3 * n as u64 / 4, n as u64 - 1];
+    let (got, st) = select_gpu_device_with::<u64>(&ctx, &arr, n, &five, &on).unwrap();
+    check_exact(&got, &keys64, &five, "bracket u64 five ranks");
+    assert!(!st.algorithm.contains("bracket"), "{}", st.algorithm);
+    let ranks = vec![0, n as u64 / 2, n as u64 - 1];
+    for int64 in [Int64Path::Auto, Int64Path::Emulated] {
+        for sig in [3.5, 0.0] {
+            let opts = SelectOptions { int64, bracket_min: 0, bracket_sigmas: sig, ..Default::default() };
+            // One window, then three.
+            let (got, _) = select_gpu_device_with::<u64>(&ctx, &arr, n, &ranks[1..2], &opts).unwrap();
+            check_exact(&got, &keys64, &ranks[1..2], &format!("bracket u64 median {int64:?} sigmas {sig}"));
+            let (got, st) = select_gpu_device_with::<u64>(&ctx, &arr, n, &ranks, &opts).unwrap();
+            check_exact(&got, &keys64, &ranks, &format!("bracket u64 {int64:?} sigmas {sig}"));
+            if sig > 0.0 {
+                assert!(st.algorithm.contains("bracket"), "u64 {int64:?}: {}", st.algorithm);
+            }
+        }
+    }
+    let keys32: Vec<u32> = (0..n).map(|_| r.random::<u32>()).collect();
+    let arr = DeviceArray::upload_segmented(&ctx, &keys32, 10_000).unwrap();
+    let (got, st) = select_gpu_device_with::<u32>(&ctx, &arr, n, &ranks, &on).unwrap();
+    check_exact(&got, &keys32, &ranks, "bracket u32 segmented");
+    assert!(st.algorithm.contains("bracket"), "{}", st.algorithm);
+    assert!(st.device_bytes <= (n as u64 * 4) / 4, "aux {} bytes above a quarter of the input", st.device_bytes);
+}

@@ -281,10 +281,13 @@ pub fn filter(lo: u32, hi: u32, iterations: usize) -> Result<()> {
 /// SampleSelect on resident f32 keys (exact median, three quartiles at once,
 /// top-k for k = 10, 1000, n/100, approximate median with its measured rank
 /// error) against the CPU path and DataFusion's `median` over the same column.
-pub fn select(lo: u32, hi: u32, iterations: usize) -> Result<()> {
+pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool) -> Result<()> {
     use ridgeline_operators::select::{
-        approx_select_gpu_device, key_f32, select_cpu, select_gpu_device, topk_cpu, topk_gpu_device,
+        approx_select_gpu_device, key_f32, select_cpu, select_gpu_device, select_gpu_device_with, topk_cpu, topk_gpu_device,
+        topk_gpu_device_with, SelectOptions,
     };
+    // The plain descent (no bracketing level), measured beside the default.
+    let plain = SelectOptions { bracket_min: usize::MAX, ..Default::default() };
     let ctx = context::global().map_err(|e| DataFusionError::Execution(e.to_string()))?;
     let g = |e: ridgeline_operators::GpuError| DataFusionError::Execution(e.to_string());
     let threads = rayon::current_num_threads();
@@ -294,9 +297,9 @@ pub fn select(lo: u32, hi: u32, iterations: usize) -> Result<()> {
         ctx.info().backend
     );
     println!(
-        "| n | median ms | 3 quartiles ms | top-10 ms | top-1000 ms | top-n/100 ms | approx median ms | approx rank err (bound) | aux MiB (/input) | CPU median ms | DataFusion median ms |"
+        "| n | median ms | median plain ms | 3 quartiles ms | top-10 ms | top-10 plain ms | top-1000 ms | top-n/100 ms | approx median ms | approx rank err (bound) | aux MiB (/input) | CPU median ms | DataFusion median ms |"
     );
-    println!("|{}", " --- |".repeat(11));
+    println!("|{}", " --- |".repeat(13));
     let time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
         ridgeline_operators::timing::warm_up(ridgeline_operators::timing::WARM_UP_MS, &mut *f)?;
         let mut v = Vec::new();
@@ -319,6 +322,14 @@ pub fn select(lo: u32, hi: u32, iterations: usize) -> Result<()> {
         let arr = DeviceArray::upload(&ctx, &keys).map_err(g)?;
         ctx.wait().map_err(g)?;
         let half = (n / 2) as u64;
+        if probe && k == hi {
+            let mut sample: Vec<u32> = (0..4096).map(|i| keys[i * (n / 4096)]).collect();
+            sample.sort_unstable();
+            for (what, ms) in ridgeline_operators::select::probe_kernels(&ctx, &arr, n, &sample, iterations.max(5)).map_err(g)? {
+                let gbs = (n * 4) as f64 / ms / 1e6;
+                println!("probe 2^{k} {what}: {ms:.3} ms ({gbs:.0} GB/s of keys read)");
+            }
+        }
         let want = select_cpu(&keys, &[half, (n / 4) as u64, (3 * n / 4) as u64]);
         let mut aux = 0u64;
         let med = time(&mut || {
@@ -326,6 +337,13 @@ pub fn select(lo: u32, hi: u32, iterations: usize) -> Result<()> {
             aux = aux.max(st.device_bytes);
             if v[0] != want[0] {
                 return Err(DataFusionError::Execution(format!("GPU median {} != CPU {}", v[0], want[0])));
+            }
+            Ok(())
+        })?;
+        let med_plain = time(&mut || {
+            let (v, _) = select_gpu_device_with::<u32>(&ctx, &arr, n, &[half], &plain).map_err(g)?;
+            if v[0] != want[0] {
+                return Err(DataFusionError::Execution(format!("GPU median (plain) {} != CPU {}", v[0], want[0])));
             }
             Ok(())
         })?;
@@ -349,6 +367,14 @@ pub fn select(lo: u32, hi: u32, iterations: usize) -> Result<()> {
                 Ok(())
             })?);
         }
+        let want10 = topk_cpu(&keys, 10);
+        let tk_plain = time(&mut || {
+            let (ids, _) = topk_gpu_device_with::<u32>(&ctx, &arr, n, 10, &plain).map_err(g)?;
+            if ids != want10 {
+                return Err(DataFusionError::Execution("GPU top-10 (plain) differs from the CPU's".into()));
+            }
+            Ok(())
+        })?;
         let mut approx = (0u32, 0u64);
         let am = time(&mut || {
             let (v, st) = approx_select_gpu_device::<u32>(&ctx, &arr, n, &[half]).map_err(g)?;
@@ -382,7 +408,7 @@ pub fn select(lo: u32, hi: u32, iterations: usize) -> Result<()> {
         let cpu_ms = cpu.iter().copied().fold(f64::INFINITY, f64::min);
         let df_ms = datafusion_median_ms(&vals, iterations)?;
         println!(
-            "| 2^{k} | {med:.3} | {q3:.3} | {:.3} | {:.3} | {:.3} | {am:.3} | {} ({}, {:.4}% of n) | {:.1} ({:.3}) | {cpu_ms:.2} | {df_ms:.2} |",
+            "| 2^{k} | {med:.3} | {med_plain:.3} | {q3:.3} | {:.3} | {tk_plain:.3} | {:.3} | {:.3} | {am:.3} | {} ({}, {:.4}% of n) | {:.1} ({:.3}) | {cpu_ms:.2} | {df_ms:.2} |",
             tk[0],
             tk[1],
             tk[2],

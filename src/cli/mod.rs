@@ -194,6 +194,10 @@ pub enum BenchCommand {
     Select {
         #[command(flatten)]
         range: SizeRange,
+        /// Also time (timestamp queries) plain load-and-sum passes and the selection's
+        /// bracketing and count kernels over the same keys, at the largest size.
+        #[arg(long)]
+        probe: bool,
     },
     /// GPU hash partitioning (histogram, scan, stable scatter) at fan-outs 2..4096 vs the CPU partition.
     Partition {
@@ -289,7 +293,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             BenchCommand::Scan { range } => bench::scan(range.min_log2, range.max_log2, range.iterations),
             BenchCommand::Compact { range, selectivity } => bench::compact(range.min_log2, range.max_log2, range.iterations, selectivity),
             BenchCommand::Filter { range } => bench::filter(range.min_log2, range.max_log2, range.iterations),
-            BenchCommand::Select { range } => bench::select(range.min_log2, range.max_log2, range.iterations),
+            BenchCommand::Select { range, probe } => bench::select(range.min_log2, range.max_log2, range.iterations, probe),
             BenchCommand::Partition { range } => bench::partition(range.min_log2, range.max_log2, range.iterations),
             BenchCommand::Aggregate { range, .. } => bench::aggregate(range.min_log2, range.max_log2, range.iterations),
             BenchCommand::Tpch(_) | BenchCommand::Skyline(_) => {

@@ -483,7 +483,7 @@ fn filter_oracle(inv: Inv) {
 //@@ window (the bracketing first level: key windows around the target ranks)
 
 // Floyd & Rivest's idea applied as SampleSelect's first level: the host picks, per
-// distinct target rank, a window [lo, hi] of the sorted sample (indices about 3.5
+// distinct target rank, a window [lo, hi] of the sorted sample (indices about 3
 // standard deviations of the sample rank either side of the target), so the key at
 // that rank lies inside it with high probability; windows overlapping in sample
 // index are merged. Two lean passes over the keys, with no search tree and no

@@ -59,8 +59,8 @@
 //!
 //! # Device memory
 //!
-//! With bracketing, the windows' regions (their expected size plus five standard
-//! deviations, at most 22% of the keys) and 4 bytes per 4096 keys replace the
+//! With bracketing, the windows' regions (their expected size plus four standard
+//! deviations, at most 20% of the keys) and 4 bytes per 4096 keys replace the
 //! first level's oracle; the later levels' scratch is a small part of the windows.
 //!
 //! Without bracketing: the oracle (n/2 bytes:
@@ -73,19 +73,20 @@
 //!
 //! # Bracketing (the first level on large inputs)
 //!
-//! From [`SelectOptions::bracket_min`] keys (2^21) the descent starts with a
+//! From [`SelectOptions::bracket_min`] keys (2^25) the descent starts with a
 //! bracketing level in the manner of Floyd & Rivest's sampling select: after the
 //! sample of S keys is sorted, each distinct rank gets a *window* of sample indices
-//! around its expected position (3.5 standard deviations of the sample rank either
-//! side; windows that overlap merge; at most 4 windows holding at most 22% of the
+//! around its expected position (3 standard deviations of the sample rank either
+//! side; windows that overlap merge; at most 4 windows holding at most 20% of the
 //! keys, else the plain descent runs). Two lean passes over the keys
 //! (select.wgsl, section `window`): `window_count` counts, per window, the keys
 //! below it and inside it (and each workgroup's keys inside), `window_copy` copies
 //! the keys inside each window into its region. One readback of the counts pins
-//! each rank to its window (ranks outside their window, which happens with
-//! probability about 5e-4, or windows overflowing their region rerun the plain
-//! descent; a window of one value answers its ranks at once), and the descent goes
-//! on inside the windows, about 8% of the keys for a median. Neither pass searches
+//! each rank to its window (a rank outside its window, which happens with
+//! probability about 3e-3, reruns the plain descent; a window of one value answers
+//! its ranks at once; windows that ties at their bounds made larger than their
+//! regions are copied again into regions of the exact sizes), and the descent goes
+//! on inside the windows, about 6% of the keys for a median. Neither pass searches
 //! a splitter tree or keeps per-key state, so both run at 1.6-2 TB/s on the H100
 //! (0.55 and 0.67 ms at 2^28, against 3.5 ms for the first level's count kernel),
 //! and the oracle is only built over the windows. This is the SampleSelect level
@@ -306,10 +307,11 @@ pub struct SelectOptions {
     /// Inputs of at least this many keys (and at least 8 samples' worth) start with
     /// the bracketing level (see "Bracketing" in the module documentation) when their
     /// distinct ranks make at most 4 windows; `usize::MAX` never brackets. Default
-    /// 2^21.
+    /// 2^25: on the H100 the bracketing level pays from about 2^25-2^26 keys and
+    /// costs up to 0.5 ms below 2^23 (one more readback than it saves).
     pub bracket_min: usize,
     /// Half-width of a bracketing window in standard deviations of the sample rank
-    /// (default 3.5; tests make it small so that windows miss and overflow).
+    /// (default 3; tests make it small so that windows miss and overflow).
     pub bracket_sigmas: f64,
 }
 
@@ -323,7 +325,7 @@ impl Default for SelectOptions {
             max_filter_bytes: 0,
             oracle: true,
             oracle_max_ranks: 4,
-            bracket_min: 1 << 21,
+            bracket_min: 1 << 25,
             bracket_sigmas: BRACKET_SIGMAS,
         }
     }
@@ -991,20 +993,20 @@ fn sample_select_once<K: SelectKey>(
         let algorithm = if approx.is_some() { "gpu-sampleselect-approx" } else { "gpu-sampleselect" };
         return Ok((Vec::new(), SelectStats { algorithm, ..Default::default() }));
     }
-    if let Some((tasks, start)) = bracket::<K>(ctx, input, len, ranks, opts, &mut clock)? {
-        let (out, mut stats) = sample_select_tasks(ctx, input, len, tasks, ranks.len(), approx, opts, clock, start)?;
-        stats.algorithm = if approx.is_some() { "gpu-sampleselect-approx+bracket" } else { "gpu-sampleselect+bracket" };
-        return Ok((out, stats));
-    }
-    let tasks = vec![Task {
+    let whole = Task {
         src: Src::Input,
         n: len as u64,
         lo: 0,
         ranks: ranks.iter().copied().enumerate().collect(),
         below: None,
         above: None,
-    }];
-    sample_select_tasks(ctx, input, len, tasks, ranks.len(), approx, opts, clock, Start::default())
+    };
+    if let Some((tasks, start)) = bracket::<K>(ctx, input, len, &whole, opts, &mut clock)? {
+        let (out, mut stats) = sample_select_tasks(ctx, input, len, tasks, ranks.len(), approx, opts, clock, start)?;
+        stats.algorithm = if approx.is_some() { "gpu-sampleselect-approx+bracket" } else { "gpu-sampleselect+bracket" };
+        return Ok((out, stats));
+    }
+    sample_select_tasks(ctx, input, len, vec![whole], ranks.len(), approx, opts, clock, Start::default())
 }
 
 /// Where a descent starts when a bracketing level ran before it.
@@ -1020,12 +1022,21 @@ struct Start {
     answered: Vec<(usize, u64)>,
 }
 
+static BRACKETED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Bracketing levels in this process that pinned every rank of their task to a
+/// window (a diagnostic counter: tests check that a path really bracketed).
+pub fn bracketed_total() -> u64 {
+    BRACKETED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// How many standard deviations of the sample rank a bracketing window reaches on
 /// either side of the target (the chance that a rank falls outside its window is
-/// about 2 * 2.3e-4; then the call reruns without bracketing).
-const BRACKET_SIGMAS: f64 = 3.5;
-/// Largest share of the input that the bracketing windows may hold together.
-const BRACKET_MAX_SHARE: f64 = 0.22;
+/// about 2.7e-3; then the call reruns without bracketing).
+const BRACKET_SIGMAS: f64 = 3.0;
+/// Largest share of the input that the bracketing windows may hold together (with
+/// the later levels' scratch, auxiliary memory stays under a quarter of the input).
+const BRACKET_MAX_SHARE: f64 = 0.2;
 /// Windows of one bracketing pass (NWIN in select.wgsl).
 const BRACKET_WINDOWS: usize = 4;
 
@@ -1066,9 +1077,9 @@ fn bracket_windows(n: u64, s: u64, ranks: &[u64], sigmas: f64) -> Vec<Window> {
         .into_iter()
         .map(|(a, b, ranks)| {
             // Keys between two sample order statistics m apart: about m / (s + 1) of
-            // them, standard deviation about sqrt(m) / (s + 1); 5 deviations of slack.
+            // them, standard deviation about sqrt(m) / (s + 1); 4 deviations of slack.
             let m = (b - a) as f64;
-            let cap = (((m + 5.0 * m.sqrt() + 8.0) / (s as f64 + 1.0)) * n as f64).ceil() as u64;
+            let cap = (((m + 4.0 * m.sqrt() + 8.0) / (s as f64 + 1.0)) * n as f64).ceil() as u64;
             Window { a: (a >= 0).then_some(a as u64), b: (b < s as i64).then_some(b as u64), ranks, cap: cap.min(n) }
         })
         .collect();
@@ -1087,17 +1098,17 @@ fn bracket<K: SelectKey>(
     ctx: &GpuContext,
     input: &DeviceArray,
     len: usize,
-    ranks: &[u64],
+    whole: &Task,
     opts: &SelectOptions,
     clock: &mut GpuClock,
 ) -> GpuResult<Option<(Vec<Task>, Start)>> {
     let kern = Kern::new(ctx, K::BYTES, opts)?;
     let (s, kb) = (kern.s as u64, kern.kb as u64);
-    let n = len as u64;
-    if len < opts.bracket_min || n < 8 * s {
+    let n = whole.n;
+    if n < opts.bracket_min as u64 || n < 8 * s || whole.lo != 0 {
         return Ok(None);
     }
-    let mut uniq: Vec<u64> = ranks.to_vec();
+    let mut uniq: Vec<u64> = whole.ranks.iter().map(|x| x.1).collect();
     uniq.sort_unstable();
     uniq.dedup();
     let windows = bracket_windows(n, s, &uniq, opts.bracket_sigmas);
@@ -1112,8 +1123,7 @@ fn bracket<K: SelectKey>(
     let nw_def = [("NWIN", nwin.to_string())];
     let p_count = kern.pipe_with(ctx, "window", "window_count", &nw_def)?;
     let p_copy = kern.pipe_with(ctx, "window", "window_copy", &nw_def)?;
-    let whole = Task { src: Src::Input, n, lo: 0, ranks: Vec::new(), below: None, above: None };
-    let ps = pieces(input, len, &[], &whole);
+    let ps = pieces(input, len, &[], whole);
     let mut scratch = Scratch { ctx, bytes: 0 };
     let samples = scratch.alloc(s * kb)?;
     let sorted = scratch.alloc(s * kb)?;
@@ -1163,43 +1173,84 @@ fn bracket<K: SelectKey>(
 
     let word = |w: usize, at: usize| K::from_u64(c[8 * w + at] as u64 | ((c[8 * w + at + 1] as u64) << 32));
     let mut answered = Vec::new();
-    let mut tasks: Vec<Task> = Vec::new();
+    // Per window: Some(ranks to descend into) when its keys are needed.
+    let mut needed: Vec<Option<Vec<(usize, u64)>>> = vec![None; nwin];
     for (wi, w) in windows.iter().enumerate() {
         let (below, inside) = (c[8 * wi] as u64, c[8 * wi + 1] as u64);
         let (lo, hi) = (word(wi, 2), word(wi, 4));
-        if wi + 1 < windows.len() {
+        if wi + 1 < nwin {
             // Windows must be disjoint in key space: the next one starts above this one.
             let next_lo = word(wi + 1, 2);
             if w.b.is_none() || windows[wi + 1].a.is_none() || next_lo <= hi {
                 return Ok(None);
             }
         }
-        let mut task = Task { src: Src::Buf { buf: 0, off: woff[wi] }, n: inside, lo: below, ranks: Vec::new(), below: None, above: None };
-        for (i, &r) in ranks.iter().enumerate() {
-            if !w.ranks.contains(&r) {
-                continue;
-            }
-            if !(below <= r && r < below + inside) {
-                // The sample missed: the rank lies outside its window.
-                return Ok(None);
-            }
-            if inside > w.cap {
-                // More keys than the region holds: only a window of one value can
-                // still answer (its keys are all that value).
-                if w.a.is_some() && w.b.is_some() && lo == hi {
-                    answered.push((i, lo.to_u64()));
-                    continue;
-                }
-                return Ok(None);
-            }
-            task.ranks.push((i, r));
+        let mine: Vec<(usize, u64)> = whole.ranks.iter().copied().filter(|x| w.ranks.contains(&x.1)).collect();
+        if mine.iter().any(|&(_, r)| !(below <= r && r < below + inside)) {
+            // The sample missed: a rank lies outside its window.
+            return Ok(None);
         }
-        if !task.ranks.is_empty() {
-            tasks.push(task);
+        if w.a.is_some() && w.b.is_some() && lo == hi {
+            // A window of one value answers its ranks at once.
+            answered.extend(mine.iter().map(|&(i, _)| (i, lo.to_u64())));
+        } else if !mine.is_empty() {
+            needed[wi] = Some(mine);
+        }
+    }
+    let inside = |wi: usize| c[8 * wi + 1] as u64;
+    let overflow = (0..nwin).any(|wi| needed[wi].is_some() && inside(wi) > windows[wi].cap);
+    let (wout, woff) = if !overflow {
+        (wout, woff)
+    } else {
+        // Ties at the bounds made a window larger than its region: copy again into
+        // regions of the exact sizes (the counts stay valid), unless that is too much.
+        let sizes: Vec<u64> = (0..nwin).map(|wi| if needed[wi].is_some() { inside(wi) } else { 0 }).collect();
+        let total: u64 = sizes.iter().sum();
+        if total as f64 > BRACKET_MAX_SHARE * n as f64 || total * kb > max_binding {
+            return Ok(None);
+        }
+        scratch.bytes -= wout.size();
+        drop(wout);
+        let wout = scratch.alloc(total * kb)?;
+        let mut wp2 = wp;
+        let mut woff2 = Vec::with_capacity(nwin);
+        let mut acc = 0u64;
+        for (wi, &sz) in sizes.iter().enumerate() {
+            wp2.woff[wi] = acc as u32;
+            wp2.cap[wi] = sz as u32;
+            woff2.push(acc);
+            acc += sz;
+        }
+        let mut enc = ctx.encoder("select-bracket-recopy");
+        for wi in 0..nwin {
+            enc.clear_buffer(counts.raw(), (8 * wi as u64 + 6) * 4, Some(4));
+        }
+        let mut r_copy = Rec::new(ctx);
+        let mut wg_base = 0u64;
+        for &(buf, off, pn) in &ps {
+            let groups = (pn as u64).div_ceil(CHUNK as u64);
+            let ub = uni(ctx, &WinParams { off, n: pn, wg_base: wg_base as u32, ..wp2 });
+            r_copy.dispatch(
+                &p_copy,
+                &[(0, buf), (1, sorted.raw()), (2, counts.raw()), (3, &ub), (4, wout.raw()), (5, per_group.raw())],
+                groups,
+            )?;
+            wg_base += groups;
+        }
+        clock.submit(ctx, enc, &[&r_copy])?;
+        clock.mark(ctx, format_args!("bracket copy again ({total} keys)"))?;
+        (wout, woff2)
+    };
+    let mut tasks: Vec<Task> = Vec::new();
+    for (wi, ranks) in needed.into_iter().enumerate() {
+        if let Some(ranks) = ranks {
+            let below = c[8 * wi] as u64;
+            tasks.push(Task { src: Src::Buf { buf: 0, off: woff[wi] }, n: inside(wi), lo: below, ranks, below: None, above: None });
         }
     }
     let bytes = scratch.bytes;
     drop((samples, sorted, counts, per_group));
+    BRACKETED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Ok(Some((tasks, Start { bufs: vec![wout], level: 1, bytes, answered })))
 }
 
@@ -1719,6 +1770,18 @@ pub fn select_regions_gpu_device<K: SelectKey>(
     regions: &[(u64, u64)],
     ranks: &[Vec<u64>],
 ) -> GpuResult<Vec<Vec<K>>> {
+    select_regions_gpu_device_with(ctx, keys, regions, ranks, &SelectOptions::default())
+}
+
+/// [`select_regions_gpu_device`] with options (regions of at least
+/// [`SelectOptions::bracket_min`] keys start with the bracketing level).
+pub fn select_regions_gpu_device_with<K: SelectKey>(
+    ctx: &GpuContext,
+    keys: &DeviceArray,
+    regions: &[(u64, u64)],
+    ranks: &[Vec<u64>],
+    opts: &SelectOptions,
+) -> GpuResult<Vec<Vec<K>>> {
     if regions.len() != ranks.len() {
         return Err(GpuError::Invalid(format!("{} regions, {} rank lists", regions.len(), ranks.len())));
     }
@@ -1741,7 +1804,7 @@ pub fn select_regions_gpu_device<K: SelectKey>(
         .collect();
     let mut vals: Vec<Vec<K>> = uniq.iter().map(|u| vec![K::default(); u.len()]).collect();
     let rounds = uniq.iter().map(|u| u.len().div_ceil(RANKS_PER_DESCENT)).max().unwrap_or(0);
-    let opts = SelectOptions::default();
+    let opts = *opts;
     for round in 0..rounds {
         let mut tasks = Vec::new();
         let mut slots: Vec<(usize, usize)> = Vec::new(); // output index -> (region, index in uniq)
@@ -1758,8 +1821,30 @@ pub fn select_regions_gpu_device<K: SelectKey>(
             }
             tasks.push(Task { src: Src::Range { start: regions[ri].0 }, n: regions[ri].1, lo: 0, ranks: tr, below: None, above: None });
         }
-        let clock = GpuClock::new(ctx);
-        let (out, _) = sample_select_tasks::<K>(ctx, keys, len, tasks, slots.len(), None, &opts, clock, Start::default())?;
+        let mut clock = GpuClock::new(ctx);
+        // Large regions start with the bracketing level (one pass each over the
+        // region); their windows' buffers join the descent's.
+        let mut start = Start::default();
+        let mut first = Vec::with_capacity(tasks.len());
+        for t in tasks {
+            match bracket::<K>(ctx, keys, len, &t, &opts, &mut clock)? {
+                Some((wtasks, st)) => {
+                    let shift = start.bufs.len();
+                    for mut wt in wtasks {
+                        if let Src::Buf { buf, off } = wt.src {
+                            wt.src = Src::Buf { buf: buf + shift, off };
+                        }
+                        first.push(wt);
+                    }
+                    start.bufs.extend(st.bufs);
+                    start.bytes += st.bytes;
+                    start.answered.extend(st.answered);
+                    start.level = 1;
+                }
+                None => first.push(t),
+            }
+        }
+        let (out, _) = sample_select_tasks::<K>(ctx, keys, len, first, slots.len(), None, &opts, clock, start)?;
         for (o, &(ri, j)) in out.into_iter().zip(&slots) {
             vals[ri][j] = o;
         }

@@ -729,7 +729,7 @@ fn gpu_select_bracketing_level() {
     assert!(!st.algorithm.contains("bracket"), "{}", st.algorithm);
     let ranks = vec![0, n as u64 / 2, n as u64 - 1];
     for int64 in [Int64Path::Auto, Int64Path::Emulated] {
-        for sig in [3.5, 0.0] {
+        for sig in [SelectOptions::default().bracket_sigmas, 0.0] {
             let opts = SelectOptions { int64, bracket_min: 0, bracket_sigmas: sig, ..Default::default() };
             // One window, then three.
             let (got, _) = select_gpu_device_with::<u64>(&ctx, &arr, n, &ranks[1..2], &opts).unwrap();
@@ -747,4 +747,41 @@ fn gpu_select_bracketing_level() {
     check_exact(&got, &keys32, &ranks, "bracket u32 segmented");
     assert!(st.algorithm.contains("bracket"), "{}", st.algorithm);
     assert!(st.device_bytes <= (n as u64 * 4) / 4, "aux {} bytes above a quarter of the input", st.device_bytes);
+}
+
+/// Regions large enough for the bracketing level (forced from 0 keys): each large
+/// region is bracketed on its own, the windows join one descent with the small
+/// regions; also with windows so narrow that some regions fall back.
+#[test]
+fn gpu_select_regions_bracketed() {
+    let Some(ctx) = test_context() else { return };
+    let mut r = rng(4242);
+    let n = 300_000usize;
+    for distinct in [1u64 << 40, 50, 1] {
+        let keys: Vec<u64> = (0..n).map(|_| r.random_range(0..distinct)).collect();
+        let arr = DeviceArray::upload_segmented(&ctx, &keys, 65_536).unwrap();
+        // Regions of 100k (spanning segments), 60k, 50k, 1k and 0 keys, and a gap.
+        let regions: Vec<(u64, u64)> = vec![(0, 100_000), (100_000, 60_000), (170_000, 50_000), (220_000, 1000), (221_000, 0)];
+        let ranks: Vec<Vec<u64>> = vec![vec![50_000], vec![0, 15_000, 30_000, 45_000, 59_999], vec![25_000, 12_500, 37_500], vec![500], vec![]];
+        for sig in [SelectOptions::default().bracket_sigmas, 0.0] {
+            let opts = SelectOptions { bracket_min: 0, bracket_sigmas: sig, ..Default::default() };
+            let before = bracketed_total();
+            let got = select_regions_gpu_device_with::<u64>(&ctx, &arr, &regions, &ranks, &opts).unwrap();
+            if sig > 0.0 {
+                // Regions 0 and 2 (one and three ranks) are bracketed; 1 has five
+                // windows, 3 is too small. With 50 distinct values the quartile
+                // windows of region 2, swollen by ties at their bounds, hold more
+                // than a fifth of it, so it runs the plain descent; the median's
+                // window of region 0 is copied again at its exact size.
+                let want = if distinct == 50 { 1 } else { 2 };
+                assert!(bracketed_total() >= before + want, "distinct {distinct}: regions bracketed ({})", bracketed_total() - before);
+            }
+            for (i, (&(a, m), rs)) in regions.iter().zip(&ranks).enumerate() {
+                let mut v = keys[a as usize..(a + m) as usize].to_vec();
+                v.sort_unstable();
+                let want: Vec<u64> = rs.iter().map(|&x| v[x as usize]).collect();
+                assert_eq!(got[i], want, "distinct {distinct}, sigmas {sig}, region {i} ({a}, {m})");
+            }
+        }
+    }
 }

@@ -73,7 +73,7 @@
 //!
 //! # Bracketing (the first level on large inputs)
 //!
-//! From [`SelectOptions::bracket_min`] keys (2^25) the descent starts with a
+//! From [`SelectOptions::bracket_min`] keys (2^25) an exact descent starts with a
 //! bracketing level in the manner of Floyd & Rivest's sampling select: after the
 //! sample of S keys is sorted, each distinct rank gets a *window* of sample indices
 //! around its expected position (3 standard deviations of the sample rank either
@@ -88,7 +88,8 @@
 //! regions are copied again into regions of the exact sizes), and the descent goes
 //! on inside the windows, about 6% of the keys for a median. Neither pass searches
 //! a splitter tree or keeps per-key state, so both run at 1.6-2 TB/s on the H100
-//! (0.55 and 0.67 ms at 2^28, against 3.5 ms for the first level's count kernel),
+//! (0.55 and 0.67 ms at 2^28, against 1.3 ms for the first level's count kernel
+//! and about 3 ms for its filter),
 //! and the oracle is only built over the windows. This is the SampleSelect level
 //! with three buckets per rank (below, window, above) whose splitters are taken
 //! from the sample next to the target instead of equidistant.
@@ -1001,9 +1002,12 @@ fn sample_select_once<K: SelectKey>(
         below: None,
         above: None,
     };
-    if let Some((tasks, start)) = bracket::<K>(ctx, input, len, &whole, opts, &mut clock)? {
+    // Approximate selection needs one bucketing level over the keys (1.3 ms at 2^28
+    // on the H100), less than the bracketing level and the level after it.
+    let bracketed = if approx.is_none() { bracket::<K>(ctx, input, len, &whole, opts, &mut clock)? } else { None };
+    if let Some((tasks, start)) = bracketed {
         let (out, mut stats) = sample_select_tasks(ctx, input, len, tasks, ranks.len(), approx, opts, clock, start)?;
-        stats.algorithm = if approx.is_some() { "gpu-sampleselect-approx+bracket" } else { "gpu-sampleselect+bracket" };
+        stats.algorithm = "gpu-sampleselect+bracket";
         return Ok((out, stats));
     }
     sample_select_tasks(ctx, input, len, vec![whole], ranks.len(), approx, opts, clock, Start::default())
@@ -1660,6 +1664,10 @@ pub fn probe_kernels(ctx: &GpuContext, keys: &DeviceArray, n: usize, sample: &[u
     out.push(time("count (oracle)", &p, &[(0, buf), (1, splb.raw()), (2, cnt.raw()), (3, &ub), (7, ob.raw())], (n as u64).div_ceil(CCHUNK as u64))?);
     let p = kern.pipe(ctx, "bucket", "count")?;
     out.push(time("count (no oracle)", &p, &[(0, buf), (1, splb.raw()), (2, cnt.raw()), (3, &ub)], (n as u64).div_ceil(CCHUNK as u64))?);
+    for (what, entry) in [("count, histogram only", "count_nosearch"), ("count, search only", "count_noatomic"), ("count, branch-free search", "count_select")] {
+        let p = kern.pipe(ctx, "bucket+countprobe", entry)?;
+        out.push(time(what, &p, &[(0, buf), (1, splb.raw()), (2, cnt.raw()), (3, &ub)], (n as u64).div_ceil(CCHUNK as u64))?);
+    }
     Ok(out)
 }
 

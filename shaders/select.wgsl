@@ -11,13 +11,13 @@
 //   region (the base case of the recursion: a bucket of at most S keys).
 // * `count`: every key finds its bucket by a branch-free binary search over the
 //   splitters held in workgroup memory (the search tree of the paper in its
-//   breadth-first (Eytzinger) form: log2(B) steps), and counts it in a per-workgroup
+//   implicit sorted-array form: log2(B) steps), and counts it in a per-workgroup
 //   histogram (workgroup atomics), flushed once per workgroup into the task's global
 //   counts with one atomicAdd per non-empty bucket.
 // * `filter_buckets`: recomputes each key's bucket and copies the keys of the
-//   target buckets into their output regions, each key taking its position with
-//   one global atomic on its bucket's cursor (target keys are rare). The order of
-//   keys inside a bucket is not kept (selection needs none).
+//   target buckets into their output regions; positions are aggregated per
+//   workgroup (workgroup atomics, then one global atomicAdd per bucket and
+//   workgroup). The order of keys inside a bucket is not kept (selection needs none).
 // * `count_oracle` / `filter_oracle` (the default, section `oracle`): the count also
 //   stores a 4-bit oracle per key (bucket id mod 16) and the filter reads a key only
 //   where its nibble matches a target bucket's residue.
@@ -230,23 +230,38 @@ fn count(inv: Inv) {
     }
 }
 
-// Keys of target buckets are rare (about 1.25 n / B per target), so each one takes
-// its output slot with one global atomic on its bucket's cursor and is stored at
-// once: no per-invocation arrays and no workgroup pass over all NB buckets (the
-// earlier form, which staged ITEMS keys per invocation and flushed a workgroup
-// histogram, took 3-4.5 ms at 2^28 keys on the H100).
 @compute @workgroup_size(WG)
 fn filter_buckets(inv: Inv) {
     load_tree(inv);
     let base = group_index(inv) * CHUNK;
+    var bk: array<u32, ITEMS>;
+    var li: array<u32, ITEMS>;
+    var key: array<K, ITEMS>;
     for (var it = 0u; it < ITEMS; it++) {
         let i = base + it * WG + inv.lid;
+        bk[it] = NONE;
         if (i < c_p.n) {
             let x = c_src[c_p.off + i];
-            let slot = f_slot[c_p.task * NB + bucket_of(x)];
-            if (slot != NONE) {
-                f_out[f_outoff[slot] + atomicAdd(&c_counts[slot], 1u)] = x;
+            let b = bucket_of(x);
+            if (f_slot[c_p.task * NB + b] != NONE) {
+                bk[it] = b;
+                key[it] = x;
+                li[it] = atomicAdd(&hist[b], 1u);
             }
+        }
+    }
+    workgroupBarrier();
+    for (var b = inv.lid; b < NB; b += WG) {
+        let v = atomicLoad(&hist[b]);
+        if (v != 0u) {
+            let slot = f_slot[c_p.task * NB + b];
+            atomicStore(&hist[b], f_outoff[slot] + atomicAdd(&c_counts[slot], v));
+        }
+    }
+    workgroupBarrier();
+    for (var it = 0u; it < ITEMS; it++) {
+        if (bk[it] != NONE) {
+            f_out[atomicLoad(&hist[bk[it]]) + li[it]] = key[it];
         }
     }
 }
@@ -508,6 +523,9 @@ fn filter_oracle(inv: Inv) {
     }
     workgroupBarrier();
     let wbase = group_index(inv) * (CHUNK / OW);
+    var bk: array<u32, ITEMS>;
+    var li: array<u32, ITEMS>;
+    var key: array<K, ITEMS>;
     for (var it = 0u; it < ITEMS / OW; it++) {
         let blk = wbase + it * WG;
         let w = blk + inv.lid;
@@ -517,6 +535,8 @@ fn filter_oracle(inv: Inv) {
             word = o_oracle[w];
         }
         for (var q = 0u; q < OW; q++) {
+            let e = it * OW + q;
+            bk[e] = NONE;
             let i = k0 + q * WG;
             let r = (word >> (4u * q)) & 15u;
             if (i < c_p.n && resid[r] != 0u) {
@@ -525,11 +545,26 @@ fn filter_oracle(inv: Inv) {
                 if (NB > 16u) {
                     b = bucket_of(x);
                 }
-                let slot = f_slot[c_p.task * NB + b];
-                if (slot != NONE) {
-                    f_out[f_outoff[slot] + atomicAdd(&c_counts[slot], 1u)] = x;
+                if (f_slot[c_p.task * NB + b] != NONE) {
+                    bk[e] = b;
+                    key[e] = x;
+                    li[e] = atomicAdd(&hist[b], 1u);
                 }
             }
+        }
+    }
+    workgroupBarrier();
+    for (var b = inv.lid; b < NB; b += WG) {
+        let v = atomicLoad(&hist[b]);
+        if (v != 0u) {
+            let slot = f_slot[c_p.task * NB + b];
+            atomicStore(&hist[b], f_outoff[slot] + atomicAdd(&c_counts[slot], v));
+        }
+    }
+    workgroupBarrier();
+    for (var e = 0u; e < ITEMS; e++) {
+        if (bk[e] != NONE) {
+            f_out[atomicLoad(&hist[bk[e]]) + li[e]] = key[e];
         }
     }
 }

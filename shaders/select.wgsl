@@ -11,7 +11,7 @@
 //   region (the base case of the recursion: a bucket of at most S keys).
 // * `count`: every key finds its bucket by a branch-free binary search over the
 //   splitters held in workgroup memory (the search tree of the paper in its
-//   implicit sorted-array form: log2(B) steps), and counts it in a per-workgroup
+//   breadth-first (Eytzinger) form: log2(B) steps), and counts it in a per-workgroup
 //   histogram (workgroup atomics), flushed once per workgroup into the task's global
 //   counts with one atomicAdd per non-empty bucket.
 // * `filter_buckets`: recomputes each key's bucket and copies the keys of the

@@ -211,6 +211,18 @@ fn bucket_of(x: K) -> u32 {
     return 2u * j + eq;
 }
 
+// Adds the workgroup's histogram into the task's global counts (one atomic per
+// non-empty bucket).
+fn flush_hist(inv: Inv) {
+    workgroupBarrier();
+    for (var b = inv.lid; b < NB; b += WG) {
+        let v = atomicLoad(&hist[b]);
+        if (v != 0u) {
+            atomicAdd(&c_counts[c_p.task * NB + b], v);
+        }
+    }
+}
+
 @compute @workgroup_size(WG)
 fn count(inv: Inv) {
     load_tree(inv);
@@ -221,13 +233,7 @@ fn count(inv: Inv) {
             atomicAdd(&hist[bucket_of(c_src[c_p.off + i])], 1u);
         }
     }
-    workgroupBarrier();
-    for (var b = inv.lid; b < NB; b += WG) {
-        let v = atomicLoad(&hist[b]);
-        if (v != 0u) {
-            atomicAdd(&c_counts[c_p.task * NB + b], v);
-        }
-    }
+    flush_hist(inv);
 }
 
 @compute @workgroup_size(WG)
@@ -291,13 +297,7 @@ fn count_nosearch(inv: Inv) {
             atomicAdd(&hist[kword(c_src[c_p.off + i], 0u) % NB], 1u);
         }
     }
-    workgroupBarrier();
-    for (var b = inv.lid; b < NB; b += WG) {
-        let v = atomicLoad(&hist[b]);
-        if (v != 0u) {
-            atomicAdd(&c_counts[c_p.task * NB + b], v);
-        }
-    }
+    flush_hist(inv);
 }
 
 // The search without the histogram: the bucket ids summed.
@@ -330,13 +330,7 @@ fn count_select(inv: Inv) {
             atomicAdd(&hist[bucket_of_select(c_src[c_p.off + i])], 1u);
         }
     }
-    workgroupBarrier();
-    for (var b = inv.lid; b < NB; b += WG) {
-        let v = atomicLoad(&hist[b]);
-        if (v != 0u) {
-            atomicAdd(&c_counts[c_p.task * NB + b], v);
-        }
-    }
+    flush_hist(inv);
 }
 
 //@@ topk (the top-k row filter)
@@ -502,13 +496,7 @@ fn count_oracle(inv: Inv) {
             o_oracle[w] = word;
         }
     }
-    workgroupBarrier();
-    for (var b = inv.lid; b < NB; b += WG) {
-        let v = atomicLoad(&hist[b]);
-        if (v != 0u) {
-            atomicAdd(&c_counts[c_p.task * NB + b], v);
-        }
-    }
+    flush_hist(inv);
 }
 
 @compute @workgroup_size(WG)

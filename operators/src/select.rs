@@ -1149,6 +1149,17 @@ fn bracket<K: SelectKey>(
     let mut enc = ctx.encoder("select-bracket");
     enc.clear_buffer(counts.raw(), 0, None);
     let (mut r_sample, mut r_sort, mut r_count, mut r_copy) = (Rec::new(ctx), Rec::new(ctx), Rec::new(ctx), Rec::new(ctx));
+    // The copy pass over every piece, with the windows' regions of `wp` in `out`.
+    let copy_dispatches = |r: &mut Rec<'_>, wp: &WinParams, out: &GpuBuffer| -> GpuResult<()> {
+        let mut wg_base = 0u64;
+        for &(buf, off, pn) in &ps {
+            let groups = (pn as u64).div_ceil(CHUNK as u64);
+            let ub = uni(ctx, &WinParams { off, n: pn, wg_base: wg_base as u32, ..*wp });
+            r.dispatch(&p_copy, &[(0, buf), (1, sorted.raw()), (2, counts.raw()), (3, &ub), (4, out.raw()), (5, per_group.raw())], groups)?;
+            wg_base += groups;
+        }
+        Ok(())
+    };
     let mut taken = 0u64;
     let mut wg_base = 0u64;
     for (pi, &(buf, off, pn)) in ps.iter().enumerate() {
@@ -1161,13 +1172,9 @@ fn bracket<K: SelectKey>(
         let ub = uni(ctx, &WinParams { off, n: pn, wg_base: wg_base as u32, ..wp });
         // The count pass does not use binding 4 (not in its layout).
         r_count.dispatch(&p_count, &[(0, buf), (1, sorted.raw()), (2, counts.raw()), (3, &ub), (5, per_group.raw())], groups)?;
-        r_copy.dispatch(
-            &p_copy,
-            &[(0, buf), (1, sorted.raw()), (2, counts.raw()), (3, &ub), (4, wout.raw()), (5, per_group.raw())],
-            groups,
-        )?;
         wg_base += groups;
     }
+    copy_dispatches(&mut r_copy, &wp, &wout)?;
     let ub = uni(ctx, &Params { off: 0, n: s as u32, cnt: s as u32, dst_off: 0, seed: 0, task: 0, mode: 0, pad: 0 });
     r_sort.dispatch(&p_sort, &[(0, samples.raw()), (1, sorted.raw()), (2, &ub)], 1)?;
     clock.submit(ctx, enc, &[&r_sample, &r_sort, &r_count, &r_copy])?;
@@ -1230,17 +1237,7 @@ fn bracket<K: SelectKey>(
             enc.clear_buffer(counts.raw(), (8 * wi as u64 + 6) * 4, Some(4));
         }
         let mut r_copy = Rec::new(ctx);
-        let mut wg_base = 0u64;
-        for &(buf, off, pn) in &ps {
-            let groups = (pn as u64).div_ceil(CHUNK as u64);
-            let ub = uni(ctx, &WinParams { off, n: pn, wg_base: wg_base as u32, ..wp2 });
-            r_copy.dispatch(
-                &p_copy,
-                &[(0, buf), (1, sorted.raw()), (2, counts.raw()), (3, &ub), (4, wout.raw()), (5, per_group.raw())],
-                groups,
-            )?;
-            wg_base += groups;
-        }
+        copy_dispatches(&mut r_copy, &wp2, &wout)?;
         clock.submit(ctx, enc, &[&r_copy])?;
         clock.mark(ctx, format_args!("bracket copy again ({total} keys)"))?;
         (wout, woff2)

@@ -203,7 +203,12 @@ fn bucket_of(x: K) -> u32 {
     for (var d = 0u; d < LEVELS; d++) {
         k = 2u * k + 1u + select(0u, 1u, kless(etree[k], x));
     }
-    let j = k - NS;
+    return bucket_at(k - NS, x);
+}
+
+// The bucket of key x with j splitters below it: the equality bucket 2j + 1 when x
+// equals splitter j, else the range bucket 2j.
+fn bucket_at(j: u32, x: K) -> u32 {
     var eq = 0u;
     if (j < NS) {
         eq = select(0u, 1u, keq(tree[j], x));
@@ -274,16 +279,13 @@ fn filter_buckets(inv: Inv) {
 
 //@@ countprobe (bench select --probe only: the count kernel with parts left out, to see what bounds it; compiled after section bucket)
 
-fn bucket_of_select(x: K) -> u32 {
+// The search as it was before the breadth-first tree: over the sorted array.
+fn bucket_of_sorted(x: K) -> u32 {
     var j = 0u;
     for (var step = (NS + 1u) >> 1u; step > 0u; step >>= 1u) {
         j += select(0u, step, kless(tree[j + step - 1u], x));
     }
-    var eq = 0u;
-    if (j < NS) {
-        eq = select(0u, 1u, keq(tree[j], x));
-    }
-    return 2u * j + eq;
+    return bucket_at(j, x);
 }
 
 // The histogram without the search: bucket = low bits of the key.
@@ -319,15 +321,15 @@ fn count_noatomic(inv: Inv) {
     }
 }
 
-// The count with a branch-free search step (select instead of if).
+// The count with the search over the sorted array.
 @compute @workgroup_size(WG)
-fn count_select(inv: Inv) {
+fn count_sorted(inv: Inv) {
     load_tree(inv);
     let base = group_index(inv) * CCHUNK;
     for (var it = 0u; it < CITEMS; it++) {
         let i = base + it * WG + inv.lid;
         if (i < c_p.n) {
-            atomicAdd(&hist[bucket_of_select(c_src[c_p.off + i])], 1u);
+            atomicAdd(&hist[bucket_of_sorted(c_src[c_p.off + i])], 1u);
         }
     }
     flush_hist(inv);
@@ -478,17 +480,11 @@ fn count_oracle(inv: Inv) {
         let w = blk + inv.lid;
         let k0 = blk * OW + inv.lid;      // the word's keys: k0 + q * WG
         if (k0 < c_p.n) {
-            // The word's 8 loads first (index clamped, not branched), so they are
-            // in flight together; then the searches.
-            let last = c_p.n - 1u;
-            var xs: array<K, OW>;
-            for (var q = 0u; q < OW; q++) {
-                xs[q] = c_src[c_p.off + min(k0 + q * WG, last)];
-            }
             var word = 0u;
             for (var q = 0u; q < OW; q++) {
-                if (k0 + q * WG < c_p.n) {
-                    let b = bucket_of(xs[q]);
+                let i = k0 + q * WG;
+                if (i < c_p.n) {
+                    let b = bucket_of(c_src[c_p.off + i]);
                     atomicAdd(&hist[b], 1u);
                     word |= (b & 15u) << (4u * q);
                 }
@@ -580,7 +576,7 @@ fn filter_oracle(inv: Inv) {
 struct WinParams {
     off: u32,           // first element of the piece in `w_src`
     n: u32,             // elements in the piece
-    nw: u32,            // windows (== NWIN)
+    pad: u32,
     wg_base: u32,       // the piece's first workgroup in w_wg
     lo_idx: vec4<u32>,  // sample index of each window's lower bound, NONE: none
     hi_idx: vec4<u32>,  // sample index of each window's upper bound, NONE: none

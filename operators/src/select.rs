@@ -89,7 +89,7 @@
 //! on inside the windows, about 6% of the keys for a median. Neither pass searches
 //! a splitter tree or keeps per-key state, so both run at 1.6-2 TB/s on the H100
 //! (0.55 and 0.67 ms at 2^28, against 1.3 ms for the first level's count kernel
-//! and about 3 ms for its filter),
+//! and 3-4.5 ms for its filter),
 //! and the oracle is only built over the windows. This is the SampleSelect level
 //! with three buckets per rank (below, window, above) whose splitters are taken
 //! from the sample next to the target instead of equidistant.
@@ -568,7 +568,7 @@ struct Params {
 struct WinParams {
     off: u32,
     n: u32,
-    nw: u32,
+    pad: u32,
     wg_base: u32,
     lo_idx: [u32; 4],
     hi_idx: [u32; 4],
@@ -1135,17 +1135,21 @@ fn bracket<K: SelectKey>(
     let wout = scratch.alloc(total_cap * kb)?;
     let total_groups: u64 = ps.iter().map(|p| (p.2 as u64).div_ceil(CHUNK as u64)).sum();
     let per_group = scratch.alloc(total_groups * nwin as u64 * 4)?;
-    let mut wp = WinParams { nw: nwin as u32, ..bytemuck::Zeroable::zeroed() };
-    let mut acc = 0u64;
-    let mut woff = Vec::with_capacity(windows.len());
+    let mut wp: WinParams = bytemuck::Zeroable::zeroed();
     for (i, w) in windows.iter().enumerate() {
         wp.lo_idx[i] = w.a.map_or(NONE, |a| a as u32);
         wp.hi_idx[i] = w.b.map_or(NONE, |b| b as u32);
-        wp.woff[i] = acc as u32;
-        wp.cap[i] = w.cap as u32;
-        woff.push(acc);
-        acc += w.cap;
     }
+    // The windows' regions back to back in one buffer, `sizes[i]` keys each.
+    let lay_out = |wp: &mut WinParams, sizes: &mut dyn Iterator<Item = u64>| {
+        let mut acc = 0u64;
+        for (i, sz) in sizes.enumerate() {
+            wp.woff[i] = acc as u32;
+            wp.cap[i] = sz as u32;
+            acc += sz;
+        }
+    };
+    lay_out(&mut wp, &mut windows.iter().map(|w| w.cap));
     let mut enc = ctx.encoder("select-bracket");
     enc.clear_buffer(counts.raw(), 0, None);
     let (mut r_sample, mut r_sort, mut r_count, mut r_copy) = (Rec::new(ctx), Rec::new(ctx), Rec::new(ctx), Rec::new(ctx));
@@ -1210,8 +1214,8 @@ fn bracket<K: SelectKey>(
     }
     let inside = |wi: usize| c[8 * wi + 1] as u64;
     let overflow = (0..nwin).any(|wi| needed[wi].is_some() && inside(wi) > windows[wi].cap);
-    let (wout, woff) = if !overflow {
-        (wout, woff)
+    let (wout, wp) = if !overflow {
+        (wout, wp)
     } else {
         // Ties at the bounds made a window larger than its region: copy again into
         // regions of the exact sizes (the counts stay valid), unless that is too much.
@@ -1224,14 +1228,7 @@ fn bracket<K: SelectKey>(
         drop(wout);
         let wout = scratch.alloc(total * kb)?;
         let mut wp2 = wp;
-        let mut woff2 = Vec::with_capacity(nwin);
-        let mut acc = 0u64;
-        for (wi, &sz) in sizes.iter().enumerate() {
-            wp2.woff[wi] = acc as u32;
-            wp2.cap[wi] = sz as u32;
-            woff2.push(acc);
-            acc += sz;
-        }
+        lay_out(&mut wp2, &mut sizes.iter().copied());
         let mut enc = ctx.encoder("select-bracket-recopy");
         for wi in 0..nwin {
             enc.clear_buffer(counts.raw(), (8 * wi as u64 + 6) * 4, Some(4));
@@ -1240,13 +1237,13 @@ fn bracket<K: SelectKey>(
         copy_dispatches(&mut r_copy, &wp2, &wout)?;
         clock.submit(ctx, enc, &[&r_copy])?;
         clock.mark(ctx, format_args!("bracket copy again ({total} keys)"))?;
-        (wout, woff2)
+        (wout, wp2)
     };
     let mut tasks: Vec<Task> = Vec::new();
     for (wi, ranks) in needed.into_iter().enumerate() {
         if let Some(ranks) = ranks {
             let below = c[8 * wi] as u64;
-            tasks.push(Task { src: Src::Buf { buf: 0, off: woff[wi] }, n: inside(wi), lo: below, ranks, below: None, above: None });
+            tasks.push(Task { src: Src::Buf { buf: 0, off: wp.woff[wi] as u64 }, n: inside(wi), lo: below, ranks, below: None, above: None });
         }
     }
     let bytes = scratch.bytes;
@@ -1565,9 +1562,10 @@ const PROBE_WGSL: &str = include_str!("../../shaders/probe.wgsl");
 /// Device milliseconds (timestamp queries, median of `reps`) of one pass over the
 /// first `n` keys of `keys` (u32; at most its first segment) for: plain load-and-sum probes
 /// (shaders/probe.wgsl) in scalar and vec4 shapes, with and without contention on
-/// one global counter; the bracketing window pass (both variants, one window of
-/// about 8% of the keys); and the first level's count kernel (1023 splitters, with
-/// the oracle). `sample` is a sorted sample of the keys (4096 of them). Empty when
+/// one global counter; the bracketing level's count and copy passes (one window of
+/// sample indices 1900..=2200, about 7% of the keys); one level's sample gather and
+/// sort; and the first level's count kernel (1023 splitters, with and without the
+/// oracle, and with parts left out or the former sorted-array search). `sample` is a sorted sample of the keys (4096 of them). Empty when
 /// the adapter has no timestamp queries.
 pub fn probe_kernels(ctx: &GpuContext, keys: &DeviceArray, n: usize, sample: &[u32], reps: usize) -> GpuResult<Vec<(String, f64)>> {
     check_device_input::<u32>(ctx, keys, n)?;
@@ -1626,7 +1624,7 @@ pub fn probe_kernels(ctx: &GpuContext, keys: &DeviceArray, n: usize, sample: &[u
     let wp = WinParams {
         off: 0,
         n: n as u32,
-        nw: 1,
+        pad: 0,
         wg_base: 0,
         lo_idx: [1900, 0, 0, 0],
         hi_idx: [2200, 0, 0, 0],
@@ -1661,7 +1659,7 @@ pub fn probe_kernels(ctx: &GpuContext, keys: &DeviceArray, n: usize, sample: &[u
     out.push(time("count (oracle)", &p, &[(0, buf), (1, splb.raw()), (2, cnt.raw()), (3, &ub), (7, ob.raw())], (n as u64).div_ceil(CCHUNK as u64))?);
     let p = kern.pipe(ctx, "bucket", "count")?;
     out.push(time("count (no oracle)", &p, &[(0, buf), (1, splb.raw()), (2, cnt.raw()), (3, &ub)], (n as u64).div_ceil(CCHUNK as u64))?);
-    for (what, entry) in [("count, histogram only", "count_nosearch"), ("count, search only", "count_noatomic"), ("count, branch-free search", "count_select")] {
+    for (what, entry) in [("count, histogram only", "count_nosearch"), ("count, search only", "count_noatomic"), ("count, sorted-array search (before)", "count_sorted")] {
         let p = kern.pipe(ctx, "bucket+countprobe", entry)?;
         out.push(time(what, &p, &[(0, buf), (1, splb.raw()), (2, cnt.raw()), (3, &ub)], (n as u64).div_ceil(CCHUNK as u64))?);
     }

@@ -106,28 +106,16 @@ fn gather(inv: Inv) {
     g_dst[g_p.dst_off + i] = g_src[g_p.off + pos];
 }
 
-//@@ sort (bitonic sort of up to S keys in workgroup memory)
-
-@group(0) @binding(0) var<storage, read> s_src: array<K>;
-@group(0) @binding(1) var<storage, read_write> s_dst: array<K>;
-@group(0) @binding(2) var<uniform> s_p: Params;
+//@@ bitonic (the sort network over `sh`, shared by sort_sample and the chain)
 
 var<workgroup> sh: array<K, S>;
 
-@compute @workgroup_size(WG)
-fn sort_sample(inv: Inv) {
-    let m = s_p.cnt;
-    for (var i = inv.lid; i < S; i += WG) {
-        var v = kmax();
-        if (i < m) {
-            v = s_src[s_p.off + i];
-        }
-        sh[i] = v;
-    }
-    workgroupBarrier();
+// Sorts sh[0..S) ascending; the caller has filled it (kmax() as padding) and
+// passed a workgroup barrier.
+fn bitonic_sort(lid: u32) {
     for (var k = 2u; k <= S; k <<= 1u) {
         for (var j = k >> 1u; j > 0u; j >>= 1u) {
-            for (var t = inv.lid; t < S / 2u; t += WG) {
+            for (var t = lid; t < S / 2u; t += WG) {
                 let i = ((t & ~(j - 1u)) << 1u) | (t & (j - 1u));
                 let l = i | j;
                 let a = sh[i];
@@ -141,6 +129,26 @@ fn sort_sample(inv: Inv) {
             workgroupBarrier();
         }
     }
+}
+
+//@@ sort (bitonic sort of up to S keys in workgroup memory; compiled after section bitonic)
+
+@group(0) @binding(0) var<storage, read> s_src: array<K>;
+@group(0) @binding(1) var<storage, read_write> s_dst: array<K>;
+@group(0) @binding(2) var<uniform> s_p: Params;
+
+@compute @workgroup_size(WG)
+fn sort_sample(inv: Inv) {
+    let m = s_p.cnt;
+    for (var i = inv.lid; i < S; i += WG) {
+        var v = kmax();
+        if (i < m) {
+            v = s_src[s_p.off + i];
+        }
+        sh[i] = v;
+    }
+    workgroupBarrier();
+    bitonic_sort(inv.lid);
     if (s_p.mode == 1u) {
         // Splitter j: the sample element at (j + 1) m / (NS + 1).
         for (var j = inv.lid; j < NS; j += WG) {
@@ -725,6 +733,309 @@ fn window_copy(inv: Inv) {
             }
         }
     }
+}
+
+//@@ chain (device-driven bracketing descent; the common part of the chain kernels)
+//
+// The chain runs a whole exact selection of one narrow rank range (a median, or
+// the k-th smallest of a top-k) in one submission with no readback between
+// levels. Each level is the bracketing level above (Floyd & Rivest windows from a
+// sorted sample) with its decisions taken on the device:
+// * `ch_gather`: S keys at pseudo-random positions of the current region;
+// * `ch_sort`: sorts them in one workgroup (the bitonic section);
+// * `ch_plan`: one invocation turns the target ranks and the sorted sample into
+//   the window [lo, hi] (sample elements 3 standard deviations either side, or
+//   open below for top-k; the whole region once it holds at most S keys; the
+//   host starts lo and hi at the smallest and largest key) and
+//   writes the window pass's indirect dispatch size;
+// * `ch_window` (indirect): each workgroup counts its keys below and inside the
+//   window, reserves its part of the next region with one global atomic, reads
+//   its keys again (from cache) and copies those inside: one pass over memory;
+// * `ch_check`: the ranks must lie inside the window (else fail = 1: the sample
+//   missed), a window of one value answers them (done), a window larger than the
+//   next region's capacity fails (2); otherwise the window becomes the region.
+// `ch_final` sorts the last region (at most S keys) into the output for the host.
+// A failed or answered chain turns every later kernel into a no-op; the host reads
+// the state once at the end and reruns the host-driven descent when it failed.
+//
+// The first level reads the input (binding ch_in, element type SRC, converted to
+// K by src_key: top-k packs a 32-bit key and its row as one 64-bit key, so every
+// key is distinct and ties go to the first rows); later levels read the previous
+// level's region (ch_src) and write the next (ch_dst).
+
+alias SRC = {{SRC}};
+
+fn src_key(x: SRC, row: u32) -> K {
+    {{SRCKEY}}
+}
+
+struct ChainU {
+    off: u32,       // first input element in ch_in
+    n: u32,         // input keys
+    rlo: u32,       // smallest target rank
+    rhi: u32,       // largest target rank
+    topk: u32,      // 1: windows open below (every key under the window is kept)
+    seed: u32,
+    sig: f32,       // half-width of a window in standard deviations
+    pad: u32,
+    cap: array<vec4<u32>, 4>,   // capacity of level L's region: cap[L / 4][L % 4]
+}
+
+@group(0) @binding(0) var<storage, read> ch_in: array<SRC>;
+@group(0) @binding(1) var<storage, read> ch_src: array<K>;
+@group(0) @binding(2) var<storage, read_write> ch_dst: array<K>;
+@group(0) @binding(3) var<storage, read_write> ch_st: array<atomic<u32>>;
+// ch_smp: [0, S) the sample, S: window's lo, S + 1: hi, S + 2 ..: the final region.
+@group(0) @binding(4) var<storage, read_write> ch_smp: array<K>;
+@group(0) @binding(5) var<storage, read> ch_u: ChainU;
+@group(0) @binding(6) var<storage, read_write> ch_args: array<u32>;
+
+// State words (ch_st).
+const ST_M: u32 = 0u;       // keys in the current region
+const ST_SHIFT: u32 = 1u;   // keys of the input below the current region
+const ST_FAIL: u32 = 2u;    // 0, or why the chain stopped: 1 missed, 2 overflow, 3 too large at the end
+const ST_DONE: u32 = 3u;    // 1: a one-value window answered every rank (the value is lo)
+const ST_LEVEL: u32 = 4u;   // levels completed
+const ST_BELOW: u32 = 5u;   // window pass: keys below the window
+const ST_CUR: u32 = 6u;     // window pass: keys inside (the next region's cursor)
+
+fn chain_stopped() -> bool {
+    return atomicLoad(&ch_st[ST_FAIL]) != 0u || atomicLoad(&ch_st[ST_DONE]) != 0u;
+}
+
+fn chain_cap(level: u32) -> u32 {
+    return ch_u.cap[min(level, 15u) / 4u][min(level, 15u) % 4u];
+}
+
+//@@ chfirst (the chain's first level reads the input)
+
+fn load_src(i: u32) -> K {
+    return src_key(ch_in[ch_u.off + i], i);
+}
+
+//@@ chnext (later levels read the previous level's region)
+
+fn load_src(i: u32) -> K {
+    return ch_src[i];
+}
+
+//@@ chgather (after chain and chfirst or chnext)
+
+@compute @workgroup_size(WG)
+fn ch_gather(inv: Inv) {
+    let i = group_index(inv) * WG + inv.lid;
+    if (i >= S || chain_stopped()) {
+        return;
+    }
+    let m = atomicLoad(&ch_st[ST_M]);
+    if (m <= S) {
+        return;
+    }
+    let level = atomicLoad(&ch_st[ST_LEVEL]);
+    let pos = hash(hash(i) ^ ch_u.seed ^ (level * 0x9e3779b9u)) % m;
+    ch_smp[i] = load_src(pos);
+}
+
+//@@ chsort (after chain and bitonic: the sample, and the final region)
+
+var<workgroup> cs_m: u32;
+
+@compute @workgroup_size(WG)
+fn ch_sort(inv: Inv) {
+    if (inv.lid == 0u) {
+        var m = atomicLoad(&ch_st[ST_M]);
+        if (chain_stopped()) {
+            m = 0u;
+        }
+        cs_m = m;
+    }
+    let m = workgroupUniformLoad(&cs_m);
+    if (m <= S) {
+        return;
+    }
+    for (var i = inv.lid; i < S; i += WG) {
+        sh[i] = ch_smp[i];
+    }
+    workgroupBarrier();
+    bitonic_sort(inv.lid);
+    for (var i = inv.lid; i < S; i += WG) {
+        ch_smp[i] = sh[i];
+    }
+}
+
+// The last region (at most S keys, in ch_src) sorted into ch_smp[S + 2 ..].
+@compute @workgroup_size(WG)
+fn ch_final(inv: Inv) {
+    if (inv.lid == 0u) {
+        var m = atomicLoad(&ch_st[ST_M]);
+        if (chain_stopped()) {
+            m = 0u;
+        } else if (m > S) {
+            atomicStore(&ch_st[ST_FAIL], 3u);
+            m = 0u;
+        }
+        cs_m = m;
+    }
+    let m = workgroupUniformLoad(&cs_m);
+    if (m == 0u) {
+        return;
+    }
+    for (var i = inv.lid; i < S; i += WG) {
+        var v = kmax();
+        if (i < m) {
+            v = ch_src[i];
+        }
+        sh[i] = v;
+    }
+    workgroupBarrier();
+    bitonic_sort(inv.lid);
+    for (var i = inv.lid; i < m; i += WG) {
+        ch_smp[S + 2u + i] = sh[i];
+    }
+}
+
+//@@ chplan (after chain)
+
+@compute @workgroup_size(1)
+fn ch_plan() {
+    ch_args[0] = 0u;
+    ch_args[1] = 1u;
+    ch_args[2] = 1u;
+    if (chain_stopped()) {
+        return;
+    }
+    let m = atomicLoad(&ch_st[ST_M]);
+    let shift = atomicLoad(&ch_st[ST_SHIFT]);
+    // The previous bounds hold every key of the region: a side left open (and
+    // the whole of a region of at most S keys) keeps them, so ch_smp[S + 1] ends
+    // as the tightest upper bound of the last region.
+    var lo = ch_smp[S];
+    var hi = ch_smp[S + 1u];
+    if (m > S) {
+        let mf = f32(m);
+        let sf = f32(S);
+        let ql = (f32(ch_u.rlo - shift) + 0.5) / mf;
+        let qh = (f32(ch_u.rhi - shift) + 0.5) / mf;
+        let sdl = sqrt(sf * ql * (1.0 - ql)) + 1.0;
+        let sdh = sqrt(sf * qh * (1.0 - qh)) + 1.0;
+        let a = i32(floor(ql * sf - 0.5 - ch_u.sig * sdl)) - 1;
+        let b = i32(ceil(qh * sf - 0.5 + ch_u.sig * sdh)) + 1;
+        if (ch_u.topk == 0u && a >= 0) {
+            lo = ch_smp[min(u32(a), S - 1u)];
+        }
+        if (b < i32(S)) {
+            hi = ch_smp[max(b, 0)];
+        }
+    }
+    ch_smp[S] = lo;
+    ch_smp[S + 1u] = hi;
+    atomicStore(&ch_st[ST_BELOW], 0u);
+    atomicStore(&ch_st[ST_CUR], 0u);
+    let groups = (m + CHUNK - 1u) / CHUNK;
+    let y = (groups + 65534u) / 65535u;
+    ch_args[0] = (groups + y - 1u) / y;
+    ch_args[1] = y;
+}
+
+//@@ chwindow (after chain and chfirst or chnext)
+
+var<workgroup> cw_m: u32;
+var<workgroup> cw_below: atomic<u32>;
+var<workgroup> cw_in: atomic<u32>;
+var<workgroup> cw_base: u32;
+var<workgroup> cw_cnt: u32;
+
+@compute @workgroup_size(WG)
+fn ch_window(inv: Inv) {
+    if (inv.lid == 0u) {
+        cw_m = atomicLoad(&ch_st[ST_M]);
+        atomicStore(&cw_below, 0u);
+        atomicStore(&cw_in, 0u);
+    }
+    let m = workgroupUniformLoad(&cw_m);
+    let base = group_index(inv) * CHUNK;
+    if (base >= m) {
+        return;
+    }
+    let lo = ch_smp[S];
+    let hi = ch_smp[S + 1u];
+    var below = 0u;
+    var inside = 0u;
+    for (var it = 0u; it < ITEMS; it++) {
+        let i = base + it * WG + inv.lid;
+        if (i < m) {
+            let x = load_src(i);
+            let lt = kless(x, lo);
+            below += select(0u, 1u, lt);
+            inside += select(0u, 1u, !lt && !kless(hi, x));
+        }
+    }
+    if (below != 0u) {
+        atomicAdd(&cw_below, below);
+    }
+    if (inside != 0u) {
+        atomicAdd(&cw_in, inside);
+    }
+    workgroupBarrier();
+    if (inv.lid == 0u) {
+        let b = atomicLoad(&cw_below);
+        if (b != 0u) {
+            atomicAdd(&ch_st[ST_BELOW], b);
+        }
+        let c = atomicLoad(&cw_in);
+        var at = 0u;
+        if (c != 0u) {
+            at = atomicAdd(&ch_st[ST_CUR], c);
+        }
+        cw_base = at;
+        cw_cnt = c;
+        atomicStore(&cw_in, 0u);
+    }
+    if (workgroupUniformLoad(&cw_cnt) == 0u) {
+        return;
+    }
+    let at = cw_base;
+    let cap = chain_cap(atomicLoad(&ch_st[ST_LEVEL]));
+    for (var it = 0u; it < ITEMS; it++) {
+        let i = base + it * WG + inv.lid;
+        if (i < m) {
+            let x = load_src(i);
+            if (!kless(x, lo) && !kless(hi, x)) {
+                let j = at + atomicAdd(&cw_in, 1u);
+                if (j < cap) {
+                    ch_dst[j] = x;
+                }
+            }
+        }
+    }
+}
+
+@compute @workgroup_size(1)
+fn ch_check() {
+    if (chain_stopped()) {
+        return;
+    }
+    let shift = atomicLoad(&ch_st[ST_SHIFT]);
+    let below = atomicLoad(&ch_st[ST_BELOW]);
+    let inside = atomicLoad(&ch_st[ST_CUR]);
+    let rl = ch_u.rlo - shift;
+    let rh = ch_u.rhi - shift;
+    if (rl < below || rh - below >= inside) {
+        atomicStore(&ch_st[ST_FAIL], 1u);
+        return;
+    }
+    if (ch_u.topk == 0u && keq(ch_smp[S], ch_smp[S + 1u])) {
+        atomicStore(&ch_st[ST_DONE], 1u);
+        return;
+    }
+    let level = atomicLoad(&ch_st[ST_LEVEL]);
+    if (inside > chain_cap(level)) {
+        atomicStore(&ch_st[ST_FAIL], 2u);
+        return;
+    }
+    atomicStore(&ch_st[ST_M], inside);
+    atomicStore(&ch_st[ST_SHIFT], shift + below);
+    atomicStore(&ch_st[ST_LEVEL], level + 1u);
 }
 
 //@@ keys (raw 64-bit values to order keys in place, as select.rs's key_i64 / key_f64)

@@ -5,9 +5,10 @@ use crate::error::{wgpu_error, GpuError, GpuResult};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-/// Usage of every pooled buffer: storage for kernels, copy source and destination
-/// for transfers.
+/// Usage of every pooled buffer: storage for kernels, indirect dispatch sizes that
+/// kernels write, copy source and destination for transfers.
 pub const POOL_USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
+    .union(wgpu::BufferUsages::INDIRECT)
     .union(wgpu::BufferUsages::COPY_SRC)
     .union(wgpu::BufferUsages::COPY_DST);
 

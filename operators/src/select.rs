@@ -314,6 +314,12 @@ pub struct SelectOptions {
     /// Half-width of a bracketing window in standard deviations of the sample rank
     /// (default 3; tests make it small so that windows miss and overflow).
     pub bracket_sigmas: f64,
+    /// Exact selections of one narrow rank range (at most [`CHAIN_MAX_SPAN`] ranks
+    /// apart: a median, a top-k threshold) over at least this many keys in one
+    /// binding run as a *chain*: bracketing levels decided on the device, in one
+    /// submission (see "Chain" in the module documentation). `usize::MAX`: never.
+    /// Default 2^16.
+    pub chain_min: usize,
 }
 
 impl Default for SelectOptions {
@@ -328,6 +334,7 @@ impl Default for SelectOptions {
             oracle_max_ranks: 4,
             bracket_min: 1 << 25,
             bracket_sigmas: BRACKET_SIGMAS,
+            chain_min: 1 << 16,
         }
     }
 }
@@ -723,8 +730,15 @@ fn bind(ctx: &GpuContext, pipe: &wgpu::ComputePipeline, entries: &[(u32, &wgpu::
     })
 }
 
+/// Workgroup counts of a dispatch: given, or read from a buffer at an offset.
+#[derive(Clone)]
+enum Dims {
+    Direct(u32, u32, u32),
+    Indirect(wgpu::Buffer, u64),
+}
+
 /// One recorded dispatch: pipeline, bind group, workgroup counts.
-type Dispatch = (Arc<wgpu::ComputePipeline>, wgpu::BindGroup, (u32, u32, u32));
+type Dispatch = (Arc<wgpu::ComputePipeline>, wgpu::BindGroup, Dims);
 
 /// Records dispatches into one compute pass.
 struct Rec<'a> {
@@ -745,18 +759,26 @@ impl<'a> Rec<'a> {
             return Err(GpuError::Invalid(format!("dispatch of {groups} workgroups exceeds two dimensions")));
         }
         let bg = lap("bind group", || bind(self.ctx, pipe, entries));
-        self.list.push((pipe.clone(), bg, dispatch_dims(groups, max as u32)));
+        let (x, y, z) = dispatch_dims(groups, max as u32);
+        self.list.push((pipe.clone(), bg, Dims::Direct(x, y, z)));
         Ok(())
+    }
+    /// A dispatch with a prepared bind group.
+    fn push(&mut self, pipe: &Arc<wgpu::ComputePipeline>, bg: &wgpu::BindGroup, dims: Dims) {
+        self.list.push((pipe.clone(), bg.clone(), dims));
     }
     fn encode(&self, enc: &mut wgpu::CommandEncoder, timestamps: Option<wgpu::ComputePassTimestampWrites<'_>>) {
         if self.list.is_empty() && timestamps.is_none() {
             return;
         }
         let mut cp = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("select"), timestamp_writes: timestamps });
-        for (p, bg, (x, y, z)) in &self.list {
+        for (p, bg, dims) in &self.list {
             cp.set_pipeline(p);
             cp.set_bind_group(0, bg, &[]);
-            cp.dispatch_workgroups(*x, *y, *z);
+            match dims {
+                Dims::Direct(x, y, z) => cp.dispatch_workgroups(*x, *y, *z),
+                Dims::Indirect(buf, off) => cp.dispatch_workgroups_indirect(buf, *off),
+            }
         }
     }
 }
@@ -1002,6 +1024,18 @@ fn sample_select_once<K: SelectKey>(
         below: None,
         above: None,
     };
+    if approx.is_none() {
+        let (rlo, rhi) = (ranks.iter().copied().min().unwrap_or(0), ranks.iter().copied().max().unwrap_or(0));
+        let mut scratch = Scratch { ctx, bytes: 0 };
+        if let Some((end, levels)) = chain::<K>(ctx, input, len, rlo, rhi, false, opts, &mut clock, &mut scratch)? {
+            let out = match end {
+                ChainEnd::One(v) => vec![v; ranks.len()],
+                ChainEnd::Region(keys, shift, _) => ranks.iter().map(|&r| keys[(r - shift) as usize]).collect(),
+            };
+            let stats = SelectStats { levels, device_bytes: scratch.bytes, algorithm: "gpu-sampleselect+chain", rank_error_bound: 0, gpu_ms: clock.ms() };
+            return Ok((out, stats));
+        }
+    }
     // Approximate selection needs one bucketing level over the keys (1.3 ms at 2^28
     // on the H100), less than the bracketing level and the level after it.
     let bracketed = if approx.is_none() { bracket::<K>(ctx, input, len, &whole, opts, &mut clock)? } else { None };
@@ -1122,7 +1156,7 @@ fn bracket<K: SelectKey>(
         return Ok(None);
     }
     let p_gather = kern.pipe(ctx, "gather", "gather")?;
-    let p_sort = kern.pipe(ctx, "sort", "sort_sample")?;
+    let p_sort = kern.pipe(ctx, "bitonic+sort", "sort_sample")?;
     let nwin = windows.len();
     let nw_def = [("NWIN", nwin.to_string())];
     let p_count = kern.pipe_with(ctx, "window", "window_count", &nw_def)?;
@@ -1252,6 +1286,216 @@ fn bracket<K: SelectKey>(
     Ok(Some((tasks, Start { bufs: vec![wout], level: 1, bytes, answered })))
 }
 
+// ---------------------------------------------------------------------------------
+// The chain: bracketing levels decided on the device (select.wgsl, section chain)
+// ---------------------------------------------------------------------------------
+
+/// Largest distance between the smallest and the largest rank of a chain.
+pub const CHAIN_MAX_SPAN: u64 = 64;
+/// Most levels of a chain (ChainU.cap holds 16).
+const CHAIN_MAX_LEVELS: usize = 16;
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct ChainU {
+    off: u32,
+    n: u32,
+    rlo: u32,
+    rhi: u32,
+    topk: u32,
+    seed: u32,
+    sig: f32,
+    pad: u32,
+    cap: [u32; CHAIN_MAX_LEVELS],
+}
+
+static CHAINED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Chains in this process that answered their call (a diagnostic counter: tests
+/// check that a path really ran as a chain).
+pub fn chained_total() -> u64 {
+    CHAINED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Capacities of a chain's regions, level by level, for `n` keys, a sample of `s`,
+/// ranks `rlo ..= rhi` (`topk`: windows open below) and windows of `sig` standard
+/// deviations: each bounds the keys of the level's window (expected size plus four
+/// standard deviations, as [`bracket_windows`]) given the previous bound as the
+/// region's size, and is at least `s` so a region the device copies whole fits.
+/// The last is `s` (the final sort's size). `None` when that takes more than
+/// [`CHAIN_MAX_LEVELS`] levels or a level would not shrink its region.
+fn chain_caps(n: u64, s: u64, rlo: u64, rhi: u64, topk: bool, sig: f64) -> Option<Vec<u64>> {
+    let sf = s as f64;
+    let mut caps = Vec::new();
+    let mut m = n;
+    while m > s {
+        let mf = m as f64;
+        // Sample indices spanned by the window: the device's a and b (ch_plan) with
+        // the largest standard deviation the ranks can have in a region of m keys.
+        let mw = if topk {
+            let q = ((rhi as f64 + 0.5) / mf).min(1.0);
+            let sd = (sf * q * (1.0 - q)).sqrt() + 1.0;
+            q * sf + sig * sd + 3.0
+        } else {
+            let sd = (sf * 0.25).sqrt() + 1.0;
+            (rhi - rlo) as f64 / mf * sf + 2.0 * sig * sd + 4.0
+        };
+        let cap = (((mw + 4.0 * mw.sqrt() + 8.0) / (sf + 1.0)) * mf).ceil() as u64;
+        let cap = cap.max(s);
+        if cap >= m || caps.len() == CHAIN_MAX_LEVELS {
+            return None;
+        }
+        caps.push(cap);
+        m = cap;
+    }
+    Some(caps)
+}
+
+/// What a chain found.
+enum ChainEnd<K> {
+    /// The last region sorted (at most S keys), the number of input keys below it,
+    /// and the tightest upper bound of its window (`None`: never bounded).
+    Region(Vec<K>, u64, Option<K>),
+    /// A one-value window held every rank: its value.
+    One(K),
+}
+
+/// Runs a chain for ranks `rlo ..= rhi` of the first `len` keys of `input`
+/// (select.wgsl, section chain). `pack`: the input holds 32-bit keys, the chain's
+/// keys `K` (64-bit) are each key above its row index, and windows are open below
+/// (top-k). `Ok(None)`: the chain does not apply or stopped (the sample missed, a
+/// window overflowed); the caller runs the host-driven descent.
+#[allow(clippy::too_many_arguments)]
+fn chain<K: SelectKey>(
+    ctx: &GpuContext,
+    input: &DeviceArray,
+    len: usize,
+    rlo: u64,
+    rhi: u64,
+    pack: bool,
+    opts: &SelectOptions,
+    clock: &mut GpuClock,
+    scratch: &mut Scratch<'_>,
+) -> GpuResult<Option<(ChainEnd<K>, u32)>> {
+    let kern = Kern::new(ctx, K::BYTES, opts)?;
+    let (s, kb) = (kern.s as u64, kern.kb as u64);
+    let n = len as u64;
+    if len < opts.chain_min || n <= 2 * s || rhi < rlo || rhi - rlo > CHAIN_MAX_SPAN || rhi >= n {
+        return Ok(None);
+    }
+    let whole = Task { src: Src::Input, n, lo: 0, ranks: Vec::new(), below: None, above: None };
+    let ps = pieces(input, len, &[], &whole);
+    if ps.len() != 1 || (pack && input.elem_size() != 4) {
+        return Ok(None);
+    }
+    let (inbuf, off, _) = ps[0];
+    let Some(caps) = chain_caps(n, s, rlo, rhi, pack, opts.bracket_sigmas) else {
+        return Ok(None);
+    };
+    let max_binding = ctx.limits().max_storage_buffer_binding_size.min((1 << 31) - 1);
+    if caps[0] * kb > max_binding {
+        return Ok(None);
+    }
+    let (src_ty, src_key) = match (pack, kern.repr) {
+        (false, _) => ("K", "return x;"),
+        (true, Repr::U64) => ("u32", "return (u64(x) << 32u) | u64(row);"),
+        (true, Repr::U64Emu) => ("u32", "return vec2<u32>(row, x);"),
+        (true, Repr::U32) => return Ok(None),
+    };
+    let defs = [("SRC", src_ty.to_string()), ("SRCKEY", src_key.to_string())];
+    let pipe = |sections: &str, entry: &str| kern.pipe_with(ctx, sections, entry, &defs);
+    let p_gather1 = pipe("chain+chfirst+chgather", "ch_gather")?;
+    let p_gather = pipe("chain+chnext+chgather", "ch_gather")?;
+    let p_sort = pipe("chain+bitonic+chsort", "ch_sort")?;
+    let p_final = pipe("chain+bitonic+chsort", "ch_final")?;
+    let p_plan = pipe("chain+chplan", "ch_plan")?;
+    let p_window1 = pipe("chain+chfirst+chwindow", "ch_window")?;
+    let p_window = pipe("chain+chnext+chwindow", "ch_window")?;
+    let p_check = pipe("chain+chnext+chwindow", "ch_check")?;
+
+    let mut u: ChainU = bytemuck::Zeroable::zeroed();
+    u.off = off;
+    u.n = n as u32;
+    u.rlo = rlo as u32;
+    u.rhi = rhi as u32;
+    u.topk = pack as u32;
+    u.seed = opts.seed ^ 0x27d4_eb2f;
+    u.sig = opts.bracket_sigmas as f32;
+    for (l, &c) in caps.iter().enumerate() {
+        u.cap[l] = c as u32;
+    }
+    let ubuf = scratch.with_data(bytemuck::bytes_of(&u))?;
+    let mut st0 = [0u32; 8];
+    st0[0] = n as u32;
+    let st = scratch.with_data(bytemuck::cast_slice(&st0))?;
+    // Sample, lo, hi, final region: lo starts at the smallest key, hi at the largest.
+    let smp = scratch.alloc((2 * s + 2) * kb)?;
+    let mut bounds = vec![0u8; 2 * kb as usize];
+    bounds[kb as usize..].fill(0xff);
+    ctx.write_small(smp.raw(), s * kb, &bounds)?;
+    let args = scratch.alloc(16)?;
+    let regions = [scratch.alloc(caps[0] * kb)?, scratch.alloc(caps.get(1).copied().unwrap_or(1) * kb)?];
+
+    let bg = |p: &Arc<wgpu::ComputePipeline>, e: &[(u32, &wgpu::Buffer)]| lap("bind group", || bind(ctx, p, e));
+    let (stb, smpb, ub, argb) = (st.raw(), smp.raw(), ubuf.raw(), args.raw());
+    let g_gather1 = bg(&p_gather1, &[(0, inbuf), (3, stb), (4, smpb), (5, ub)]);
+    let g_gather = [bg(&p_gather, &[(1, regions[0].raw()), (3, stb), (4, smpb), (5, ub)]), bg(&p_gather, &[(1, regions[1].raw()), (3, stb), (4, smpb), (5, ub)])];
+    let g_sort = bg(&p_sort, &[(3, stb), (4, smpb)]);
+    let g_plan = bg(&p_plan, &[(3, stb), (4, smpb), (5, ub), (6, argb)]);
+    let g_window1 = bg(&p_window1, &[(0, inbuf), (2, regions[0].raw()), (3, stb), (4, smpb), (5, ub)]);
+    let g_window = [
+        bg(&p_window, &[(1, regions[0].raw()), (2, regions[1].raw()), (3, stb), (4, smpb), (5, ub)]),
+        bg(&p_window, &[(1, regions[1].raw()), (2, regions[0].raw()), (3, stb), (4, smpb), (5, ub)]),
+    ];
+    let g_check = bg(&p_check, &[(3, stb), (4, smpb), (5, ub)]);
+    let gather_groups = Dims::Direct((s as u32).div_ceil(WG), 1, 1);
+    let one = Dims::Direct(1, 1, 1);
+    let mut rec = Rec::new(ctx);
+    for l in 0..caps.len() {
+        // Level l reads the input (l = 0) or region (l - 1) % 2, writes region l % 2.
+        let (gg, gw) = if l == 0 { (&g_gather1, &g_window1) } else { (&g_gather[(l - 1) % 2], &g_window[(l - 1) % 2]) };
+        rec.push(if l == 0 { &p_gather1 } else { &p_gather }, gg, gather_groups.clone());
+        rec.push(&p_sort, &g_sort, one.clone());
+        rec.push(&p_plan, &g_plan, one.clone());
+        rec.push(if l == 0 { &p_window1 } else { &p_window }, gw, Dims::Indirect(argb.clone(), 0));
+        rec.push(&p_check, &g_check, one.clone());
+    }
+    let g_final = bg(&p_final, &[(1, regions[(caps.len() - 1) % 2].raw()), (3, stb), (4, smpb)]);
+    rec.push(&p_final, &g_final, one);
+    clock.mark(ctx, format_args!("chain record ({} levels)", caps.len()))?;
+    clock.submit(ctx, ctx.encoder("select-chain"), &[&rec])?;
+    clock.mark(ctx, format_args!("chain kernels"))?;
+    // One readback: the state words, then lo, hi and the final region.
+    let st_bytes = 8 * 4;
+    let tail = (s + 2) * kb;
+    let mut raw = vec![0u32; ((st_bytes + tail) / 4) as usize];
+    lap("download", || {
+        ctx.download_stream(
+            &[
+                Extent { buffer: stb, offset: 0, stream_offset: 0, len: st_bytes },
+                Extent { buffer: smpb, offset: s * kb, stream_offset: st_bytes, len: tail },
+            ],
+            bytemuck::cast_slice_mut(&mut raw),
+        )
+    })?;
+    clock.mark(ctx, format_args!("chain readback"))?;
+    let (m, shift, fail, done, levels) = (raw[0] as u64, raw[1] as u64, raw[2], raw[3], raw[4]);
+    let keys: Vec<K> = bytemuck::cast_slice::<u32, u8>(&raw[8..]).chunks_exact(K::BYTES).map(bytemuck::pod_read_unaligned).collect();
+    let (lo, hi) = (keys[0], keys[1]);
+    if fail != 0 {
+        return Ok(None);
+    }
+    CHAINED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if done != 0 {
+        return Ok(Some((ChainEnd::One(lo), levels + 1)));
+    }
+    if m > s || shift > rlo || rhi - shift >= m {
+        return Err(GpuError::Validation(format!("chain ended with {m} keys above {shift} for ranks {rlo}..={rhi}")));
+    }
+    let hi = (hi.to_u64() != K::MAX.to_u64()).then_some(hi);
+    Ok(Some((ChainEnd::Region(keys[2..2 + m as usize].to_vec(), shift, hi), levels + 1)))
+}
+
 /// The SampleSelect descent from the first-level `tasks` (every rank of a task
 /// relative to the task's source, `lo` 0), filling `nout` answers.
 #[allow(clippy::too_many_arguments)]
@@ -1275,7 +1519,7 @@ fn sample_select_tasks<K: SelectKey>(
     let kern = Kern::new(ctx, K::BYTES, opts)?;
     let (s, ns, nb, kb) = (kern.s as u64, kern.ns as u64, kern.nb() as u64, kern.kb as u64);
     let p_gather = kern.pipe(ctx, "gather", "gather")?;
-    let p_sort = kern.pipe(ctx, "sort", "sort_sample")?;
+    let p_sort = kern.pipe(ctx, "bitonic+sort", "sort_sample")?;
     let p_count = kern.pipe(ctx, "bucket", "count")?;
     let p_filter = kern.pipe(ctx, "bucket", "filter_buckets")?;
     let (p_count_o, p_filter_o) = if opts.oracle {
@@ -1646,7 +1890,7 @@ pub fn probe_kernels(ctx: &GpuContext, keys: &DeviceArray, n: usize, sample: &[u
     let p = kern.pipe(ctx, "gather", "gather")?;
     out.push(time("gather S", &p, &[(0, buf), (1, samples.raw()), (2, &ub)], (kern.s as u64).div_ceil(WG as u64))?);
     let ub = ctx.uniform(&Params { off: 0, n: kern.s, cnt: kern.s, dst_off: 0, seed: 0, task: 0, mode: 0, pad: 0 });
-    let p = kern.pipe(ctx, "sort", "sort_sample")?;
+    let p = kern.pipe(ctx, "bitonic+sort", "sort_sample")?;
     out.push(time("sort S", &p, &[(0, samples.raw()), (1, sorted.raw()), (2, &ub)], 1)?);
     // The count kernel with the oracle, 1023 splitters from the sample.
     let spl: Vec<u32> = (0..kern.ns as usize).map(|j| sample[(j + 1) * 4096 / (kern.ns as usize + 1)]).collect();
@@ -1948,6 +2192,27 @@ fn topk_device<K: SelectKey>(
     }
     if k >= len {
         return Ok(((0..len as u32).collect(), stats));
+    }
+    if K::BYTES == 4 {
+        // The chain over (key, row) pairs: exact, ties to the first rows, one submission.
+        let mut clock = GpuClock::new(ctx);
+        let mut scratch = Scratch { ctx, bytes: 0 };
+        let kk = k as u64 - 1;
+        if let Some((ChainEnd::Region(pairs, 0, hi), levels)) = chain::<u64>(ctx, keys, len, kk, kk, true, opts, &mut clock, &mut scratch)? {
+            let key_t = pairs[k - 1] >> 32;
+            // With ties, every key equal to the threshold must be in the last region:
+            // its window's upper bound lies above the threshold's key (or is open).
+            if !ties || hi.is_none_or(|h| h >> 32 > key_t) {
+                let take = if ties { pairs.partition_point(|&p| p >> 32 <= key_t) } else { k };
+                let mut idx: Vec<u32> = pairs[..take].iter().map(|&p| p as u32).collect();
+                idx.sort_unstable();
+                stats.levels = levels;
+                stats.device_bytes = scratch.bytes;
+                stats.gpu_ms = clock.ms();
+                stats.algorithm = "gpu-topk+chain";
+                return Ok((idx, stats));
+            }
+        }
     }
     let (t, st) = sample_select::<K>(ctx, keys, len, &[k as u64 - 1], None, opts)?;
     let mut clock = GpuClock::new(ctx);

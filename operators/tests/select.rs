@@ -676,8 +676,8 @@ fn gpu_select_regions_matches_sorted_regions() {
 #[test]
 fn gpu_select_bracketing_level() {
     let Some(ctx) = test_context() else { return };
-    let on = SelectOptions { bracket_min: 0, ..Default::default() };
-    let narrow = SelectOptions { bracket_min: 0, bracket_sigmas: 0.0, ..Default::default() };
+    let on = SelectOptions { bracket_min: 0, chain_min: usize::MAX, ..Default::default() };
+    let narrow = SelectOptions { bracket_min: 0, chain_min: usize::MAX, bracket_sigmas: 0.0, ..Default::default() };
     let mut bracketed = 0;
     let mut fell_back = 0;
     for &n in &[40_000usize, 100_003] {
@@ -730,7 +730,7 @@ fn gpu_select_bracketing_level() {
     let ranks = vec![0, n as u64 / 2, n as u64 - 1];
     for int64 in [Int64Path::Auto, Int64Path::Emulated] {
         for sig in [SelectOptions::default().bracket_sigmas, 0.0] {
-            let opts = SelectOptions { int64, bracket_min: 0, bracket_sigmas: sig, ..Default::default() };
+            let opts = SelectOptions { int64, bracket_min: 0, chain_min: usize::MAX, bracket_sigmas: sig, ..Default::default() };
             // One window, then three.
             let (got, _) = select_gpu_device_with::<u64>(&ctx, &arr, n, &ranks[1..2], &opts).unwrap();
             check_exact(&got, &keys64, &ranks[1..2], &format!("bracket u64 median {int64:?} sigmas {sig}"));
@@ -787,4 +787,87 @@ fn gpu_select_regions_bracketed() {
             }
         }
     }
+}
+
+/// The chain (bracketing levels decided on the device, one submission) against the
+/// sort reference: medians, neighbouring ranks, the extremes and the top-k
+/// threshold over every distribution, sizes that are not a multiple of the
+/// workgroup, 32- and 64-bit keys (native and emulated), top-k with and without
+/// ties; and with windows so narrow that the sample misses or a window overflows
+/// (the call must fall back to the host-driven descent and still be exact).
+#[test]
+fn gpu_select_chain() {
+    let Some(ctx) = test_context() else { return };
+    let on = SelectOptions { chain_min: 0, ..Default::default() };
+    let half = SelectOptions { chain_min: 0, bracket_sigmas: 0.5, ..Default::default() };
+    let narrow = SelectOptions { chain_min: 0, bracket_sigmas: 0.0, ..Default::default() };
+    let (mut chained, mut fell_back) = (0, 0);
+    for &n in &[9_000usize, 70_001, 300_007] {
+        for (name, keys) in datasets_u32(n, 900 + n as u64) {
+            let n64 = n as u64;
+            let rank_sets: Vec<Vec<u64>> =
+                vec![vec![n64 / 2], vec![(n64 - 1) / 2, n64 / 2], vec![0], vec![n64 - 1], vec![n64 / 3 + 17, n64 / 3, n64 / 3 + 64]];
+            for ranks in &rank_sets {
+                for (label, opts) in [("on", &on), ("half", &half), ("narrow", &narrow)] {
+                    let (got, st) = select_gpu_with(&ctx, &keys, ranks, opts).unwrap();
+                    check_exact(&got, &keys, ranks, &format!("chain {label} {name} {ranks:?}"));
+                    if st.algorithm.contains("chain") {
+                        chained += 1;
+                    } else {
+                        fell_back += 1;
+                    }
+                    // (With one value, a window open at an end holds every key: the
+                    // extreme ranks overflow and fall back.)
+                    let inner = ranks.iter().all(|&r| r > 0 && r < n64 - 1);
+                    if label == "on" && (name == "uniform" || name == "sorted" || (name == "distinct-1" && inner)) {
+                        assert!(st.algorithm.contains("chain"), "{name} {ranks:?}: the chain answers ({})", st.algorithm);
+                    }
+                }
+            }
+            for k in [1usize, 10, 100, 1000, 2000] {
+                for (label, opts) in [("on", &on), ("narrow", &narrow)] {
+                    let (got, st) = topk_gpu_with(&ctx, &keys, k, opts).unwrap();
+                    assert_eq!(got, topk_reference(&keys, k), "chain top-{k} {label} {name}");
+                    if label == "on" && k <= 1000 && name == "uniform" {
+                        assert!(st.algorithm.contains("chain"), "top-{k}: the chain answers ({})", st.algorithm);
+                    }
+                }
+                let emu = SelectOptions { int64: Int64Path::Emulated, ..on };
+                let (got, _) = topk_gpu_with(&ctx, &keys, k, &emu).unwrap();
+                assert_eq!(got, topk_reference(&keys, k), "chain top-{k} emulated {name}");
+            }
+        }
+    }
+    assert!(chained > 0 && fell_back > 0, "both outcomes seen: {chained} chained, {fell_back} fell back");
+    // Top-k with ties (every key equal to the threshold comes along), on the chain's
+    // default threshold of 2^16 keys.
+    let mut r = rng(91);
+    for distinct in [3u32, 1000, u32::MAX] {
+        let n = 100_003usize;
+        let keys: Vec<u32> = (0..n).map(|_| r.random_range(0..distinct)).collect();
+        let arr = DeviceArray::upload(&ctx, &keys).unwrap();
+        for k in [1usize, 77, 1000] {
+            let (got, _) = topk_ties_gpu_device::<u32>(&ctx, &arr, n, k).unwrap();
+            let mut sorted = keys.clone();
+            sorted.sort_unstable();
+            let t = sorted[k - 1];
+            let want: Vec<u32> = (0..n as u32).filter(|&i| keys[i as usize] <= t).collect();
+            assert_eq!(got, want, "ties top-{k}, {distinct} distinct");
+        }
+    }
+    // 64-bit keys, native (where the adapter has it) and emulated; a segmented input
+    // (the chain needs one binding, so it falls back and must still be exact).
+    let n = 200_001usize;
+    let keys64: Vec<u64> = keys_f64(&(0..n).map(|_| normal(&mut r) * 1e6).collect::<Vec<_>>());
+    let ranks = vec![n as u64 / 2, n as u64 / 2 + 1];
+    for int64 in [Int64Path::Auto, Int64Path::Emulated] {
+        let opts = SelectOptions { int64, ..on };
+        let (got, st) = select_gpu_with::<u64>(&ctx, &keys64, &ranks, &opts).unwrap();
+        check_exact(&got, &keys64, &ranks, &format!("chain u64 {int64:?}"));
+        assert!(st.algorithm.contains("chain"), "u64 {int64:?}: {}", st.algorithm);
+    }
+    let arr = DeviceArray::upload_segmented(&ctx, &keys64, 65_536).unwrap();
+    let (got, st) = select_gpu_device_with::<u64>(&ctx, &arr, n, &ranks, &on).unwrap();
+    check_exact(&got, &keys64, &ranks, "chain u64 segmented");
+    assert!(!st.algorithm.contains("chain"), "{}", st.algorithm);
 }

@@ -279,15 +279,17 @@ pub fn filter(lo: u32, hi: u32, iterations: usize) -> Result<()> {
 }
 
 /// SampleSelect on resident f32 keys (exact median, three quartiles at once,
-/// top-k for k = 10, 1000, n/100, approximate median with its measured rank
+/// top-k for k = 10, 100, 1000, n/100, approximate median with its measured rank
 /// error) against the CPU path and DataFusion's `median` over the same column.
 pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool) -> Result<()> {
     use ridgeline_operators::select::{
         approx_select_gpu_device, key_f32, select_cpu, select_gpu_device, select_gpu_device_with, topk_cpu, topk_gpu_device,
         topk_gpu_device_with, SelectOptions,
     };
-    // The plain descent (no bracketing level), measured beside the default.
-    let plain = SelectOptions { bracket_min: usize::MAX, ..Default::default() };
+    // The host-driven descent with the bracketing level (no chain), and the plain
+    // descent (neither), measured beside the default.
+    let bracketed = SelectOptions { chain_min: usize::MAX, ..Default::default() };
+    let plain = SelectOptions { bracket_min: usize::MAX, chain_min: usize::MAX, ..Default::default() };
     let ctx = context::global().map_err(|e| DataFusionError::Execution(e.to_string()))?;
     let g = |e: ridgeline_operators::GpuError| DataFusionError::Execution(e.to_string());
     let threads = rayon::current_num_threads();
@@ -297,9 +299,9 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool) -> Result<()> {
         ctx.info().backend
     );
     println!(
-        "| n | median ms | median plain ms | 3 quartiles ms | top-10 ms | top-10 plain ms | top-1000 ms | top-n/100 ms | approx median ms | approx rank err (bound) | aux MiB (/input) | CPU median ms | DataFusion median ms |"
+        "| n | median ms | median bracketed ms | median plain ms | 3 quartiles ms | top-10 ms | top-100 ms | top-10 plain ms | top-1000 ms | top-n/100 ms | approx median ms | approx rank err (bound) | aux MiB (/input) | CPU median ms | DataFusion median ms |"
     );
-    println!("|{}", " --- |".repeat(13));
+    println!("|{}", " --- |".repeat(15));
     let time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
         ridgeline_operators::timing::warm_up(ridgeline_operators::timing::WARM_UP_MS, &mut *f)?;
         let mut v = Vec::new();
@@ -340,6 +342,13 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool) -> Result<()> {
             }
             Ok(())
         })?;
+        let med_br = time(&mut || {
+            let (v, _) = select_gpu_device_with::<u32>(&ctx, &arr, n, &[half], &bracketed).map_err(g)?;
+            if v[0] != want[0] {
+                return Err(DataFusionError::Execution(format!("GPU median (bracketed) {} != CPU {}", v[0], want[0])));
+            }
+            Ok(())
+        })?;
         let med_plain = time(&mut || {
             let (v, _) = select_gpu_device_with::<u32>(&ctx, &arr, n, &[half], &plain).map_err(g)?;
             if v[0] != want[0] {
@@ -356,7 +365,7 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool) -> Result<()> {
             Ok(())
         })?;
         let mut tk = Vec::new();
-        for kk in [10usize, 1000, n / 100] {
+        for kk in [10usize, 100, 1000, n / 100] {
             let want_ids = topk_cpu(&keys, kk);
             tk.push(time(&mut || {
                 let (ids, st) = topk_gpu_device::<u32>(&ctx, &arr, n, kk).map_err(g)?;
@@ -408,10 +417,11 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool) -> Result<()> {
         let cpu_ms = cpu.iter().copied().fold(f64::INFINITY, f64::min);
         let df_ms = datafusion_median_ms(&vals, iterations)?;
         println!(
-            "| 2^{k} | {med:.3} | {med_plain:.3} | {q3:.3} | {:.3} | {tk_plain:.3} | {:.3} | {:.3} | {am:.3} | {} ({}, {:.4}% of n) | {:.1} ({:.3}) | {cpu_ms:.2} | {df_ms:.2} |",
+            "| 2^{k} | {med:.3} | {med_br:.3} | {med_plain:.3} | {q3:.3} | {:.3} | {:.3} | {tk_plain:.3} | {:.3} | {:.3} | {am:.3} | {} ({}, {:.4}% of n) | {:.1} ({:.3}) | {cpu_ms:.2} | {df_ms:.2} |",
             tk[0],
             tk[1],
             tk[2],
+            tk[3],
             err.0,
             err.1,
             err.1 as f64 * 100.0 / n as f64,

@@ -742,7 +742,7 @@ fn window_copy(inv: Inv) {
 // levels. Each level is the bracketing level above (Floyd & Rivest windows from a
 // sorted sample) with its decisions taken on the device:
 // * `ch_gather`: S keys at pseudo-random positions of the current region;
-// * `ch_sort`: sorts them in one workgroup (the bitonic section);
+// * `sort_sample` (section sort): sorts them in one workgroup;
 // * `ch_plan`: one invocation turns the target ranks and the sorted sample into
 //   the window [lo, hi] (sample elements 3 standard deviations either side, or
 //   open below for top-k; the whole region once it holds at most S keys; the
@@ -750,18 +750,23 @@ fn window_copy(inv: Inv) {
 //   writes the window pass's indirect dispatch size;
 // * `ch_window` (indirect): each workgroup counts its keys below and inside the
 //   window, reserves its part of the next region with one global atomic, reads
-//   its keys again (from cache) and copies those inside: one pass over memory;
+//   its keys again (from cache) and copies those inside; on the first level
+//   (the whole input) two passes instead, `ch_count1` and `ch_copy1`, as the
+//   bracketing level's (one fused pass took 3.1 ms at 2^28 on the H100, the two
+//   passes 1.2 ms);
 // * `ch_check`: the ranks must lie inside the window (else fail = 1: the sample
 //   missed), a window of one value answers them (done), a window larger than the
 //   next region's capacity fails (2); otherwise the window becomes the region.
-// `ch_final` sorts the last region (at most S keys) into the output for the host.
+// `ch_pad` pads the last region (at most S keys) to S with kmax() and
+// `sort_sample` sorts it into the output for the host.
 // A failed or answered chain turns every later kernel into a no-op; the host reads
 // the state once at the end and reruns the host-driven descent when it failed.
 //
-// The first level reads the input (binding ch_in, element type SRC, converted to
-// K by src_key: top-k packs a 32-bit key and its row as one 64-bit key, so every
-// key is distinct and ties go to the first rows); later levels read the previous
-// level's region (ch_src) and write the next (ch_dst).
+// The first level reads the input, one dispatch of ch_gather and ch_window per
+// segment (binding ch_in, element type SRC, converted to K by src_key: top-k
+// packs a 32-bit key and its row as one 64-bit key, so every key is distinct and
+// ties go to the first rows); later levels read the previous level's region
+// (ch_src) and write the next (ch_dst).
 
 alias SRC = {{SRC}};
 
@@ -770,7 +775,7 @@ fn src_key(x: SRC, row: u32) -> K {
 }
 
 struct ChainU {
-    off: u32,       // first input element in ch_in
+    pad0: u32,
     n: u32,         // input keys
     rlo: u32,       // smallest target rank
     rhi: u32,       // largest target rank
@@ -789,6 +794,20 @@ struct ChainU {
 @group(0) @binding(4) var<storage, read_write> ch_smp: array<K>;
 @group(0) @binding(5) var<storage, read> ch_u: ChainU;
 @group(0) @binding(6) var<storage, read_write> ch_args: array<u32>;
+// The first level runs once per input segment (a piece): its elements in ch_in,
+// its first row, and its share of the sample.
+struct PieceU {
+    off: u32,       // first element in ch_in
+    n: u32,         // elements
+    row0: u32,      // row of its first element
+    dst: u32,       // first sample slot it fills
+    cnt: u32,       // samples it takes
+    wg_base: u32,   // its first workgroup in ch_wg
+    pad1: u32,
+    pad2: u32,
+}
+@group(0) @binding(7) var<storage, read> ch_piece: PieceU;
+@group(0) @binding(8) var<storage, read_write> ch_wg: array<u32>;   // first level: keys inside per workgroup
 
 // State words (ch_st).
 const ST_M: u32 = 0u;       // keys in the current region
@@ -807,10 +826,19 @@ fn chain_cap(level: u32) -> u32 {
     return ch_u.cap[min(level, 15u) / 4u][min(level, 15u) % 4u];
 }
 
-//@@ chfirst (the chain's first level reads the input)
+//@@ chfirst (the chain's first level reads one piece of the input)
 
 fn load_src(i: u32) -> K {
-    return src_key(ch_in[ch_u.off + i], i);
+    return src_key(ch_in[ch_piece.off + i], ch_piece.row0 + i);
+}
+fn region_len() -> u32 {
+    return ch_piece.n;
+}
+fn sample_count() -> u32 {
+    return ch_piece.cnt;
+}
+fn sample_dst() -> u32 {
+    return ch_piece.dst;
 }
 
 //@@ chnext (later levels read the previous level's region)
@@ -818,80 +846,32 @@ fn load_src(i: u32) -> K {
 fn load_src(i: u32) -> K {
     return ch_src[i];
 }
+fn region_len() -> u32 {
+    return atomicLoad(&ch_st[ST_M]);
+}
+fn sample_count() -> u32 {
+    return S;
+}
+fn sample_dst() -> u32 {
+    return 0u;
+}
 
 //@@ chgather (after chain and chfirst or chnext)
 
 @compute @workgroup_size(WG)
 fn ch_gather(inv: Inv) {
     let i = group_index(inv) * WG + inv.lid;
-    if (i >= S || chain_stopped()) {
+    if (i >= sample_count() || chain_stopped() || atomicLoad(&ch_st[ST_M]) <= S) {
         return;
     }
-    let m = atomicLoad(&ch_st[ST_M]);
-    if (m <= S) {
-        return;
-    }
-    let level = atomicLoad(&ch_st[ST_LEVEL]);
-    let pos = hash(hash(i) ^ ch_u.seed ^ (level * 0x9e3779b9u)) % m;
-    ch_smp[i] = load_src(pos);
-}
-
-//@@ chsort (after chain and bitonic: the sample, and the final region)
-
-var<workgroup> cs_m: u32;
-
-@compute @workgroup_size(WG)
-fn ch_sort(inv: Inv) {
-    if (inv.lid == 0u) {
-        var m = atomicLoad(&ch_st[ST_M]);
-        if (chain_stopped()) {
-            m = 0u;
-        }
-        cs_m = m;
-    }
-    let m = workgroupUniformLoad(&cs_m);
-    if (m <= S) {
-        return;
-    }
-    for (var i = inv.lid; i < S; i += WG) {
-        sh[i] = ch_smp[i];
-    }
-    workgroupBarrier();
-    bitonic_sort(inv.lid);
-    for (var i = inv.lid; i < S; i += WG) {
-        ch_smp[i] = sh[i];
-    }
-}
-
-// The last region (at most S keys, in ch_src) sorted into ch_smp[S + 2 ..].
-@compute @workgroup_size(WG)
-fn ch_final(inv: Inv) {
-    if (inv.lid == 0u) {
-        var m = atomicLoad(&ch_st[ST_M]);
-        if (chain_stopped()) {
-            m = 0u;
-        } else if (m > S) {
-            atomicStore(&ch_st[ST_FAIL], 3u);
-            m = 0u;
-        }
-        cs_m = m;
-    }
-    let m = workgroupUniformLoad(&cs_m);
+    let m = region_len();
     if (m == 0u) {
         return;
     }
-    for (var i = inv.lid; i < S; i += WG) {
-        var v = kmax();
-        if (i < m) {
-            v = ch_src[i];
-        }
-        sh[i] = v;
-    }
-    workgroupBarrier();
-    bitonic_sort(inv.lid);
-    for (var i = inv.lid; i < m; i += WG) {
-        ch_smp[S + 2u + i] = sh[i];
-    }
+    let j = sample_dst() + i;
+    let level = atomicLoad(&ch_st[ST_LEVEL]);
+    let pos = hash(hash(j) ^ ch_u.seed ^ (level * 0x9e3779b9u)) % m;
+    ch_smp[j] = load_src(pos);
 }
 
 //@@ chplan (after chain)
@@ -948,7 +928,7 @@ var<workgroup> cw_cnt: u32;
 @compute @workgroup_size(WG)
 fn ch_window(inv: Inv) {
     if (inv.lid == 0u) {
-        cw_m = atomicLoad(&ch_st[ST_M]);
+        cw_m = region_len();
         atomicStore(&cw_below, 0u);
         atomicStore(&cw_in, 0u);
     }
@@ -1007,6 +987,106 @@ fn ch_window(inv: Inv) {
                 }
             }
         }
+    }
+}
+
+// The first level in two passes (measured faster than ch_window there): the
+// keys below and inside the window per workgroup (ch_wg), then the copy.
+@compute @workgroup_size(WG)
+fn ch_count1(inv: Inv) {
+    if (inv.lid == 0u) {
+        cw_m = region_len();
+        atomicStore(&cw_below, 0u);
+        atomicStore(&cw_in, 0u);
+    }
+    let m = workgroupUniformLoad(&cw_m);
+    let g = group_index(inv);
+    let base = g * CHUNK;
+    if (base >= m) {
+        return;
+    }
+    let lo = ch_smp[S];
+    let hi = ch_smp[S + 1u];
+    var below = 0u;
+    var inside = 0u;
+    for (var it = 0u; it < ITEMS; it++) {
+        let i = base + it * WG + inv.lid;
+        if (i < m) {
+            let x = load_src(i);
+            let lt = kless(x, lo);
+            below += select(0u, 1u, lt);
+            inside += select(0u, 1u, !lt && !kless(hi, x));
+        }
+    }
+    if (below != 0u) {
+        atomicAdd(&cw_below, below);
+    }
+    if (inside != 0u) {
+        atomicAdd(&cw_in, inside);
+    }
+    workgroupBarrier();
+    if (inv.lid == 0u) {
+        let b = atomicLoad(&cw_below);
+        if (b != 0u) {
+            atomicAdd(&ch_st[ST_BELOW], b);
+        }
+        ch_wg[ch_piece.wg_base + g] = atomicLoad(&cw_in);
+    }
+}
+
+@compute @workgroup_size(WG)
+fn ch_copy1(inv: Inv) {
+    let g = group_index(inv);
+    if (inv.lid == 0u) {
+        let c = ch_wg[ch_piece.wg_base + g];
+        var at = 0u;
+        if (c != 0u) {
+            at = atomicAdd(&ch_st[ST_CUR], c);
+        }
+        cw_base = at;
+        cw_cnt = c;
+        atomicStore(&cw_in, 0u);
+    }
+    if (workgroupUniformLoad(&cw_cnt) == 0u) {
+        return;
+    }
+    let at = cw_base;
+    let m = ch_piece.n;
+    let base = g * CHUNK;
+    let lo = ch_smp[S];
+    let hi = ch_smp[S + 1u];
+    let cap = chain_cap(0u);
+    for (var it = 0u; it < ITEMS; it++) {
+        let i = base + it * WG + inv.lid;
+        if (i < m) {
+            let x = load_src(i);
+            if (!kless(x, lo) && !kless(hi, x)) {
+                let j = at + atomicAdd(&cw_in, 1u);
+                if (j < cap) {
+                    ch_dst[j] = x;
+                }
+            }
+        }
+    }
+}
+
+// Before the final sort (sort_sample over S keys): the last region's slots past
+// its m keys get kmax(); a region of more than S keys fails the chain (3).
+@compute @workgroup_size(WG)
+fn ch_pad(inv: Inv) {
+    let i = group_index(inv) * WG + inv.lid;
+    if (chain_stopped()) {
+        return;
+    }
+    let m = atomicLoad(&ch_st[ST_M]);
+    if (m > S) {
+        if (i == 0u) {
+            atomicStore(&ch_st[ST_FAIL], 3u);
+        }
+        return;
+    }
+    if (i >= m && i < S) {
+        ch_dst[i] = kmax();
     }
 }
 

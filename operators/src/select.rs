@@ -1295,10 +1295,23 @@ pub const CHAIN_MAX_SPAN: u64 = 64;
 /// Most levels of a chain (ChainU.cap holds 16).
 const CHAIN_MAX_LEVELS: usize = 16;
 
+/// One input segment of a chain's first level (select.wgsl PieceU).
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct PieceU {
+    off: u32,
+    n: u32,
+    row0: u32,
+    dst: u32,
+    cnt: u32,
+    wg_base: u32,
+    pad: [u32; 2],
+}
+
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct ChainU {
-    off: u32,
+    pad0: u32,
     n: u32,
     rlo: u32,
     rhi: u32,
@@ -1385,10 +1398,9 @@ fn chain<K: SelectKey>(
     }
     let whole = Task { src: Src::Input, n, lo: 0, ranks: Vec::new(), below: None, above: None };
     let ps = pieces(input, len, &[], &whole);
-    if ps.len() != 1 || (pack && input.elem_size() != 4) {
+    if pack && input.elem_size() != 4 {
         return Ok(None);
     }
-    let (inbuf, off, _) = ps[0];
     let Some(caps) = chain_caps(n, s, rlo, rhi, pack, opts.bracket_sigmas) else {
         return Ok(None);
     };
@@ -1406,15 +1418,18 @@ fn chain<K: SelectKey>(
     let pipe = |sections: &str, entry: &str| kern.pipe_with(ctx, sections, entry, &defs);
     let p_gather1 = pipe("chain+chfirst+chgather", "ch_gather")?;
     let p_gather = pipe("chain+chnext+chgather", "ch_gather")?;
-    let p_sort = pipe("chain+bitonic+chsort", "ch_sort")?;
-    let p_final = pipe("chain+bitonic+chsort", "ch_final")?;
+    let p_sort = kern.pipe(ctx, "bitonic+sort", "sort_sample")?;
     let p_plan = pipe("chain+chplan", "ch_plan")?;
+    let p_count1 = pipe("chain+chfirst+chwindow", "ch_count1")?;
+    let p_copy1 = pipe("chain+chfirst+chwindow", "ch_copy1")?;
     let p_window1 = pipe("chain+chfirst+chwindow", "ch_window")?;
     let p_window = pipe("chain+chnext+chwindow", "ch_window")?;
     let p_check = pipe("chain+chnext+chwindow", "ch_check")?;
+    let p_pad = pipe("chain+chnext+chwindow", "ch_pad")?;
+    // RIDGELINE_CHAIN_FUSED1 (measurement): the first level as one fused pass.
+    let fused1 = std::env::var_os("RIDGELINE_CHAIN_FUSED1").is_some();
 
     let mut u: ChainU = bytemuck::Zeroable::zeroed();
-    u.off = off;
     u.n = n as u32;
     u.rlo = rlo as u32;
     u.rhi = rhi as u32;
@@ -1428,42 +1443,128 @@ fn chain<K: SelectKey>(
     let mut st0 = [0u32; 8];
     st0[0] = n as u32;
     let st = scratch.with_data(bytemuck::cast_slice(&st0))?;
-    // Sample, lo, hi, final region: lo starts at the smallest key, hi at the largest.
+    // The gathered sample; the sorted sample, lo, hi and the sorted final region
+    // (lo starts at the smallest key, hi at the largest).
+    let raw_smp = scratch.alloc(s * kb)?;
     let smp = scratch.alloc((2 * s + 2) * kb)?;
     let mut bounds = vec![0u8; 2 * kb as usize];
     bounds[kb as usize..].fill(0xff);
     ctx.write_small(smp.raw(), s * kb, &bounds)?;
     let args = scratch.alloc(16)?;
-    let regions = [scratch.alloc(caps[0] * kb)?, scratch.alloc(caps.get(1).copied().unwrap_or(1) * kb)?];
+    let regions = [scratch.alloc(caps[0] * kb)?, scratch.alloc(caps.get(1).copied().unwrap_or(1).max(s) * kb)?];
+    let groups1: u64 = ps.iter().map(|p| (p.2 as u64).div_ceil(CHUNK as u64)).sum();
+    let per_group = scratch.alloc(groups1 * 4)?;
 
     let bg = |p: &Arc<wgpu::ComputePipeline>, e: &[(u32, &wgpu::Buffer)]| lap("bind group", || bind(ctx, p, e));
-    let (stb, smpb, ub, argb) = (st.raw(), smp.raw(), ubuf.raw(), args.raw());
-    let g_gather1 = bg(&p_gather1, &[(0, inbuf), (3, stb), (4, smpb), (5, ub)]);
-    let g_gather = [bg(&p_gather, &[(1, regions[0].raw()), (3, stb), (4, smpb), (5, ub)]), bg(&p_gather, &[(1, regions[1].raw()), (3, stb), (4, smpb), (5, ub)])];
-    let g_sort = bg(&p_sort, &[(3, stb), (4, smpb)]);
+    let (stb, smpb, rawb, ub, argb, wgb) = (st.raw(), smp.raw(), raw_smp.raw(), ubuf.raw(), args.raw(), per_group.raw());
+    // Per input piece: its parameters, and the first level's gather and passes.
+    let mut piece_bufs = Vec::with_capacity(ps.len());
+    let (mut row0, mut taken, mut wg_base) = (0u64, 0u64, 0u64);
+    for (pi, &(_, off, pn)) in ps.iter().enumerate() {
+        let cnt = if pi + 1 == ps.len() { s - taken } else { s * pn as u64 / n };
+        let pu = PieceU { off, n: pn, row0: row0 as u32, dst: taken as u32, cnt: cnt as u32, wg_base: wg_base as u32, pad: [0; 2] };
+        piece_bufs.push(scratch.with_data(bytemuck::bytes_of(&pu))?);
+        row0 += pn as u64;
+        taken += cnt;
+        wg_base += (pn as u64).div_ceil(CHUNK as u64);
+    }
+    struct First {
+        gather: wgpu::BindGroup,
+        count: wgpu::BindGroup,
+        copy: wgpu::BindGroup,
+        fused: wgpu::BindGroup,
+        n: u64,
+    }
+    let first: Vec<First> = ps
+        .iter()
+        .zip(&piece_bufs)
+        .map(|(&(inbuf, _, pn), pb)| {
+            let (pb, r0) = (pb.raw(), regions[0].raw());
+            First {
+                gather: bg(&p_gather1, &[(0, inbuf), (3, stb), (4, rawb), (5, ub), (7, pb)]),
+                count: bg(&p_count1, &[(0, inbuf), (3, stb), (4, smpb), (7, pb), (8, wgb)]),
+                copy: bg(&p_copy1, &[(0, inbuf), (2, r0), (3, stb), (4, smpb), (5, ub), (7, pb), (8, wgb)]),
+                fused: bg(&p_window1, &[(0, inbuf), (2, r0), (3, stb), (4, smpb), (5, ub), (7, pb)]),
+                n: pn as u64,
+            }
+        })
+        .collect();
+    let g_gather = [0, 1].map(|i| bg(&p_gather, &[(1, regions[i].raw()), (3, stb), (4, rawb), (5, ub)]));
+    let sort_u = uni(ctx, &Params { off: 0, n: s as u32, cnt: s as u32, dst_off: 0, seed: 0, task: 0, mode: 0, pad: 0 });
+    let g_sort = bg(&p_sort, &[(0, rawb), (1, smpb), (2, &sort_u)]);
     let g_plan = bg(&p_plan, &[(3, stb), (4, smpb), (5, ub), (6, argb)]);
-    let g_window1 = bg(&p_window1, &[(0, inbuf), (2, regions[0].raw()), (3, stb), (4, smpb), (5, ub)]);
-    let g_window = [
-        bg(&p_window, &[(1, regions[0].raw()), (2, regions[1].raw()), (3, stb), (4, smpb), (5, ub)]),
-        bg(&p_window, &[(1, regions[1].raw()), (2, regions[0].raw()), (3, stb), (4, smpb), (5, ub)]),
-    ];
+    let g_window = [0, 1].map(|i| bg(&p_window, &[(1, regions[i].raw()), (2, regions[1 - i].raw()), (3, stb), (4, smpb), (5, ub)]));
     let g_check = bg(&p_check, &[(3, stb), (4, smpb), (5, ub)]);
     let gather_groups = Dims::Direct((s as u32).div_ceil(WG), 1, 1);
     let one = Dims::Direct(1, 1, 1);
-    let mut rec = Rec::new(ctx);
+    // RIDGELINE_CHAIN_PASSES (a diagnosis aid, with timestamp queries): every
+    // dispatch in its own timed pass, the times printed.
+    let passes = std::env::var_os("RIDGELINE_CHAIN_PASSES").is_some() && ctx.has_timestamps();
+    let mut recs: Vec<(String, Rec<'_>)> = vec![("chain".into(), Rec::new(ctx))];
+    let mut push = |what: String, p: &Arc<wgpu::ComputePipeline>, g: &wgpu::BindGroup, d: Dims| {
+        if passes {
+            recs.push((what, Rec::new(ctx)));
+        }
+        recs.last_mut().expect("a pass").1.push(p, g, d);
+    };
+    let max = ctx.limits().max_compute_workgroups_per_dimension.max(1);
     for l in 0..caps.len() {
-        // Level l reads the input (l = 0) or region (l - 1) % 2, writes region l % 2.
-        let (gg, gw) = if l == 0 { (&g_gather1, &g_window1) } else { (&g_gather[(l - 1) % 2], &g_window[(l - 1) % 2]) };
-        rec.push(if l == 0 { &p_gather1 } else { &p_gather }, gg, gather_groups.clone());
-        rec.push(&p_sort, &g_sort, one.clone());
-        rec.push(&p_plan, &g_plan, one.clone());
-        rec.push(if l == 0 { &p_window1 } else { &p_window }, gw, Dims::Indirect(argb.clone(), 0));
-        rec.push(&p_check, &g_check, one.clone());
+        // Level l reads the input (l = 0, one dispatch per piece) or region
+        // (l - 1) % 2, and writes region l % 2.
+        if l == 0 {
+            for f in &first {
+                push(format!("{l} gather"), &p_gather1, &f.gather, gather_groups.clone());
+            }
+        } else {
+            push(format!("{l} gather"), &p_gather, &g_gather[(l - 1) % 2], gather_groups.clone());
+        }
+        push(format!("{l} sort"), &p_sort, &g_sort, one.clone());
+        push(format!("{l} plan"), &p_plan, &g_plan, one.clone());
+        if l == 0 {
+            let dims = |f: &First| {
+                let (x, y, z) = dispatch_dims(f.n.div_ceil(CHUNK as u64), max);
+                Dims::Direct(x, y, z)
+            };
+            if fused1 {
+                for f in &first {
+                    push(format!("{l} window"), &p_window1, &f.fused, dims(f));
+                }
+            } else {
+                for f in &first {
+                    push(format!("{l} count"), &p_count1, &f.count, dims(f));
+                }
+                for f in &first {
+                    push(format!("{l} copy"), &p_copy1, &f.copy, dims(f));
+                }
+            }
+        } else {
+            push(format!("{l} window"), &p_window, &g_window[(l - 1) % 2], Dims::Indirect(argb.clone(), 0));
+        }
+        push(format!("{l} check"), &p_check, &g_check, one.clone());
     }
-    let g_final = bg(&p_final, &[(1, regions[(caps.len() - 1) % 2].raw()), (3, stb), (4, smpb)]);
-    rec.push(&p_final, &g_final, one);
+    // The last region padded to S keys and sorted behind lo and hi.
+    let last = regions[(caps.len() - 1) % 2].raw();
+    let g_pad = bg(&p_pad, &[(2, last), (3, stb)]);
+    push("pad".into(), &p_pad, &g_pad, gather_groups.clone());
+    let final_u = uni(ctx, &Params { off: 0, n: s as u32, cnt: s as u32, dst_off: (s + 2) as u32, seed: 0, task: 0, mode: 0, pad: 0 });
+    let g_final = bg(&p_sort, &[(0, last), (1, smpb), (2, &final_u)]);
+    push("final sort".into(), &p_sort, &g_final, one);
     clock.mark(ctx, format_args!("chain record ({} levels)", caps.len()))?;
-    clock.submit(ctx, ctx.encoder("select-chain"), &[&rec])?;
+    if passes {
+        let mut enc = ctx.encoder("select-chain");
+        let timer = crate::timing::KernelTimer::new(ctx, recs.len() as u32).ok_or_else(|| GpuError::Invalid("no timer".into()))?;
+        for (i, (_, r)) in recs.iter().enumerate() {
+            r.encode(&mut enc, timer.writes(i as u32));
+        }
+        timer.resolve(&mut enc);
+        ctx.submit(enc)?;
+        let ms = timer.read_ms(ctx)?;
+        let line: Vec<String> = recs.iter().zip(&ms).skip(1).map(|((w, _), t)| format!("{w} {t:.3}")).collect();
+        eprintln!("chain passes (n {n}, ms): {}", line.join(", "));
+    } else {
+        let all: Vec<&Rec<'_>> = recs.iter().map(|r| &r.1).collect();
+        clock.submit(ctx, ctx.encoder("select-chain"), &all)?;
+    }
     clock.mark(ctx, format_args!("chain kernels"))?;
     // One readback: the state words, then lo, hi and the final region.
     let st_bytes = 8 * 4;

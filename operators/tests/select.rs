@@ -855,8 +855,8 @@ fn gpu_select_chain() {
             assert_eq!(got, want, "ties top-{k}, {distinct} distinct");
         }
     }
-    // 64-bit keys, native (where the adapter has it) and emulated; a segmented input
-    // (the chain needs one binding, so it falls back and must still be exact).
+    // 64-bit keys, native (where the adapter has it) and emulated; segmented inputs
+    // (the first level runs per segment; top-k rows count across segments).
     let n = 200_001usize;
     let keys64: Vec<u64> = keys_f64(&(0..n).map(|_| normal(&mut r) * 1e6).collect::<Vec<_>>());
     let ranks = vec![n as u64 / 2, n as u64 / 2 + 1];
@@ -869,5 +869,15 @@ fn gpu_select_chain() {
     let arr = DeviceArray::upload_segmented(&ctx, &keys64, 65_536).unwrap();
     let (got, st) = select_gpu_device_with::<u64>(&ctx, &arr, n, &ranks, &on).unwrap();
     check_exact(&got, &keys64, &ranks, "chain u64 segmented");
-    assert!(!st.algorithm.contains("chain"), "{}", st.algorithm);
+    assert!(st.algorithm.contains("chain"), "{}", st.algorithm);
+    let keys32: Vec<u32> = (0..n).map(|i| r.random_range(0..5000u32) + (i % 7 == 0) as u32 * 9).collect();
+    let arr = DeviceArray::upload_segmented(&ctx, &keys32, 30_004).unwrap();
+    for k in [1usize, 300, 1500] {
+        let (got, st) = topk_gpu_device_with::<u32>(&ctx, &arr, n, k, &on).unwrap();
+        assert_eq!(got, topk_reference(&keys32, k), "chain top-{k} segmented");
+        assert!(st.algorithm.contains("chain"), "{}", st.algorithm);
+    }
+    let ranks = vec![n as u64 / 3];
+    let (got, _) = select_gpu_device_with::<u32>(&ctx, &arr, n, &ranks, &on).unwrap();
+    check_exact(&got, &keys32, &ranks, "chain u32 segmented");
 }

@@ -5,8 +5,8 @@
 // One level of SampleSelect on a region of keys (a task):
 // * `gather`: S keys at pseudo-random positions of the task's data -> samples
 //   (one dispatch per input segment, each taking its share of S).
-// * `sort_sample`: sorts up to S keys (a rank sort in workgroup memory over
-//   S / WG workgroups); in splitter mode it writes the NS = B - 1 splitters
+// * `sort_sample`: one workgroup sorts up to S keys in workgroup memory with a
+//   bitonic network; in splitter mode it writes the NS = B - 1 splitters
 //   (equidistant sample elements) of the task, in base-case mode the whole sorted
 //   region (the base case of the recursion: a bucket of at most S keys).
 // * `count`: every key finds its bucket by a branch-free binary search over the
@@ -106,20 +106,37 @@ fn gather(inv: Inv) {
     g_dst[g_p.dst_off + i] = g_src[g_p.off + pos];
 }
 
-//@@ sort (rank sort of up to S keys: S invocations over S / WG workgroups)
+//@@ bitonic (the sort network over `sh`, shared by sort_sample and the chain)
+
+var<workgroup> sh: array<K, S>;
+
+// Sorts sh[0..S) ascending; the caller has filled it (kmax() as padding) and
+// passed a workgroup barrier.
+fn bitonic_sort(lid: u32) {
+    for (var k = 2u; k <= S; k <<= 1u) {
+        for (var j = k >> 1u; j > 0u; j >>= 1u) {
+            for (var t = lid; t < S / 2u; t += WG) {
+                let i = ((t & ~(j - 1u)) << 1u) | (t & (j - 1u));
+                let l = i | j;
+                let a = sh[i];
+                let b = sh[l];
+                let asc = (i & k) == 0u;
+                if ((asc && kless(b, a)) || (!asc && kless(a, b))) {
+                    sh[i] = b;
+                    sh[l] = a;
+                }
+            }
+            workgroupBarrier();
+        }
+    }
+}
+
+//@@ sort (bitonic sort of up to S keys in workgroup memory; compiled after section bitonic)
 
 @group(0) @binding(0) var<storage, read> s_src: array<K>;
 @group(0) @binding(1) var<storage, read_write> s_dst: array<K>;
 @group(0) @binding(2) var<uniform> s_p: Params;
 
-var<workgroup> sh: array<K, S>;
-
-// Every workgroup holds all cnt keys (kmax() past them); invocation i finds the
-// rank of key i (the keys below it, and the equal ones before it: a permutation)
-// with one broadcast read of workgroup memory per key, and stores the key at its
-// rank. A single-workgroup bitonic sort took 0.28 ms for S = 4096 on the H100
-// (78 stages, each behind a barrier); this takes S comparisons per invocation
-// spread over S / WG workgroups.
 @compute @workgroup_size(WG)
 fn sort_sample(inv: Inv) {
     let m = s_p.cnt;
@@ -131,27 +148,17 @@ fn sort_sample(inv: Inv) {
         sh[i] = v;
     }
     workgroupBarrier();
-    let i = group_index(inv) * WG + inv.lid;
-    if (i >= m) {
-        return;
-    }
-    let x = sh[i];
-    var r = 0u;
-    for (var j = 0u; j < m; j++) {
-        let y = sh[j];
-        r += select(0u, 1u, kless(y, x) || (keq(y, x) && j < i));
-    }
+    bitonic_sort(inv.lid);
     if (s_p.mode == 1u) {
-        // Splitter j: the sample element at floor((j + 1) m / (NS + 1)), written by
-        // the invocation of that rank (several splitters when m < NS + 1).
-        var c = (r * (NS + 1u) + m - 1u) / m;
-        c = max(c, 1u);
-        while (c <= NS && (c * m) / (NS + 1u) == r) {
-            s_dst[s_p.dst_off + c - 1u] = x;
-            c++;
+        // Splitter j: the sample element at (j + 1) m / (NS + 1).
+        for (var j = inv.lid; j < NS; j += WG) {
+            let idx = ((j + 1u) * (m / (NS + 1u))) + (((j + 1u) * (m % (NS + 1u))) / (NS + 1u));
+            s_dst[s_p.dst_off + j] = sh[idx];
         }
     } else {
-        s_dst[s_p.dst_off + r] = x;
+        for (var i = inv.lid; i < m; i += WG) {
+            s_dst[s_p.dst_off + i] = sh[i];
+        }
     }
 }
 

@@ -1156,7 +1156,7 @@ fn bracket<K: SelectKey>(
         return Ok(None);
     }
     let p_gather = kern.pipe(ctx, "gather", "gather")?;
-    let p_sort = kern.pipe(ctx, "sort", "sort_sample")?;
+    let p_sort = kern.pipe(ctx, "bitonic+sort", "sort_sample")?;
     let nwin = windows.len();
     let nw_def = [("NWIN", nwin.to_string())];
     let p_count = kern.pipe_with(ctx, "window", "window_count", &nw_def)?;
@@ -1214,7 +1214,7 @@ fn bracket<K: SelectKey>(
     }
     copy_dispatches(&mut r_copy, &wp, &wout)?;
     let ub = uni(ctx, &Params { off: 0, n: s as u32, cnt: s as u32, dst_off: 0, seed: 0, task: 0, mode: 0, pad: 0 });
-    r_sort.dispatch(&p_sort, &[(0, samples.raw()), (1, sorted.raw()), (2, &ub)], s.div_ceil(WG as u64))?;
+    r_sort.dispatch(&p_sort, &[(0, samples.raw()), (1, sorted.raw()), (2, &ub)], 1)?;
     clock.submit(ctx, enc, &[&r_sample, &r_sort, &r_count, &r_copy])?;
     clock.mark(ctx, format_args!("bracket sample+sort+window ({} windows)", windows.len()))?;
     let c: Vec<u32> = read_buf(ctx, counts.raw(), 8 * BRACKET_WINDOWS)?;
@@ -1418,7 +1418,7 @@ fn chain<K: SelectKey>(
     let pipe = |sections: &str, entry: &str| kern.pipe_with(ctx, sections, entry, &defs);
     let p_gather1 = pipe("chain+chfirst+chgather", "ch_gather")?;
     let p_gather = pipe("chain+chnext+chgather", "ch_gather")?;
-    let p_sort = kern.pipe(ctx, "sort", "sort_sample")?;
+    let p_sort = kern.pipe(ctx, "bitonic+sort", "sort_sample")?;
     let p_plan = pipe("chain+chplan", "ch_plan")?;
     let p_count1 = pipe("chain+chfirst+chwindow", "ch_count1")?;
     let p_copy1 = pipe("chain+chfirst+chwindow", "ch_copy1")?;
@@ -1518,7 +1518,7 @@ fn chain<K: SelectKey>(
         } else {
             push(format!("{l} gather"), &p_gather, &g_gather[(l - 1) % 2], gather_groups.clone());
         }
-        push(format!("{l} sort"), &p_sort, &g_sort, gather_groups.clone());
+        push(format!("{l} sort"), &p_sort, &g_sort, one.clone());
         push(format!("{l} plan"), &p_plan, &g_plan, one.clone());
         if l == 0 {
             let dims = |f: &First| {
@@ -1548,7 +1548,7 @@ fn chain<K: SelectKey>(
     push("pad".into(), &p_pad, &g_pad, gather_groups.clone());
     let final_u = uni(ctx, &Params { off: 0, n: s as u32, cnt: s as u32, dst_off: (s + 2) as u32, seed: 0, task: 0, mode: 0, pad: 0 });
     let g_final = bg(&p_sort, &[(0, last), (1, smpb), (2, &final_u)]);
-    push("final sort".into(), &p_sort, &g_final, gather_groups);
+    push("final sort".into(), &p_sort, &g_final, one);
     clock.mark(ctx, format_args!("chain record ({} levels)", caps.len()))?;
     if passes {
         let mut enc = ctx.encoder("select-chain");
@@ -1620,7 +1620,7 @@ fn sample_select_tasks<K: SelectKey>(
     let kern = Kern::new(ctx, K::BYTES, opts)?;
     let (s, ns, nb, kb) = (kern.s as u64, kern.ns as u64, kern.nb() as u64, kern.kb as u64);
     let p_gather = kern.pipe(ctx, "gather", "gather")?;
-    let p_sort = kern.pipe(ctx, "sort", "sort_sample")?;
+    let p_sort = kern.pipe(ctx, "bitonic+sort", "sort_sample")?;
     let p_count = kern.pipe(ctx, "bucket", "count")?;
     let p_filter = kern.pipe(ctx, "bucket", "filter_buckets")?;
     let (p_count_o, p_filter_o) = if opts.oracle {
@@ -1708,7 +1708,7 @@ fn sample_select_tasks<K: SelectKey>(
                 mode: 1,
                 pad: 0,
             });
-            r_sort.dispatch(&p_sort, &[(0, samples.raw()), (1, spl.raw()), (2, &ub)], s.div_ceil(WG as u64))?;
+            r_sort.dispatch(&p_sort, &[(0, samples.raw()), (1, spl.raw()), (2, &ub)], 1)?;
         }
         let mut small_off = Vec::with_capacity(small.len());
         let mut acc = 0u64;
@@ -1720,7 +1720,7 @@ fn sample_select_tasks<K: SelectKey>(
             }
             let (buf, off, n) = ps[0];
             let ub = uni(ctx, &Params { off, n, cnt: n, dst_off: acc as u32, seed: 0, task: 0, mode: 0, pad: 0 });
-            r_sort.dispatch(&p_sort, &[(0, buf), (1, sorted.raw()), (2, &ub)], (n as u64).div_ceil(WG as u64))?;
+            r_sort.dispatch(&p_sort, &[(0, buf), (1, sorted.raw()), (2, &ub)], 1)?;
             acc += t.n;
         }
         clock.mark(ctx, format_args!("level {level} record ({} tasks)", big.len() + small.len()))?;
@@ -1984,15 +1984,15 @@ pub fn probe_kernels(ctx: &GpuContext, keys: &DeviceArray, n: usize, sample: &[u
     out.push(time("window count", &p, &[(0, buf), (1, smp.raw()), (2, counts.raw()), (3, &ub), (5, per_group.raw())], groups)?);
     let p = kern.pipe_with(ctx, "window", "window_copy", &defs)?;
     out.push(time("window copy", &p, &[(0, buf), (1, smp.raw()), (2, counts.raw()), (3, &ub), (4, wout.raw()), (5, per_group.raw())], groups)?);
-    // One level's sample: the gather of S keys and their (rank) sort.
+    // One level's sample: the gather of S keys and their sort in one workgroup.
     let samples = ctx.pool().alloc(kern.s as u64 * 4)?;
     let sorted = ctx.pool().alloc(kern.s as u64 * 4)?;
     let ub = ctx.uniform(&Params { off: 0, n: n as u32, cnt: kern.s, dst_off: 0, seed: 7, task: 0, mode: 0, pad: 0 });
     let p = kern.pipe(ctx, "gather", "gather")?;
     out.push(time("gather S", &p, &[(0, buf), (1, samples.raw()), (2, &ub)], (kern.s as u64).div_ceil(WG as u64))?);
     let ub = ctx.uniform(&Params { off: 0, n: kern.s, cnt: kern.s, dst_off: 0, seed: 0, task: 0, mode: 0, pad: 0 });
-    let p = kern.pipe(ctx, "sort", "sort_sample")?;
-    out.push(time("sort S", &p, &[(0, samples.raw()), (1, sorted.raw()), (2, &ub)], (kern.s as u64).div_ceil(WG as u64))?);
+    let p = kern.pipe(ctx, "bitonic+sort", "sort_sample")?;
+    out.push(time("sort S", &p, &[(0, samples.raw()), (1, sorted.raw()), (2, &ub)], 1)?);
     // The count kernel with the oracle, 1023 splitters from the sample.
     let spl: Vec<u32> = (0..kern.ns as usize).map(|j| sample[(j + 1) * 4096 / (kern.ns as usize + 1)]).collect();
     let splb = ctx.pool().alloc(spl.len() as u64 * 4)?;

@@ -94,6 +94,24 @@
 //! with three buckets per rank (below, window, above) whose splitters are taken
 //! from the sample next to the target instead of equidistant.
 //!
+//! # Chain (opt-in: [`SelectOptions::chain_min`])
+//!
+//! A descent with no host round trip between levels: every level is a bracketing
+//! level whose window the device computes from the target ranks and the sorted
+//! sample (select.wgsl, section `chain`: gather, sort, `ch_plan` writes the window
+//! and the indirect dispatch size, one window pass copies the keys inside,
+//! `ch_check` moves to the window or stops the chain when the sample missed or a
+//! window overflowed its region). The host computes the regions' capacities and
+//! the number of levels from `n` alone ([`chain_caps`]), records all levels in one
+//! submission and reads back once: the state and the last region (at most S keys)
+//! sorted. A stopped chain reruns as the host-driven descent. Top-k of 32-bit keys
+//! runs the chain over (key, row) pairs packed into 64-bit keys, windows open
+//! below, so ties go to the first rows and the last region holds the answer.
+//! Per-dispatch timing (`RIDGELINE_CHAIN_PASSES=1`, H100, 2^28 keys): the first
+//! level's count and copy passes 1.2 and 2.0 ms, each sample sort (one workgroup)
+//! 0.28 ms, six of them: about as long as the host-driven descent's round trips,
+//! hence off by default.
+//!
 //! # Top-k
 //!
 //! Top-k does not fuse the lower buckets into the filter (the paper's fusion):
@@ -315,10 +333,10 @@ pub struct SelectOptions {
     /// (default 3; tests make it small so that windows miss and overflow).
     pub bracket_sigmas: f64,
     /// Exact selections of one narrow rank range (at most [`CHAIN_MAX_SPAN`] ranks
-    /// apart: a median, a top-k threshold) over at least this many keys in one
-    /// binding run as a *chain*: bracketing levels decided on the device, in one
-    /// submission (see "Chain" in the module documentation). `usize::MAX`: never.
-    /// Default 2^16.
+    /// apart: a median, a top-k of 32-bit keys) over at least this many keys run as
+    /// a *chain*: bracketing levels decided on the device, in one submission (see
+    /// "Chain" in the module documentation). Default `usize::MAX` (never): on the
+    /// H100 it did not beat the host-driven descent yet (BENCHMARKS.md, session 10).
     pub chain_min: usize,
 }
 
@@ -334,7 +352,7 @@ impl Default for SelectOptions {
             oracle_max_ranks: 4,
             bracket_min: 1 << 25,
             bracket_sigmas: BRACKET_SIGMAS,
-            chain_min: 1 << 16,
+            chain_min: usize::MAX,
         }
     }
 }
@@ -2276,6 +2294,17 @@ pub fn topk_gpu_device_with<K: SelectKey>(
 /// later sort keys can settle the ties), `min(k, len)` rows or more.
 pub fn topk_ties_gpu_device<K: SelectKey>(ctx: &GpuContext, keys: &DeviceArray, len: usize, k: usize) -> GpuResult<(Vec<u32>, SelectStats)> {
     topk_device::<K>(ctx, keys, len, k, true, &SelectOptions::default())
+}
+
+/// [`topk_ties_gpu_device`] with options.
+pub fn topk_ties_gpu_device_with<K: SelectKey>(
+    ctx: &GpuContext,
+    keys: &DeviceArray,
+    len: usize,
+    k: usize,
+    opts: &SelectOptions,
+) -> GpuResult<(Vec<u32>, SelectStats)> {
+    topk_device::<K>(ctx, keys, len, k, true, opts)
 }
 
 fn topk_device<K: SelectKey>(

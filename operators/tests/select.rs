@@ -839,15 +839,18 @@ fn gpu_select_chain() {
         }
     }
     assert!(chained > 0 && fell_back > 0, "both outcomes seen: {chained} chained, {fell_back} fell back");
-    // Top-k with ties (every key equal to the threshold comes along), on the chain's
-    // default threshold of 2^16 keys.
+    // Top-k with ties (every key equal to the threshold comes along): through the
+    // chain where the last window's bound lies above the threshold's key.
     let mut r = rng(91);
     for distinct in [3u32, 1000, u32::MAX] {
         let n = 100_003usize;
         let keys: Vec<u32> = (0..n).map(|_| r.random_range(0..distinct)).collect();
         let arr = DeviceArray::upload(&ctx, &keys).unwrap();
         for k in [1usize, 77, 1000] {
-            let (got, _) = topk_ties_gpu_device::<u32>(&ctx, &arr, n, k).unwrap();
+            let (got, st) = topk_ties_gpu_device_with::<u32>(&ctx, &arr, n, k, &on).unwrap();
+            if distinct == u32::MAX {
+                assert!(st.algorithm.contains("chain"), "ties top-{k}: {}", st.algorithm);
+            }
             let mut sorted = keys.clone();
             sorted.sort_unstable();
             let t = sorted[k - 1];

@@ -286,9 +286,9 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool) -> Result<()> {
         approx_select_gpu_device, key_f32, select_cpu, select_gpu_device, select_gpu_device_with, topk_cpu, topk_gpu_device,
         topk_gpu_device_with, SelectOptions,
     };
-    // The host-driven descent with the bracketing level (no chain), and the plain
-    // descent (neither), measured beside the default.
-    let bracketed = SelectOptions { chain_min: usize::MAX, ..Default::default() };
+    // The chain (levels decided on the device, opt-in) and the plain descent (no
+    // bracketing level), measured beside the default.
+    let chained = SelectOptions { chain_min: 0, ..Default::default() };
     let plain = SelectOptions { bracket_min: usize::MAX, chain_min: usize::MAX, ..Default::default() };
     let ctx = context::global().map_err(|e| DataFusionError::Execution(e.to_string()))?;
     let g = |e: ridgeline_operators::GpuError| DataFusionError::Execution(e.to_string());
@@ -299,9 +299,9 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool) -> Result<()> {
         ctx.info().backend
     );
     println!(
-        "| n | median ms | median bracketed ms | median plain ms | 3 quartiles ms | top-10 ms | top-100 ms | top-10 plain ms | top-1000 ms | top-n/100 ms | approx median ms | approx rank err (bound) | aux MiB (/input) | CPU median ms | DataFusion median ms |"
+        "| n | median ms | median chain ms | median plain ms | 3 quartiles ms | top-10 ms | top-100 ms | top-100 chain ms | top-10 plain ms | top-1000 ms | top-n/100 ms | approx median ms | approx rank err (bound) | aux MiB (/input) | CPU median ms | DataFusion median ms |"
     );
-    println!("|{}", " --- |".repeat(15));
+    println!("|{}", " --- |".repeat(16));
     let time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
         ridgeline_operators::timing::warm_up(ridgeline_operators::timing::WARM_UP_MS, &mut *f)?;
         let mut v = Vec::new();
@@ -342,10 +342,10 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool) -> Result<()> {
             }
             Ok(())
         })?;
-        let med_br = time(&mut || {
-            let (v, _) = select_gpu_device_with::<u32>(&ctx, &arr, n, &[half], &bracketed).map_err(g)?;
+        let med_ch = time(&mut || {
+            let (v, _) = select_gpu_device_with::<u32>(&ctx, &arr, n, &[half], &chained).map_err(g)?;
             if v[0] != want[0] {
-                return Err(DataFusionError::Execution(format!("GPU median (bracketed) {} != CPU {}", v[0], want[0])));
+                return Err(DataFusionError::Execution(format!("GPU median (chain) {} != CPU {}", v[0], want[0])));
             }
             Ok(())
         })?;
@@ -376,6 +376,14 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool) -> Result<()> {
                 Ok(())
             })?);
         }
+        let want100 = topk_cpu(&keys, 100);
+        let tk_ch = time(&mut || {
+            let (ids, _) = topk_gpu_device_with::<u32>(&ctx, &arr, n, 100, &chained).map_err(g)?;
+            if ids != want100 {
+                return Err(DataFusionError::Execution("GPU top-100 (chain) differs from the CPU's".into()));
+            }
+            Ok(())
+        })?;
         let want10 = topk_cpu(&keys, 10);
         let tk_plain = time(&mut || {
             let (ids, _) = topk_gpu_device_with::<u32>(&ctx, &arr, n, 10, &plain).map_err(g)?;
@@ -417,7 +425,7 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool) -> Result<()> {
         let cpu_ms = cpu.iter().copied().fold(f64::INFINITY, f64::min);
         let df_ms = datafusion_median_ms(&vals, iterations)?;
         println!(
-            "| 2^{k} | {med:.3} | {med_br:.3} | {med_plain:.3} | {q3:.3} | {:.3} | {:.3} | {tk_plain:.3} | {:.3} | {:.3} | {am:.3} | {} ({}, {:.4}% of n) | {:.1} ({:.3}) | {cpu_ms:.2} | {df_ms:.2} |",
+            "| 2^{k} | {med:.3} | {med_ch:.3} | {med_plain:.3} | {q3:.3} | {:.3} | {:.3} | {tk_ch:.3} | {tk_plain:.3} | {:.3} | {:.3} | {am:.3} | {} ({}, {:.4}% of n) | {:.1} ({:.3}) | {cpu_ms:.2} | {df_ms:.2} |",
             tk[0],
             tk[1],
             tk[2],

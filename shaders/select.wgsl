@@ -790,7 +790,10 @@ struct ChainU {
 @group(0) @binding(1) var<storage, read> ch_src: array<K>;
 @group(0) @binding(2) var<storage, read_write> ch_dst: array<K>;
 @group(0) @binding(3) var<storage, read_write> ch_st: array<atomic<u32>>;
-// ch_smp: [0, S) the sample, S: window's lo, S + 1: hi, S + 2 ..: the final region.
+// ch_smp: [0, S) the sample, SLOT: window's lo, SLOT + 1: hi, SLOT + 2 ..: the
+// final region (SLOT: the first level's sample size; later levels may sample
+// fewer keys, S of their pipelines).
+const SLOT: u32 = {{SLOT}}u;
 @group(0) @binding(4) var<storage, read_write> ch_smp: array<K>;
 @group(0) @binding(5) var<storage, read> ch_u: ChainU;
 @group(0) @binding(6) var<storage, read_write> ch_args: array<u32>;
@@ -887,10 +890,10 @@ fn ch_plan() {
     let m = atomicLoad(&ch_st[ST_M]);
     let shift = atomicLoad(&ch_st[ST_SHIFT]);
     // The previous bounds hold every key of the region: a side left open (and
-    // the whole of a region of at most S keys) keeps them, so ch_smp[S + 1] ends
+    // the whole of a region of at most S keys) keeps them, so ch_smp[SLOT + 1] ends
     // as the tightest upper bound of the last region.
-    var lo = ch_smp[S];
-    var hi = ch_smp[S + 1u];
+    var lo = ch_smp[SLOT];
+    var hi = ch_smp[SLOT + 1u];
     if (m > S) {
         let mf = f32(m);
         let sf = f32(S);
@@ -907,8 +910,8 @@ fn ch_plan() {
             hi = ch_smp[max(b, 0)];
         }
     }
-    ch_smp[S] = lo;
-    ch_smp[S + 1u] = hi;
+    ch_smp[SLOT] = lo;
+    ch_smp[SLOT + 1u] = hi;
     atomicStore(&ch_st[ST_BELOW], 0u);
     atomicStore(&ch_st[ST_CUR], 0u);
     let groups = (m + CHUNK - 1u) / CHUNK;
@@ -937,8 +940,8 @@ fn ch_window(inv: Inv) {
     if (base >= m) {
         return;
     }
-    let lo = ch_smp[S];
-    let hi = ch_smp[S + 1u];
+    let lo = ch_smp[SLOT];
+    let hi = ch_smp[SLOT + 1u];
     var below = 0u;
     var inside = 0u;
     for (var it = 0u; it < ITEMS; it++) {
@@ -1005,8 +1008,8 @@ fn ch_count1(inv: Inv) {
     if (base >= m) {
         return;
     }
-    let lo = ch_smp[S];
-    let hi = ch_smp[S + 1u];
+    let lo = ch_smp[SLOT];
+    let hi = ch_smp[SLOT + 1u];
     var below = 0u;
     var inside = 0u;
     for (var it = 0u; it < ITEMS; it++) {
@@ -1053,8 +1056,8 @@ fn ch_copy1(inv: Inv) {
     let at = cw_base;
     let m = ch_piece.n;
     let base = g * CHUNK;
-    let lo = ch_smp[S];
-    let hi = ch_smp[S + 1u];
+    let lo = ch_smp[SLOT];
+    let hi = ch_smp[SLOT + 1u];
     let cap = chain_cap(0u);
     for (var it = 0u; it < ITEMS; it++) {
         let i = base + it * WG + inv.lid;
@@ -1104,7 +1107,7 @@ fn ch_check() {
         atomicStore(&ch_st[ST_FAIL], 1u);
         return;
     }
-    if (ch_u.topk == 0u && keq(ch_smp[S], ch_smp[S + 1u])) {
+    if (ch_u.topk == 0u && keq(ch_smp[SLOT], ch_smp[SLOT + 1u])) {
         atomicStore(&ch_st[ST_DONE], 1u);
         return;
     }

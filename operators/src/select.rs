@@ -1310,6 +1310,9 @@ fn bracket<K: SelectKey>(
 
 /// Largest distance between the smallest and the largest rank of a chain.
 pub const CHAIN_MAX_SPAN: u64 = 64;
+/// Sample size of a chain's levels after the first (their regions hold a few
+/// percent of the input, and a sort of 1024 keys costs a fraction of one of 4096).
+const CHAIN_LATER_SAMPLE: u32 = 1024;
 /// Most levels of a chain (ChainU.cap holds 16).
 const CHAIN_MAX_LEVELS: usize = 16;
 
@@ -1348,18 +1351,19 @@ pub fn chained_total() -> u64 {
     CHAINED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Capacities of a chain's regions, level by level, for `n` keys, a sample of `s`,
-/// ranks `rlo ..= rhi` (`topk`: windows open below) and windows of `sig` standard
+/// Capacities of a chain's regions, level by level, for `n` keys, samples of `s1`
+/// keys on the first level and `s2` later, ranks `rlo ..= rhi` (`topk`: windows open below) and windows of `sig` standard
 /// deviations: each bounds the keys of the level's window (expected size plus four
 /// standard deviations, as [`bracket_windows`]) given the previous bound as the
-/// region's size, and is at least `s` so a region the device copies whole fits.
-/// The last is `s` (the final sort's size). `None` when that takes more than
+/// region's size, and is at least `s2` so a region the device copies whole fits.
+/// The last is `s2` (the final sort's size). `None` when that takes more than
 /// [`CHAIN_MAX_LEVELS`] levels or a level would not shrink its region.
-fn chain_caps(n: u64, s: u64, rlo: u64, rhi: u64, topk: bool, sig: f64) -> Option<Vec<u64>> {
-    let sf = s as f64;
+fn chain_caps(n: u64, s1: u64, s2: u64, rlo: u64, rhi: u64, topk: bool, sig: f64) -> Option<Vec<u64>> {
     let mut caps = Vec::new();
     let mut m = n;
-    while m > s {
+    while m > s2 {
+        // The first level samples s1 keys, later levels s2.
+        let sf = if caps.is_empty() { s1 } else { s2 } as f64;
         let mf = m as f64;
         // Sample indices spanned by the window: the device's a and b (ch_plan) with
         // the largest standard deviation the ranks can have in a region of m keys.
@@ -1372,7 +1376,7 @@ fn chain_caps(n: u64, s: u64, rlo: u64, rhi: u64, topk: bool, sig: f64) -> Optio
             (rhi - rlo) as f64 / mf * sf + 2.0 * sig * sd + 4.0
         };
         let cap = (((mw + 4.0 * mw.sqrt() + 8.0) / (sf + 1.0)) * mf).ceil() as u64;
-        let cap = cap.max(s);
+        let cap = cap.max(s2);
         if cap >= m || caps.len() == CHAIN_MAX_LEVELS {
             return None;
         }
@@ -1408,8 +1412,13 @@ fn chain<K: SelectKey>(
     clock: &mut GpuClock,
     scratch: &mut Scratch<'_>,
 ) -> GpuResult<Option<(ChainEnd<K>, u32)>> {
+    // The first level samples S keys; later levels (regions of at most a few
+    // percent of the input) sample fewer, whose sorts are cheaper.
     let kern = Kern::new(ctx, K::BYTES, opts)?;
-    let (s, kb) = (kern.s as u64, kern.kb as u64);
+    // (A top-k's last region holds k keys and more, so large k keep S.)
+    let later = if pack && rhi + 1 > (CHAIN_LATER_SAMPLE / 4) as u64 { opts.max_sample } else { opts.max_sample.min(CHAIN_LATER_SAMPLE) };
+    let kern2 = Kern::new(ctx, K::BYTES, &SelectOptions { max_sample: later, ..*opts })?;
+    let (s, s2, kb) = (kern.s as u64, kern2.s as u64, kern.kb as u64);
     let n = len as u64;
     if len < opts.chain_min || n <= 2 * s || rhi < rlo || rhi - rlo > CHAIN_MAX_SPAN || rhi >= n {
         return Ok(None);
@@ -1419,7 +1428,7 @@ fn chain<K: SelectKey>(
     if pack && input.elem_size() != 4 {
         return Ok(None);
     }
-    let Some(caps) = chain_caps(n, s, rlo, rhi, pack, opts.bracket_sigmas) else {
+    let Some(caps) = chain_caps(n, s, s2, rlo, rhi, pack, opts.bracket_sigmas) else {
         return Ok(None);
     };
     let max_binding = ctx.limits().max_storage_buffer_binding_size.min((1 << 31) - 1);
@@ -1432,18 +1441,21 @@ fn chain<K: SelectKey>(
         (true, Repr::U64Emu) => ("u32", "return vec2<u32>(row, x);"),
         (true, Repr::U32) => return Ok(None),
     };
-    let defs = [("SRC", src_ty.to_string()), ("SRCKEY", src_key.to_string())];
+    let defs = [("SRC", src_ty.to_string()), ("SRCKEY", src_key.to_string()), ("SLOT", s.to_string())];
     let pipe = |sections: &str, entry: &str| kern.pipe_with(ctx, sections, entry, &defs);
+    let pipe2 = |sections: &str, entry: &str| kern2.pipe_with(ctx, sections, entry, &defs);
     let p_gather1 = pipe("chain+chfirst+chgather", "ch_gather")?;
-    let p_gather = pipe("chain+chnext+chgather", "ch_gather")?;
-    let p_sort = kern.pipe(ctx, "bitonic+sort", "sort_sample")?;
-    let p_plan = pipe("chain+chplan", "ch_plan")?;
+    let p_gather = pipe2("chain+chnext+chgather", "ch_gather")?;
+    let p_sort1 = kern.pipe(ctx, "bitonic+sort", "sort_sample")?;
+    let p_sort = kern2.pipe(ctx, "bitonic+sort", "sort_sample")?;
+    let p_plan1 = pipe("chain+chplan", "ch_plan")?;
+    let p_plan = pipe2("chain+chplan", "ch_plan")?;
     let p_count1 = pipe("chain+chfirst+chwindow", "ch_count1")?;
     let p_copy1 = pipe("chain+chfirst+chwindow", "ch_copy1")?;
     let p_window1 = pipe("chain+chfirst+chwindow", "ch_window")?;
-    let p_window = pipe("chain+chnext+chwindow", "ch_window")?;
-    let p_check = pipe("chain+chnext+chwindow", "ch_check")?;
-    let p_pad = pipe("chain+chnext+chwindow", "ch_pad")?;
+    let p_window = pipe2("chain+chnext+chwindow", "ch_window")?;
+    let p_check = pipe2("chain+chnext+chwindow", "ch_check")?;
+    let p_pad = pipe2("chain+chnext+chwindow", "ch_pad")?;
     // RIDGELINE_CHAIN_FUSED1 (measurement): the first level as one fused pass.
     let fused1 = std::env::var_os("RIDGELINE_CHAIN_FUSED1").is_some();
 
@@ -1464,12 +1476,12 @@ fn chain<K: SelectKey>(
     // The gathered sample; the sorted sample, lo, hi and the sorted final region
     // (lo starts at the smallest key, hi at the largest).
     let raw_smp = scratch.alloc(s * kb)?;
-    let smp = scratch.alloc((2 * s + 2) * kb)?;
+    let smp = scratch.alloc((s + 2 + s2) * kb)?;
     let mut bounds = vec![0u8; 2 * kb as usize];
     bounds[kb as usize..].fill(0xff);
     ctx.write_small(smp.raw(), s * kb, &bounds)?;
     let args = scratch.alloc(16)?;
-    let regions = [scratch.alloc(caps[0] * kb)?, scratch.alloc(caps.get(1).copied().unwrap_or(1).max(s) * kb)?];
+    let regions = [scratch.alloc(caps[0] * kb)?, scratch.alloc(caps.get(1).copied().unwrap_or(1).max(s2) * kb)?];
     let groups1: u64 = ps.iter().map(|p| (p.2 as u64).div_ceil(CHUNK as u64)).sum();
     let per_group = scratch.alloc(groups1 * 4)?;
 
@@ -1508,12 +1520,16 @@ fn chain<K: SelectKey>(
         })
         .collect();
     let g_gather = [0, 1].map(|i| bg(&p_gather, &[(1, regions[i].raw()), (3, stb), (4, rawb), (5, ub)]));
-    let sort_u = uni(ctx, &Params { off: 0, n: s as u32, cnt: s as u32, dst_off: 0, seed: 0, task: 0, mode: 0, pad: 0 });
+    let sort_u1 = uni(ctx, &Params { off: 0, n: s as u32, cnt: s as u32, dst_off: 0, seed: 0, task: 0, mode: 0, pad: 0 });
+    let g_sort1 = bg(&p_sort1, &[(0, rawb), (1, smpb), (2, &sort_u1)]);
+    let sort_u = uni(ctx, &Params { off: 0, n: s2 as u32, cnt: s2 as u32, dst_off: 0, seed: 0, task: 0, mode: 0, pad: 0 });
     let g_sort = bg(&p_sort, &[(0, rawb), (1, smpb), (2, &sort_u)]);
+    let g_plan1 = bg(&p_plan1, &[(3, stb), (4, smpb), (5, ub), (6, argb)]);
     let g_plan = bg(&p_plan, &[(3, stb), (4, smpb), (5, ub), (6, argb)]);
     let g_window = [0, 1].map(|i| bg(&p_window, &[(1, regions[i].raw()), (2, regions[1 - i].raw()), (3, stb), (4, smpb), (5, ub)]));
     let g_check = bg(&p_check, &[(3, stb), (4, smpb), (5, ub)]);
-    let gather_groups = Dims::Direct((s as u32).div_ceil(WG), 1, 1);
+    let gather_groups1 = Dims::Direct((s as u32).div_ceil(WG), 1, 1);
+    let gather_groups = Dims::Direct((s2 as u32).div_ceil(WG), 1, 1);
     let one = Dims::Direct(1, 1, 1);
     // RIDGELINE_CHAIN_PASSES (a diagnosis aid, with timestamp queries): every
     // dispatch in its own timed pass, the times printed.
@@ -1531,13 +1547,15 @@ fn chain<K: SelectKey>(
         // (l - 1) % 2, and writes region l % 2.
         if l == 0 {
             for f in &first {
-                push(format!("{l} gather"), &p_gather1, &f.gather, gather_groups.clone());
+                push(format!("{l} gather"), &p_gather1, &f.gather, gather_groups1.clone());
             }
+            push(format!("{l} sort"), &p_sort1, &g_sort1, one.clone());
+            push(format!("{l} plan"), &p_plan1, &g_plan1, one.clone());
         } else {
             push(format!("{l} gather"), &p_gather, &g_gather[(l - 1) % 2], gather_groups.clone());
+            push(format!("{l} sort"), &p_sort, &g_sort, one.clone());
+            push(format!("{l} plan"), &p_plan, &g_plan, one.clone());
         }
-        push(format!("{l} sort"), &p_sort, &g_sort, one.clone());
-        push(format!("{l} plan"), &p_plan, &g_plan, one.clone());
         if l == 0 {
             let dims = |f: &First| {
                 let (x, y, z) = dispatch_dims(f.n.div_ceil(CHUNK as u64), max);
@@ -1564,7 +1582,7 @@ fn chain<K: SelectKey>(
     let last = regions[(caps.len() - 1) % 2].raw();
     let g_pad = bg(&p_pad, &[(2, last), (3, stb)]);
     push("pad".into(), &p_pad, &g_pad, gather_groups.clone());
-    let final_u = uni(ctx, &Params { off: 0, n: s as u32, cnt: s as u32, dst_off: (s + 2) as u32, seed: 0, task: 0, mode: 0, pad: 0 });
+    let final_u = uni(ctx, &Params { off: 0, n: s2 as u32, cnt: s2 as u32, dst_off: (s + 2) as u32, seed: 0, task: 0, mode: 0, pad: 0 });
     let g_final = bg(&p_sort, &[(0, last), (1, smpb), (2, &final_u)]);
     push("final sort".into(), &p_sort, &g_final, one);
     clock.mark(ctx, format_args!("chain record ({} levels)", caps.len()))?;
@@ -1586,7 +1604,7 @@ fn chain<K: SelectKey>(
     clock.mark(ctx, format_args!("chain kernels"))?;
     // One readback: the state words, then lo, hi and the final region.
     let st_bytes = 8 * 4;
-    let tail = (s + 2) * kb;
+    let tail = (2 + s2) * kb;
     let mut raw = vec![0u32; ((st_bytes + tail) / 4) as usize];
     lap("download", || {
         ctx.download_stream(
@@ -1608,7 +1626,7 @@ fn chain<K: SelectKey>(
     if done != 0 {
         return Ok(Some((ChainEnd::One(lo), levels + 1)));
     }
-    if m > s || shift > rlo || rhi - shift >= m {
+    if m > s2 || shift > rlo || rhi - shift >= m {
         return Err(GpuError::Validation(format!("chain ended with {m} keys above {shift} for ranks {rlo}..={rhi}")));
     }
     let hi = (hi.to_u64() != K::MAX.to_u64()).then_some(hi);

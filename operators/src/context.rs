@@ -343,6 +343,19 @@ impl GpuContext {
         entry: &str,
         defs: &[(&str, String)],
     ) -> GpuResult<Arc<wgpu::ComputePipeline>> {
+        self.pipeline_lazy(name, entry, defs, || source.to_string())
+    }
+
+    /// [`GpuContext::pipeline`] with the source built only when the pipeline is not
+    /// cached yet (kernels assembled from sections: building the text on every
+    /// lookup cost tens of microseconds each).
+    pub fn pipeline_lazy(
+        &self,
+        name: &str,
+        entry: &str,
+        defs: &[(&str, String)],
+        source: impl FnOnce() -> String,
+    ) -> GpuResult<Arc<wgpu::ComputePipeline>> {
         let mut key = format!("{name}:{entry}");
         for (k, v) in defs {
             key.push_str(&format!(":{k}={v}"));
@@ -350,7 +363,7 @@ impl GpuContext {
         if let Some(p) = self.pipelines.lock().unwrap().get(&key) {
             return Ok(p.clone());
         }
-        let mut src = source.to_string();
+        let mut src = source();
         for (k, v) in defs {
             src = src.replace(&format!("{{{{{k}}}}}"), v);
         }

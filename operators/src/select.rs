@@ -708,21 +708,25 @@ impl Kern {
             Repr::U64 => (KEY_U64, "u64"),
             Repr::U64Emu => (KEY_U64EMU, "u64emu"),
         };
-        // Sections start at a line beginning with "//@@ name".
-        let first = SELECT_WGSL.find("\n//@@ ").unwrap_or(SELECT_WGSL.len());
-        let header = &SELECT_WGSL[..first];
-        // `section` may name several, joined by '+' ("bucket+oracle").
-        let mut src = format!("{key}{header}");
+        // Sections start at a line beginning with "//@@ name"; `section` may name
+        // several, joined by '+' ("bucket+oracle").
         for part in section.split('+') {
-            let marker = format!("\n//@@ {part}");
-            let start = SELECT_WGSL
-                .find(&marker)
-                .ok_or_else(|| GpuError::Invalid(format!("select.wgsl has no section {part}")))?;
-            let rest = &SELECT_WGSL[start + marker.len()..];
-            let body = &rest[..rest.find("\n//@@ ").unwrap_or(rest.len())];
-            src.push_str("\n//");
-            src.push_str(body);
+            if !SELECT_WGSL.contains(&format!("\n//@@ {part}")) {
+                return Err(GpuError::Invalid(format!("select.wgsl has no section {part}")));
+            }
         }
+        let source = || {
+            let first = SELECT_WGSL.find("\n//@@ ").unwrap_or(SELECT_WGSL.len());
+            let mut src = format!("{key}{}", &SELECT_WGSL[..first]);
+            for part in section.split('+') {
+                let marker = format!("\n//@@ {part}");
+                let start = SELECT_WGSL.find(&marker).expect("section checked above");
+                let rest = &SELECT_WGSL[start + marker.len()..];
+                src.push_str("\n//");
+                src.push_str(&rest[..rest.find("\n//@@ ").unwrap_or(rest.len())]);
+            }
+            src
+        };
         let mut defs = vec![
             ("KEY", kname.to_string()),
             ("WG", WG.to_string()),
@@ -732,7 +736,7 @@ impl Kern {
             ("CITEMS", CITEMS.to_string()),
         ];
         defs.extend(extra.iter().cloned());
-        ctx.pipeline(&format!("select-{section}"), &src, entry, &defs)
+        ctx.pipeline_lazy(&format!("select-{section}"), entry, &defs, source)
     }
 }
 
@@ -1412,6 +1416,7 @@ fn chain<K: SelectKey>(
     clock: &mut GpuClock,
     scratch: &mut Scratch<'_>,
 ) -> GpuResult<Option<(ChainEnd<K>, u32)>> {
+    let t0 = Instant::now();
     // The first level samples S keys; later levels (regions of at most a few
     // percent of the input) sample fewer, whose sorts are cheaper.
     let kern = Kern::new(ctx, K::BYTES, opts)?;
@@ -1459,6 +1464,7 @@ fn chain<K: SelectKey>(
     // RIDGELINE_CHAIN_FUSED1 (measurement): the first level as one fused pass.
     let fused1 = std::env::var_os("RIDGELINE_CHAIN_FUSED1").is_some();
 
+    let t_pipes = t0.elapsed();
     let mut u: ChainU = bytemuck::Zeroable::zeroed();
     u.n = n as u32;
     u.rlo = rlo as u32;
@@ -1485,6 +1491,7 @@ fn chain<K: SelectKey>(
     let groups1: u64 = ps.iter().map(|p| (p.2 as u64).div_ceil(CHUNK as u64)).sum();
     let per_group = scratch.alloc(groups1 * 4)?;
 
+    let t_bufs = t0.elapsed();
     let bg = |p: &Arc<wgpu::ComputePipeline>, e: &[(u32, &wgpu::Buffer)]| lap("bind group", || bind(ctx, p, e));
     let (stb, smpb, rawb, ub, argb, wgb) = (st.raw(), smp.raw(), raw_smp.raw(), ubuf.raw(), args.raw(), per_group.raw());
     // Per input piece: its parameters, and the first level's gather and passes.
@@ -1585,6 +1592,14 @@ fn chain<K: SelectKey>(
     let final_u = uni(ctx, &Params { off: 0, n: s2 as u32, cnt: s2 as u32, dst_off: (s + 2) as u32, seed: 0, task: 0, mode: 0, pad: 0 });
     let g_final = bg(&p_sort, &[(0, last), (1, smpb), (2, &final_u)]);
     push("final sort".into(), &p_sort, &g_final, one);
+    if profiling() {
+        eprintln!(
+            "select-profile   chain host: kernels {:.3} ms, buffers {:.3} ms, all {:.3} ms",
+            t_pipes.as_secs_f64() * 1e3,
+            (t_bufs - t_pipes).as_secs_f64() * 1e3,
+            t0.elapsed().as_secs_f64() * 1e3
+        );
+    }
     clock.mark(ctx, format_args!("chain record ({} levels)", caps.len()))?;
     if passes {
         let mut enc = ctx.encoder("select-chain");

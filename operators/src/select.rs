@@ -94,7 +94,7 @@
 //! with three buckets per rank (below, window, above) whose splitters are taken
 //! from the sample next to the target instead of equidistant.
 //!
-//! # Chain (opt-in: [`SelectOptions::chain_min`])
+//! # Chain (from [`SelectOptions::chain_min`] keys, 2^20)
 //!
 //! A descent with no host round trip between levels: every level is a bracketing
 //! level whose window the device computes from the target ranks and the sorted
@@ -107,10 +107,13 @@
 //! sorted. A stopped chain reruns as the host-driven descent. Top-k of 32-bit keys
 //! runs the chain over (key, row) pairs packed into 64-bit keys, windows open
 //! below, so ties go to the first rows and the last region holds the answer.
-//! Per-dispatch timing (`RIDGELINE_CHAIN_PASSES=1`, H100, 2^28 keys): the first
-//! level's count and copy passes 1.2 and 2.0 ms, each sample sort (one workgroup)
-//! 0.28 ms, six of them: about as long as the host-driven descent's round trips,
-//! hence off by default.
+//! Levels after the first sample 1024 keys (cheaper sorts; a top-k with k above
+//! 256 keeps S). Approximate calls of one narrow rank range take the chain too
+//! (their answers are then exact). On the H100 at 2^28 keys (`bench select`,
+//! BENCHMARKS.md session 10) a median takes 1.8-1.9 ms as a chain: about 1.5 ms of
+//! kernels (`RIDGELINE_CHAIN_PASSES=1` times each dispatch: the first level's count
+//! and copy passes about 0.5 ms each), 0.2 ms of host recording and 0.1 ms of
+//! readback; top-100 takes 1.8 ms.
 //!
 //! # Top-k
 //!
@@ -332,11 +335,12 @@ pub struct SelectOptions {
     /// Half-width of a bracketing window in standard deviations of the sample rank
     /// (default 3; tests make it small so that windows miss and overflow).
     pub bracket_sigmas: f64,
-    /// Exact selections of one narrow rank range (at most [`CHAIN_MAX_SPAN`] ranks
-    /// apart: a median, a top-k of 32-bit keys) over at least this many keys run as
-    /// a *chain*: bracketing levels decided on the device, in one submission (see
-    /// "Chain" in the module documentation). Default `usize::MAX` (never): on the
-    /// H100 it did not beat the host-driven descent yet (BENCHMARKS.md, session 10).
+    /// Selections of one narrow rank range (at most [`CHAIN_MAX_SPAN`] ranks apart:
+    /// a median, a top-k of 32-bit keys) over at least this many keys run as a
+    /// *chain*: bracketing levels decided on the device, in one submission (see
+    /// "Chain" in the module documentation); `usize::MAX`: never. Default 2^20: on
+    /// the H100 the chain was as fast as the host-driven descent at 2^20-2^22 keys
+    /// and faster above (BENCHMARKS.md, session 10).
     pub chain_min: usize,
 }
 
@@ -352,7 +356,7 @@ impl Default for SelectOptions {
             oracle_max_ranks: 4,
             bracket_min: 1 << 25,
             bracket_sigmas: BRACKET_SIGMAS,
-            chain_min: usize::MAX,
+            chain_min: 1 << 20,
         }
     }
 }
@@ -1046,7 +1050,9 @@ fn sample_select_once<K: SelectKey>(
         below: None,
         above: None,
     };
-    if approx.is_none() {
+    // The chain answers exactly, and on the H100 faster than one approximate level
+    // (1.8 against 2.5 ms at 2^28), so approximate calls take it too (bound 0).
+    {
         let (rlo, rhi) = (ranks.iter().copied().min().unwrap_or(0), ranks.iter().copied().max().unwrap_or(0));
         let mut scratch = Scratch { ctx, bytes: 0 };
         if let Some((end, levels)) = chain::<K>(ctx, input, len, rlo, rhi, false, opts, &mut clock, &mut scratch)? {

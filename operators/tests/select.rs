@@ -839,6 +839,12 @@ fn gpu_select_chain() {
         }
     }
     assert!(chained > 0 && fell_back > 0, "both outcomes seen: {chained} chained, {fell_back} fell back");
+    // Approximate calls of one narrow rank range take the chain (exact answers).
+    let keys: Vec<u32> = datasets_u32(70_001, 5).remove(1).1;
+    let ranks = vec![35_000u64, 35_001];
+    let (got, st) = approx_select_gpu_with(&ctx, &keys, &ranks, &on).unwrap();
+    check_exact(&got, &keys, &ranks, "approx through the chain");
+    assert!(st.algorithm.contains("chain") && st.rank_error_bound == 0, "{} bound {}", st.algorithm, st.rank_error_bound);
     // Top-k with ties (every key equal to the threshold comes along): through the
     // chain where the last window's bound lies above the threshold's key.
     let mut r = rng(91);

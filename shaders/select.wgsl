@@ -752,8 +752,8 @@ fn window_copy(inv: Inv) {
 //   window, reserves its part of the next region with one global atomic, reads
 //   its keys again (from cache) and copies those inside; on the first level
 //   (the whole input) two passes instead, `ch_count1` and `ch_copy1`, as the
-//   bracketing level's (one fused pass took 3.1 ms at 2^28 on the H100, the two
-//   passes 1.2 ms);
+//   bracketing level's (one fused pass was slower there on the H100: 3.1 ms at
+//   2^28 against 1.2 + 2.0 ms in the same run);
 // * `ch_check`: the ranks must lie inside the window (else fail = 1: the sample
 //   missed), a window of one value answers them (done), a window larger than the
 //   next region's capacity fails (2); otherwise the window becomes the region.
@@ -762,7 +762,7 @@ fn window_copy(inv: Inv) {
 // A failed or answered chain turns every later kernel into a no-op; the host reads
 // the state once at the end and reruns the host-driven descent when it failed.
 //
-// The first level reads the input, one dispatch of ch_gather and ch_window per
+// The first level reads the input, one dispatch of ch_gather, ch_count1 and ch_copy1 per
 // segment (binding ch_in, element type SRC, converted to K by src_key: top-k
 // packs a 32-bit key and its row as one 64-bit key, so every key is distinct and
 // ties go to the first rows); later levels read the previous level's region
@@ -928,6 +928,59 @@ var<workgroup> cw_in: atomic<u32>;
 var<workgroup> cw_base: u32;
 var<workgroup> cw_cnt: u32;
 
+// Counts the workgroup's keys of base .. base + CHUNK (below m) below and inside
+// [lo, hi] into cw_below and cw_in (cleared by the caller before a barrier).
+fn count_chunk(lid: u32, base: u32, m: u32, lo: K, hi: K) {
+    var below = 0u;
+    var inside = 0u;
+    for (var it = 0u; it < ITEMS; it++) {
+        let i = base + it * WG + lid;
+        if (i < m) {
+            let x = load_src(i);
+            let lt = kless(x, lo);
+            below += select(0u, 1u, lt);
+            inside += select(0u, 1u, !lt && !kless(hi, x));
+        }
+    }
+    if (below != 0u) {
+        atomicAdd(&cw_below, below);
+    }
+    if (inside != 0u) {
+        atomicAdd(&cw_in, inside);
+    }
+    workgroupBarrier();
+}
+
+// Copies the workgroup's keys inside [lo, hi] to ch_dst from slot `at` on (slots
+// from cap on are dropped: the check fails the chain then); cw_in counts them.
+fn copy_chunk(lid: u32, base: u32, m: u32, lo: K, hi: K, at: u32, cap: u32) {
+    for (var it = 0u; it < ITEMS; it++) {
+        let i = base + it * WG + lid;
+        if (i < m) {
+            let x = load_src(i);
+            if (!kless(x, lo) && !kless(hi, x)) {
+                let j = at + atomicAdd(&cw_in, 1u);
+                if (j < cap) {
+                    ch_dst[j] = x;
+                }
+            }
+        }
+    }
+}
+
+// (One invocation.) Reserves c slots of the next region for the workgroup: their
+// first in cw_base, c in cw_cnt; clears cw_in for the copy.
+fn reserve(c: u32) {
+    var at = 0u;
+    if (c != 0u) {
+        at = atomicAdd(&ch_st[ST_CUR], c);
+    }
+    cw_base = at;
+    cw_cnt = c;
+    atomicStore(&cw_in, 0u);
+}
+
+// One level's window pass (levels after the first): count, reserve, copy.
 @compute @workgroup_size(WG)
 fn ch_window(inv: Inv) {
     if (inv.lid == 0u) {
@@ -942,59 +995,22 @@ fn ch_window(inv: Inv) {
     }
     let lo = ch_smp[SLOT];
     let hi = ch_smp[SLOT + 1u];
-    var below = 0u;
-    var inside = 0u;
-    for (var it = 0u; it < ITEMS; it++) {
-        let i = base + it * WG + inv.lid;
-        if (i < m) {
-            let x = load_src(i);
-            let lt = kless(x, lo);
-            below += select(0u, 1u, lt);
-            inside += select(0u, 1u, !lt && !kless(hi, x));
-        }
-    }
-    if (below != 0u) {
-        atomicAdd(&cw_below, below);
-    }
-    if (inside != 0u) {
-        atomicAdd(&cw_in, inside);
-    }
-    workgroupBarrier();
+    count_chunk(inv.lid, base, m, lo, hi);
     if (inv.lid == 0u) {
         let b = atomicLoad(&cw_below);
         if (b != 0u) {
             atomicAdd(&ch_st[ST_BELOW], b);
         }
-        let c = atomicLoad(&cw_in);
-        var at = 0u;
-        if (c != 0u) {
-            at = atomicAdd(&ch_st[ST_CUR], c);
-        }
-        cw_base = at;
-        cw_cnt = c;
-        atomicStore(&cw_in, 0u);
+        reserve(atomicLoad(&cw_in));
     }
     if (workgroupUniformLoad(&cw_cnt) == 0u) {
         return;
     }
-    let at = cw_base;
-    let cap = chain_cap(atomicLoad(&ch_st[ST_LEVEL]));
-    for (var it = 0u; it < ITEMS; it++) {
-        let i = base + it * WG + inv.lid;
-        if (i < m) {
-            let x = load_src(i);
-            if (!kless(x, lo) && !kless(hi, x)) {
-                let j = at + atomicAdd(&cw_in, 1u);
-                if (j < cap) {
-                    ch_dst[j] = x;
-                }
-            }
-        }
-    }
+    copy_chunk(inv.lid, base, m, lo, hi, cw_base, chain_cap(atomicLoad(&ch_st[ST_LEVEL])));
 }
 
-// The first level in two passes (measured faster than ch_window there): the
-// keys below and inside the window per workgroup (ch_wg), then the copy.
+// The first level in two passes (one fused pass, as ch_window, measured slower
+// there): the keys below and inside the window per workgroup (ch_wg), then the copy.
 @compute @workgroup_size(WG)
 fn ch_count1(inv: Inv) {
     if (inv.lid == 0u) {
@@ -1008,26 +1024,7 @@ fn ch_count1(inv: Inv) {
     if (base >= m) {
         return;
     }
-    let lo = ch_smp[SLOT];
-    let hi = ch_smp[SLOT + 1u];
-    var below = 0u;
-    var inside = 0u;
-    for (var it = 0u; it < ITEMS; it++) {
-        let i = base + it * WG + inv.lid;
-        if (i < m) {
-            let x = load_src(i);
-            let lt = kless(x, lo);
-            below += select(0u, 1u, lt);
-            inside += select(0u, 1u, !lt && !kless(hi, x));
-        }
-    }
-    if (below != 0u) {
-        atomicAdd(&cw_below, below);
-    }
-    if (inside != 0u) {
-        atomicAdd(&cw_in, inside);
-    }
-    workgroupBarrier();
+    count_chunk(inv.lid, base, m, ch_smp[SLOT], ch_smp[SLOT + 1u]);
     if (inv.lid == 0u) {
         let b = atomicLoad(&cw_below);
         if (b != 0u) {
@@ -1041,36 +1038,12 @@ fn ch_count1(inv: Inv) {
 fn ch_copy1(inv: Inv) {
     let g = group_index(inv);
     if (inv.lid == 0u) {
-        let c = ch_wg[ch_piece.wg_base + g];
-        var at = 0u;
-        if (c != 0u) {
-            at = atomicAdd(&ch_st[ST_CUR], c);
-        }
-        cw_base = at;
-        cw_cnt = c;
-        atomicStore(&cw_in, 0u);
+        reserve(ch_wg[ch_piece.wg_base + g]);
     }
     if (workgroupUniformLoad(&cw_cnt) == 0u) {
         return;
     }
-    let at = cw_base;
-    let m = ch_piece.n;
-    let base = g * CHUNK;
-    let lo = ch_smp[SLOT];
-    let hi = ch_smp[SLOT + 1u];
-    let cap = chain_cap(0u);
-    for (var it = 0u; it < ITEMS; it++) {
-        let i = base + it * WG + inv.lid;
-        if (i < m) {
-            let x = load_src(i);
-            if (!kless(x, lo) && !kless(hi, x)) {
-                let j = at + atomicAdd(&cw_in, 1u);
-                if (j < cap) {
-                    ch_dst[j] = x;
-                }
-            }
-        }
-    }
+    copy_chunk(inv.lid, g * CHUNK, ch_piece.n, ch_smp[SLOT], ch_smp[SLOT + 1u], cw_base, chain_cap(0u));
 }
 
 // Before the final sort (sort_sample over S keys): the last region's slots past

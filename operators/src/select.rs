@@ -110,10 +110,10 @@
 //! Levels after the first sample 1024 keys (cheaper sorts; a top-k with k above
 //! 256 keeps S). Approximate calls of one narrow rank range take the chain too
 //! (their answers are then exact). On the H100 at 2^28 keys (`bench select`,
-//! BENCHMARKS.md session 10) a median takes 1.8-1.9 ms as a chain: about 1.5 ms of
+//! BENCHMARKS.md session 10) a median takes 1.8-2.1 ms as a chain: about 1.5 ms of
 //! kernels (`RIDGELINE_CHAIN_PASSES=1` times each dispatch: the first level's count
 //! and copy passes about 0.5 ms each), 0.2 ms of host recording and 0.1 ms of
-//! readback; top-100 takes 1.8 ms.
+//! readback; top-100 takes 1.7-1.8 ms.
 //!
 //! # Top-k
 //!
@@ -1463,12 +1463,9 @@ fn chain<K: SelectKey>(
     let p_plan = pipe2("chain+chplan", "ch_plan")?;
     let p_count1 = pipe("chain+chfirst+chwindow", "ch_count1")?;
     let p_copy1 = pipe("chain+chfirst+chwindow", "ch_copy1")?;
-    let p_window1 = pipe("chain+chfirst+chwindow", "ch_window")?;
     let p_window = pipe2("chain+chnext+chwindow", "ch_window")?;
     let p_check = pipe2("chain+chnext+chwindow", "ch_check")?;
     let p_pad = pipe2("chain+chnext+chwindow", "ch_pad")?;
-    // RIDGELINE_CHAIN_FUSED1 (measurement): the first level as one fused pass.
-    let fused1 = std::env::var_os("RIDGELINE_CHAIN_FUSED1").is_some();
 
     let t_pipes = t0.elapsed();
     let mut u: ChainU = bytemuck::Zeroable::zeroed();
@@ -1515,7 +1512,6 @@ fn chain<K: SelectKey>(
         gather: wgpu::BindGroup,
         count: wgpu::BindGroup,
         copy: wgpu::BindGroup,
-        fused: wgpu::BindGroup,
         n: u64,
     }
     let first: Vec<First> = ps
@@ -1527,7 +1523,6 @@ fn chain<K: SelectKey>(
                 gather: bg(&p_gather1, &[(0, inbuf), (3, stb), (4, rawb), (5, ub), (7, pb)]),
                 count: bg(&p_count1, &[(0, inbuf), (3, stb), (4, smpb), (7, pb), (8, wgb)]),
                 copy: bg(&p_copy1, &[(0, inbuf), (2, r0), (3, stb), (4, smpb), (5, ub), (7, pb), (8, wgb)]),
-                fused: bg(&p_window1, &[(0, inbuf), (2, r0), (3, stb), (4, smpb), (5, ub), (7, pb)]),
                 n: pn as u64,
             }
         })
@@ -1574,17 +1569,11 @@ fn chain<K: SelectKey>(
                 let (x, y, z) = dispatch_dims(f.n.div_ceil(CHUNK as u64), max);
                 Dims::Direct(x, y, z)
             };
-            if fused1 {
-                for f in &first {
-                    push(format!("{l} window"), &p_window1, &f.fused, dims(f));
-                }
-            } else {
-                for f in &first {
-                    push(format!("{l} count"), &p_count1, &f.count, dims(f));
-                }
-                for f in &first {
-                    push(format!("{l} copy"), &p_copy1, &f.copy, dims(f));
-                }
+            for f in &first {
+                push(format!("{l} count"), &p_count1, &f.count, dims(f));
+            }
+            for f in &first {
+                push(format!("{l} copy"), &p_copy1, &f.copy, dims(f));
             }
         } else {
             push(format!("{l} window"), &p_window, &g_window[(l - 1) % 2], Dims::Indirect(argb.clone(), 0));

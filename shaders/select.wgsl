@@ -236,6 +236,22 @@ fn flush_hist(inv: Inv) {
     }
 }
 
+// Filter: after every invocation has counted its target keys in hist (their
+// per-workgroup positions in li), each target bucket of the workgroup reserves
+// its run of the bucket's slot with one global atomic; hist[b] then holds the
+// run's first output element.
+fn place_targets(inv: Inv) {
+    workgroupBarrier();
+    for (var b = inv.lid; b < NB; b += WG) {
+        let v = atomicLoad(&hist[b]);
+        if (v != 0u) {
+            let slot = f_slot[c_p.task * NB + b];
+            atomicStore(&hist[b], f_outoff[slot] + atomicAdd(&c_counts[slot], v));
+        }
+    }
+    workgroupBarrier();
+}
+
 @compute @workgroup_size(WG)
 fn count(inv: Inv) {
     load_tree(inv);
@@ -269,15 +285,7 @@ fn filter_buckets(inv: Inv) {
             }
         }
     }
-    workgroupBarrier();
-    for (var b = inv.lid; b < NB; b += WG) {
-        let v = atomicLoad(&hist[b]);
-        if (v != 0u) {
-            let slot = f_slot[c_p.task * NB + b];
-            atomicStore(&hist[b], f_outoff[slot] + atomicAdd(&c_counts[slot], v));
-        }
-    }
-    workgroupBarrier();
+    place_targets(inv);
     for (var it = 0u; it < ITEMS; it++) {
         if (bk[it] != NONE) {
             f_out[atomicLoad(&hist[bk[it]]) + li[it]] = key[it];
@@ -545,15 +553,7 @@ fn filter_oracle(inv: Inv) {
             }
         }
     }
-    workgroupBarrier();
-    for (var b = inv.lid; b < NB; b += WG) {
-        let v = atomicLoad(&hist[b]);
-        if (v != 0u) {
-            let slot = f_slot[c_p.task * NB + b];
-            atomicStore(&hist[b], f_outoff[slot] + atomicAdd(&c_counts[slot], v));
-        }
-    }
-    workgroupBarrier();
+    place_targets(inv);
     for (var e = 0u; e < ITEMS; e++) {
         if (bk[e] != NONE) {
             f_out[atomicLoad(&hist[bk[e]]) + li[e]] = key[e];
@@ -775,14 +775,14 @@ fn src_key(x: SRC, row: u32) -> K {
 }
 
 struct ChainU {
-    pad0: u32,
-    n: u32,         // input keys
     rlo: u32,       // smallest target rank
     rhi: u32,       // largest target rank
     topk: u32,      // 1: windows open below (every key under the window is kept)
     seed: u32,
     sig: f32,       // half-width of a window in standard deviations
-    pad: u32,
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
     cap: array<vec4<u32>, 4>,   // capacity of level L's region: cap[L / 4][L % 4]
 }
 

@@ -343,7 +343,7 @@ impl GpuContext {
         entry: &str,
         defs: &[(&str, String)],
     ) -> GpuResult<Arc<wgpu::ComputePipeline>> {
-        self.pipeline_lazy(name, entry, defs, || source.to_string())
+        self.pipeline_lazy(name, entry, defs, || Ok(source.to_string()))
     }
 
     /// [`GpuContext::pipeline`] with the source built only when the pipeline is not
@@ -354,7 +354,7 @@ impl GpuContext {
         name: &str,
         entry: &str,
         defs: &[(&str, String)],
-        source: impl FnOnce() -> String,
+        source: impl FnOnce() -> GpuResult<String>,
     ) -> GpuResult<Arc<wgpu::ComputePipeline>> {
         let mut key = format!("{name}:{entry}");
         for (k, v) in defs {
@@ -363,7 +363,7 @@ impl GpuContext {
         if let Some(p) = self.pipelines.lock().unwrap().get(&key) {
             return Ok(p.clone());
         }
-        let mut src = source();
+        let mut src = source()?;
         for (k, v) in defs {
             src = src.replace(&format!("{{{{{k}}}}}"), v);
         }

@@ -713,23 +713,20 @@ impl Kern {
             Repr::U64Emu => (KEY_U64EMU, "u64emu"),
         };
         // Sections start at a line beginning with "//@@ name"; `section` may name
-        // several, joined by '+' ("bucket+oracle").
-        for part in section.split('+') {
-            if !SELECT_WGSL.contains(&format!("\n//@@ {part}")) {
-                return Err(GpuError::Invalid(format!("select.wgsl has no section {part}")));
-            }
-        }
+        // several, joined by '+' ("bucket+oracle"). Assembled only on a cache miss.
         let source = || {
             let first = SELECT_WGSL.find("\n//@@ ").unwrap_or(SELECT_WGSL.len());
             let mut src = format!("{key}{}", &SELECT_WGSL[..first]);
             for part in section.split('+') {
                 let marker = format!("\n//@@ {part}");
-                let start = SELECT_WGSL.find(&marker).expect("section checked above");
+                let start = SELECT_WGSL
+                    .find(&marker)
+                    .ok_or_else(|| GpuError::Invalid(format!("select.wgsl has no section {part}")))?;
                 let rest = &SELECT_WGSL[start + marker.len()..];
                 src.push_str("\n//");
                 src.push_str(&rest[..rest.find("\n//@@ ").unwrap_or(rest.len())]);
             }
-            src
+            Ok(src)
         };
         let mut defs = vec![
             ("KEY", kname.to_string()),
@@ -1342,14 +1339,12 @@ struct PieceU {
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct ChainU {
-    pad0: u32,
-    n: u32,
     rlo: u32,
     rhi: u32,
     topk: u32,
     seed: u32,
     sig: f32,
-    pad: u32,
+    pad: [u32; 3],
     cap: [u32; CHAIN_MAX_LEVELS],
 }
 
@@ -1469,7 +1464,6 @@ fn chain<K: SelectKey>(
 
     let t_pipes = t0.elapsed();
     let mut u: ChainU = bytemuck::Zeroable::zeroed();
-    u.n = n as u32;
     u.rlo = rlo as u32;
     u.rhi = rhi as u32;
     u.topk = pack as u32;

@@ -1094,6 +1094,146 @@ fn ch_check() {
     atomicStore(&ch_st[ST_LEVEL], level + 1u);
 }
 
+//@@ approx (after chain and chfirst: approximate selection in one pass over the keys)
+
+// The sorted sample (ch_smp[0, S)) gives each target rank a window of sample
+// indices around its expected position (the host merges windows that overlap).
+// One pass over the keys counts, per window, the keys below it, and histograms the
+// keys inside it against the window's own sample keys (each splitter s_j: bucket
+// 2j for the keys between s_{j-1} and s_j, bucket 2j + 1 for the keys equal to
+// s_j). The host then knows the exact rank range of every sample key in a window
+// and answers each rank with the nearest one: one level of SampleSelect whose
+// buckets are only as fine as the sample where the ranks are, and whose count pass
+// keeps no per-key state.
+// Keys inside a window (a few percent) are staged in workgroup memory per chunk and
+// searched by the whole workgroup together, so the pass over the keys stays a lean
+// compare-and-count loop.
+
+const NW: u32 = {{NW}}u;           // windows (1 ..= 8)
+const AW: u32 = {{AW}}u;           // splitters held (all windows together)
+const AITEMS: u32 = {{AITEMS}}u;   // keys per invocation and chunk
+const ACHUNK: u32 = WG * AITEMS;
+
+struct ApU {
+    first: array<vec4<u32>, 2>,  // window w: index of its first key in the sorted sample
+    len: array<vec4<u32>, 2>,    // its keys
+    off: array<vec4<u32>, 2>,    // its first key in the concatenated splitters
+}
+@group(0) @binding(9) var<storage, read> ap_u: ApU;
+// [0, 8): keys below window w; 8 + b: bucket b.
+@group(0) @binding(10) var<storage, read_write> ap_cnt: array<atomic<u32>>;
+
+var<workgroup> ap_spl: array<K, AW>;
+var<workgroup> ap_bins: array<atomic<u32>, 2 * AW>;
+var<workgroup> ap_buf: array<K, ACHUNK>;
+var<workgroup> ap_nbuf: atomic<u32>;
+var<workgroup> ap_n: u32;
+var<workgroup> ap_below: array<atomic<u32>, 8>;
+
+fn ap_get(a: array<vec4<u32>, 2>, w: u32) -> u32 {
+    return a[w / 4u][w % 4u];
+}
+
+@compute @workgroup_size(WG)
+fn ap_hist(inv: Inv) {
+    let lid = inv.lid;
+    for (var t = lid; t < 2u * AW; t += WG) {
+        atomicStore(&ap_bins[t], 0u);
+    }
+    for (var w = 0u; w < NW; w++) {
+        let f = ap_get(ap_u.first, w);
+        let o = ap_get(ap_u.off, w);
+        for (var t = lid; t < ap_get(ap_u.len, w); t += WG) {
+            ap_spl[o + t] = ch_smp[f + t];
+        }
+    }
+    if (lid == 0u) {
+        atomicStore(&ap_nbuf, 0u);
+    }
+    if (lid < 8u) {
+        atomicStore(&ap_below[lid], 0u);
+    }
+    workgroupBarrier();
+    var lo: array<K, NW>;
+    var hi: array<K, NW>;
+    var below: array<u32, NW>;
+    for (var w = 0u; w < NW; w++) {
+        let o = ap_get(ap_u.off, w);
+        lo[w] = ap_spl[o];
+        hi[w] = ap_spl[o + ap_get(ap_u.len, w) - 1u];
+        below[w] = 0u;
+    }
+    let n = ch_piece.n;
+    let chunks = (n + ACHUNK - 1u) / ACHUNK;
+    let ng = inv.nwg.x * inv.nwg.y;
+    for (var c = group_index(inv); c < chunks; c += ng) {
+        let base = c * ACHUNK;
+        for (var it = 0u; it < AITEMS; it++) {
+            let i = base + it * WG + lid;
+            if (i < n) {
+                let x = load_src(i);
+                var inside = false;
+                for (var w = 0u; w < NW; w++) {
+                    let lt = kless(x, lo[w]);
+                    below[w] += select(0u, 1u, lt);
+                    inside = inside || (!lt && !kless(hi[w], x));
+                }
+                if (inside) {
+                    ap_buf[atomicAdd(&ap_nbuf, 1u)] = x;
+                }
+            }
+        }
+        workgroupBarrier();
+        if (lid == 0u) {
+            ap_n = atomicLoad(&ap_nbuf);
+            atomicStore(&ap_nbuf, 0u);
+        }
+        let cnt = workgroupUniformLoad(&ap_n);
+        for (var j = lid; j < cnt; j += WG) {
+            let x = ap_buf[j];
+            // Its window: the last one whose lower bound is at most x.
+            var w = 0u;
+            for (var v = 1u; v < NW; v++) {
+                if (!kless(x, lo[v])) {
+                    w = v;
+                }
+            }
+            // Lower bound of x among the window's keys (x <= its last key).
+            var a = ap_get(ap_u.off, w);
+            var len = ap_get(ap_u.len, w);
+            while (len > 0u) {
+                let h = len / 2u;
+                if (kless(ap_spl[a + h], x)) {
+                    a = a + h + 1u;
+                    len = len - h - 1u;
+                } else {
+                    len = h;
+                }
+            }
+            atomicAdd(&ap_bins[2u * a + select(0u, 1u, keq(ap_spl[a], x))], 1u);
+        }
+        workgroupBarrier();
+    }
+    for (var w = 0u; w < NW; w++) {
+        if (below[w] != 0u) {
+            atomicAdd(&ap_below[w], below[w]);
+        }
+    }
+    workgroupBarrier();
+    if (lid < NW) {
+        let b = atomicLoad(&ap_below[lid]);
+        if (b != 0u) {
+            atomicAdd(&ap_cnt[lid], b);
+        }
+    }
+    for (var t = lid; t < 2u * AW; t += WG) {
+        let v = atomicLoad(&ap_bins[t]);
+        if (v != 0u) {
+            atomicAdd(&ap_cnt[8u + t], v);
+        }
+    }
+}
+
 //@@ keys (raw 64-bit values to order keys in place, as select.rs's key_i64 / key_f64)
 
 // The words of the values: x = low, y = high (any K: the section does not use it).

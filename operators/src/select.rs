@@ -342,6 +342,11 @@ pub struct SelectOptions {
     /// the H100 the chain was as fast as the host-driven descent at 2^20-2^22 keys
     /// and faster above (BENCHMARKS.md, session 10).
     pub chain_min: usize,
+    /// Approximate selections over at least this many keys (and more than four
+    /// samples' worth) first try one histogram pass over windows of the sorted
+    /// sample (see "Approximate selection in one pass" in the module documentation);
+    /// `usize::MAX`: never. Default 2^16.
+    pub approx_hist_min: usize,
 }
 
 impl Default for SelectOptions {
@@ -357,6 +362,7 @@ impl Default for SelectOptions {
             bracket_min: 1 << 25,
             bracket_sigmas: BRACKET_SIGMAS,
             chain_min: 1 << 20,
+            approx_hist_min: 1 << 16,
         }
     }
 }
@@ -1047,8 +1053,22 @@ fn sample_select_once<K: SelectKey>(
         below: None,
         above: None,
     };
+    // Approximate: one histogram pass over the keys where the sample's keys near
+    // the ranks are close enough.
+    if let Some(allowed) = approx {
+        let mut uniq: Vec<u64> = ranks.to_vec();
+        uniq.sort_unstable();
+        uniq.dedup();
+        let mut scratch = Scratch { ctx, bytes: 0 };
+        if let Some((vals, bound)) = approx_hist::<K>(ctx, input, len, &uniq, allowed, opts, &mut clock, &mut scratch)? {
+            let out = ranks.iter().map(|r| vals[uniq.binary_search(r).expect("a rank")]).collect();
+            let stats = SelectStats { levels: 1, device_bytes: scratch.bytes, algorithm: "gpu-sampleselect-approx-1pass", rank_error_bound: bound, gpu_ms: clock.ms() };
+            return Ok((out, stats));
+        }
+    }
     // The chain answers exactly, and on the H100 faster than one approximate level
-    // (1.8 against 2.5 ms at 2^28), so approximate calls take it too (bound 0).
+    // (1.8 against 2.5 ms at 2^28), so approximate calls that the one pass could
+    // not answer take it too (bound 0).
     {
         let (rlo, rhi) = (ranks.iter().copied().min().unwrap_or(0), ranks.iter().copied().max().unwrap_or(0));
         let mut scratch = Scratch { ctx, bytes: 0 };
@@ -1635,6 +1655,192 @@ fn chain<K: SelectKey>(
     }
     let hi = (hi.to_u64() != K::MAX.to_u64()).then_some(hi);
     Ok(Some((ChainEnd::Region(keys[2..2 + m as usize].to_vec(), shift, hi), levels + 1)))
+}
+
+/// Most windows of a one-pass approximate selection (select.wgsl section approx).
+const APPROX_MAX_WINDOWS: usize = 8;
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct ApU {
+    first: [u32; APPROX_MAX_WINDOWS],
+    len: [u32; APPROX_MAX_WINDOWS],
+    off: [u32; APPROX_MAX_WINDOWS],
+}
+
+/// Windows of sorted-sample indices `[a, b]` around the sorted distinct `ranks` of
+/// `n` keys with a sample of `s`, `sig` standard deviations of the sample rank
+/// either side (and one index more), overlapping ones merged.
+fn approx_windows(n: u64, s: u64, ranks: &[u64], sig: f64) -> Vec<(u64, u64)> {
+    let mut w: Vec<(u64, u64)> = Vec::new();
+    let (sf, nf) = (s as f64, n as f64);
+    for &r in ranks {
+        let q = (r as f64 + 0.5) / nf;
+        let sd = (sf * q * (1.0 - q)).sqrt() + 1.0;
+        let a = (q * sf - 0.5 - sig * sd).floor() - 1.0;
+        let b = (q * sf - 0.5 + sig * sd).ceil() + 1.0;
+        let (a, b) = (a.clamp(0.0, sf - 1.0) as u64, b.clamp(0.0, sf - 1.0) as u64);
+        match w.last_mut() {
+            Some(last) if a <= last.1 + 1 => last.1 = last.1.max(b),
+            _ => w.push((a, b)),
+        }
+    }
+    w
+}
+
+/// Approximate selection in one pass (select.wgsl, section approx): the sorted
+/// sample's keys near each rank become splitters whose exact rank ranges one
+/// histogram pass over the keys finds; each rank is answered by the nearest.
+/// Returns the answers for the sorted distinct `uniq` ranks and the largest rank
+/// error, or `None` when it does not apply or an error exceeds `allowed` (the
+/// sample missed a rank; the caller runs a descent).
+#[allow(clippy::too_many_arguments)]
+fn approx_hist<K: SelectKey>(
+    ctx: &GpuContext,
+    input: &DeviceArray,
+    len: usize,
+    uniq: &[u64],
+    allowed: u64,
+    opts: &SelectOptions,
+    clock: &mut GpuClock,
+    scratch: &mut Scratch<'_>,
+) -> GpuResult<Option<(Vec<K>, u64)>> {
+    let kern = Kern::new(ctx, K::BYTES, opts)?;
+    let (s, kb) = (kern.s as u64, kern.kb as u64);
+    let n = len as u64;
+    if len < opts.approx_hist_min || n <= 4 * s || uniq.is_empty() {
+        return Ok(None);
+    }
+    let wins = approx_windows(n, s, uniq, opts.bracket_sigmas + 1.0);
+    let total: u64 = wins.iter().map(|w| w.1 - w.0 + 1).sum();
+    if wins.len() > APPROX_MAX_WINDOWS {
+        return Ok(None);
+    }
+    // Splitters held (a power of two from 256, for few pipeline variants) and keys
+    // per invocation, within the adapter's workgroup memory.
+    let aw = total.next_power_of_two().max(256);
+    let mem = ctx.limits().max_compute_workgroup_storage_size as u64;
+    let Some(items) = [16u64, 8, 4].into_iter().find(|&it| aw * kb + 2 * aw * 4 + WG as u64 * it * kb + 64 <= mem) else {
+        return Ok(None);
+    };
+    let whole = Task { src: Src::Input, n, lo: 0, ranks: Vec::new(), below: None, above: None };
+    let ps = pieces(input, len, &[], &whole);
+    let defs = [
+        ("SRC", "K".to_string()),
+        ("SRCKEY", "return x;".to_string()),
+        ("SLOT", s.to_string()),
+        ("NW", wins.len().to_string()),
+        ("AW", aw.to_string()),
+        ("AITEMS", items.to_string()),
+    ];
+    let p_gather = kern.pipe_with(ctx, "chain+chfirst+chgather", "ch_gather", &defs[..3])?;
+    let p_sort = kern.pipe(ctx, "bitonic+sort", "sort_sample")?;
+    let p_hist = kern.pipe_with(ctx, "chain+chfirst+approx", "ap_hist", &defs)?;
+
+    let mut u: ApU = bytemuck::Zeroable::zeroed();
+    let mut off = 0u64;
+    for (i, &(a, b)) in wins.iter().enumerate() {
+        u.first[i] = a as u32;
+        u.len[i] = (b - a + 1) as u32;
+        u.off[i] = off as u32;
+        off += b - a + 1;
+    }
+    let ubuf = scratch.with_data(bytemuck::bytes_of(&u))?;
+    // ch_gather reads the chain's state: keys in the region (above S: sample).
+    let mut chu: ChainU = bytemuck::Zeroable::zeroed();
+    chu.seed = opts.seed ^ 0x1656_67b1;
+    let chbuf = scratch.with_data(bytemuck::bytes_of(&chu))?;
+    let mut st0 = [0u32; 8];
+    st0[0] = n as u32;
+    let st = scratch.with_data(bytemuck::cast_slice(&st0))?;
+    let raw_smp = scratch.alloc(s * kb)?;
+    let smp = scratch.alloc(s * kb)?;
+    let ncnt = APPROX_MAX_WINDOWS as u64 + 2 * aw;
+    let cnt = scratch.with_data(&vec![0u8; (ncnt * 4) as usize])?;
+    let (stb, smpb, rawb, ub, chb, cntb) = (st.raw(), smp.raw(), raw_smp.raw(), ubuf.raw(), chbuf.raw(), cnt.raw());
+    let mut rec = Rec::new(ctx);
+    let mut piece_bufs = Vec::with_capacity(ps.len());
+    let (mut row0, mut taken) = (0u64, 0u64);
+    for (pi, &(_, off, pn)) in ps.iter().enumerate() {
+        let c = if pi + 1 == ps.len() { s - taken } else { s * pn as u64 / n };
+        let pu = PieceU { off, n: pn, row0: row0 as u32, dst: taken as u32, cnt: c as u32, wg_base: 0, pad: [0; 2] };
+        piece_bufs.push(scratch.with_data(bytemuck::bytes_of(&pu))?);
+        row0 += pn as u64;
+        taken += c;
+    }
+    for (&(inbuf, _, _), pb) in ps.iter().zip(&piece_bufs) {
+        let g = bind(ctx, &p_gather, &[(0, inbuf), (3, stb), (4, rawb), (5, chb), (7, pb.raw())]);
+        rec.push(&p_gather, &g, Dims::Direct((s as u32).div_ceil(WG), 1, 1));
+    }
+    let sort_u = uni(ctx, &Params { off: 0, n: s as u32, cnt: s as u32, dst_off: 0, seed: 0, task: 0, mode: 0, pad: 0 });
+    let g_sort = bind(ctx, &p_sort, &[(0, rawb), (1, smpb), (2, &sort_u)]);
+    rec.push(&p_sort, &g_sort, Dims::Direct(1, 1, 1));
+    // Workgroups loop over chunks: enough to fill a large GPU, few enough that the
+    // per-workgroup histogram flushes stay a small part of the pass.
+    for (&(inbuf, _, pn), pb) in ps.iter().zip(&piece_bufs) {
+        let chunks = (pn as u64).div_ceil(WG as u64 * items);
+        let g = bind(ctx, &p_hist, &[(0, inbuf), (4, smpb), (7, pb.raw()), (9, ub), (10, cntb)]);
+        rec.push(&p_hist, &g, Dims::Direct(chunks.clamp(1, 2048) as u32, 1, 1));
+    }
+    clock.mark(ctx, format_args!("approx record ({} windows, {total} splitters)", wins.len()))?;
+    clock.submit(ctx, ctx.encoder("select-approx"), &[&rec])?;
+    clock.mark(ctx, format_args!("approx kernels"))?;
+    let cnt_bytes = ncnt * 4;
+    let mut raw = vec![0u32; ((cnt_bytes + s * kb) / 4) as usize];
+    lap("download", || {
+        ctx.download_stream(
+            &[
+                Extent { buffer: cntb, offset: 0, stream_offset: 0, len: cnt_bytes },
+                Extent { buffer: smpb, offset: 0, stream_offset: cnt_bytes, len: s * kb },
+            ],
+            bytemuck::cast_slice_mut(&mut raw),
+        )
+    })?;
+    clock.mark(ctx, format_args!("approx readback"))?;
+    let (counts, rest) = raw.split_at(ncnt as usize);
+    let sample: Vec<K> = bytemuck::cast_slice::<u32, u8>(rest).chunks_exact(K::BYTES).map(bytemuck::pod_read_unaligned).collect();
+    // Rank ranges of the windows' distinct keys: (key, first rank, last rank).
+    let bins = &counts[APPROX_MAX_WINDOWS..];
+    let mut cands: Vec<(K, u64, u64)> = Vec::new();
+    for (w, &(a, b)) in wins.iter().enumerate() {
+        let o = u.off[w] as usize;
+        let mut lt = counts[w] as u64;
+        // A key equal to a later window's first key was counted there.
+        let next_lo = wins.get(w + 1).map(|&(a2, _)| sample[a2 as usize]);
+        for (t, j) in (a as usize..=b as usize).enumerate() {
+            let v = sample[j];
+            let g = o + t;
+            if t > 0 {
+                lt += bins[2 * g] as u64;
+                if v == sample[j - 1] {
+                    continue;
+                }
+            }
+            let eq = bins[2 * g + 1] as u64;
+            if next_lo != Some(v) && eq > 0 {
+                cands.push((v, lt, lt + eq - 1));
+            }
+            lt += eq;
+        }
+        if lt > n {
+            return Err(GpuError::Validation(format!("approximate selection counted {lt} keys of {n}")));
+        }
+    }
+    let mut out = Vec::with_capacity(uniq.len());
+    let mut worst = 0u64;
+    for &r in uniq {
+        let dist = |c: &(K, u64, u64)| if r < c.1 { c.1 - r } else { r.saturating_sub(c.2) };
+        let Some(best) = cands.iter().min_by_key(|c| dist(c)) else {
+            return Ok(None);
+        };
+        let d = dist(best);
+        if d > allowed {
+            return Ok(None);
+        }
+        worst = worst.max(d);
+        out.push(best.0);
+    }
+    Ok(Some((out, worst)))
 }
 
 /// The SampleSelect descent from the first-level `tasks` (every rank of a task

@@ -404,6 +404,82 @@ fn gpu_approx_select_within_bound() {
     check_approx(&got, &st, &keys64, &ranks, "f64");
 }
 
+/// The one-pass approximate selection (a histogram over windows of the sorted
+/// sample): every distribution, ranks at the ends, several windows, ties across
+/// windows, segmented inputs, 64-bit keys, and its fallbacks (too many windows, a
+/// bound it cannot meet).
+#[test]
+fn gpu_approx_select_one_pass() {
+    let Some(ctx) = test_context() else { return };
+    let (mut one_pass, mut other) = (0, 0);
+    for &n in &[70_001usize, 300_007] {
+        let n64 = n as u64;
+        for (name, keys) in datasets_u32(n, 300 + n as u64) {
+            let rank_sets: Vec<Vec<u64>> = vec![
+                vec![n64 / 2],
+                vec![n64 / 4, n64 / 2, 3 * n64 / 4],
+                vec![0, n64 - 1],
+                vec![0, 1, n64 / 100, n64 / 4, n64 / 2, n64 / 2, 3 * n64 / 4, n64 - 2, n64 - 1],
+                // Nine windows: more than one pass holds.
+                (1..10).map(|i| i * n64 / 10).collect(),
+            ];
+            for ranks in &rank_sets {
+                let (got, st) = approx_select_gpu(&ctx, &keys, ranks).unwrap();
+                let what = format!("one pass {name} n={n} {ranks:?}");
+                assert!(st.rank_error_bound <= n64 / 1000, "{what}: bound {}", st.rank_error_bound);
+                check_approx(&got, &st, &keys, ranks, &what);
+                if st.algorithm.contains("1pass") {
+                    one_pass += 1;
+                    assert_eq!(st.levels, 1, "{what}");
+                } else {
+                    other += 1;
+                }
+                if ranks[0] == n64 / 10 {
+                    assert!(!st.algorithm.contains("1pass"), "{what}: nine windows need a descent ({})", st.algorithm);
+                } else if matches!(name.as_str(), "uniform" | "normal-f32" | "sorted" | "reverse" | "distinct-1") {
+                    assert!(st.algorithm.contains("1pass"), "{what}: answered in one pass ({})", st.algorithm);
+                }
+            }
+        }
+    }
+    assert!(one_pass > 0 && other > 0, "{one_pass} one pass, {other} other");
+    // A bound of 0 is met only by exact answers: uniform keys fall back to a descent,
+    // few distinct values are answered exactly in one pass.
+    let mut r = rng(77);
+    let n = 100_000usize;
+    let exact = SelectOptions { max_error_fraction: 0.0, ..Default::default() };
+    let uniform: Vec<u32> = (0..n).map(|_| r.random::<u32>()).collect();
+    let ranks = vec![n as u64 / 2, n as u64 / 3];
+    let (got, st) = approx_select_gpu_with(&ctx, &uniform, &ranks, &exact).unwrap();
+    check_exact(&got, &uniform, &ranks, "bound 0, uniform");
+    assert!(!st.algorithm.contains("1pass") && st.rank_error_bound == 0, "{}", st.algorithm);
+    let few: Vec<u32> = (0..n).map(|_| r.random_range(0..16u32)).collect();
+    let (got, st) = approx_select_gpu_with(&ctx, &few, &ranks, &exact).unwrap();
+    check_exact(&got, &few, &ranks, "bound 0, 16 distinct");
+    assert!(st.algorithm.contains("1pass"), "{}", st.algorithm);
+    // Windows that meet on one value (its copies counted once, in the later window).
+    let two: Vec<u32> = (0..n).map(|i| (i % 2) as u32 * 5).collect();
+    let ranks = vec![10, n as u64 / 2 - 1, n as u64 / 2, n as u64 - 10];
+    let (got, st) = approx_select_gpu_with(&ctx, &two, &ranks, &exact).unwrap();
+    check_exact(&got, &two, &ranks, "two values");
+    assert!(st.algorithm.contains("1pass"), "{}", st.algorithm);
+    // Segmented input (one pass per segment, one histogram).
+    let arr = DeviceArray::upload_segmented(&ctx, &uniform, 30_004).unwrap();
+    let ranks = vec![0, n as u64 / 2, n as u64 - 1];
+    let (got, st) = approx_select_gpu_device::<u32>(&ctx, &arr, n, &ranks).unwrap();
+    check_approx(&got, &st, &uniform, &ranks, "segmented");
+    assert!(st.algorithm.contains("1pass") && st.rank_error_bound <= n as u64 / 1000, "{} {}", st.algorithm, st.rank_error_bound);
+    // 64-bit keys, native where the adapter has it and emulated.
+    let keys64: Vec<u64> = keys_f64(&(0..n).map(|_| normal(&mut r) * 1e6).collect::<Vec<_>>());
+    let ranks = vec![n as u64 / 4, n as u64 / 2, n as u64 / 2 + 1];
+    for int64 in [Int64Path::Auto, Int64Path::Emulated] {
+        let opts = SelectOptions { int64, ..Default::default() };
+        let (got, st) = approx_select_gpu_with::<u64>(&ctx, &keys64, &ranks, &opts).unwrap();
+        check_approx(&got, &st, &keys64, &ranks, &format!("u64 {int64:?}"));
+        assert!(st.algorithm.contains("1pass") && st.rank_error_bound <= n as u64 / 1000, "{} {}", st.algorithm, st.rank_error_bound);
+    }
+}
+
 // ---------------------------------------------------------------------------------
 // GPU top-k
 // ---------------------------------------------------------------------------------
@@ -842,7 +918,8 @@ fn gpu_select_chain() {
     // Approximate calls of one narrow rank range take the chain (exact answers).
     let keys: Vec<u32> = datasets_u32(70_001, 5).remove(1).1;
     let ranks = vec![35_000u64, 35_001];
-    let (got, st) = approx_select_gpu_with(&ctx, &keys, &ranks, &on).unwrap();
+    let on_exact = SelectOptions { approx_hist_min: usize::MAX, ..on };
+    let (got, st) = approx_select_gpu_with(&ctx, &keys, &ranks, &on_exact).unwrap();
     check_exact(&got, &keys, &ranks, "approx through the chain");
     assert!(st.algorithm.contains("chain") && st.rank_error_bound == 0, "{} bound {}", st.algorithm, st.rank_error_bound);
     // Top-k with ties (every key equal to the threshold comes along): through the

@@ -1094,6 +1094,92 @@ fn ch_check() {
     atomicStore(&ch_st[ST_LEVEL], level + 1u);
 }
 
+//@@ chone (after chain, chfirst and chwindow: the first level in one pass)
+
+// The first level's count and copy fused into one read of the keys: each
+// workgroup loops over chunks, stages the keys inside the window in workgroup
+// memory and, when the stage could not take another chunk (and at its end),
+// reserves their slots with one global atomic and writes them out. The order of
+// keys in a region does not matter to selection.
+const STAGE: u32 = {{STAGE}}u;
+var<workgroup> co_buf: array<K, STAGE>;
+var<workgroup> co_n: atomic<u32>;
+var<workgroup> co_cnt: u32;
+
+fn co_flush(lid: u32, cnt: u32) {
+    if (lid == 0u) {
+        cw_base = atomicAdd(&ch_st[ST_CUR], cnt);
+    }
+    let at = workgroupUniformLoad(&cw_base);
+    let cap = chain_cap(0u);
+    for (var j = lid; j < cnt; j += WG) {
+        if (at + j < cap) {
+            ch_dst[at + j] = co_buf[j];
+        }
+    }
+    workgroupBarrier();
+    if (lid == 0u) {
+        atomicStore(&co_n, 0u);
+    }
+    workgroupBarrier();
+}
+
+@compute @workgroup_size(WG)
+fn ch_one(inv: Inv) {
+    let lid = inv.lid;
+    if (lid == 0u) {
+        atomicStore(&co_n, 0u);
+        atomicStore(&cw_below, 0u);
+    }
+    workgroupBarrier();
+    let lo = ch_smp[SLOT];
+    let hi = ch_smp[SLOT + 1u];
+    let m = ch_piece.n;
+    let chunks = (m + CHUNK - 1u) / CHUNK;
+    let ng = inv.nwg.x * inv.nwg.y;
+    var below = 0u;
+    for (var c = group_index(inv); c < chunks; c += ng) {
+        let base = c * CHUNK;
+        for (var it = 0u; it < ITEMS; it++) {
+            let i = base + it * WG + lid;
+            if (i < m) {
+                let x = load_src(i);
+                let lt = kless(x, lo);
+                below += select(0u, 1u, lt);
+                if (!lt && !kless(hi, x)) {
+                    co_buf[atomicAdd(&co_n, 1u)] = x;
+                }
+            }
+        }
+        workgroupBarrier();
+        if (lid == 0u) {
+            co_cnt = atomicLoad(&co_n);
+        }
+        let cnt = workgroupUniformLoad(&co_cnt);
+        if (cnt > STAGE - CHUNK) {
+            co_flush(lid, cnt);
+        }
+    }
+    workgroupBarrier();
+    if (lid == 0u) {
+        co_cnt = atomicLoad(&co_n);
+    }
+    let cnt = workgroupUniformLoad(&co_cnt);
+    if (cnt > 0u) {
+        co_flush(lid, cnt);
+    }
+    if (below != 0u) {
+        atomicAdd(&cw_below, below);
+    }
+    workgroupBarrier();
+    if (lid == 0u) {
+        let b = atomicLoad(&cw_below);
+        if (b != 0u) {
+            atomicAdd(&ch_st[ST_BELOW], b);
+        }
+    }
+}
+
 //@@ approx (after chain and chfirst: approximate selection in one pass over the keys)
 
 // The sorted sample (ch_smp[0, S)) gives each target rank a window of sample

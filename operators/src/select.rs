@@ -347,6 +347,10 @@ pub struct SelectOptions {
     /// sample (see "Approximate selection in one pass" in the module documentation);
     /// `usize::MAX`: never. Default 2^16.
     pub approx_hist_min: usize,
+    /// A chain's first level reads the keys once (`ch_one`: count and copy fused,
+    /// the keys inside the window staged in workgroup memory) instead of a count
+    /// pass and a copy pass.
+    pub chain_one_pass: bool,
 }
 
 impl Default for SelectOptions {
@@ -363,6 +367,7 @@ impl Default for SelectOptions {
             bracket_sigmas: BRACKET_SIGMAS,
             chain_min: 1 << 20,
             approx_hist_min: 1 << 16,
+            chain_one_pass: true,
         }
     }
 }
@@ -1478,6 +1483,17 @@ fn chain<K: SelectKey>(
     let p_plan = pipe2("chain+chplan", "ch_plan")?;
     let p_count1 = pipe("chain+chfirst+chwindow", "ch_count1")?;
     let p_copy1 = pipe("chain+chfirst+chwindow", "ch_copy1")?;
+    // The fused first level: a stage of keys in workgroup memory that always has
+    // room for one more chunk.
+    let mem = ctx.limits().max_compute_workgroup_storage_size as u64;
+    let stage = ((mem.saturating_sub(256) / kb) / 256 * 256).min(4 * CHUNK as u64);
+    let p_one = if opts.chain_one_pass && stage >= CHUNK as u64 + 256 {
+        let mut d1 = defs.to_vec();
+        d1.push(("STAGE", stage.to_string()));
+        Some(kern.pipe_with(ctx, "chain+chfirst+chwindow+chone", "ch_one", &d1)?)
+    } else {
+        None
+    };
     let p_window = pipe2("chain+chnext+chwindow", "ch_window")?;
     let p_check = pipe2("chain+chnext+chwindow", "ch_check")?;
     let p_pad = pipe2("chain+chnext+chwindow", "ch_pad")?;
@@ -1526,6 +1542,7 @@ fn chain<K: SelectKey>(
         gather: wgpu::BindGroup,
         count: wgpu::BindGroup,
         copy: wgpu::BindGroup,
+        one: Option<wgpu::BindGroup>,
         n: u64,
     }
     let first: Vec<First> = ps
@@ -1537,6 +1554,7 @@ fn chain<K: SelectKey>(
                 gather: bg(&p_gather1, &[(0, inbuf), (3, stb), (4, rawb), (5, ub), (7, pb)]),
                 count: bg(&p_count1, &[(0, inbuf), (3, stb), (4, smpb), (7, pb), (8, wgb)]),
                 copy: bg(&p_copy1, &[(0, inbuf), (2, r0), (3, stb), (4, smpb), (5, ub), (7, pb), (8, wgb)]),
+                one: p_one.as_ref().map(|p| bg(p, &[(0, inbuf), (2, r0), (3, stb), (4, smpb), (5, ub), (7, pb)])),
                 n: pn as u64,
             }
         })
@@ -1583,11 +1601,20 @@ fn chain<K: SelectKey>(
                 let (x, y, z) = dispatch_dims(f.n.div_ceil(CHUNK as u64), max);
                 Dims::Direct(x, y, z)
             };
-            for f in &first {
-                push(format!("{l} count"), &p_count1, &f.count, dims(f));
-            }
-            for f in &first {
-                push(format!("{l} copy"), &p_copy1, &f.copy, dims(f));
+            if let Some(p) = &p_one {
+                // Workgroups loop over chunks: enough to fill a large GPU, few
+                // enough that the slot reservations stay rare.
+                for f in &first {
+                    let g = f.n.div_ceil(CHUNK as u64).clamp(1, 2048) as u32;
+                    push(format!("{l} one pass"), p, f.one.as_ref().expect("bind group"), Dims::Direct(g, 1, 1));
+                }
+            } else {
+                for f in &first {
+                    push(format!("{l} count"), &p_count1, &f.count, dims(f));
+                }
+                for f in &first {
+                    push(format!("{l} copy"), &p_copy1, &f.copy, dims(f));
+                }
             }
         } else {
             push(format!("{l} window"), &p_window, &g_window[(l - 1) % 2], Dims::Indirect(argb.clone(), 0));

@@ -877,6 +877,8 @@ fn gpu_select_chain() {
     let on = SelectOptions { chain_min: 0, ..Default::default() };
     let half = SelectOptions { chain_min: 0, bracket_sigmas: 0.5, ..Default::default() };
     let narrow = SelectOptions { chain_min: 0, bracket_sigmas: 0.0, ..Default::default() };
+    // The first level as two passes (count, then copy) instead of one.
+    let two = SelectOptions { chain_one_pass: false, ..on };
     let (mut chained, mut fell_back) = (0, 0);
     for &n in &[9_000usize, 70_001, 300_007] {
         for (name, keys) in datasets_u32(n, 900 + n as u64) {
@@ -884,7 +886,7 @@ fn gpu_select_chain() {
             let rank_sets: Vec<Vec<u64>> =
                 vec![vec![n64 / 2], vec![(n64 - 1) / 2, n64 / 2], vec![0], vec![n64 - 1], vec![n64 / 3 + 17, n64 / 3, n64 / 3 + 64]];
             for ranks in &rank_sets {
-                for (label, opts) in [("on", &on), ("half", &half), ("narrow", &narrow)] {
+                for (label, opts) in [("on", &on), ("half", &half), ("narrow", &narrow), ("two", &two)] {
                     let (got, st) = select_gpu_with(&ctx, &keys, ranks, opts).unwrap();
                     check_exact(&got, &keys, ranks, &format!("chain {label} {name} {ranks:?}"));
                     if st.algorithm.contains("chain") {
@@ -895,13 +897,13 @@ fn gpu_select_chain() {
                     // (With one value, a window open at an end holds every key: the
                     // extreme ranks overflow and fall back.)
                     let inner = ranks.iter().all(|&r| r > 0 && r < n64 - 1);
-                    if label == "on" && (name == "uniform" || name == "sorted" || (name == "distinct-1" && inner)) {
+                    if (label == "on" || label == "two") && (name == "uniform" || name == "sorted" || (name == "distinct-1" && inner)) {
                         assert!(st.algorithm.contains("chain"), "{name} {ranks:?}: the chain answers ({})", st.algorithm);
                     }
                 }
             }
             for k in [1usize, 10, 100, 1000, 2000] {
-                for (label, opts) in [("on", &on), ("narrow", &narrow)] {
+                for (label, opts) in [("on", &on), ("narrow", &narrow), ("two", &two)] {
                     let (got, st) = topk_gpu_with(&ctx, &keys, k, opts).unwrap();
                     assert_eq!(got, topk_reference(&keys, k), "chain top-{k} {label} {name}");
                     if label == "on" && k <= 1000 && name == "uniform" {

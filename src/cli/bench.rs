@@ -283,13 +283,15 @@ pub fn filter(lo: u32, hi: u32, iterations: usize) -> Result<()> {
 /// error) against the CPU path and DataFusion's `median` over the same column.
 pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool) -> Result<()> {
     use ridgeline_operators::select::{
-        approx_select_gpu_device, key_f32, select_cpu, select_gpu_device, select_gpu_device_with, topk_cpu, topk_gpu_device,
+        approx_select_gpu_device, approx_select_gpu_device_with, key_f32, select_cpu, select_gpu_device, select_gpu_device_with, topk_cpu, topk_gpu_device,
         topk_gpu_device_with, SelectOptions,
     };
-    // The host-driven descent (no chain) and the plain descent (no chain, no
-    // bracketing level), measured beside the default.
+    // The host-driven descent (no chain), measured beside the default.
     let nochain = SelectOptions { chain_min: usize::MAX, ..Default::default() };
-    let plain = SelectOptions { bracket_min: usize::MAX, chain_min: usize::MAX, ..Default::default() };
+    // The chain's first level as two passes (count, copy) instead of one; exact
+    // approximate answers through the chain instead of the one histogram pass.
+    let two = SelectOptions { chain_one_pass: false, ..Default::default() };
+    let no_hist = SelectOptions { approx_hist_min: usize::MAX, ..Default::default() };
     let ctx = context::global().map_err(|e| DataFusionError::Execution(e.to_string()))?;
     let g = |e: ridgeline_operators::GpuError| DataFusionError::Execution(e.to_string());
     let threads = rayon::current_num_threads();
@@ -299,9 +301,9 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool) -> Result<()> {
         ctx.info().backend
     );
     println!(
-        "| n | median ms | median no chain ms | median plain ms | 3 quartiles ms | top-10 ms | top-100 ms | top-100 no chain ms | top-10 plain ms | top-1000 ms | top-n/100 ms | approx median ms | approx rank err (bound) | aux MiB (/input) | CPU median ms | DataFusion median ms |"
+        "| n | median ms | median no chain ms | median 2-pass ms | 3 quartiles ms | top-10 ms | top-100 ms | top-100 no chain ms | top-100 2-pass ms | top-1000 ms | top-n/100 ms | approx median ms | approx rank err (bound) | approx by chain ms | aux MiB (/input) | CPU median ms | DataFusion median ms |"
     );
-    println!("|{}", " --- |".repeat(16));
+    println!("|{}", " --- |".repeat(17));
     let time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
         ridgeline_operators::timing::warm_up(ridgeline_operators::timing::WARM_UP_MS, &mut *f)?;
         let mut v = Vec::new();
@@ -349,10 +351,10 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool) -> Result<()> {
             }
             Ok(())
         })?;
-        let med_plain = time(&mut || {
-            let (v, _) = select_gpu_device_with::<u32>(&ctx, &arr, n, &[half], &plain).map_err(g)?;
+        let med_two = time(&mut || {
+            let (v, _) = select_gpu_device_with::<u32>(&ctx, &arr, n, &[half], &two).map_err(g)?;
             if v[0] != want[0] {
-                return Err(DataFusionError::Execution(format!("GPU median (plain) {} != CPU {}", v[0], want[0])));
+                return Err(DataFusionError::Execution(format!("GPU median (2-pass) {} != CPU {}", v[0], want[0])));
             }
             Ok(())
         })?;
@@ -384,11 +386,10 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool) -> Result<()> {
             }
             Ok(())
         })?;
-        let want10 = topk_cpu(&keys, 10);
-        let tk_plain = time(&mut || {
-            let (ids, _) = topk_gpu_device_with::<u32>(&ctx, &arr, n, 10, &plain).map_err(g)?;
-            if ids != want10 {
-                return Err(DataFusionError::Execution("GPU top-10 (plain) differs from the CPU's".into()));
+        let tk_two = time(&mut || {
+            let (ids, _) = topk_gpu_device_with::<u32>(&ctx, &arr, n, 100, &two).map_err(g)?;
+            if ids != want100 {
+                return Err(DataFusionError::Execution("GPU top-100 (2-pass) differs from the CPU's".into()));
             }
             Ok(())
         })?;
@@ -396,6 +397,12 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool) -> Result<()> {
         let am = time(&mut || {
             let (v, st) = approx_select_gpu_device::<u32>(&ctx, &arr, n, &[half]).map_err(g)?;
             approx = (v[0], st.rank_error_bound);
+            Ok(())
+        })?;
+        let am_chain = time(&mut || {
+            // (Exact when the chain answers; a chain that stopped falls back to the
+            // approximate descent.)
+            approx_select_gpu_device_with::<u32>(&ctx, &arr, n, &[half], &no_hist).map_err(g)?;
             Ok(())
         })?;
         // The true rank range of the approximate answer (outside the timing).
@@ -425,7 +432,7 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool) -> Result<()> {
         let cpu_ms = cpu.iter().copied().fold(f64::INFINITY, f64::min);
         let df_ms = datafusion_median_ms(&vals, iterations)?;
         println!(
-            "| 2^{k} | {med:.3} | {med_ch:.3} | {med_plain:.3} | {q3:.3} | {:.3} | {:.3} | {tk_ch:.3} | {tk_plain:.3} | {:.3} | {:.3} | {am:.3} | {} ({}, {:.4}% of n) | {:.1} ({:.3}) | {cpu_ms:.2} | {df_ms:.2} |",
+            "| 2^{k} | {med:.3} | {med_ch:.3} | {med_two:.3} | {q3:.3} | {:.3} | {:.3} | {tk_ch:.3} | {tk_two:.3} | {:.3} | {:.3} | {am:.3} | {} ({}, {:.4}% of n) | {am_chain:.3} | {:.1} ({:.3}) | {cpu_ms:.2} | {df_ms:.2} |",
             tk[0],
             tk[1],
             tk[2],

@@ -344,13 +344,11 @@ pub struct SelectOptions {
     pub chain_min: usize,
     /// Approximate selections over at least this many keys (and more than four
     /// samples' worth) first try one histogram pass over windows of the sorted
-    /// sample (see "Approximate selection in one pass" in the module documentation);
-    /// `usize::MAX`: never. Default 2^16.
+    /// sample (`approx_hist`, select.wgsl section approx); `usize::MAX`: never (the
+    /// default). On the H100 at 2^28 keys (BENCHMARKS.md, session 11) its pass took
+    /// 8.4 ms of kernel time against 4.1 ms for the chain's first level (count and
+    /// copy) in the same session, so approximate calls keep taking the chain.
     pub approx_hist_min: usize,
-    /// A chain's first level reads the keys once (`ch_one`: count and copy fused,
-    /// the keys inside the window staged in workgroup memory) instead of a count
-    /// pass and a copy pass.
-    pub chain_one_pass: bool,
 }
 
 impl Default for SelectOptions {
@@ -366,8 +364,7 @@ impl Default for SelectOptions {
             bracket_min: 1 << 25,
             bracket_sigmas: BRACKET_SIGMAS,
             chain_min: 1 << 20,
-            approx_hist_min: 1 << 16,
-            chain_one_pass: true,
+            approx_hist_min: usize::MAX,
         }
     }
 }
@@ -1058,8 +1055,8 @@ fn sample_select_once<K: SelectKey>(
         below: None,
         above: None,
     };
-    // Approximate: one histogram pass over the keys where the sample's keys near
-    // the ranks are close enough.
+    // Approximate (when enabled): one histogram pass over the keys where the
+    // sample's keys near the ranks are close enough.
     if let Some(allowed) = approx {
         let mut uniq: Vec<u64> = ranks.to_vec();
         uniq.sort_unstable();
@@ -1072,8 +1069,8 @@ fn sample_select_once<K: SelectKey>(
         }
     }
     // The chain answers exactly, and on the H100 faster than one approximate level
-    // (1.8 against 2.5 ms at 2^28), so approximate calls that the one pass could
-    // not answer take it too (bound 0).
+    // (1.8 against 2.5 ms at 2^28) and than the one histogram pass, so approximate
+    // calls take it too (bound 0).
     {
         let (rlo, rhi) = (ranks.iter().copied().min().unwrap_or(0), ranks.iter().copied().max().unwrap_or(0));
         let mut scratch = Scratch { ctx, bytes: 0 };
@@ -1483,17 +1480,6 @@ fn chain<K: SelectKey>(
     let p_plan = pipe2("chain+chplan", "ch_plan")?;
     let p_count1 = pipe("chain+chfirst+chwindow", "ch_count1")?;
     let p_copy1 = pipe("chain+chfirst+chwindow", "ch_copy1")?;
-    // The fused first level: a stage of keys in workgroup memory that always has
-    // room for one more chunk.
-    let mem = ctx.limits().max_compute_workgroup_storage_size as u64;
-    let stage = ((mem.saturating_sub(256) / kb) / 256 * 256).min(4 * CHUNK as u64);
-    let p_one = if opts.chain_one_pass && stage >= CHUNK as u64 + 256 {
-        let mut d1 = defs.to_vec();
-        d1.push(("STAGE", stage.to_string()));
-        Some(kern.pipe_with(ctx, "chain+chfirst+chwindow+chone", "ch_one", &d1)?)
-    } else {
-        None
-    };
     let p_window = pipe2("chain+chnext+chwindow", "ch_window")?;
     let p_check = pipe2("chain+chnext+chwindow", "ch_check")?;
     let p_pad = pipe2("chain+chnext+chwindow", "ch_pad")?;
@@ -1542,7 +1528,6 @@ fn chain<K: SelectKey>(
         gather: wgpu::BindGroup,
         count: wgpu::BindGroup,
         copy: wgpu::BindGroup,
-        one: Option<wgpu::BindGroup>,
         n: u64,
     }
     let first: Vec<First> = ps
@@ -1554,7 +1539,6 @@ fn chain<K: SelectKey>(
                 gather: bg(&p_gather1, &[(0, inbuf), (3, stb), (4, rawb), (5, ub), (7, pb)]),
                 count: bg(&p_count1, &[(0, inbuf), (3, stb), (4, smpb), (7, pb), (8, wgb)]),
                 copy: bg(&p_copy1, &[(0, inbuf), (2, r0), (3, stb), (4, smpb), (5, ub), (7, pb), (8, wgb)]),
-                one: p_one.as_ref().map(|p| bg(p, &[(0, inbuf), (2, r0), (3, stb), (4, smpb), (5, ub), (7, pb)])),
                 n: pn as u64,
             }
         })
@@ -1601,20 +1585,11 @@ fn chain<K: SelectKey>(
                 let (x, y, z) = dispatch_dims(f.n.div_ceil(CHUNK as u64), max);
                 Dims::Direct(x, y, z)
             };
-            if let Some(p) = &p_one {
-                // Workgroups loop over chunks: enough to fill a large GPU, few
-                // enough that the slot reservations stay rare.
-                for f in &first {
-                    let g = f.n.div_ceil(CHUNK as u64).clamp(1, 2048) as u32;
-                    push(format!("{l} one pass"), p, f.one.as_ref().expect("bind group"), Dims::Direct(g, 1, 1));
-                }
-            } else {
-                for f in &first {
-                    push(format!("{l} count"), &p_count1, &f.count, dims(f));
-                }
-                for f in &first {
-                    push(format!("{l} copy"), &p_copy1, &f.copy, dims(f));
-                }
+            for f in &first {
+                push(format!("{l} count"), &p_count1, &f.count, dims(f));
+            }
+            for f in &first {
+                push(format!("{l} copy"), &p_copy1, &f.copy, dims(f));
             }
         } else {
             push(format!("{l} window"), &p_window, &g_window[(l - 1) % 2], Dims::Indirect(argb.clone(), 0));
@@ -1743,13 +1718,14 @@ fn approx_hist<K: SelectKey>(
     if wins.len() > APPROX_MAX_WINDOWS {
         return Ok(None);
     }
-    // Splitters held (a power of two from 256, for few pipeline variants) and keys
-    // per invocation, within the adapter's workgroup memory.
+    // Splitters held (a power of two from 256, for few pipeline variants), within
+    // the adapter's workgroup memory.
     let aw = total.next_power_of_two().max(256);
     let mem = ctx.limits().max_compute_workgroup_storage_size as u64;
-    let Some(items) = [16u64, 8, 4].into_iter().find(|&it| aw * kb + 2 * aw * 4 + WG as u64 * it * kb + 64 <= mem) else {
+    let items = 16u64;
+    if aw * kb + 2 * aw * 4 + 64 > mem {
         return Ok(None);
-    };
+    }
     let whole = Task { src: Src::Input, n, lo: 0, ranks: Vec::new(), below: None, above: None };
     let ps = pieces(input, len, &[], &whole);
     let defs = [
@@ -1807,7 +1783,7 @@ fn approx_hist<K: SelectKey>(
     for (&(inbuf, _, pn), pb) in ps.iter().zip(&piece_bufs) {
         let chunks = (pn as u64).div_ceil(WG as u64 * items);
         let g = bind(ctx, &p_hist, &[(0, inbuf), (4, smpb), (7, pb.raw()), (9, ub), (10, cntb)]);
-        rec.push(&p_hist, &g, Dims::Direct(chunks.clamp(1, 2048) as u32, 1, 1));
+        rec.push(&p_hist, &g, Dims::Direct(chunks.clamp(1, 8192) as u32, 1, 1));
     }
     clock.mark(ctx, format_args!("approx record ({} windows, {total} splitters)", wins.len()))?;
     clock.submit(ctx, ctx.encoder("select-approx"), &[&rec])?;

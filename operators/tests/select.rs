@@ -411,6 +411,7 @@ fn gpu_approx_select_within_bound() {
 #[test]
 fn gpu_approx_select_one_pass() {
     let Some(ctx) = test_context() else { return };
+    let hist = SelectOptions { approx_hist_min: 0, ..Default::default() };
     let (mut one_pass, mut other) = (0, 0);
     for &n in &[70_001usize, 300_007] {
         let n64 = n as u64;
@@ -424,7 +425,7 @@ fn gpu_approx_select_one_pass() {
                 (1..10).map(|i| i * n64 / 10).collect(),
             ];
             for ranks in &rank_sets {
-                let (got, st) = approx_select_gpu(&ctx, &keys, ranks).unwrap();
+                let (got, st) = approx_select_gpu_with(&ctx, &keys, ranks, &hist).unwrap();
                 let what = format!("one pass {name} n={n} {ranks:?}");
                 assert!(st.rank_error_bound <= n64 / 1000, "{what}: bound {}", st.rank_error_bound);
                 check_approx(&got, &st, &keys, ranks, &what);
@@ -447,7 +448,7 @@ fn gpu_approx_select_one_pass() {
     // few distinct values are answered exactly in one pass.
     let mut r = rng(77);
     let n = 100_000usize;
-    let exact = SelectOptions { max_error_fraction: 0.0, ..Default::default() };
+    let exact = SelectOptions { max_error_fraction: 0.0, ..hist };
     let uniform: Vec<u32> = (0..n).map(|_| r.random::<u32>()).collect();
     let ranks = vec![n as u64 / 2, n as u64 / 3];
     let (got, st) = approx_select_gpu_with(&ctx, &uniform, &ranks, &exact).unwrap();
@@ -466,14 +467,14 @@ fn gpu_approx_select_one_pass() {
     // Segmented input (one pass per segment, one histogram).
     let arr = DeviceArray::upload_segmented(&ctx, &uniform, 30_004).unwrap();
     let ranks = vec![0, n as u64 / 2, n as u64 - 1];
-    let (got, st) = approx_select_gpu_device::<u32>(&ctx, &arr, n, &ranks).unwrap();
+    let (got, st) = approx_select_gpu_device_with::<u32>(&ctx, &arr, n, &ranks, &hist).unwrap();
     check_approx(&got, &st, &uniform, &ranks, "segmented");
     assert!(st.algorithm.contains("1pass") && st.rank_error_bound <= n as u64 / 1000, "{} {}", st.algorithm, st.rank_error_bound);
     // 64-bit keys, native where the adapter has it and emulated.
     let keys64: Vec<u64> = keys_f64(&(0..n).map(|_| normal(&mut r) * 1e6).collect::<Vec<_>>());
     let ranks = vec![n as u64 / 4, n as u64 / 2, n as u64 / 2 + 1];
     for int64 in [Int64Path::Auto, Int64Path::Emulated] {
-        let opts = SelectOptions { int64, ..Default::default() };
+        let opts = SelectOptions { int64, ..hist };
         let (got, st) = approx_select_gpu_with::<u64>(&ctx, &keys64, &ranks, &opts).unwrap();
         check_approx(&got, &st, &keys64, &ranks, &format!("u64 {int64:?}"));
         assert!(st.algorithm.contains("1pass") && st.rank_error_bound <= n as u64 / 1000, "{} {}", st.algorithm, st.rank_error_bound);
@@ -877,8 +878,6 @@ fn gpu_select_chain() {
     let on = SelectOptions { chain_min: 0, ..Default::default() };
     let half = SelectOptions { chain_min: 0, bracket_sigmas: 0.5, ..Default::default() };
     let narrow = SelectOptions { chain_min: 0, bracket_sigmas: 0.0, ..Default::default() };
-    // The first level as two passes (count, then copy) instead of one.
-    let two = SelectOptions { chain_one_pass: false, ..on };
     let (mut chained, mut fell_back) = (0, 0);
     for &n in &[9_000usize, 70_001, 300_007] {
         for (name, keys) in datasets_u32(n, 900 + n as u64) {
@@ -886,7 +885,7 @@ fn gpu_select_chain() {
             let rank_sets: Vec<Vec<u64>> =
                 vec![vec![n64 / 2], vec![(n64 - 1) / 2, n64 / 2], vec![0], vec![n64 - 1], vec![n64 / 3 + 17, n64 / 3, n64 / 3 + 64]];
             for ranks in &rank_sets {
-                for (label, opts) in [("on", &on), ("half", &half), ("narrow", &narrow), ("two", &two)] {
+                for (label, opts) in [("on", &on), ("half", &half), ("narrow", &narrow)] {
                     let (got, st) = select_gpu_with(&ctx, &keys, ranks, opts).unwrap();
                     check_exact(&got, &keys, ranks, &format!("chain {label} {name} {ranks:?}"));
                     if st.algorithm.contains("chain") {
@@ -897,13 +896,13 @@ fn gpu_select_chain() {
                     // (With one value, a window open at an end holds every key: the
                     // extreme ranks overflow and fall back.)
                     let inner = ranks.iter().all(|&r| r > 0 && r < n64 - 1);
-                    if (label == "on" || label == "two") && (name == "uniform" || name == "sorted" || (name == "distinct-1" && inner)) {
+                    if label == "on" && (name == "uniform" || name == "sorted" || (name == "distinct-1" && inner)) {
                         assert!(st.algorithm.contains("chain"), "{name} {ranks:?}: the chain answers ({})", st.algorithm);
                     }
                 }
             }
             for k in [1usize, 10, 100, 1000, 2000] {
-                for (label, opts) in [("on", &on), ("narrow", &narrow), ("two", &two)] {
+                for (label, opts) in [("on", &on), ("narrow", &narrow)] {
                     let (got, st) = topk_gpu_with(&ctx, &keys, k, opts).unwrap();
                     assert_eq!(got, topk_reference(&keys, k), "chain top-{k} {label} {name}");
                     if label == "on" && k <= 1000 && name == "uniform" {

@@ -1167,20 +1167,18 @@ fn ap_hist(inv: Inv) {
             let i = base + it * WG + lid;
             if (i < n) {
                 let x = load_src(i);
-                var inside = false;
-                for (var w = 0u; w < NW; w++) {
-                    let lt = kless(x, lo[w]);
-                    below[w] += select(0u, 1u, lt);
-                    inside = inside || (!lt && !kless(hi[w], x));
-                }
-                if (inside) {
-                    // Its window: the last one whose lower bound is at most x.
-                    var w = 0u;
-                    for (var v = 1u; v < NW; v++) {
-                        if (!kless(x, lo[v])) {
-                            w = v;
-                        }
+                // Its window, if any: the last one whose lower bound is at most x
+                // (windows are sorted and disjoint but for a shared bound, whose
+                // copies go to the later window).
+                var w = NW;
+                for (var v = 0u; v < NW; v++) {
+                    let lt = kless(x, lo[v]);
+                    below[v] += select(0u, 1u, lt);
+                    if (!lt) {
+                        w = v;
                     }
+                }
+                if (w < NW && !kless(hi[w], x)) {
                     // Lower bound of x among the window's keys (x <= its last key).
                     var a = ap_get(ap_u.off, w);
                     var len = ap_get(ap_u.len, w);

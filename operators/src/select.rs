@@ -1413,6 +1413,23 @@ fn chain_caps(n: u64, s1: u64, s2: u64, rlo: u64, rhi: u64, topk: bool, sig: f64
     Some(caps)
 }
 
+/// The parameters of a first level's input pieces (`ps`, of `n` keys in all), one
+/// buffer each: offsets, first rows, each piece's share of the `s` samples, and its
+/// first workgroup (of CHUNK keys) among all pieces'.
+fn piece_params(ps: &[(&wgpu::Buffer, u32, u32)], s: u64, n: u64, scratch: &mut Scratch<'_>) -> GpuResult<Vec<GpuBuffer>> {
+    let mut bufs = Vec::with_capacity(ps.len());
+    let (mut row0, mut taken, mut wg_base) = (0u64, 0u64, 0u64);
+    for (pi, &(_, off, pn)) in ps.iter().enumerate() {
+        let cnt = if pi + 1 == ps.len() { s - taken } else { s * pn as u64 / n };
+        let pu = PieceU { off, n: pn, row0: row0 as u32, dst: taken as u32, cnt: cnt as u32, wg_base: wg_base as u32, pad: [0; 2] };
+        bufs.push(scratch.with_data(bytemuck::bytes_of(&pu))?);
+        row0 += pn as u64;
+        taken += cnt;
+        wg_base += (pn as u64).div_ceil(CHUNK as u64);
+    }
+    Ok(bufs)
+}
+
 /// What a chain found.
 enum ChainEnd<K> {
     /// The last region sorted (at most S keys), the number of input keys below it,
@@ -1514,16 +1531,7 @@ fn chain<K: SelectKey>(
     let bg = |p: &Arc<wgpu::ComputePipeline>, e: &[(u32, &wgpu::Buffer)]| lap("bind group", || bind(ctx, p, e));
     let (stb, smpb, rawb, ub, argb, wgb) = (st.raw(), smp.raw(), raw_smp.raw(), ubuf.raw(), args.raw(), per_group.raw());
     // Per input piece: its parameters, and the first level's gather and passes.
-    let mut piece_bufs = Vec::with_capacity(ps.len());
-    let (mut row0, mut taken, mut wg_base) = (0u64, 0u64, 0u64);
-    for (pi, &(_, off, pn)) in ps.iter().enumerate() {
-        let cnt = if pi + 1 == ps.len() { s - taken } else { s * pn as u64 / n };
-        let pu = PieceU { off, n: pn, row0: row0 as u32, dst: taken as u32, cnt: cnt as u32, wg_base: wg_base as u32, pad: [0; 2] };
-        piece_bufs.push(scratch.with_data(bytemuck::bytes_of(&pu))?);
-        row0 += pn as u64;
-        taken += cnt;
-        wg_base += (pn as u64).div_ceil(CHUNK as u64);
-    }
+    let piece_bufs = piece_params(&ps, s, n, scratch)?;
     struct First {
         gather: wgpu::BindGroup,
         count: wgpu::BindGroup,
@@ -1661,6 +1669,8 @@ fn chain<K: SelectKey>(
 
 /// Most windows of a one-pass approximate selection (select.wgsl section approx).
 const APPROX_MAX_WINDOWS: usize = 8;
+/// Keys per invocation and chunk of its pass.
+const APPROX_ITEMS: u32 = 16;
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -1722,7 +1732,6 @@ fn approx_hist<K: SelectKey>(
     // the adapter's workgroup memory.
     let aw = total.next_power_of_two().max(256);
     let mem = ctx.limits().max_compute_workgroup_storage_size as u64;
-    let items = 16u64;
     if aw * kb + 2 * aw * 4 + 64 > mem {
         return Ok(None);
     }
@@ -1734,7 +1743,7 @@ fn approx_hist<K: SelectKey>(
         ("SLOT", s.to_string()),
         ("NW", wins.len().to_string()),
         ("AW", aw.to_string()),
-        ("AITEMS", items.to_string()),
+        ("AITEMS", APPROX_ITEMS.to_string()),
     ];
     let p_gather = kern.pipe_with(ctx, "chain+chfirst+chgather", "ch_gather", &defs[..3])?;
     let p_sort = kern.pipe(ctx, "bitonic+sort", "sort_sample")?;
@@ -1762,15 +1771,7 @@ fn approx_hist<K: SelectKey>(
     let cnt = scratch.with_data(&vec![0u8; (ncnt * 4) as usize])?;
     let (stb, smpb, rawb, ub, chb, cntb) = (st.raw(), smp.raw(), raw_smp.raw(), ubuf.raw(), chbuf.raw(), cnt.raw());
     let mut rec = Rec::new(ctx);
-    let mut piece_bufs = Vec::with_capacity(ps.len());
-    let (mut row0, mut taken) = (0u64, 0u64);
-    for (pi, &(_, off, pn)) in ps.iter().enumerate() {
-        let c = if pi + 1 == ps.len() { s - taken } else { s * pn as u64 / n };
-        let pu = PieceU { off, n: pn, row0: row0 as u32, dst: taken as u32, cnt: c as u32, wg_base: 0, pad: [0; 2] };
-        piece_bufs.push(scratch.with_data(bytemuck::bytes_of(&pu))?);
-        row0 += pn as u64;
-        taken += c;
-    }
+    let piece_bufs = piece_params(&ps, s, n, scratch)?;
     for (&(inbuf, _, _), pb) in ps.iter().zip(&piece_bufs) {
         let g = bind(ctx, &p_gather, &[(0, inbuf), (3, stb), (4, rawb), (5, chb), (7, pb.raw())]);
         rec.push(&p_gather, &g, Dims::Direct((s as u32).div_ceil(WG), 1, 1));
@@ -1781,7 +1782,7 @@ fn approx_hist<K: SelectKey>(
     // Workgroups loop over chunks: enough to fill a large GPU, few enough that the
     // per-workgroup histogram flushes stay a small part of the pass.
     for (&(inbuf, _, pn), pb) in ps.iter().zip(&piece_bufs) {
-        let chunks = (pn as u64).div_ceil(WG as u64 * items);
+        let chunks = (pn as u64).div_ceil((WG * APPROX_ITEMS) as u64);
         let g = bind(ctx, &p_hist, &[(0, inbuf), (4, smpb), (7, pb.raw()), (9, ub), (10, cntb)]);
         rec.push(&p_hist, &g, Dims::Direct(chunks.clamp(1, 8192) as u32, 1, 1));
     }

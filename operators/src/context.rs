@@ -18,6 +18,9 @@ pub const WANTED_FEATURES: wgpu::Features = wgpu::Features::SUBGROUP
     .union(wgpu::Features::SHADER_INT64_ATOMIC_ALL_OPS)
     .union(wgpu::Features::SHADER_F16);
 
+/// How long a wait polls the device before it blocks (see `GpuContext::new`).
+const SPIN_WAIT_MS: f64 = 20.0;
+
 /// One binding may never exceed 2 GiB - 1 in wgpu, whatever the driver allows.
 const WGPU_MAX_BINDING: u64 = (1u64 << 31) - 1;
 
@@ -31,16 +34,49 @@ pub struct ContextOptions {
     /// Cap on the bytes of one buffer segment (`RIDGELINE_MAX_SEGMENT_BYTES`); the
     /// adapter's binding limit applies in any case.
     pub max_segment_bytes: Option<u64>,
+    /// How waits for the device behave (`RIDGELINE_WAIT`); `None`: the default.
+    pub wait: Option<WaitMode>,
+}
+
+/// How a wait for the device behaves.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum WaitMode {
+    /// Block in the driver at once.
+    Block,
+    /// Poll the device in a loop for up to this long, then block.
+    Spin(std::time::Duration),
+}
+
+impl WaitMode {
+    /// Parses `block`, `spin` or `spin:MS` (milliseconds).
+    pub fn parse(s: &str) -> Option<WaitMode> {
+        match s.trim() {
+            "block" => Some(WaitMode::Block),
+            "spin" => Some(WaitMode::Spin(std::time::Duration::from_secs_f64(SPIN_WAIT_MS / 1e3))),
+            v => {
+                let ms: f64 = v.strip_prefix("spin:")?.trim().parse().ok()?;
+                (ms.is_finite() && ms >= 0.0).then(|| WaitMode::Spin(std::time::Duration::from_secs_f64(ms / 1e3)))
+            }
+        }
+    }
 }
 
 impl ContextOptions {
-    /// Options from `RIDGELINE_ADAPTER`, `RIDGELINE_GPU_MEMORY`, `RIDGELINE_MAX_SEGMENT_BYTES`.
+    /// Options from `RIDGELINE_ADAPTER`, `RIDGELINE_GPU_MEMORY`, `RIDGELINE_MAX_SEGMENT_BYTES`,
+    /// `RIDGELINE_WAIT`.
     pub fn from_env() -> Self {
         let nonempty = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
         ContextOptions {
             adapter: nonempty("RIDGELINE_ADAPTER"),
             memory_budget: nonempty("RIDGELINE_GPU_MEMORY").and_then(|v| parse_bytes(&v)),
             max_segment_bytes: nonempty("RIDGELINE_MAX_SEGMENT_BYTES").and_then(|v| parse_bytes(&v)),
+            wait: nonempty("RIDGELINE_WAIT").and_then(|v| {
+                let m = WaitMode::parse(&v);
+                if m.is_none() {
+                    log::warn!("RIDGELINE_WAIT={v} not understood (block, spin or spin:MS): the default applies");
+                }
+                m
+            }),
         }
     }
 }
@@ -121,6 +157,7 @@ pub struct GpuContext {
     lost: Arc<Mutex<Option<String>>>,
     uncaptured: Arc<Mutex<Option<GpuError>>>,
     trusted_shaders: bool,
+    spin_wait: Option<std::time::Duration>,
 }
 
 static GLOBAL: OnceLock<GpuResult<Arc<GpuContext>>> = OnceLock::new();
@@ -228,6 +265,17 @@ impl GpuContext {
         let staging = StagingPool::new(info.device_type == wgpu::DeviceType::Cpu);
         let trusted_shaders = !cfg!(debug_assertions)
             && std::env::var("RIDGELINE_SHADER_CHECKS").map_or(true, |v| v == "0");
+        // Waits poll the device in a loop for up to SPIN_WAIT_MS before they block in
+        // the driver: a blocking wait woke 0.1-0.8 ms after the work was done on the
+        // H100 (BENCHMARKS.md, session 12). Not on CPU adapters, whose work runs on
+        // the cores a spinning thread would take. RIDGELINE_WAIT=block never spins;
+        // RIDGELINE_WAIT=spin[:MS] spins (for up to MS milliseconds) on any adapter.
+        let spin_wait = match opts.wait {
+            Some(WaitMode::Block) => None,
+            Some(WaitMode::Spin(d)) => Some(d),
+            None if info.device_type == wgpu::DeviceType::Cpu => None,
+            None => Some(std::time::Duration::from_secs_f64(SPIN_WAIT_MS / 1e3)),
+        };
         log::info!("GPU adapter {} ({:?}), segment rows {segment_rows}", info.name, info.backend);
         Ok(GpuContext {
             device,
@@ -243,6 +291,7 @@ impl GpuContext {
             lost,
             uncaptured,
             trusted_shaders,
+            spin_wait,
         })
     }
 
@@ -311,10 +360,24 @@ impl GpuContext {
 
     /// Blocks until all submitted work is done.
     pub fn wait(&self) -> GpuResult<()> {
-        self.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| GpuError::DeviceLost(format!("poll failed: {e}")))?;
+        self.wait_device()?;
         self.check()
+    }
+
+    /// Blocks until the queue is empty (spinning first where `RIDGELINE_WAIT=spin`).
+    pub(crate) fn wait_device(&self) -> GpuResult<()> {
+        let lost = |e: wgpu::PollError| GpuError::DeviceLost(format!("poll failed: {e}"));
+        if let Some(limit) = self.spin_wait {
+            let t = std::time::Instant::now();
+            while t.elapsed() < limit {
+                if self.device.poll(wgpu::PollType::Poll).map_err(lost)?.is_queue_empty() {
+                    return Ok(());
+                }
+                std::hint::spin_loop();
+            }
+        }
+        self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(lost)?;
+        Ok(())
     }
 
     /// Runs `f` inside out-of-memory and validation error scopes, turning errors into
@@ -475,6 +538,17 @@ mod tests {
         assert_eq!(parse_bytes("1.5G"), Some(3 << 29));
         assert_eq!(parse_bytes("100"), Some(100));
         assert_eq!(parse_bytes("x"), None);
+    }
+    #[test]
+    fn wait_parse() {
+        use std::time::Duration;
+        assert_eq!(WaitMode::parse("block"), Some(WaitMode::Block));
+        assert_eq!(WaitMode::parse(" spin "), Some(WaitMode::Spin(Duration::from_millis(20))));
+        assert_eq!(WaitMode::parse("spin:5"), Some(WaitMode::Spin(Duration::from_millis(5))));
+        assert_eq!(WaitMode::parse("spin:0.5"), Some(WaitMode::Spin(Duration::from_micros(500))));
+        assert_eq!(WaitMode::parse("spin:-1"), None);
+        assert_eq!(WaitMode::parse("spin:x"), None);
+        assert_eq!(WaitMode::parse("busy"), None);
     }
     #[test]
     fn dims_split() {

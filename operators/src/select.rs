@@ -344,11 +344,16 @@ pub struct SelectOptions {
     pub chain_min: usize,
     /// Approximate selections over at least this many keys (and more than four
     /// samples' worth) first try one histogram pass over windows of the sorted
-    /// sample (`approx_hist`, select.wgsl section approx); `usize::MAX`: never (the
-    /// default). On the H100 at 2^28 keys (BENCHMARKS.md, session 11) its pass took
-    /// 8.4 ms of kernel time against 4.1 ms for the chain's first level (count and
-    /// copy) in the same session, so approximate calls keep taking the chain.
+    /// sample (`approx_hist`, select.wgsl section approx); `usize::MAX`: never.
+    /// Default 2^20: on the H100 (BENCHMARKS.md, session 12) the pass with
+    /// subgroup staging answered an approximate median in 1.0-1.2 ms at 2^28 keys
+    /// against 2.0 ms for the chain, and in about half the chain's time at 2^24-2^27.
     pub approx_hist_min: usize,
+    /// The one histogram pass stages the keys inside its windows per subgroup and
+    /// searches them a subgroup at a time (`ap_hist_sg`) where the adapter has
+    /// subgroup operations and barriers (default); `false`: each key is searched
+    /// where it is read (`ap_hist`, also the kernel without subgroups).
+    pub approx_hist_subgroups: bool,
 }
 
 impl Default for SelectOptions {
@@ -364,7 +369,8 @@ impl Default for SelectOptions {
             bracket_min: 1 << 25,
             bracket_sigmas: BRACKET_SIGMAS,
             chain_min: 1 << 20,
-            approx_hist_min: usize::MAX,
+            approx_hist_min: 1 << 20,
+            approx_hist_subgroups: true,
         }
     }
 }
@@ -1062,9 +1068,10 @@ fn sample_select_once<K: SelectKey>(
         uniq.sort_unstable();
         uniq.dedup();
         let mut scratch = Scratch { ctx, bytes: 0 };
-        if let Some((vals, bound)) = approx_hist::<K>(ctx, input, len, &uniq, allowed, opts, &mut clock, &mut scratch)? {
+        if let Some((vals, bound, sg)) = approx_hist::<K>(ctx, input, len, &uniq, allowed, opts, &mut clock, &mut scratch)? {
             let out = ranks.iter().map(|r| vals[uniq.binary_search(r).expect("a rank")]).collect();
-            let stats = SelectStats { levels: 1, device_bytes: scratch.bytes, algorithm: "gpu-sampleselect-approx-1pass", rank_error_bound: bound, gpu_ms: clock.ms() };
+            let algorithm = if sg { "gpu-sampleselect-approx-1pass-subgroup" } else { "gpu-sampleselect-approx-1pass" };
+            let stats = SelectStats { levels: 1, device_bytes: scratch.bytes, algorithm, rank_error_bound: bound, gpu_ms: clock.ms() };
             return Ok((out, stats));
         }
     }
@@ -1498,6 +1505,10 @@ fn chain<K: SelectKey>(
     let p_count1 = pipe("chain+chfirst+chwindow", "ch_count1")?;
     let p_copy1 = pipe("chain+chfirst+chwindow", "ch_copy1")?;
     let p_window = pipe2("chain+chnext+chwindow", "ch_window")?;
+    // The first level as one pass (count, reserve and copy per workgroup, its chunk
+    // read twice) instead of a count pass and a copy pass (RIDGELINE_CHAIN_FUSED=1).
+    let fused = std::env::var_os("RIDGELINE_CHAIN_FUSED").is_some_and(|v| v != "0");
+    let p_window1 = if fused { Some(pipe("chain+chfirst+chwindow", "ch_window")?) } else { None };
     let p_check = pipe2("chain+chnext+chwindow", "ch_check")?;
     let p_pad = pipe2("chain+chnext+chwindow", "ch_pad")?;
 
@@ -1536,6 +1547,7 @@ fn chain<K: SelectKey>(
         gather: wgpu::BindGroup,
         count: wgpu::BindGroup,
         copy: wgpu::BindGroup,
+        window: Option<wgpu::BindGroup>,
         n: u64,
     }
     let first: Vec<First> = ps
@@ -1547,6 +1559,7 @@ fn chain<K: SelectKey>(
                 gather: bg(&p_gather1, &[(0, inbuf), (3, stb), (4, rawb), (5, ub), (7, pb)]),
                 count: bg(&p_count1, &[(0, inbuf), (3, stb), (4, smpb), (7, pb), (8, wgb)]),
                 copy: bg(&p_copy1, &[(0, inbuf), (2, r0), (3, stb), (4, smpb), (5, ub), (7, pb), (8, wgb)]),
+                window: p_window1.as_ref().map(|p| bg(p, &[(0, inbuf), (2, r0), (3, stb), (4, smpb), (5, ub), (7, pb)])),
                 n: pn as u64,
             }
         })
@@ -1593,11 +1606,17 @@ fn chain<K: SelectKey>(
                 let (x, y, z) = dispatch_dims(f.n.div_ceil(CHUNK as u64), max);
                 Dims::Direct(x, y, z)
             };
-            for f in &first {
-                push(format!("{l} count"), &p_count1, &f.count, dims(f));
-            }
-            for f in &first {
-                push(format!("{l} copy"), &p_copy1, &f.copy, dims(f));
+            if let Some(p) = &p_window1 {
+                for f in &first {
+                    push(format!("{l} window"), p, f.window.as_ref().expect("fused"), dims(f));
+                }
+            } else {
+                for f in &first {
+                    push(format!("{l} count"), &p_count1, &f.count, dims(f));
+                }
+                for f in &first {
+                    push(format!("{l} copy"), &p_copy1, &f.copy, dims(f));
+                }
             }
         } else {
             push(format!("{l} window"), &p_window, &g_window[(l - 1) % 2], Dims::Indirect(argb.clone(), 0));
@@ -1669,8 +1688,9 @@ fn chain<K: SelectKey>(
 
 /// Most windows of a one-pass approximate selection (select.wgsl section approx).
 const APPROX_MAX_WINDOWS: usize = 8;
-/// Keys per invocation and chunk of its pass.
-const APPROX_ITEMS: u32 = 16;
+/// Keys per invocation and chunk of its pass (8: 0.85 ms at 2^28 on the H100
+/// against 1.05 ms with 16 and 1.15 ms with 32, one run, BENCHMARKS.md session 12).
+const APPROX_ITEMS: u32 = 8;
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -1703,9 +1723,9 @@ fn approx_windows(n: u64, s: u64, ranks: &[u64], sig: f64) -> Vec<(u64, u64)> {
 /// Approximate selection in one pass (select.wgsl, section approx): the sorted
 /// sample's keys near each rank become splitters whose exact rank ranges one
 /// histogram pass over the keys finds; each rank is answered by the nearest.
-/// Returns the answers for the sorted distinct `uniq` ranks and the largest rank
-/// error, or `None` when it does not apply or an error exceeds `allowed` (the
-/// sample missed a rank; the caller runs a descent).
+/// Returns the answers for the sorted distinct `uniq` ranks, the largest rank
+/// error and whether the subgroup kernel ran, or `None` when it does not apply or
+/// an error exceeds `allowed` (the sample missed a rank; the caller runs a descent).
 #[allow(clippy::too_many_arguments)]
 fn approx_hist<K: SelectKey>(
     ctx: &GpuContext,
@@ -1716,7 +1736,7 @@ fn approx_hist<K: SelectKey>(
     opts: &SelectOptions,
     clock: &mut GpuClock,
     scratch: &mut Scratch<'_>,
-) -> GpuResult<Option<(Vec<K>, u64)>> {
+) -> GpuResult<Option<(Vec<K>, u64, bool)>> {
     let kern = Kern::new(ctx, K::BYTES, opts)?;
     let (s, kb) = (kern.s as u64, kern.kb as u64);
     let n = len as u64;
@@ -1732,22 +1752,36 @@ fn approx_hist<K: SelectKey>(
     // the adapter's workgroup memory.
     let aw = total.next_power_of_two().max(256);
     let mem = ctx.limits().max_compute_workgroup_storage_size as u64;
+    let sg = opts.approx_hist_subgroups
+        && ctx.has_subgroups()
+        && ctx.features().contains(wgpu::Features::SUBGROUP_BARRIER)
+        && aw * kb + 2 * aw * 4 + 64 + 3 * WG as u64 * kb <= mem;
     if aw * kb + 2 * aw * 4 + 64 > mem {
         return Ok(None);
     }
     let whole = Task { src: Src::Input, n, lo: 0, ranks: Vec::new(), below: None, above: None };
     let ps = pieces(input, len, &[], &whole);
+    // Keys per invocation and chunk, and the most workgroups (a diagnosis aid:
+    // RIDGELINE_APPROX_ITEMS, RIDGELINE_APPROX_GROUPS).
+    let env = |name: &str, dflt: u64| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok()).filter(|&v| v > 0).unwrap_or(dflt);
+    let items = env("RIDGELINE_APPROX_ITEMS", APPROX_ITEMS as u64).min(64) as u32;
+    let max_groups = env("RIDGELINE_APPROX_GROUPS", 8192).min(65535);
     let defs = [
         ("SRC", "K".to_string()),
         ("SRCKEY", "return x;".to_string()),
         ("SLOT", s.to_string()),
         ("NW", wins.len().to_string()),
         ("AW", aw.to_string()),
-        ("AITEMS", APPROX_ITEMS.to_string()),
+        ("AITEMS", items.to_string()),
+        ("SGW", ctx.info().subgroup_max_size.div_ceil(32).clamp(1, 4).to_string()),
     ];
     let p_gather = kern.pipe_with(ctx, "chain+chfirst+chgather", "ch_gather", &defs[..3])?;
     let p_sort = kern.pipe(ctx, "bitonic+sort", "sort_sample")?;
-    let p_hist = kern.pipe_with(ctx, "chain+chfirst+approx", "ap_hist", &defs)?;
+    let p_hist = if sg {
+        kern.pipe_with(ctx, "chain+chfirst+approx+approxsg", "ap_hist_sg", &defs)?
+    } else {
+        kern.pipe_with(ctx, "chain+chfirst+approx", "ap_hist", &defs)?
+    };
 
     let mut u: ApU = bytemuck::Zeroable::zeroed();
     let mut off = 0u64;
@@ -1779,12 +1813,18 @@ fn approx_hist<K: SelectKey>(
     let sort_u = uni(ctx, &Params { off: 0, n: s as u32, cnt: s as u32, dst_off: 0, seed: 0, task: 0, mode: 0, pad: 0 });
     let g_sort = bind(ctx, &p_sort, &[(0, rawb), (1, smpb), (2, &sort_u)]);
     rec.push(&p_sort, &g_sort, Dims::Direct(1, 1, 1));
+    if profiling() {
+        // The sample on its own, so the profile shows the histogram pass alone.
+        clock.submit(ctx, ctx.encoder("select-approx-sample"), &[&rec])?;
+        clock.mark(ctx, format_args!("approx sample"))?;
+        rec = Rec::new(ctx);
+    }
     // Workgroups loop over chunks: enough to fill a large GPU, few enough that the
     // per-workgroup histogram flushes stay a small part of the pass.
     for (&(inbuf, _, pn), pb) in ps.iter().zip(&piece_bufs) {
-        let chunks = (pn as u64).div_ceil((WG * APPROX_ITEMS) as u64);
+        let chunks = (pn as u64).div_ceil((WG * items) as u64);
         let g = bind(ctx, &p_hist, &[(0, inbuf), (4, smpb), (7, pb.raw()), (9, ub), (10, cntb)]);
-        rec.push(&p_hist, &g, Dims::Direct(chunks.clamp(1, 8192) as u32, 1, 1));
+        rec.push(&p_hist, &g, Dims::Direct(chunks.clamp(1, max_groups) as u32, 1, 1));
     }
     clock.mark(ctx, format_args!("approx record ({} windows, {total} splitters)", wins.len()))?;
     clock.submit(ctx, ctx.encoder("select-approx"), &[&rec])?;
@@ -1844,7 +1884,7 @@ fn approx_hist<K: SelectKey>(
         worst = worst.max(d);
         out.push(best.0);
     }
-    Ok(Some((out, worst)))
+    Ok(Some((out, worst, sg)))
 }
 
 /// The SampleSelect descent from the first-level `tasks` (every rank of a task

@@ -221,9 +221,7 @@ impl GpuContext {
             }
             // Every chunk is in flight: let the device finish, then look again
             // (the map callbacks only touch the chunks' states).
-            self.device
-                .poll(wgpu::PollType::wait_indefinitely())
-                .map_err(|e| GpuError::DeviceLost(format!("poll failed: {e}")))?;
+            self.wait_device()?;
         };
         let total = sw.bytes();
         let pending = std::mem::take(&mut sw.pending);

@@ -159,3 +159,27 @@ fn kernel_timer_measures_when_available() {
     let back = d.download::<u32>(&ctx).unwrap();
     assert!(back.iter().all(|&x| x == 4));
 }
+
+/// Waits that poll the device (and fall back to blocking) give the results that
+/// blocking waits give: transfers and a selection on contexts of each mode.
+#[test]
+fn spinning_and_blocking_waits_agree() {
+    use ridgeline_operators::context::{ContextOptions, WaitMode};
+    use ridgeline_operators::select::{select_cpu, select_gpu_device};
+    use std::time::Duration;
+    if test_context().is_none() {
+        return;
+    }
+    let v = rand_u32(300_007, 9);
+    let ranks = [0u64, 150_003, 300_006];
+    let want = select_cpu(&v, &ranks);
+    for wait in [WaitMode::Block, WaitMode::Spin(Duration::ZERO), WaitMode::Spin(Duration::from_millis(50))] {
+        let opts = ContextOptions { wait: Some(wait), ..ContextOptions::from_env() };
+        let ctx = ridgeline_operators::GpuContext::new(&opts).unwrap();
+        let d = DeviceArray::upload(&ctx, &v).unwrap();
+        assert!(d.download::<u32>(&ctx).unwrap() == v, "{wait:?}: round trip");
+        let (got, _) = select_gpu_device::<u32>(&ctx, &d, v.len(), &ranks).unwrap();
+        assert_eq!(got, want, "{wait:?}: selection");
+        ctx.wait().unwrap();
+    }
+}

@@ -411,7 +411,17 @@ fn gpu_approx_select_within_bound() {
 #[test]
 fn gpu_approx_select_one_pass() {
     let Some(ctx) = test_context() else { return };
-    let hist = SelectOptions { approx_hist_min: 0, ..Default::default() };
+    // Both kernels: subgroup staging (where the adapter has subgroups) and the plain one.
+    let sg = ctx.has_subgroups() && ctx.features().contains(wgpu::Features::SUBGROUP_BARRIER);
+    for subgroups in [true, false] {
+        one_pass_with(&ctx, SelectOptions { approx_hist_min: 0, approx_hist_subgroups: subgroups, ..Default::default() }, subgroups && sg);
+    }
+}
+
+fn one_pass_with(ctx: &std::sync::Arc<ridgeline_operators::GpuContext>, hist: SelectOptions, sg: bool) {
+    let ctx = ctx.clone();
+    // The kernel that must answer when the one pass does.
+    let kernel = |alg: &str| alg.ends_with("-subgroup") == sg;
     let (mut one_pass, mut other) = (0, 0);
     for &n in &[70_001usize, 300_007] {
         let n64 = n as u64;
@@ -432,6 +442,7 @@ fn gpu_approx_select_one_pass() {
                 if st.algorithm.contains("1pass") {
                     one_pass += 1;
                     assert_eq!(st.levels, 1, "{what}");
+                    assert!(kernel(st.algorithm), "{what}: {}", st.algorithm);
                 } else {
                     other += 1;
                 }

@@ -283,14 +283,18 @@ pub fn filter(lo: u32, hi: u32, iterations: usize) -> Result<()> {
 /// error) against the CPU path and DataFusion's `median` over the same column.
 pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool) -> Result<()> {
     use ridgeline_operators::select::{
-        approx_select_gpu_device, approx_select_gpu_device_with, key_f32, select_cpu, select_gpu_device, select_gpu_device_with, topk_cpu, topk_gpu_device,
+        approx_select_gpu_device_with, key_f32, select_cpu, select_gpu_device, select_gpu_device_with, topk_cpu, topk_gpu_device,
         topk_gpu_device_with, SelectOptions,
     };
     // The host-driven descent (no chain), measured beside the default.
     let nochain = SelectOptions { chain_min: usize::MAX, ..Default::default() };
-    // Approximate answers by the one histogram pass (not the default: slower than
-    // the chain on the H100, BENCHMARKS.md session 11).
+    // Approximate answers by the one histogram pass from any size (the default
+    // takes it from 2^20 keys, and the chain below).
     let hist = SelectOptions { approx_hist_min: 0, ..Default::default() };
+    // The approximate median by the chain (exact), as before session 12.
+    let by_chain = SelectOptions { approx_hist_min: usize::MAX, ..Default::default() };
+    // The same without subgroup staging (each key searched where it is read).
+    let hist_plain = SelectOptions { approx_hist_subgroups: false, ..hist };
     let ctx = context::global().map_err(|e| DataFusionError::Execution(e.to_string()))?;
     let g = |e: ridgeline_operators::GpuError| DataFusionError::Execution(e.to_string());
     let threads = rayon::current_num_threads();
@@ -300,9 +304,9 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool) -> Result<()> {
         ctx.info().backend
     );
     println!(
-        "| n | median ms | median no chain ms | 3 quartiles ms | top-10 ms | top-100 ms | top-100 no chain ms | top-1000 ms | top-n/100 ms | approx median ms | approx rank err (bound) | approx 1-pass ms (rank err) | aux MiB (/input) | CPU median ms | DataFusion median ms |"
+        "| n | median ms | median no chain ms | 3 quartiles ms | top-10 ms | top-100 ms | top-100 no chain ms | top-1000 ms | top-n/100 ms | approx median ms | approx rank err (bound, how) | approx by chain ms | approx 1-pass no subgroups ms (rank err) | aux MiB (/input) | CPU median ms | DataFusion median ms |"
     );
-    println!("|{}", " --- |".repeat(15));
+    println!("|{}", " --- |".repeat(16));
     let time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
         ridgeline_operators::timing::warm_up(ridgeline_operators::timing::WARM_UP_MS, &mut *f)?;
         let mut v = Vec::new();
@@ -378,28 +382,52 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool) -> Result<()> {
             }
             Ok(())
         })?;
-        let mut approx = (0u32, 0u64);
-        let am = time(&mut || {
-            let (v, st) = approx_select_gpu_device::<u32>(&ctx, &arr, n, &[half]).map_err(g)?;
-            approx = (v[0], st.rank_error_bound);
-            Ok(())
-        })?;
-        let mut err1 = 0u64;
-        let am_hist = time(&mut || {
-            err1 = approx_select_gpu_device_with::<u32>(&ctx, &arr, n, &[half], &hist).map_err(g)?.1.rank_error_bound;
-            Ok(())
-        })?;
-        // The true rank range of the approximate answer (outside the timing).
-        let below = keys.iter().filter(|&&x| x < approx.0).count() as u64;
-        let upto = keys.iter().filter(|&&x| x <= approx.0).count() as u64;
-        let e = if half < below { below - half } else if half >= upto { half + 1 - upto } else { 0 };
-        let err = (e, approx.1);
+        // The true rank error of an answer (outside the timing).
+        let rank_err = |v: u32| {
+            let below = keys.iter().filter(|&&x| x < v).count() as u64;
+            let upto = keys.iter().filter(|&&x| x <= v).count() as u64;
+            if half < below {
+                below - half
+            } else if half >= upto {
+                half + 1 - upto
+            } else {
+                0
+            }
+        };
+        // An approximate median: its wall time, its true rank error (which must be
+        // within the bound it reports), the bound and how it was answered.
+        let approx_median = |opts: &SelectOptions| -> Result<(f64, u64, u64, &'static str)> {
+            let mut last = (0u32, 0u64, "");
+            let ms = time(&mut || {
+                let (v, st) = approx_select_gpu_device_with::<u32>(&ctx, &arr, n, &[half], opts).map_err(g)?;
+                last = (v[0], st.rank_error_bound, st.algorithm);
+                Ok(())
+            })?;
+            let e = rank_err(last.0);
+            if e > last.1 {
+                return Err(DataFusionError::Execution(format!("approximate median: rank error {e} over its bound {} ({})", last.1, last.2)));
+            }
+            let how = if last.2.ends_with("-subgroup") {
+                "1-pass sg"
+            } else if last.2.contains("1pass") {
+                "1-pass"
+            } else {
+                "chain"
+            };
+            Ok((ms, e, last.1, how))
+        };
+        let (am, am_err, am_bound, am_how) = approx_median(&SelectOptions::default())?;
+        let (am_chain, ..) = approx_median(&by_chain)?;
+        let (am_plain, err_plain, _, plain_how) = approx_median(&hist_plain)?;
         if std::env::var_os("RIDGELINE_SELECT_TIMESTAMPS").is_some() {
             // Where the time goes: kernel time (timestamp queries) against wall time.
-            for (what, approx) in [("median", false), ("approx median", true)] {
+            let dflt = SelectOptions::default();
+            for (what, approx, opts) in
+                [("median", false, &dflt), ("approx median", true, &dflt), ("approx 1-pass", true, &hist), ("approx 1-pass plain", true, &hist_plain)]
+            {
                 let t = Instant::now();
                 let st = if approx {
-                    approx_select_gpu_device::<u32>(&ctx, &arr, n, &[half]).map_err(g)?.1
+                    approx_select_gpu_device_with::<u32>(&ctx, &arr, n, &[half], opts).map_err(g)?.1
                 } else {
                     select_gpu_device::<u32>(&ctx, &arr, n, &[half]).map_err(g)?.1
                 };
@@ -416,14 +444,12 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool) -> Result<()> {
         let cpu_ms = cpu.iter().copied().fold(f64::INFINITY, f64::min);
         let df_ms = datafusion_median_ms(&vals, iterations)?;
         println!(
-            "| 2^{k} | {med:.3} | {med_ch:.3} | {q3:.3} | {:.3} | {:.3} | {tk_ch:.3} | {:.3} | {:.3} | {am:.3} | {} ({}, {:.4}% of n) | {am_hist:.3} ({err1}) | {:.1} ({:.3}) | {cpu_ms:.2} | {df_ms:.2} |",
+            "| 2^{k} | {med:.3} | {med_ch:.3} | {q3:.3} | {:.3} | {:.3} | {tk_ch:.3} | {:.3} | {:.3} | {am:.3} | {am_err} ({am_bound}, {:.4}% of n, {am_how}) | {am_chain:.3} | {am_plain:.3} ({err_plain}, {plain_how}) | {:.1} ({:.3}) | {cpu_ms:.2} | {df_ms:.2} |",
             tk[0],
             tk[1],
             tk[2],
             tk[3],
-            err.0,
-            err.1,
-            err.1 as f64 * 100.0 / n as f64,
+            am_bound as f64 * 100.0 / n as f64,
             aux as f64 / (1 << 20) as f64,
             aux as f64 / (n * 4) as f64
         );

@@ -1220,13 +1220,16 @@ fn ap_hist(inv: Inv) {
 //@@ approxsg (after approx, where the adapter has subgroup operations)
 
 // ap_hist with the keys inside a window staged per subgroup: each subgroup appends
-// its inside keys (slots from a ballot) to two subgroups' worth of
-// slots and, whenever a subgroup's worth is staged, searches them with every lane
-// busy. ap_hist searches a key where it reads it, so a subgroup runs a search for
-// every item in which any lane's key is inside (most items, with windows holding
-// 5-8% of the keys); this runs about one per subgroup-size inside keys. The search
-// is branchless with a trip count fixed by AW, so lanes stay converged; stores
-// that must not happen go to the invocation's own spare slot instead of branching.
+// its inside keys (slots from a ballot per item) to two subgroups' worth of slots
+// and, whenever a subgroup's worth is staged, searches them with every lane busy.
+// ap_hist searches a key where it reads it, so a subgroup runs a search for every
+// item in which any lane's key is inside (most items, with windows holding 5-8% of
+// the keys); this runs about one per subgroup-size inside keys. The search is
+// branchless with a trip count fixed by AW, so lanes stay converged; stores that
+// must not happen go to the invocation's own spare slot instead of branching.
+// (Measured and not kept, BENCHMARKS.md session 12: one subgroup scan per chunk
+// of AITEMS keys instead of a ballot per key, 0.94-1.23 ms at 2^28 against
+// 0.85-1.05 ms; two subgroup scans per key instead of the ballot, 1.0-1.2 ms.)
 
 struct InvS {
     @builtin(local_invocation_index) lid: u32,

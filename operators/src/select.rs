@@ -109,11 +109,21 @@
 //! below, so ties go to the first rows and the last region holds the answer.
 //! Levels after the first sample 1024 keys (cheaper sorts; a top-k with k above
 //! 256 keeps S). Approximate calls of one narrow rank range take the chain too
-//! (their answers are then exact). On the H100 at 2^28 keys (`bench select`,
-//! BENCHMARKS.md session 10) a median takes 1.8-2.1 ms as a chain: about 1.5 ms of
-//! kernels (`RIDGELINE_CHAIN_PASSES=1` times each dispatch: the first level's count
-//! and copy passes about 0.5 ms each), 0.2 ms of host recording and 0.1 ms of
-//! readback; top-100 takes 1.7-1.8 ms.
+//! (their answers are then exact) where the one histogram pass (below) does not
+//! answer them. The first level reads the input once per workgroup chunk: count,
+//! reserve the window's slots, copy (the chunk read twice, the second time mostly
+//! from the cache). On the H100 at 2^28 keys (`bench select`, BENCHMARKS.md
+//! session 12) a median takes 1.34 ms as a chain and top-100 1.25 ms.
+//!
+//! # Approximate selection in one pass (from [`SelectOptions::approx_hist_min`])
+//!
+//! The sorted sample's keys within a few standard deviations of each target rank
+//! become splitters; one pass over the keys counts the keys below each window and
+//! histograms those inside against its splitters, so the host learns the exact
+//! rank range of every splitter and answers each rank with the nearest (its error
+//! exact and reported). Keys inside a window (5-8%) are staged per subgroup and
+//! searched a subgroup at a time. On the H100 an approximate median of 2^28 keys
+//! takes 0.85-1.0 ms this way, with a rank error of 0.009% of n.
 //!
 //! # Top-k
 //!
@@ -1505,9 +1515,14 @@ fn chain<K: SelectKey>(
     let p_count1 = pipe("chain+chfirst+chwindow", "ch_count1")?;
     let p_copy1 = pipe("chain+chfirst+chwindow", "ch_copy1")?;
     let p_window = pipe2("chain+chnext+chwindow", "ch_window")?;
-    // The first level as one pass (count, reserve and copy per workgroup, its chunk
-    // read twice) instead of a count pass and a copy pass (RIDGELINE_CHAIN_FUSED=1).
-    let fused = std::env::var_os("RIDGELINE_CHAIN_FUSED").is_some_and(|v| v != "0");
+    // The first level as one pass: each workgroup counts its chunk, reserves its
+    // slots and copies, reading the chunk twice (the second read mostly from the
+    // cache). On the H100 this took the 2^28 median from 1.93 to 1.34 ms and
+    // top-100 from 1.59 to 1.25 ms against a count pass and a copy pass
+    // (BENCHMARKS.md, session 12; earlier sessions measured the opposite with
+    // per-pass timestamps, which slowed the GPU's clock). RIDGELINE_CHAIN_FUSED=0:
+    // the two passes (kept for comparison).
+    let fused = std::env::var_os("RIDGELINE_CHAIN_FUSED").is_none_or(|v| v != "0");
     let p_window1 = if fused { Some(pipe("chain+chfirst+chwindow", "ch_window")?) } else { None };
     let p_check = pipe2("chain+chnext+chwindow", "ch_check")?;
     let p_pad = pipe2("chain+chnext+chwindow", "ch_pad")?;
@@ -1752,6 +1767,11 @@ fn approx_hist<K: SelectKey>(
     // the adapter's workgroup memory.
     let aw = total.next_power_of_two().max(256);
     let mem = ctx.limits().max_compute_workgroup_storage_size as u64;
+    // Keys per invocation and chunk, and the most workgroups (a diagnosis aid:
+    // RIDGELINE_APPROX_ITEMS, RIDGELINE_APPROX_GROUPS).
+    let env = |name: &str, dflt: u64| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok()).filter(|&v| v > 0).unwrap_or(dflt);
+    let items = env("RIDGELINE_APPROX_ITEMS", APPROX_ITEMS as u64).min(32) as u32;
+    let max_groups = env("RIDGELINE_APPROX_GROUPS", 8192).min(65535);
     let sg = opts.approx_hist_subgroups
         && ctx.has_subgroups()
         && ctx.features().contains(wgpu::Features::SUBGROUP_BARRIER)
@@ -1761,11 +1781,6 @@ fn approx_hist<K: SelectKey>(
     }
     let whole = Task { src: Src::Input, n, lo: 0, ranks: Vec::new(), below: None, above: None };
     let ps = pieces(input, len, &[], &whole);
-    // Keys per invocation and chunk, and the most workgroups (a diagnosis aid:
-    // RIDGELINE_APPROX_ITEMS, RIDGELINE_APPROX_GROUPS).
-    let env = |name: &str, dflt: u64| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok()).filter(|&v| v > 0).unwrap_or(dflt);
-    let items = env("RIDGELINE_APPROX_ITEMS", APPROX_ITEMS as u64).min(64) as u32;
-    let max_groups = env("RIDGELINE_APPROX_GROUPS", 8192).min(65535);
     let defs = [
         ("SRC", "K".to_string()),
         ("SRCKEY", "return x;".to_string()),

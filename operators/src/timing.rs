@@ -35,9 +35,14 @@ pub struct KernelTimer {
 }
 
 impl KernelTimer {
-    /// A timer for up to `passes` passes, or `None` without TIMESTAMP_QUERY.
+    /// A timer for up to `passes` passes, or `None` without TIMESTAMP_QUERY or with
+    /// `RIDGELINE_TIMESTAMPS=0`. On the H100's driver a timer costs tens of
+    /// milliseconds of host time (query set, buffers, readback): a benchmark that
+    /// makes one per call leaves the GPU idle enough to drop its clock, and its
+    /// kernels then run up to 4x slower (BENCHMARKS.md, session 12). Wall times
+    /// without timers are the figures to quote.
     pub fn new(ctx: &GpuContext, passes: u32) -> Option<KernelTimer> {
-        if !ctx.has_timestamps() || passes == 0 {
+        if !ctx.has_timestamps() || passes == 0 || std::env::var("RIDGELINE_TIMESTAMPS").is_ok_and(|v| v == "0") {
             return None;
         }
         let count = passes * 2;

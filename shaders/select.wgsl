@@ -1132,9 +1132,9 @@ fn ap_get(a: array<vec4<u32>, 2>, w: u32) -> u32 {
     return a[w / 4u][w % 4u];
 }
 
-@compute @workgroup_size(WG)
-fn ap_hist(inv: Inv) {
-    let lid = inv.lid;
+// Both histogram kernels start here: the histogram and the counters zeroed, the
+// windows' splitters in workgroup memory.
+fn ap_setup(lid: u32) {
     for (var t = lid; t < 2u * AW; t += WG) {
         atomicStore(&ap_bins[t], 0u);
     }
@@ -1149,6 +1149,36 @@ fn ap_hist(inv: Inv) {
         atomicStore(&ap_below[lid], 0u);
     }
     workgroupBarrier();
+}
+
+// Both end here: the invocations' counts of keys below each window (`below`) and
+// the workgroup's histogram added to the global counts.
+fn ap_finish(lid: u32, below: array<u32, NW>) {
+    workgroupBarrier();
+    for (var w = 0u; w < NW; w++) {
+        if (below[w] != 0u) {
+            atomicAdd(&ap_below[w], below[w]);
+        }
+    }
+    workgroupBarrier();
+    if (lid < NW) {
+        let b = atomicLoad(&ap_below[lid]);
+        if (b != 0u) {
+            atomicAdd(&ap_cnt[lid], b);
+        }
+    }
+    for (var t = lid; t < 2u * AW; t += WG) {
+        let v = atomicLoad(&ap_bins[t]);
+        if (v != 0u) {
+            atomicAdd(&ap_cnt[8u + t], v);
+        }
+    }
+}
+
+@compute @workgroup_size(WG)
+fn ap_hist(inv: Inv) {
+    let lid = inv.lid;
+    ap_setup(lid);
     var lo: array<K, NW>;
     var hi: array<K, NW>;
     var below: array<u32, NW>;
@@ -1196,25 +1226,7 @@ fn ap_hist(inv: Inv) {
             }
         }
     }
-    workgroupBarrier();
-    for (var w = 0u; w < NW; w++) {
-        if (below[w] != 0u) {
-            atomicAdd(&ap_below[w], below[w]);
-        }
-    }
-    workgroupBarrier();
-    if (lid < NW) {
-        let b = atomicLoad(&ap_below[lid]);
-        if (b != 0u) {
-            atomicAdd(&ap_cnt[lid], b);
-        }
-    }
-    for (var t = lid; t < 2u * AW; t += WG) {
-        let v = atomicLoad(&ap_bins[t]);
-        if (v != 0u) {
-            atomicAdd(&ap_cnt[8u + t], v);
-        }
-    }
+    ap_finish(lid, below);
 }
 
 //@@ approxsg (after approx, where the adapter has subgroup operations)
@@ -1261,23 +1273,24 @@ fn ap_bucket(x: K, off: u32, len: u32) -> u32 {
     return 2u * b + select(0u, 1u, keq(ap_spl[b], x));
 }
 
+// Counts staged key y (inside a window) in the histogram: its window is the last
+// whose first key (lo) is at most y; wo and wl are the windows' first splitters
+// and lengths.
+fn ap_add_staged(y: K, lo: array<K, NW>, wo: array<u32, NW>, wl: array<u32, NW>) {
+    var yo = 0u;
+    var yl = 1u;
+    for (var v = 0u; v < NW; v++) {
+        let lt = kless(y, lo[v]);
+        yo = select(wo[v], yo, lt);
+        yl = select(wl[v], yl, lt);
+    }
+    atomicAdd(&ap_bins[ap_bucket(y, yo, yl)], 1u);
+}
+
 @compute @workgroup_size(WG)
 fn ap_hist_sg(inv: InvS) {
     let lid = inv.lid;
-    for (var t = lid; t < 2u * AW; t += WG) {
-        atomicStore(&ap_bins[t], 0u);
-    }
-    for (var w = 0u; w < NW; w++) {
-        let f = ap_get(ap_u.first, w);
-        let o = ap_get(ap_u.off, w);
-        for (var t = lid; t < ap_get(ap_u.len, w); t += WG) {
-            ap_spl[o + t] = ch_smp[f + t];
-        }
-    }
-    if (lid < 8u) {
-        atomicStore(&ap_below[lid], 0u);
-    }
-    workgroupBarrier();
+    ap_setup(lid);
     var lo: array<K, NW>;
     var hi: array<K, NW>;
     var wo: array<u32, NW>;
@@ -1316,15 +1329,11 @@ fn ap_hist_sg(inv: InvS) {
             // Its window, if any: the last one whose lower bound is at most x.
             var w = NW;
             var h = x;
-            var off = 0u;
-            var len = 1u;
             for (var v = 0u; v < NW; v++) {
                 let lt = kless(x, lo[v]);
                 below[v] += select(0u, 1u, lt && valid);
                 w = select(v, w, lt);
                 h = select(hi[v], h, lt);
-                off = select(wo[v], off, lt);
-                len = select(wl[v], len, lt);
             }
             let inside = valid && w < NW && !kless(h, x);
             // Slots from one ballot (two subgroup scans cost several times more).
@@ -1339,16 +1348,8 @@ fn ap_hist_sg(inv: InvS) {
             fill += tot;
             if (fill >= sgs) {
                 subgroupBarrier();
-                let y = ap_stage[sbase + lane];
                 let z = ap_stage[sbase + sgs + lane];
-                var yo = 0u;
-                var yl = 1u;
-                for (var v = 0u; v < NW; v++) {
-                    let lt = kless(y, lo[v]);
-                    yo = select(wo[v], yo, lt);
-                    yl = select(wl[v], yl, lt);
-                }
-                atomicAdd(&ap_bins[ap_bucket(y, yo, yl)], 1u);
+                ap_add_staged(ap_stage[sbase + lane], lo, wo, wl);
                 fill -= sgs;
                 subgroupBarrier();
                 ap_stage[select(spare, sbase + lane, lane < fill)] = z;
@@ -1357,35 +1358,9 @@ fn ap_hist_sg(inv: InvS) {
     }
     subgroupBarrier();
     if (lane < fill) {
-        let y = ap_stage[sbase + lane];
-        var yo = 0u;
-        var yl = 1u;
-        for (var v = 0u; v < NW; v++) {
-            let lt = kless(y, lo[v]);
-            yo = select(wo[v], yo, lt);
-            yl = select(wl[v], yl, lt);
-        }
-        atomicAdd(&ap_bins[ap_bucket(y, yo, yl)], 1u);
+        ap_add_staged(ap_stage[sbase + lane], lo, wo, wl);
     }
-    workgroupBarrier();
-    for (var w = 0u; w < NW; w++) {
-        if (below[w] != 0u) {
-            atomicAdd(&ap_below[w], below[w]);
-        }
-    }
-    workgroupBarrier();
-    if (lid < NW) {
-        let b = atomicLoad(&ap_below[lid]);
-        if (b != 0u) {
-            atomicAdd(&ap_cnt[lid], b);
-        }
-    }
-    for (var t = lid; t < 2u * AW; t += WG) {
-        let v = atomicLoad(&ap_bins[t]);
-        if (v != 0u) {
-            atomicAdd(&ap_cnt[8u + t], v);
-        }
-    }
+    ap_finish(lid, below);
 }
 
 //@@ keys (raw 64-bit values to order keys in place, as select.rs's key_i64 / key_f64)

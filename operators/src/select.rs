@@ -356,8 +356,9 @@ pub struct SelectOptions {
     /// samples' worth) first try one histogram pass over windows of the sorted
     /// sample (`approx_hist`, select.wgsl section approx); `usize::MAX`: never.
     /// Default 2^20: on the H100 (BENCHMARKS.md, session 12) the pass with
-    /// subgroup staging answered an approximate median in 1.0-1.2 ms at 2^28 keys
-    /// against 2.0 ms for the chain, and in about half the chain's time at 2^24-2^27.
+    /// subgroup staging answered an approximate median in 0.86 ms at 2^28 keys
+    /// against 1.35 ms for the (exact) chain, and in 0.4-0.65x the chain's time
+    /// at 2^20-2^27.
     pub approx_hist_min: usize,
     /// The one histogram pass stages the keys inside its windows per subgroup and
     /// searches them a subgroup at a time (`ap_hist_sg`) where the adapter has
@@ -870,7 +871,10 @@ impl GpuClock {
             start: Instant::now(),
             kernel_ms: 0.0,
             // Timestamps cost a query set, two buffers and a readback per submission
-            // (milliseconds each on the H100's driver), so only on request.
+            // (tens of milliseconds of host time on the H100's driver), so only on
+            // request; the GPU idles meanwhile and its clock drops, so kernel times
+            // taken this way run up to 4x the normal (BENCHMARKS.md, session 12):
+            // compare variants by wall time without it.
             timed: ctx.has_timestamps() && std::env::var_os("RIDGELINE_SELECT_TIMESTAMPS").is_some(),
             profile: profiling().then(Instant::now),
         }
@@ -1085,9 +1089,9 @@ fn sample_select_once<K: SelectKey>(
             return Ok((out, stats));
         }
     }
-    // The chain answers exactly, and on the H100 faster than one approximate level
-    // (1.8 against 2.5 ms at 2^28) and than the one histogram pass, so approximate
-    // calls take it too (bound 0).
+    // Otherwise the chain answers exactly; on the H100 it is faster than one
+    // approximate level of the descent (1.8 against 2.5 ms at 2^28, session 10), so
+    // approximate calls take it too (bound 0).
     {
         let (rlo, rhi) = (ranks.iter().copied().min().unwrap_or(0), ranks.iter().copied().max().unwrap_or(0));
         let mut scratch = Scratch { ctx, bytes: 0 };

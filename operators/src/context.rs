@@ -364,7 +364,9 @@ impl GpuContext {
         self.check()
     }
 
-    /// Blocks until the queue is empty (spinning first where `RIDGELINE_WAIT=spin`).
+    /// Returns when the queue is empty: polls the device first for up to the
+    /// context's spin time (20 ms on GPUs unless `RIDGELINE_WAIT` says otherwise),
+    /// then blocks in the driver.
     pub(crate) fn wait_device(&self) -> GpuResult<()> {
         let lost = |e: wgpu::PollError| GpuError::DeviceLost(format!("poll failed: {e}"));
         if let Some(limit) = self.spin_wait {

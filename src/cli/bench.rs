@@ -421,6 +421,9 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool) -> Result<()> {
         let (am_plain, err_plain, _, plain_how) = approx_median(&hist_plain)?;
         if std::env::var_os("RIDGELINE_SELECT_TIMESTAMPS").is_some() {
             // Where the time goes: kernel time (timestamp queries) against wall time.
+            // The per-call timers leave the GPU idle long enough to drop its clock,
+            // so these kernel times run up to 4x the normal (BENCHMARKS.md, session
+            // 12): compare variants by the table's wall times, not by these.
             let dflt = SelectOptions::default();
             for (what, approx, opts) in
                 [("median", false, &dflt), ("approx median", true, &dflt), ("approx 1-pass", true, &hist), ("approx 1-pass plain", true, &hist_plain)]

@@ -1106,9 +1106,10 @@ fn ch_check() {
 // buckets are only as fine as the sample where the ranks are, and whose count pass
 // keeps no per-key state.
 // Keys inside a window (a few percent) are searched where they are read; the
-// kernel holds only the splitters and the histogram in workgroup memory (a version
-// that staged them per chunk for a search by the whole workgroup needed 16 KiB more
-// and was 3x slower than the chain's count pass on the H100: occupancy).
+// kernel holds only the splitters and the histogram in workgroup memory. (Session
+// 11 dropped a version that staged them per chunk for a search by the whole
+// workgroup, measured with per-call timers that lowered the GPU's clock; not
+// re-measured. The subgroup kernel below stages per subgroup and is the default.)
 
 const NW: u32 = {{NW}}u;           // windows (1 ..= 8)
 const AW: u32 = {{AW}}u;           // splitters held (all windows together)

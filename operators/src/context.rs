@@ -19,7 +19,7 @@ pub const WANTED_FEATURES: wgpu::Features = wgpu::Features::SUBGROUP
     .union(wgpu::Features::SHADER_F16);
 
 /// How long a wait polls the device before it blocks (see `GpuContext::new`).
-const SPIN_WAIT_MS: f64 = 20.0;
+const SPIN_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// One binding may never exceed 2 GiB - 1 in wgpu, whatever the driver allows.
 const WGPU_MAX_BINDING: u64 = (1u64 << 31) - 1;
@@ -52,7 +52,7 @@ impl WaitMode {
     pub fn parse(s: &str) -> Option<WaitMode> {
         match s.trim() {
             "block" => Some(WaitMode::Block),
-            "spin" => Some(WaitMode::Spin(std::time::Duration::from_secs_f64(SPIN_WAIT_MS / 1e3))),
+            "spin" => Some(WaitMode::Spin(SPIN_WAIT)),
             v => {
                 let ms: f64 = v.strip_prefix("spin:")?.trim().parse().ok()?;
                 (ms.is_finite() && ms >= 0.0).then(|| WaitMode::Spin(std::time::Duration::from_secs_f64(ms / 1e3)))
@@ -265,7 +265,7 @@ impl GpuContext {
         let staging = StagingPool::new(info.device_type == wgpu::DeviceType::Cpu);
         let trusted_shaders = !cfg!(debug_assertions)
             && std::env::var("RIDGELINE_SHADER_CHECKS").map_or(true, |v| v == "0");
-        // Waits poll the device in a loop for up to SPIN_WAIT_MS before they block in
+        // Waits poll the device in a loop for up to SPIN_WAIT before they block in
         // the driver: a blocking wait woke 0.1-0.8 ms after the work was done on the
         // H100 (BENCHMARKS.md, session 12). Not on CPU adapters, whose work runs on
         // the cores a spinning thread would take. RIDGELINE_WAIT=block never spins;
@@ -274,7 +274,7 @@ impl GpuContext {
             Some(WaitMode::Block) => None,
             Some(WaitMode::Spin(d)) => Some(d),
             None if info.device_type == wgpu::DeviceType::Cpu => None,
-            None => Some(std::time::Duration::from_secs_f64(SPIN_WAIT_MS / 1e3)),
+            None => Some(SPIN_WAIT),
         };
         log::info!("GPU adapter {} ({:?}), segment rows {segment_rows}", info.name, info.backend);
         Ok(GpuContext {
@@ -310,6 +310,10 @@ impl GpuContext {
     /// Whether subgroup operations may be used.
     pub fn has_subgroups(&self) -> bool {
         self.features.contains(wgpu::Features::SUBGROUP)
+    }
+    /// Whether subgroup operations and subgroup barriers may be used.
+    pub fn has_subgroup_barriers(&self) -> bool {
+        self.has_subgroups() && self.features.contains(wgpu::Features::SUBGROUP_BARRIER)
     }
     /// Whether 64-bit integers may be used in shaders.
     pub fn has_int64(&self) -> bool {

@@ -1451,6 +1451,12 @@ fn piece_params(ps: &[(&wgpu::Buffer, u32, u32)], s: u64, n: u64, scratch: &mut 
     Ok(bufs)
 }
 
+/// The pipelines of a chain's first level: one fused pass, or count and copy.
+enum FirstPipes {
+    Fused(Arc<wgpu::ComputePipeline>),
+    TwoPass(Arc<wgpu::ComputePipeline>, Arc<wgpu::ComputePipeline>),
+}
+
 /// What a chain found.
 enum ChainEnd<K> {
     /// The last region sorted (at most S keys), the number of input keys below it,
@@ -1516,8 +1522,6 @@ fn chain<K: SelectKey>(
     let p_sort = kern2.pipe(ctx, "bitonic+sort", "sort_sample")?;
     let p_plan1 = pipe("chain+chplan", "ch_plan")?;
     let p_plan = pipe2("chain+chplan", "ch_plan")?;
-    let p_count1 = pipe("chain+chfirst+chwindow", "ch_count1")?;
-    let p_copy1 = pipe("chain+chfirst+chwindow", "ch_copy1")?;
     let p_window = pipe2("chain+chnext+chwindow", "ch_window")?;
     // The first level as one pass: each workgroup counts its chunk, reserves its
     // slots and copies, reading the chunk twice (the second read mostly from the
@@ -1526,8 +1530,11 @@ fn chain<K: SelectKey>(
     // (BENCHMARKS.md, session 12; earlier sessions measured the opposite with
     // per-pass timestamps, which slowed the GPU's clock). RIDGELINE_CHAIN_FUSED=0:
     // the two passes (kept for comparison).
-    let fused = std::env::var_os("RIDGELINE_CHAIN_FUSED").is_none_or(|v| v != "0");
-    let p_window1 = if fused { Some(pipe("chain+chfirst+chwindow", "ch_window")?) } else { None };
+    let p_first = if std::env::var_os("RIDGELINE_CHAIN_FUSED").is_none_or(|v| v != "0") {
+        FirstPipes::Fused(pipe("chain+chfirst+chwindow", "ch_window")?)
+    } else {
+        FirstPipes::TwoPass(pipe("chain+chfirst+chwindow", "ch_count1")?, pipe("chain+chfirst+chwindow", "ch_copy1")?)
+    };
     let p_check = pipe2("chain+chnext+chwindow", "ch_check")?;
     let p_pad = pipe2("chain+chnext+chwindow", "ch_pad")?;
 
@@ -1564,9 +1571,8 @@ fn chain<K: SelectKey>(
     let piece_bufs = piece_params(&ps, s, n, scratch)?;
     struct First {
         gather: wgpu::BindGroup,
-        count: wgpu::BindGroup,
-        copy: wgpu::BindGroup,
-        window: Option<wgpu::BindGroup>,
+        // The fused pass's bind group, or the count and copy passes'.
+        passes: Vec<wgpu::BindGroup>,
         n: u64,
     }
     let first: Vec<First> = ps
@@ -1576,9 +1582,13 @@ fn chain<K: SelectKey>(
             let (pb, r0) = (pb.raw(), regions[0].raw());
             First {
                 gather: bg(&p_gather1, &[(0, inbuf), (3, stb), (4, rawb), (5, ub), (7, pb)]),
-                count: bg(&p_count1, &[(0, inbuf), (3, stb), (4, smpb), (7, pb), (8, wgb)]),
-                copy: bg(&p_copy1, &[(0, inbuf), (2, r0), (3, stb), (4, smpb), (5, ub), (7, pb), (8, wgb)]),
-                window: p_window1.as_ref().map(|p| bg(p, &[(0, inbuf), (2, r0), (3, stb), (4, smpb), (5, ub), (7, pb)])),
+                passes: match &p_first {
+                    FirstPipes::Fused(p) => vec![bg(p, &[(0, inbuf), (2, r0), (3, stb), (4, smpb), (5, ub), (7, pb)])],
+                    FirstPipes::TwoPass(count, copy) => vec![
+                        bg(count, &[(0, inbuf), (3, stb), (4, smpb), (7, pb), (8, wgb)]),
+                        bg(copy, &[(0, inbuf), (2, r0), (3, stb), (4, smpb), (5, ub), (7, pb), (8, wgb)]),
+                    ],
+                },
                 n: pn as u64,
             }
         })
@@ -1625,16 +1635,14 @@ fn chain<K: SelectKey>(
                 let (x, y, z) = dispatch_dims(f.n.div_ceil(CHUNK as u64), max);
                 Dims::Direct(x, y, z)
             };
-            if let Some(p) = &p_window1 {
+            // Two passes: every piece's count, then every piece's copy.
+            let steps: Vec<(&str, &Arc<wgpu::ComputePipeline>)> = match &p_first {
+                FirstPipes::Fused(p) => vec![("window", p)],
+                FirstPipes::TwoPass(count, copy) => vec![("count", count), ("copy", copy)],
+            };
+            for (i, (what, p)) in steps.into_iter().enumerate() {
                 for f in &first {
-                    push(format!("{l} window"), p, f.window.as_ref().expect("fused"), dims(f));
-                }
-            } else {
-                for f in &first {
-                    push(format!("{l} count"), &p_count1, &f.count, dims(f));
-                }
-                for f in &first {
-                    push(format!("{l} copy"), &p_copy1, &f.copy, dims(f));
+                    push(format!("{l} {what}"), p, &f.passes[i], dims(f));
                 }
             }
         } else {
@@ -1776,13 +1784,13 @@ fn approx_hist<K: SelectKey>(
     let env = |name: &str, dflt: u64| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok()).filter(|&v| v > 0).unwrap_or(dflt);
     let items = env("RIDGELINE_APPROX_ITEMS", APPROX_ITEMS as u64).min(32) as u32;
     let max_groups = env("RIDGELINE_APPROX_GROUPS", 8192).min(65535);
-    let sg = opts.approx_hist_subgroups
-        && ctx.has_subgroups()
-        && ctx.features().contains(wgpu::Features::SUBGROUP_BARRIER)
-        && aw * kb + 2 * aw * 4 + 64 + 3 * WG as u64 * kb <= mem;
-    if aw * kb + 2 * aw * 4 + 64 > mem {
+    // Splitters, histogram and counters; the subgroup kernel also stages three
+    // keys per invocation.
+    let wg_mem = aw * kb + 2 * aw * 4 + 64;
+    if wg_mem > mem {
         return Ok(None);
     }
+    let sg = opts.approx_hist_subgroups && ctx.has_subgroup_barriers() && wg_mem + 3 * WG as u64 * kb <= mem;
     let whole = Task { src: Src::Input, n, lo: 0, ranks: Vec::new(), below: None, above: None };
     let ps = pieces(input, len, &[], &whole);
     let defs = [

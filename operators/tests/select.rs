@@ -412,14 +412,13 @@ fn gpu_approx_select_within_bound() {
 fn gpu_approx_select_one_pass() {
     let Some(ctx) = test_context() else { return };
     // Both kernels: subgroup staging (where the adapter has subgroups) and the plain one.
-    let sg = ctx.has_subgroups() && ctx.features().contains(wgpu::Features::SUBGROUP_BARRIER);
+    let sg = ctx.has_subgroup_barriers();
     for subgroups in [true, false] {
         one_pass_with(&ctx, SelectOptions { approx_hist_min: 0, approx_hist_subgroups: subgroups, ..Default::default() }, subgroups && sg);
     }
 }
 
-fn one_pass_with(ctx: &std::sync::Arc<ridgeline_operators::GpuContext>, hist: SelectOptions, sg: bool) {
-    let ctx = ctx.clone();
+fn one_pass_with(ctx: &ridgeline_operators::GpuContext, hist: SelectOptions, sg: bool) {
     // The kernel that must answer when the one pass does.
     let kernel = |alg: &str| alg.ends_with("-subgroup") == sg;
     let (mut one_pass, mut other) = (0, 0);

@@ -365,6 +365,14 @@ pub struct SelectOptions {
     /// subgroup operations and barriers (default); `false`: each key is searched
     /// where it is read (`ap_hist`, also the kernel without subgroups).
     pub approx_hist_subgroups: bool,
+    /// Keys per invocation and chunk of the one histogram pass; 0: the default
+    /// ([`APPROX_ITEMS`], or the environment variable `RIDGELINE_APPROX_ITEMS`, a
+    /// diagnosis aid).
+    pub approx_hist_items: u32,
+    /// Half-width of the one pass's windows in standard deviations of the sample
+    /// rank (and one sample key more either side). A rank outside its window is
+    /// answered by the chain instead. Default [`APPROX_SIGMAS`].
+    pub approx_sigmas: f64,
 }
 
 impl Default for SelectOptions {
@@ -382,6 +390,8 @@ impl Default for SelectOptions {
             chain_min: 1 << 20,
             approx_hist_min: 1 << 20,
             approx_hist_subgroups: true,
+            approx_hist_items: 0,
+            approx_sigmas: APPROX_SIGMAS,
         }
     }
 }
@@ -1715,9 +1725,15 @@ fn chain<K: SelectKey>(
 
 /// Most windows of a one-pass approximate selection (select.wgsl section approx).
 const APPROX_MAX_WINDOWS: usize = 8;
-/// Keys per invocation and chunk of its pass (8: 0.85 ms at 2^28 on the H100
-/// against 1.05 ms with 16 and 1.15 ms with 32, one run, BENCHMARKS.md session 12).
-const APPROX_ITEMS: u32 = 8;
+/// Keys per invocation and chunk of its pass (4: 0.77 ms a median at 2^28 on the
+/// H100 against 0.87 with 2 and 0.93 with 8, interleaved calls of one run,
+/// BENCHMARKS.md session 13).
+pub const APPROX_ITEMS: u32 = 4;
+/// Default half-width of the one pass's windows, in standard deviations of the
+/// sample rank (3: a window misses its rank about once in 300 calls, which the
+/// chain then answers; 5% faster than 4 at 2^28 on the H100, BENCHMARKS.md
+/// session 13).
+pub const APPROX_SIGMAS: f64 = 3.0;
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -1770,7 +1786,7 @@ fn approx_hist<K: SelectKey>(
     if len < opts.approx_hist_min || n <= 4 * s || uniq.is_empty() {
         return Ok(None);
     }
-    let wins = approx_windows(n, s, uniq, opts.bracket_sigmas + 1.0);
+    let wins = approx_windows(n, s, uniq, opts.approx_sigmas);
     let total: u64 = wins.iter().map(|w| w.1 - w.0 + 1).sum();
     if wins.len() > APPROX_MAX_WINDOWS {
         return Ok(None);
@@ -1782,7 +1798,11 @@ fn approx_hist<K: SelectKey>(
     // Keys per invocation and chunk, and the most workgroups (a diagnosis aid:
     // RIDGELINE_APPROX_ITEMS, RIDGELINE_APPROX_GROUPS).
     let env = |name: &str, dflt: u64| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok()).filter(|&v| v > 0).unwrap_or(dflt);
-    let items = env("RIDGELINE_APPROX_ITEMS", APPROX_ITEMS as u64).min(32) as u32;
+    let items = match opts.approx_hist_items {
+        0 => env("RIDGELINE_APPROX_ITEMS", APPROX_ITEMS as u64),
+        i => i as u64,
+    }
+    .min(32) as u32;
     let max_groups = env("RIDGELINE_APPROX_GROUPS", 8192).min(65535);
     // Splitters, histogram and counters; the subgroup kernel also stages three
     // keys per invocation.
@@ -1841,7 +1861,9 @@ fn approx_hist<K: SelectKey>(
     let g_sort = bind(ctx, &p_sort, &[(0, rawb), (1, smpb), (2, &sort_u)]);
     rec.push(&p_sort, &g_sort, Dims::Direct(1, 1, 1));
     if profiling() {
-        // The sample on its own, so the profile shows the histogram pass alone.
+        // The host's setup (pipelines, buffers, bind groups) before any submission,
+        // then the sample on its own, so the profile shows the histogram pass alone.
+        clock.mark(ctx, format_args!("approx setup"))?;
         clock.submit(ctx, ctx.encoder("select-approx-sample"), &[&rec])?;
         clock.mark(ctx, format_args!("approx sample"))?;
         rec = Rec::new(ctx);

@@ -411,16 +411,18 @@ fn gpu_approx_select_within_bound() {
 #[test]
 fn gpu_approx_select_one_pass() {
     let Some(ctx) = test_context() else { return };
+        let sg = ctx.has_subgroup_barriers();
     // Both kernels: subgroup staging (where the adapter has subgroups) and the plain one.
-    let sg = ctx.has_subgroup_barriers();
     for subgroups in [true, false] {
-        one_pass_with(&ctx, SelectOptions { approx_hist_min: 0, approx_hist_subgroups: subgroups, ..Default::default() }, subgroups && sg);
+        let opts = SelectOptions { approx_hist_min: 0, approx_hist_subgroups: subgroups, ..Default::default() };
+        let want = if subgroups && sg { "gpu-sampleselect-approx-1pass-subgroup" } else { "gpu-sampleselect-approx-1pass" };
+        one_pass_with(&ctx, opts, want);
     }
 }
 
-fn one_pass_with(ctx: &ridgeline_operators::GpuContext, hist: SelectOptions, sg: bool) {
-    // The kernel that must answer when the one pass does.
-    let kernel = |alg: &str| alg.ends_with("-subgroup") == sg;
+fn one_pass_with(ctx: &ridgeline_operators::GpuContext, hist: SelectOptions, want: &str) {
+    // The kernel that must answer (32-bit keys) when the one pass does.
+    let kernel = |alg: &str| alg == want;
     let (mut one_pass, mut other) = (0, 0);
     for &n in &[70_001usize, 300_007] {
         let n64 = n as u64;
@@ -474,12 +476,15 @@ fn one_pass_with(ctx: &ridgeline_operators::GpuContext, hist: SelectOptions, sg:
     let (got, st) = approx_select_gpu_with(&ctx, &two, &ranks, &exact).unwrap();
     check_exact(&got, &two, &ranks, "two values");
     assert!(st.algorithm.contains("1pass"), "{}", st.algorithm);
-    // Segmented input (one pass per segment, one histogram).
+    // Segmented input (one pass per segment, one histogram); its first len keys,
+    // n - 3 leaving three keys after the last whole vec4 of the last segment.
     let arr = DeviceArray::upload_segmented(&ctx, &uniform, 30_004).unwrap();
-    let ranks = vec![0, n as u64 / 2, n as u64 - 1];
-    let (got, st) = approx_select_gpu_device_with::<u32>(&ctx, &arr, n, &ranks, &hist).unwrap();
-    check_approx(&got, &st, &uniform, &ranks, "segmented");
-    assert!(st.algorithm.contains("1pass") && st.rank_error_bound <= n as u64 / 1000, "{} {}", st.algorithm, st.rank_error_bound);
+    for len in [n, n - 3] {
+        let ranks = vec![0, len as u64 / 2, len as u64 - 1];
+        let (got, st) = approx_select_gpu_device_with::<u32>(&ctx, &arr, len, &ranks, &hist).unwrap();
+        check_approx(&got, &st, &uniform[..len], &ranks, "segmented");
+        assert!(kernel(st.algorithm) && st.rank_error_bound <= len as u64 / 1000, "{} {}", st.algorithm, st.rank_error_bound);
+    }
     // 64-bit keys, native where the adapter has it and emulated.
     let keys64: Vec<u64> = keys_f64(&(0..n).map(|_| normal(&mut r) * 1e6).collect::<Vec<_>>());
     let ranks = vec![n as u64 / 4, n as u64 / 2, n as u64 / 2 + 1];

@@ -281,7 +281,7 @@ pub fn filter(lo: u32, hi: u32, iterations: usize) -> Result<()> {
 /// SampleSelect on resident f32 keys (exact median, three quartiles at once,
 /// top-k for k = 10, 100, 1000, n/100, approximate median with its measured rank
 /// error) against the CPU path and DataFusion's `median` over the same column.
-pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool) -> Result<()> {
+pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool, approx_variants: bool, duckdb: Option<&std::path::Path>) -> Result<()> {
     use ridgeline_operators::select::{
         approx_select_gpu_device_with, key_f32, select_cpu, select_gpu_device, select_gpu_device_with, topk_cpu, topk_gpu_device,
         topk_gpu_device_with, SelectOptions,
@@ -304,9 +304,9 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool) -> Result<()> {
         ctx.info().backend
     );
     println!(
-        "| n | median ms | median no chain ms | 3 quartiles ms | top-10 ms | top-100 ms | top-100 no chain ms | top-1000 ms | top-n/100 ms | approx median ms | approx rank err (bound, how) | approx by chain ms | approx 1-pass no subgroups ms (rank err) | aux MiB (/input) | CPU median ms | DataFusion median ms |"
+        "| n | median ms | median no chain ms | 3 quartiles ms | top-10 ms | top-100 ms | top-100 no chain ms | top-1000 ms | top-n/100 ms | approx median ms | approx rank err (bound, how) | approx by chain ms | approx 1-pass no subgroups ms (rank err) | aux MiB (/input) | CPU median ms | DataFusion median ms | DuckDB quantile_cont ms |"
     );
-    println!("|{}", " --- |".repeat(16));
+    println!("|{}", " --- |".repeat(17));
     let time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
         ridgeline_operators::timing::warm_up(ridgeline_operators::timing::WARM_UP_MS, &mut *f)?;
         let mut v = Vec::new();
@@ -438,6 +438,9 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool) -> Result<()> {
                 eprintln!("diag 2^{k} {what}: levels {}, kernels {:.3} ms, wall {wall:.3} ms, {}", st.levels, st.gpu_ms, st.algorithm);
             }
         }
+        if approx_variants && k == hi {
+            approx_variant_table(&ctx, &arr, n, half, iterations, &rank_err)?;
+        }
         let mut cpu = Vec::new();
         for _ in 0..iterations.max(1) {
             let t = Instant::now();
@@ -446,8 +449,25 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool) -> Result<()> {
         }
         let cpu_ms = cpu.iter().copied().fold(f64::INFINITY, f64::min);
         let df_ms = datafusion_median_ms(&vals, iterations)?;
+        // DuckDB's quantile_cont over the same values (best of `iterations`), its
+        // answer checked against the interpolated median of the CPU path.
+        let duck = match duckdb {
+            Some(py) => {
+                use arrow::array::{Float32Array, RecordBatch};
+                let b = RecordBatch::try_from_iter([("x", Arc::new(Float32Array::from(vals.clone())) as arrow::array::ArrayRef)])?;
+                let (ms, _, _, first) = crate::cli::bench_aggregate::duckdb_run(py, &[b], "SELECT quantile_cont(x, 0.5) FROM t", iterations)?;
+                let lohi = select_cpu(&keys, &[(n / 2 - 1) as u64, half]);
+                let want = (ridgeline_operators::select::unkey_f32(lohi[0]) as f64 + ridgeline_operators::select::unkey_f32(lohi[1]) as f64) / 2.0;
+                let got: f64 = first.as_deref().and_then(|v| v.parse().ok()).unwrap_or(f64::NAN);
+                if !((got - want).abs() <= 1e-5 * want.abs().max(1.0)) {
+                    return Err(DataFusionError::Execution(format!("DuckDB's quantile_cont {got} != the CPU path's {want}")));
+                }
+                format!("{ms:.2}")
+            }
+            None => "-".into(),
+        };
         println!(
-            "| 2^{k} | {med:.3} | {med_ch:.3} | {q3:.3} | {:.3} | {:.3} | {tk_ch:.3} | {:.3} | {:.3} | {am:.3} | {am_err} ({am_bound}, {:.4}% of n, {am_how}) | {am_chain:.3} | {am_plain:.3} ({err_plain}, {plain_how}) | {:.1} ({:.3}) | {cpu_ms:.2} | {df_ms:.2} |",
+            "| 2^{k} | {med:.3} | {med_ch:.3} | {q3:.3} | {:.3} | {:.3} | {tk_ch:.3} | {:.3} | {:.3} | {am:.3} | {am_err} ({am_bound}, {:.4}% of n, {am_how}) | {am_chain:.3} | {am_plain:.3} ({err_plain}, {plain_how}) | {:.1} ({:.3}) | {cpu_ms:.2} | {df_ms:.2} | {duck} |",
             tk[0],
             tk[1],
             tk[2],
@@ -456,6 +476,61 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool) -> Result<()> {
             aux as f64 / (1 << 20) as f64,
             aux as f64 / (n * 4) as f64
         );
+    }
+    Ok(())
+}
+
+/// Variants of the approximate median's one pass over the same resident keys,
+/// timed call by call in rounds (every variant once per round, after a warm-up),
+/// so that a change of the GPU's clock or state affects them all alike.
+fn approx_variant_table(
+    ctx: &ridgeline_operators::GpuContext,
+    arr: &DeviceArray,
+    n: usize,
+    half: u64,
+    iterations: usize,
+    rank_err: &dyn Fn(u32) -> u64,
+) -> Result<()> {
+    use ridgeline_operators::select::{approx_select_gpu_device_with, SelectOptions, APPROX_ITEMS, APPROX_SIGMAS};
+    let g = |e: ridgeline_operators::GpuError| DataFusionError::Execution(e.to_string());
+    let base = SelectOptions { approx_hist_min: 0, ..Default::default() };
+    let mut variants: Vec<(String, SelectOptions)> = Vec::new();
+    for items in [4u32, 8] {
+        variants.push((format!("{items} keys an invocation"), SelectOptions { approx_hist_items: items, ..base }));
+    }
+    for (smp, sd) in [(4096u32, 4.0), (4096, 2.5), (2048, 3.0), (2048, 4.0)] {
+        variants.push((format!("{APPROX_ITEMS} keys, sample {smp}, windows of {sd} sd"), SelectOptions { max_sample: smp, approx_sigmas: sd, ..base }));
+    }
+    variants.push(("ap_hist (no subgroups)".into(), SelectOptions { approx_hist_subgroups: false, ..base }));
+    variants.push(("the chain (exact)".into(), SelectOptions { approx_hist_min: usize::MAX, ..Default::default() }));
+    let rounds = (iterations * 6).max(20);
+    let mut ms = vec![Vec::with_capacity(rounds); variants.len()];
+    let mut last = vec![(0u32, 0u64, ""); variants.len()];
+    let t0 = Instant::now();
+    while t0.elapsed().as_secs_f64() * 1e3 < ridgeline_operators::timing::WARM_UP_MS {
+        for (_, o) in &variants {
+            approx_select_gpu_device_with::<u32>(ctx, arr, n, &[half], o).map_err(g)?;
+        }
+    }
+    for _ in 0..rounds {
+        for (i, (_, o)) in variants.iter().enumerate() {
+            let t = Instant::now();
+            let (v, st) = approx_select_gpu_device_with::<u32>(ctx, arr, n, &[half], o).map_err(g)?;
+            ms[i].push(t.elapsed().as_secs_f64() * 1e3);
+            last[i] = (v[0], st.rank_error_bound, st.algorithm);
+        }
+    }
+    println!("approximate median variants at n = {n}, wall ms over {rounds} interleaved rounds (default: {APPROX_ITEMS} keys, sample 4096, windows of {APPROX_SIGMAS} sd):");
+    println!("| variant | min ms | median ms | rank err (bound) | algorithm |");
+    println!("| --- | --- | --- | --- | --- |");
+    for (i, (what, _)) in variants.iter().enumerate() {
+        let mut v = ms[i].clone();
+        v.sort_by(f64::total_cmp);
+        let e = rank_err(last[i].0);
+        if e > last[i].1 {
+            return Err(DataFusionError::Execution(format!("{what}: rank error {e} over its bound {}", last[i].1)));
+        }
+        println!("| {what} | {:.3} | {:.3} | {e} ({}) | {} |", v[0], v[v.len() / 2], last[i].1, last[i].2);
     }
     Ok(())
 }

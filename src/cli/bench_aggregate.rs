@@ -51,11 +51,18 @@ for i in range(cfg["iterations"] + 1):
     if i > 0:
         times.append((time.perf_counter() - t) * 1e3)
 times.sort()
-print(json.dumps({"min": times[0], "median": times[len(times) // 2], "rows": rows, "version": duckdb.__version__}))
+first = con.execute(cfg["sql"]).fetchone()
+first = None if first is None else str(first[0])
+print(json.dumps({"min": times[0], "median": times[len(times) // 2], "rows": rows, "first": first, "version": duckdb.__version__}))
 "#;
 
-/// DuckDB's min and median ms for `sql` over `batches` (table `t`).
+/// DuckDB's min and median ms for `sql` over `batches` (table `t`) and its rows.
 fn duckdb_ms(python: &Path, batches: &[RecordBatch], sql: &str, iterations: usize) -> Result<(f64, f64, usize)> {
+    duckdb_run(python, batches, sql, iterations).map(|(a, b, c, _)| (a, b, c))
+}
+
+/// [`duckdb_ms`], and the first value of the first row as DuckDB prints it.
+pub(crate) fn duckdb_run(python: &Path, batches: &[RecordBatch], sql: &str, iterations: usize) -> Result<(f64, f64, usize, Option<String>)> {
     let dir = std::env::temp_dir().join(format!("ridgeline-agg-duckdb-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| err(e.to_string()))?;
     let path = dir.join("t.parquet");
@@ -72,7 +79,12 @@ fn duckdb_ms(python: &Path, batches: &[RecordBatch], sql: &str, iterations: usiz
     let _ = std::fs::remove_dir_all(&dir);
     let v: serde_json::Value =
         serde_json::from_slice(&out.stdout).map_err(|e| err(format!("DuckDB: {e}: {}", String::from_utf8_lossy(&out.stderr))))?;
-    Ok((v["min"].as_f64().unwrap_or(f64::NAN), v["median"].as_f64().unwrap_or(f64::NAN), v["rows"].as_u64().unwrap_or(0) as usize))
+    Ok((
+        v["min"].as_f64().unwrap_or(f64::NAN),
+        v["median"].as_f64().unwrap_or(f64::NAN),
+        v["rows"].as_u64().unwrap_or(0) as usize,
+        v["first"].as_str().map(str::to_string),
+    ))
 }
 
 fn sorted(mut rows: Vec<Vec<String>>) -> Vec<Vec<String>> {

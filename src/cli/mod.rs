@@ -198,6 +198,18 @@ pub enum BenchCommand {
         /// bracketing and count kernels over the same keys, at the largest size.
         #[arg(long)]
         probe: bool,
+        /// Also time variants of the approximate median's one pass (kernel, keys per
+        /// invocation, sample size, window width) at the largest size, interleaved
+        /// call by call so that every variant sees the same GPU state.
+        #[arg(long)]
+        approx_variants: bool,
+        /// Add DuckDB's quantile_cont(x, 0.5) over the same column (a table loaded
+        /// from Parquet), on the same CPU.
+        #[arg(long)]
+        duckdb: bool,
+        /// A duckdb wheel to install offline (default: RIDGELINE_DUCKDB_WHEEL).
+        #[arg(long)]
+        duckdb_wheel: Option<std::path::PathBuf>,
     },
     /// GPU hash partitioning (histogram, scan, stable scatter) at fan-outs 2..4096 vs the CPU partition.
     Partition {
@@ -293,7 +305,10 @@ pub async fn run(cli: Cli) -> Result<()> {
             BenchCommand::Scan { range } => bench::scan(range.min_log2, range.max_log2, range.iterations),
             BenchCommand::Compact { range, selectivity } => bench::compact(range.min_log2, range.max_log2, range.iterations, selectivity),
             BenchCommand::Filter { range } => bench::filter(range.min_log2, range.max_log2, range.iterations),
-            BenchCommand::Select { range, probe } => bench::select(range.min_log2, range.max_log2, range.iterations, probe),
+            BenchCommand::Select { range, probe, approx_variants, duckdb, duckdb_wheel } => {
+                let py = if duckdb { Some(bench_tpch::duckdb_python(duckdb_wheel.as_deref())?) } else { None };
+                bench::select(range.min_log2, range.max_log2, range.iterations, probe, approx_variants, py.as_deref())
+            }
             BenchCommand::Partition { range } => bench::partition(range.min_log2, range.max_log2, range.iterations),
             BenchCommand::Aggregate { range, .. } => bench::aggregate(range.min_log2, range.max_log2, range.iterations),
             BenchCommand::Tpch(_) | BenchCommand::Skyline(_) => {

@@ -373,6 +373,10 @@ pub struct SelectOptions {
     /// rank (and one sample key more either side). A rank outside its window is
     /// answered by the chain instead. Default [`APPROX_SIGMAS`].
     pub approx_sigmas: f64,
+    /// Sample sorts keep four keys per invocation in registers and exchange them
+    /// by subgroup shuffles where the adapter has subgroup operations (default);
+    /// `false`: every step of the network through workgroup memory.
+    pub subgroup_sort: bool,
 }
 
 impl Default for SelectOptions {
@@ -392,6 +396,7 @@ impl Default for SelectOptions {
             approx_hist_subgroups: true,
             approx_hist_items: 0,
             approx_sigmas: APPROX_SIGMAS,
+            subgroup_sort: true,
         }
     }
 }
@@ -695,6 +700,8 @@ struct Kern {
     kb: usize,
     s: u32,
     ns: u32,
+    /// Sample sorts by `sort_sample_sg` (section sortsg).
+    sg_sort: bool,
 }
 
 impl Kern {
@@ -729,11 +736,24 @@ impl Kern {
         if s as usize * kb > mem || need(b as usize) > mem {
             return Err(GpuError::Invalid(format!("workgroup memory of {mem} bytes is too small for selection")));
         }
-        Ok(Kern { repr, kb, s, ns: b - 1 })
+        let sg_sort = opts.subgroup_sort && ctx.has_subgroups() && s / 4 <= l.max_compute_invocations_per_workgroup && s / 4 <= l.max_compute_workgroup_size_x;
+        Ok(Kern { repr, kb, s, ns: b - 1, sg_sort })
     }
 
     fn nb(&self) -> u32 {
         2 * self.ns + 1
+    }
+
+    /// The sample sort (bindings 0: keys, 1: output, 2: Params; one workgroup).
+    fn sort_pipe(&self, ctx: &GpuContext) -> GpuResult<Arc<wgpu::ComputePipeline>> {
+        if !self.sg_sort {
+            return self.pipe(ctx, "bitonic+sort", "sort_sample");
+        }
+        let shx = match self.repr {
+            Repr::U32 | Repr::U64Emu => "return subgroupShuffleXor(a, m);",
+            Repr::U64 => "let v = subgroupShuffleXor(vec2<u32>(u32(a & 0xfffffffflu), u32(a >> 32u)), m); return u64(v.x) | (u64(v.y) << 32u);",
+        };
+        self.pipe_with(ctx, "bitonic+sort+sortsg", "sort_sample_sg", &[("SWG", (self.s / 4).to_string()), ("KSHX", shx.to_string())])
     }
 
     fn pipe(&self, ctx: &GpuContext, section: &str, entry: &str) -> GpuResult<Arc<wgpu::ComputePipeline>> {
@@ -1234,7 +1254,7 @@ fn bracket<K: SelectKey>(
         return Ok(None);
     }
     let p_gather = kern.pipe(ctx, "gather", "gather")?;
-    let p_sort = kern.pipe(ctx, "bitonic+sort", "sort_sample")?;
+    let p_sort = kern.sort_pipe(ctx)?;
     let nwin = windows.len();
     let nw_def = [("NWIN", nwin.to_string())];
     let p_count = kern.pipe_with(ctx, "window", "window_count", &nw_def)?;
@@ -1528,8 +1548,8 @@ fn chain<K: SelectKey>(
     let pipe2 = |sections: &str, entry: &str| kern2.pipe_with(ctx, sections, entry, &defs);
     let p_gather1 = pipe("chain+chfirst+chgather", "ch_gather")?;
     let p_gather = pipe2("chain+chnext+chgather", "ch_gather")?;
-    let p_sort1 = kern.pipe(ctx, "bitonic+sort", "sort_sample")?;
-    let p_sort = kern2.pipe(ctx, "bitonic+sort", "sort_sample")?;
+    let p_sort1 = kern.sort_pipe(ctx)?;
+    let p_sort = kern2.sort_pipe(ctx)?;
     let p_plan1 = pipe("chain+chplan", "ch_plan")?;
     let p_plan = pipe2("chain+chplan", "ch_plan")?;
     let p_window = pipe2("chain+chnext+chwindow", "ch_window")?;
@@ -1823,7 +1843,7 @@ fn approx_hist<K: SelectKey>(
         ("SGW", ctx.info().subgroup_max_size.div_ceil(32).clamp(1, 4).to_string()),
     ];
     let p_gather = kern.pipe_with(ctx, "chain+chfirst+chgather", "ch_gather", &defs[..3])?;
-    let p_sort = kern.pipe(ctx, "bitonic+sort", "sort_sample")?;
+    let p_sort = kern.sort_pipe(ctx)?;
     let p_hist = if sg {
         kern.pipe_with(ctx, "chain+chfirst+approx+approxsg", "ap_hist_sg", &defs)?
     } else {
@@ -1959,7 +1979,7 @@ fn sample_select_tasks<K: SelectKey>(
     let kern = Kern::new(ctx, K::BYTES, opts)?;
     let (s, ns, nb, kb) = (kern.s as u64, kern.ns as u64, kern.nb() as u64, kern.kb as u64);
     let p_gather = kern.pipe(ctx, "gather", "gather")?;
-    let p_sort = kern.pipe(ctx, "bitonic+sort", "sort_sample")?;
+    let p_sort = kern.sort_pipe(ctx)?;
     let p_count = kern.pipe(ctx, "bucket", "count")?;
     let p_filter = kern.pipe(ctx, "bucket", "filter_buckets")?;
     let (p_count_o, p_filter_o) = if opts.oracle {
@@ -2251,6 +2271,31 @@ const PROBE_WGSL: &str = include_str!("../../shaders/probe.wgsl");
 /// sort; and the first level's count kernel (1023 splitters, with and without the
 /// oracle, and with parts left out or the former sorted-array search). `sample` is a sorted sample of the keys (4096 of them). Empty when
 /// the adapter has no timestamp queries.
+/// Sorts up to S keys (the sample size of `opts` on this adapter) with the
+/// selection's sample-sort kernel, as every level's sample is sorted; returns the
+/// sorted keys and whether the subgroup kernel (`sort_sample_sg`) ran. For tests.
+#[doc(hidden)]
+pub fn sample_sort_gpu<K: SelectKey>(ctx: &GpuContext, keys: &[K], opts: &SelectOptions) -> GpuResult<(Vec<K>, bool)> {
+    let kern = Kern::new(ctx, K::BYTES, opts)?;
+    let m = keys.len();
+    if m > kern.s as usize {
+        return Err(GpuError::Invalid(format!("{m} keys to sort, more than the sample size {}", kern.s)));
+    }
+    let mut scratch = Scratch { ctx, bytes: 0 };
+    let src = scratch.with_data(bytemuck::cast_slice(keys))?;
+    let dst = scratch.alloc((m * K::BYTES) as u64)?;
+    let ub = uni(ctx, &Params { off: 0, n: m as u32, cnt: m as u32, dst_off: 0, seed: 0, task: 0, mode: 0, pad: 0 });
+    let p = kern.sort_pipe(ctx)?;
+    let mut r = Rec::new(ctx);
+    r.dispatch(&p, &[(0, src.raw()), (1, dst.raw()), (2, &ub)], 1)?;
+    let mut enc = ctx.encoder("select-sort-test");
+    r.encode(&mut enc, None);
+    ctx.submit(enc)?;
+    let raw: Vec<u32> = read_buf(ctx, dst.raw(), m * K::BYTES / 4)?;
+    let out = bytemuck::cast_slice::<u32, u8>(&raw).chunks_exact(K::BYTES).map(bytemuck::pod_read_unaligned).collect();
+    Ok((out, kern.sg_sort))
+}
+
 pub fn probe_kernels(ctx: &GpuContext, keys: &DeviceArray, n: usize, sample: &[u32], reps: usize) -> GpuResult<Vec<(String, f64)>> {
     check_device_input::<u32>(ctx, keys, n)?;
     if !ctx.has_timestamps() || sample.len() != 4096 {
@@ -2330,8 +2375,10 @@ pub fn probe_kernels(ctx: &GpuContext, keys: &DeviceArray, n: usize, sample: &[u
     let p = kern.pipe(ctx, "gather", "gather")?;
     out.push(time("gather S", &p, &[(0, buf), (1, samples.raw()), (2, &ub)], (kern.s as u64).div_ceil(WG as u64))?);
     let ub = ctx.uniform(&Params { off: 0, n: kern.s, cnt: kern.s, dst_off: 0, seed: 0, task: 0, mode: 0, pad: 0 });
+    let p = kern.sort_pipe(ctx)?;
+    out.push(time(if kern.sg_sort { "sort S (subgroup shuffles)" } else { "sort S" }, &p, &[(0, samples.raw()), (1, sorted.raw()), (2, &ub)], 1)?);
     let p = kern.pipe(ctx, "bitonic+sort", "sort_sample")?;
-    out.push(time("sort S", &p, &[(0, samples.raw()), (1, sorted.raw()), (2, &ub)], 1)?);
+    out.push(time("sort S (every step through workgroup memory)", &p, &[(0, samples.raw()), (1, sorted.raw()), (2, &ub)], 1)?);
     // The count kernel with the oracle, 1023 splitters from the sample.
     let spl: Vec<u32> = (0..kern.ns as usize).map(|j| sample[(j + 1) * 4096 / (kern.ns as usize + 1)]).collect();
     let splb = ctx.pool().alloc(spl.len() as u64 * 4)?;

@@ -404,6 +404,52 @@ fn gpu_approx_select_within_bound() {
     check_approx(&got, &st, &keys64, &ranks, "f64");
 }
 
+/// The sample sort (every level of every selection sorts its sample with it):
+/// the subgroup kernel (where the adapter has subgroups) and the network through
+/// workgroup memory, against a CPU sort, for 32-bit keys and 64-bit keys native
+/// and emulated; empty, one key, all equal, sizes that are not a multiple of
+/// anything, the full sample, sorted and reverse input, extremes.
+#[test]
+fn gpu_sample_sort_matches_cpu() {
+    let Some(ctx) = test_context() else { return };
+    let sg = ctx.has_subgroups();
+    let mut r = rng(4242);
+    for subgroup_sort in [true, false] {
+        for max_sample in [4096u32, 1024, 64] {
+            let opts = SelectOptions { subgroup_sort, max_sample, ..Default::default() };
+            for m in [0usize, 1, 2, 3, 5, 63, 64, 100, 1000, 1023, 1024, 2049, 4095, 4096] {
+                if m > max_sample as usize {
+                    continue;
+                }
+                let sets: Vec<(&str, Vec<u32>)> = vec![
+                    ("uniform", (0..m).map(|_| r.random::<u32>()).collect()),
+                    ("few", (0..m).map(|_| r.random_range(0..4u32)).collect()),
+                    ("equal", vec![7; m]),
+                    ("sorted", (0..m as u32).collect()),
+                    ("reverse", (0..m as u32).rev().collect()),
+                    ("extremes", (0..m).map(|i| [0, u32::MAX, 1, u32::MAX - 1][i % 4]).collect()),
+                ];
+                for (name, keys) in sets {
+                    let (got, ran_sg) = sample_sort_gpu(&ctx, &keys, &opts).unwrap();
+                    let mut want = keys.clone();
+                    want.sort_unstable();
+                    assert_eq!(got, want, "u32 {name} m={m} S={max_sample} subgroups={subgroup_sort}");
+                    assert_eq!(ran_sg, subgroup_sort && sg, "kernel");
+                }
+                for int64 in [Int64Path::Auto, Int64Path::Emulated] {
+                    let keys: Vec<u64> = (0..m).map(|i| if i % 5 == 0 { u64::MAX - (i as u64 % 3) } else { r.random::<u64>() >> (i % 40) }).collect();
+                    let (got, _) = sample_sort_gpu(&ctx, &keys, &SelectOptions { int64, ..opts }).unwrap();
+                    let mut want = keys.clone();
+                    want.sort_unstable();
+                    assert_eq!(got, want, "u64 {int64:?} m={m} S={max_sample} subgroups={subgroup_sort}");
+                }
+            }
+        }
+        // More keys than the sample holds: an error, not a wrong sort.
+        assert!(sample_sort_gpu(&ctx, &vec![1u32; 4097], &SelectOptions { subgroup_sort, ..Default::default() }).is_err());
+    }
+}
+
 /// The one-pass approximate selection (a histogram over windows of the sorted
 /// sample): every distribution, ranks at the ends, several windows, ties across
 /// windows, segmented inputs, 64-bit keys, and its fallbacks (too many windows, a

@@ -501,6 +501,7 @@ fn approx_variant_table(
     for (smp, sd) in [(4096u32, 4.0), (4096, 2.5), (2048, 3.0), (2048, 4.0)] {
         variants.push((format!("{APPROX_ITEMS} keys, sample {smp}, windows of {sd} sd"), SelectOptions { max_sample: smp, approx_sigmas: sd, ..base }));
     }
+    variants.push(("sample sorted through workgroup memory only".into(), SelectOptions { subgroup_sort: false, ..base }));
     variants.push(("ap_hist (no subgroups)".into(), SelectOptions { approx_hist_subgroups: false, ..base }));
     variants.push(("the chain (exact)".into(), SelectOptions { approx_hist_min: usize::MAX, ..Default::default() }));
     let rounds = (iterations * 6).max(20);

@@ -9,6 +9,7 @@
 //   bitonic network; in splitter mode it writes the NS = B - 1 splitters
 //   (equidistant sample elements) of the task, in base-case mode the whole sorted
 //   region (the base case of the recursion: a bucket of at most S keys).
+//   `sort_sample_sg` (section sortsg) is the same with subgroup shuffles.
 // * `count`: every key finds its bucket by a branch-free binary search over the
 //   splitters held in workgroup memory (the search tree of the paper in its
 //   breadth-first (Eytzinger) form: log2(B) steps), and counts it in a per-workgroup

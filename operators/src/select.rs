@@ -121,9 +121,22 @@
 //! become splitters; one pass over the keys counts the keys below each window and
 //! histograms those inside against its splitters, so the host learns the exact
 //! rank range of every splitter and answers each rank with the nearest (its error
-//! exact and reported). Keys inside a window (5-8%) are staged per subgroup and
+//! exact and reported). The windows reach 3 standard deviations of the sample
+//! rank either side ([`APPROX_SIGMAS`]; a rank outside its window falls back to
+//! the chain). Keys inside a window (about 5%) are staged per subgroup and
 //! searched a subgroup at a time. On the H100 an approximate median of 2^28 keys
-//! takes 0.85-1.0 ms this way, with a rank error of 0.009% of n.
+//! takes 0.67-0.83 ms this way (depending on the lease; BENCHMARKS.md session
+//! 13), with a rank error of 0.009% of n.
+//!
+//! # The sample sort
+//!
+//! Every level sorts its sample (up to S = 4096 keys) in one workgroup by a
+//! bitonic network. Where the adapter has subgroup operations,
+//! `sort_sample_sg` (section sortsg) keeps four keys per invocation in
+//! registers: only the steps that span more than a subgroup's keys go through
+//! workgroup memory and barriers, the others exchange keys by subgroup shuffles
+//! (0.023 ms at S = 4096 on the H100 against 0.052 ms for `sort_sample`, which
+//! takes a barrier after every step).
 //!
 //! # Top-k
 //!
@@ -355,10 +368,10 @@ pub struct SelectOptions {
     /// Approximate selections over at least this many keys (and more than four
     /// samples' worth) first try one histogram pass over windows of the sorted
     /// sample (`approx_hist`, select.wgsl section approx); `usize::MAX`: never.
-    /// Default 2^20: on the H100 (BENCHMARKS.md, session 12) the pass with
-    /// subgroup staging answered an approximate median in 0.86 ms at 2^28 keys
-    /// against 1.35 ms for the (exact) chain, and in 0.4-0.65x the chain's time
-    /// at 2^20-2^27.
+    /// Default 2^20: on the H100 (BENCHMARKS.md, session 13) the pass with
+    /// subgroup staging answered an approximate median in 0.67-0.83 ms at 2^28
+    /// keys against 1.3-1.6 ms for the (exact) chain, and in 0.35-0.6x the
+    /// chain's time at 2^20-2^27.
     pub approx_hist_min: usize,
     /// The one histogram pass stages the keys inside its windows per subgroup and
     /// searches them a subgroup at a time (`ap_hist_sg`) where the adapter has

@@ -1354,7 +1354,6 @@ const SGW: u32 = {{SGW}}u;   // 32-bit words of a ballot that subgroups of this 
 // [0, 2 WG): two slots per invocation, a subgroup's together; [2 WG, 3 WG): one
 // spare slot per invocation.
 var<workgroup> ap_stage: array<K, 3u * WG>;
-var<workgroup> ap_live: u32;
 
 // Bucket of x (x inside the window of `len` splitters from `off`): 2j for the
 // keys between splitters j - 1 and j, 2j + 1 for those equal to splitter j.
@@ -1387,14 +1386,6 @@ fn ap_add_staged(y: K, lo: array<K, NW>, wo: array<u32, NW>, wl: array<u32, NW>)
 @compute @workgroup_size(WG)
 fn ap_hist_sg(inv: InvS) {
     let lid = inv.lid;
-    // A window of no splitters: the two-level sample (section approx2) failed;
-    // nothing to count.
-    if (lid == 0u) {
-        ap_live = ap_get(ap_u.len, 0u);
-    }
-    if (workgroupUniformLoad(&ap_live) == 0u) {
-        return;
-    }
     ap_setup(lid);
     var lo: array<K, NW>;
     var hi: array<K, NW>;
@@ -1466,111 +1457,6 @@ fn ap_hist_sg(inv: InvS) {
         ap_add_staged(ap_stage[sbase + lane], lo, wo, wl);
     }
     ap_finish(lid, below);
-}
-
-//@@ approx2 (the one pass's splitters from a two-level sample; one window)
-
-// A window from the sorted sample of S keys is 3 standard deviations of the
-// sample rank wide either side, so about 5% of all keys fall inside it for a
-// median at S = 4096, and the one pass stages and searches each of them. Two
-// levels narrow it for one window: the host gathers S2 = 8 S keys (A; its first S
-// are the usual sample, sorted into B), takes a wide window [B[a1], B[b1]] (4
-// sd of B's rank), and
-// * `ap2_compact` (one workgroup): counts A's keys below B[a1] and copies those
-//   inside into C (at most S; the rest padded with kmax() for the sort);
-// * the sample sort sorts C;
-// * `ap2_plan` (one workgroup): the asked rank's position in A's order, minus
-//   A's keys below the window, indexes sorted C; every key (every second key
-//   once S2 >= 16384) of C within 3 sd of A's rank (a window 1/2.8 as wide as
-//   B's at S2 = 8 S) becomes a splitter (D),
-//   and the window's length goes to ap_u (0 when C overflowed or the window
-//   runs past C's ends, which stops the pass; the host then falls back).
-
-struct Ap2U {
-    a1: u32,        // the wide window: B[a1] ..= B[b1]
-    b1: u32,
-    t_lo: u32,      // the asked rank's position in A's order, floor and ceiling
-    t_hi: u32,
-    w2: u32,        // half-width of the narrow window in positions of A
-    cap: u32,       // C's capacity (S)
-    max_len: u32,   // most splitters (AW)
-    m: u32,         // keys in A (S2)
-    stride: u32,    // every stride-th key of C's window becomes a splitter
-    pad0: u32,
-    pad1: u32,
-    pad2: u32,
-}
-@group(0) @binding(12) var<storage, read> a2_all: array<K>;       // A (S2 keys)
-@group(0) @binding(13) var<storage, read> a2_b: array<K>;         // B: A's first S keys, sorted
-@group(0) @binding(14) var<storage, read_write> a2_c: array<K>;   // C: the keys of A inside [B[a1], B[b1]]
-@group(0) @binding(15) var<storage, read_write> a2_st: array<atomic<u32>>;  // 0: A's keys below, 1: inside
-@group(0) @binding(16) var<storage, read> a2_u: Ap2U;
-@group(0) @binding(17) var<storage, read> a2_sc: array<K>;        // C sorted
-@group(0) @binding(18) var<storage, read_write> a2_d: array<K>;   // D: the splitters
-@group(0) @binding(19) var<storage, read_write> a2_apu: array<u32>; // ap_u of the pass (first, len, off)
-
-var<workgroup> a2_below: atomic<u32>;
-var<workgroup> a2_in: atomic<u32>;
-
-@compute @workgroup_size(WG)
-fn ap2_compact(inv: Inv) {
-    let lid = inv.lid;
-    if (lid == 0u) {
-        atomicStore(&a2_below, 0u);
-        atomicStore(&a2_in, 0u);
-    }
-    workgroupBarrier();
-    let lo = a2_b[a2_u.a1];
-    let hi = a2_b[a2_u.b1];
-    let m = a2_u.m;
-    var below = 0u;
-    for (var i = lid; i < m; i += WG) {
-        let x = a2_all[i];
-        if (kless(x, lo)) {
-            below += 1u;
-        } else if (!kless(hi, x)) {
-            let at = atomicAdd(&a2_in, 1u);
-            if (at < a2_u.cap) {
-                a2_c[at] = x;
-            }
-        }
-    }
-    atomicAdd(&a2_below, below);
-    workgroupBarrier();
-    let c = min(atomicLoad(&a2_in), a2_u.cap);
-    for (var i = c + lid; i < a2_u.cap; i += WG) {
-        a2_c[i] = kmax();
-    }
-    if (lid == 0u) {
-        atomicStore(&a2_st[0], atomicLoad(&a2_below));
-        atomicStore(&a2_st[1], atomicLoad(&a2_in));
-    }
-}
-
-@compute @workgroup_size(WG)
-fn ap2_plan(inv: Inv) {
-    let below = atomicLoad(&a2_st[0]);
-    let inside = atomicLoad(&a2_st[1]);
-    var len = 0u;
-    var start = 0u;
-    // The narrow window [t_lo - w2, t_hi + w2] in A's order, shifted into C.
-    if (inside <= a2_u.cap && a2_u.t_lo >= below + a2_u.w2 && a2_u.t_hi + a2_u.w2 < below + inside) {
-        start = a2_u.t_lo - a2_u.w2 - below;
-        let end = a2_u.t_hi + a2_u.w2 - below;
-        len = (end - start) / a2_u.stride + 1u;
-        if (len > a2_u.max_len) {
-            len = 0u;
-        }
-    }
-    for (var j = inv.lid; j < len; j += WG) {
-        a2_d[j] = a2_sc[start + a2_u.stride * j];
-    }
-    if (inv.lid == 0u) {
-        // ApU: first[8], len[8], off[8] (window 0 only).
-        a2_apu[0] = 0u;
-        a2_apu[8] = len;
-        a2_apu[16] = 0u;
-    }
 }
 
 //@@ keys (raw 64-bit values to order keys in place, as select.rs's key_i64 / key_f64)

@@ -390,11 +390,6 @@ pub struct SelectOptions {
     /// by subgroup shuffles where the adapter has subgroup operations (default);
     /// `false`: every step of the network through workgroup memory.
     pub subgroup_sort: bool,
-    /// A one-pass approximate selection of one window over one input segment takes
-    /// its splitters from two levels of sample (8 S keys gathered; section
-    /// approx2), so about a third as many keys fall inside its window (default);
-    /// `false`: from the sorted sample of S keys.
-    pub approx_two_level: bool,
 }
 
 impl Default for SelectOptions {
@@ -415,7 +410,6 @@ impl Default for SelectOptions {
             approx_hist_items: 0,
             approx_sigmas: APPROX_SIGMAS,
             subgroup_sort: true,
-            approx_two_level: true,
         }
     }
 }
@@ -1131,8 +1125,9 @@ fn sample_select_once<K: SelectKey>(
         uniq.sort_unstable();
         uniq.dedup();
         let mut scratch = Scratch { ctx, bytes: 0 };
-        if let Some((vals, bound, algorithm)) = approx_hist::<K>(ctx, input, len, &uniq, allowed, opts, &mut clock, &mut scratch)? {
+        if let Some((vals, bound, sg)) = approx_hist::<K>(ctx, input, len, &uniq, allowed, opts, &mut clock, &mut scratch)? {
             let out = ranks.iter().map(|r| vals[uniq.binary_search(r).expect("a rank")]).collect();
+            let algorithm = if sg { "gpu-sampleselect-approx-1pass-subgroup" } else { "gpu-sampleselect-approx-1pass" };
             let stats = SelectStats { levels: 1, device_bytes: scratch.bytes, algorithm, rank_error_bound: bound, gpu_ms: clock.ms() };
             return Ok((out, stats));
         }
@@ -1773,22 +1768,6 @@ pub const APPROX_ITEMS: u32 = 4;
 /// session 13).
 pub const APPROX_SIGMAS: f64 = 3.0;
 
-/// The host's inputs of the two-level sample (select.wgsl section approx2).
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Ap2U {
-    a1: u32,
-    b1: u32,
-    t_lo: u32,
-    t_hi: u32,
-    w2: u32,
-    cap: u32,
-    max_len: u32,
-    m: u32,
-    stride: u32,
-    pad: [u32; 3],
-}
-
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct ApU {
@@ -1833,78 +1812,22 @@ fn approx_hist<K: SelectKey>(
     opts: &SelectOptions,
     clock: &mut GpuClock,
     scratch: &mut Scratch<'_>,
-) -> GpuResult<Option<(Vec<K>, u64, &'static str)>> {
+) -> GpuResult<Option<(Vec<K>, u64, bool)>> {
     let kern = Kern::new(ctx, K::BYTES, opts)?;
     let (s, kb) = (kern.s as u64, kern.kb as u64);
     let n = len as u64;
     if len < opts.approx_hist_min || n <= 4 * s || uniq.is_empty() {
         return Ok(None);
     }
-    let mut wins = approx_windows(n, s, uniq, opts.approx_sigmas);
+    let wins = approx_windows(n, s, uniq, opts.approx_sigmas);
+    let total: u64 = wins.iter().map(|w| w.1 - w.0 + 1).sum();
     if wins.len() > APPROX_MAX_WINDOWS {
         return Ok(None);
     }
-    let whole = Task { src: Src::Input, n, lo: 0, ranks: Vec::new(), below: None, above: None };
-    let ps = pieces(input, len, &[], &whole);
-    // Two levels of sample (section approx2) for one window over one input piece
-    // with subgroups: S2 (2 S ..= 8 S) keys gathered, a wide window of S's sorted sample
-    // (one more sd) cuts out the part of the S2 keys to sort, and the narrow
-    // window comes from their order. `two`: the host's half of ap2_plan's inputs.
-    let wide = approx_windows(n, s, uniq, opts.approx_sigmas + 1.0);
-    // S2: up to 8 S, and few enough that the wide window's share of them (C)
-    // fills about 60% of its S slots at most (2136 of 4096 for a median at S = 4096).
-    let wide_len = wide.first().map_or(s, |w| w.1 - w.0 + 1);
-    let s2 = (s * s * 3 / (5 * wide_len)).min(8 * s).max(1);
-    let s2 = 1u64 << (63 - s2.leading_zeros());
-    let mem = ctx.limits().max_compute_workgroup_storage_size as u64;
-    // Workgroup memory of the pass: splitters, histogram and counters; the
-    // subgroup kernel also stages three keys per invocation.
-    let aw_of = |total: u64| total.next_power_of_two().max(256);
-    let pass_mem = |aw: u64| aw * kb + 2 * aw * 4 + 64;
-    let sg_fits = |aw: u64| pass_mem(aw) + 3 * WG as u64 * kb <= mem;
-    let two = (opts.approx_two_level
-        && opts.approx_hist_subgroups
-        && ctx.has_subgroup_barriers()
-        && ps.len() == 1
-        && wins.len() == 1
-        && wide.len() == 1
-        && s2 >= 2 * s
-        && n >= 32 * s2)
-        .then(|| {
-            let (rmin, rmax) = (uniq[0], uniq[uniq.len() - 1]);
-            let pos = |r: u64| ((r as f64 + 0.5) / n as f64 * s2 as f64 - 0.5).clamp(0.0, s2 as f64 - 1.0);
-            let q = |r: u64| (r as f64 + 0.5) / n as f64;
-            let sd = uniq.iter().map(|&r| (s2 as f64 * q(r) * (1.0 - q(r))).sqrt()).fold(0.0, f64::max) + 1.0;
-            let w2 = (opts.approx_sigmas * sd).ceil() as u64 + 1;
-            let (t_lo, t_hi) = (pos(rmin).floor() as u64, pos(rmax).ceil() as u64);
-            // Every second key of C's window as a splitter once S2 >= 16384 (their
-            // rank gaps average 2 n / S2: at most 0.012% of n).
-            let stride = if s2 >= 16384 { 2 } else { 1 };
-            let max_len = (t_hi - t_lo + 2 * w2) / stride + 1;
-            Ap2U {
-                a1: wide[0].0 as u32,
-                b1: wide[0].1 as u32,
-                t_lo: t_lo as u32,
-                t_hi: t_hi as u32,
-                w2: w2 as u32,
-                cap: s as u32,
-                max_len: max_len as u32,
-                m: s2 as u32,
-                stride: stride as u32,
-                pad: [0; 3],
-            }
-        })
-        .filter(|t| sg_fits(aw_of(t.max_len as u64)));
-    if two.is_some() {
-        wins = vec![(0, 0)];
-    }
-    let total: u64 = match &two {
-        Some(t) => t.max_len as u64,
-        None => wins.iter().map(|w| w.1 - w.0 + 1).sum(),
-    };
     // Splitters held (a power of two from 256, for few pipeline variants), within
     // the adapter's workgroup memory.
-    let aw = aw_of(total);
+    let aw = total.next_power_of_two().max(256);
+    let mem = ctx.limits().max_compute_workgroup_storage_size as u64;
     // Keys per invocation and chunk, and the most workgroups (a diagnosis aid:
     // RIDGELINE_APPROX_ITEMS, RIDGELINE_APPROX_GROUPS).
     let env = |name: &str, dflt: u64| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok()).filter(|&v| v > 0).unwrap_or(dflt);
@@ -1914,10 +1837,15 @@ fn approx_hist<K: SelectKey>(
     }
     .min(32) as u32;
     let max_groups = env("RIDGELINE_APPROX_GROUPS", 8192).min(65535);
-    if pass_mem(aw) > mem {
+    // Splitters, histogram and counters; the subgroup kernel also stages three
+    // keys per invocation.
+    let wg_mem = aw * kb + 2 * aw * 4 + 64;
+    if wg_mem > mem {
         return Ok(None);
     }
-    let sg = opts.approx_hist_subgroups && ctx.has_subgroup_barriers() && sg_fits(aw);
+    let sg = opts.approx_hist_subgroups && ctx.has_subgroup_barriers() && wg_mem + 3 * WG as u64 * kb <= mem;
+    let whole = Task { src: Src::Input, n, lo: 0, ranks: Vec::new(), below: None, above: None };
+    let ps = pieces(input, len, &[], &whole);
     let defs = [
         ("SRC", "K".to_string()),
         ("SRCKEY", "return x;".to_string()),
@@ -1943,7 +1871,6 @@ fn approx_hist<K: SelectKey>(
         u.off[i] = off as u32;
         off += b - a + 1;
     }
-    // With two levels ap2_plan writes the window.
     let ubuf = scratch.with_data(bytemuck::bytes_of(&u))?;
     // ch_gather reads the chain's state: keys in the region (above S: sample).
     let mut chu: ChainU = bytemuck::Zeroable::zeroed();
@@ -1952,41 +1879,20 @@ fn approx_hist<K: SelectKey>(
     let mut st0 = [0u32; 8];
     st0[0] = n as u32;
     let st = scratch.with_data(bytemuck::cast_slice(&st0))?;
-    let gathered = if two.is_some() { s2 } else { s };
-    let raw_smp = scratch.alloc(gathered * kb)?;
+    let raw_smp = scratch.alloc(s * kb)?;
     let smp = scratch.alloc(s * kb)?;
     let ncnt = APPROX_MAX_WINDOWS as u64 + 2 * aw;
     let cnt = scratch.with_data(&vec![0u8; (ncnt * 4) as usize])?;
     let (stb, smpb, rawb, ub, chb, cntb) = (st.raw(), smp.raw(), raw_smp.raw(), ubuf.raw(), chbuf.raw(), cnt.raw());
     let mut rec = Rec::new(ctx);
-    let piece_bufs = piece_params(&ps, gathered, n, scratch)?;
+    let piece_bufs = piece_params(&ps, s, n, scratch)?;
     for (&(inbuf, _, _), pb) in ps.iter().zip(&piece_bufs) {
         let g = bind(ctx, &p_gather, &[(0, inbuf), (3, stb), (4, rawb), (5, chb), (7, pb.raw())]);
-        rec.push(&p_gather, &g, Dims::Direct((gathered as u32).div_ceil(WG), 1, 1));
+        rec.push(&p_gather, &g, Dims::Direct((s as u32).div_ceil(WG), 1, 1));
     }
     let sort_u = uni(ctx, &Params { off: 0, n: s as u32, cnt: s as u32, dst_off: 0, seed: 0, task: 0, mode: 0, pad: 0 });
     let g_sort = bind(ctx, &p_sort, &[(0, rawb), (1, smpb), (2, &sort_u)]);
     rec.push(&p_sort, &g_sort, Dims::Direct(1, 1, 1));
-    // Two levels: C cut out of the S2 keys, sorted, and the splitters D from it.
-    let mut two_bufs = None;
-    if let Some(t) = &two {
-        let p_compact = kern.pipe(ctx, "approx2", "ap2_compact")?;
-        let p_plan = kern.pipe(ctx, "approx2", "ap2_plan")?;
-        let a2u = scratch.with_data(bytemuck::bytes_of(t))?;
-        let c = scratch.alloc(s * kb)?;
-        let sc = scratch.alloc(s * kb)?;
-        let d = scratch.alloc(aw * kb)?;
-        let st2 = scratch.with_data(&[0u8; 8])?;
-        let g = bind(ctx, &p_compact, &[(12, rawb), (13, smpb), (14, c.raw()), (15, st2.raw()), (16, a2u.raw())]);
-        rec.push(&p_compact, &g, Dims::Direct(1, 1, 1));
-        let g = bind(ctx, &p_sort, &[(0, c.raw()), (1, sc.raw()), (2, &sort_u)]);
-        rec.push(&p_sort, &g, Dims::Direct(1, 1, 1));
-        let g = bind(ctx, &p_plan, &[(15, st2.raw()), (16, a2u.raw()), (17, sc.raw()), (18, d.raw()), (19, ub)]);
-        rec.push(&p_plan, &g, Dims::Direct(1, 1, 1));
-        two_bufs = Some((d, st2, c, sc, a2u));
-    }
-    // The pass reads its splitters from the sorted sample, or from D.
-    let splb = two_bufs.as_ref().map(|b| b.0.raw()).unwrap_or(smpb);
     if profiling() {
         // The host's setup (pipelines, buffers, bind groups) before any submission,
         // then the sample on its own, so the profile shows the histogram pass alone.
@@ -1999,41 +1905,26 @@ fn approx_hist<K: SelectKey>(
     // per-workgroup histogram flushes stay a small part of the pass.
     for (&(inbuf, _, pn), pb) in ps.iter().zip(&piece_bufs) {
         let chunks = (pn as u64).div_ceil((WG * items) as u64);
-        let g = bind(ctx, &p_hist, &[(0, inbuf), (4, splb), (7, pb.raw()), (9, ub), (10, cntb)]);
+        let g = bind(ctx, &p_hist, &[(0, inbuf), (4, smpb), (7, pb.raw()), (9, ub), (10, cntb)]);
         rec.push(&p_hist, &g, Dims::Direct(chunks.clamp(1, max_groups) as u32, 1, 1));
     }
     clock.mark(ctx, format_args!("approx record ({} windows, {total} splitters)", wins.len()))?;
     clock.submit(ctx, ctx.encoder("select-approx"), &[&rec])?;
     clock.mark(ctx, format_args!("approx kernels"))?;
     let cnt_bytes = ncnt * 4;
-    // The counts, the splitters' source (the sorted sample, or D) and the windows
-    // as the pass saw them (ap_u: written by ap2_plan with two levels).
-    let spl_bytes = if two.is_some() { aw * kb } else { s * kb };
-    let u_bytes = std::mem::size_of::<ApU>() as u64;
-    let mut raw = vec![0u32; ((cnt_bytes + spl_bytes + u_bytes) / 4) as usize];
+    let mut raw = vec![0u32; ((cnt_bytes + s * kb) / 4) as usize];
     lap("download", || {
         ctx.download_stream(
             &[
                 Extent { buffer: cntb, offset: 0, stream_offset: 0, len: cnt_bytes },
-                Extent { buffer: splb, offset: 0, stream_offset: cnt_bytes, len: spl_bytes },
-                Extent { buffer: ub, offset: 0, stream_offset: cnt_bytes + spl_bytes, len: u_bytes },
+                Extent { buffer: smpb, offset: 0, stream_offset: cnt_bytes, len: s * kb },
             ],
             bytemuck::cast_slice_mut(&mut raw),
         )
     })?;
     clock.mark(ctx, format_args!("approx readback"))?;
     let (counts, rest) = raw.split_at(ncnt as usize);
-    let (rest, u_raw) = rest.split_at((spl_bytes / 4) as usize);
     let sample: Vec<K> = bytemuck::cast_slice::<u32, u8>(rest).chunks_exact(K::BYTES).map(bytemuck::pod_read_unaligned).collect();
-    if two.is_some() {
-        // D's length: 0 when the two levels failed (C overflowed, or the narrow
-        // window ran past C): the pass counted nothing; the caller falls back.
-        let len2 = u_raw[APPROX_MAX_WINDOWS] as u64;
-        if len2 == 0 {
-            return Ok(None);
-        }
-        wins = vec![(0, len2 - 1)];
-    }
     // Rank ranges of the windows' distinct keys: (key, first rank, last rank).
     let bins = &counts[APPROX_MAX_WINDOWS..];
     let mut cands: Vec<(K, u64, u64)> = Vec::new();
@@ -2075,12 +1966,7 @@ fn approx_hist<K: SelectKey>(
         worst = worst.max(d);
         out.push(best.0);
     }
-    let algorithm = match (two.is_some(), sg) {
-        (true, _) => "gpu-sampleselect-approx-1pass-subgroup-2level",
-        (false, true) => "gpu-sampleselect-approx-1pass-subgroup",
-        (false, false) => "gpu-sampleselect-approx-1pass",
-    };
-    Ok(Some((out, worst, algorithm)))
+    Ok(Some((out, worst, sg)))
 }
 
 /// The SampleSelect descent from the first-level `tasks` (every rank of a task

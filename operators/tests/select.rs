@@ -404,52 +404,6 @@ fn gpu_approx_select_within_bound() {
     check_approx(&got, &st, &keys64, &ranks, "f64");
 }
 
-/// The one pass with splitters from two levels of sample (one window over one
-/// segment): against the sort, beside the one-level sample, for every
-/// distribution; the cases it must hand on (several windows, a segmented input,
-/// the S2 keys overflowing C when all are equal) still answer within the bound.
-#[test]
-fn gpu_approx_select_two_level() {
-    let Some(ctx) = test_context() else { return };
-    if !ctx.has_subgroup_barriers() {
-        return;
-    }
-    // A sample of 1024 (S2 = 8192) lets 300k keys take two levels; 2^20 + 3 keys
-    // take them with the default sample of 4096.
-    for (n, max_sample) in [(300_007usize, 1024u32), ((1 << 20) + 3, 4096)] {
-        let n64 = n as u64;
-        let two = SelectOptions { approx_hist_min: 0, max_sample, ..Default::default() };
-        let one = SelectOptions { approx_two_level: false, ..two };
-        for (name, keys) in datasets_u32(n, 900 + n as u64) {
-            for ranks in [vec![n64 / 2], vec![n64 / 2, n64 / 2 + 1], vec![n64 / 3], vec![n64 / 4, n64 / 2, 3 * n64 / 4]] {
-                let what = format!("two levels {name} n={n} S={max_sample} {ranks:?}");
-                let (got, st) = approx_select_gpu_with(&ctx, &keys, &ranks, &two).unwrap();
-                assert!(st.rank_error_bound <= n64 / 1000, "{what}: bound {}", st.rank_error_bound);
-                check_approx(&got, &st, &keys, &ranks, &what);
-                let (got1, st1) = approx_select_gpu_with(&ctx, &keys, &ranks, &one).unwrap();
-                check_approx(&got1, &st1, &keys, &ranks, &format!("{what} (one level)"));
-                assert!(!st1.algorithm.ends_with("-2level"), "{what}: {}", st1.algorithm);
-                if ranks.len() == 3 {
-                    // Three windows: one level.
-                    assert!(!st.algorithm.ends_with("-2level"), "{what}: {}", st.algorithm);
-                } else if matches!(name.as_str(), "uniform" | "normal-f32" | "sorted" | "reverse") {
-                    assert!(st.algorithm.ends_with("-2level"), "{what}: {}", st.algorithm);
-                } else if name == "distinct-1" {
-                    // Every gathered key inside the wide window: C overflows.
-                    assert!(!st.algorithm.ends_with("-2level"), "{what}: {}", st.algorithm);
-                    assert_eq!(st.rank_error_bound, 0, "{what}");
-                }
-            }
-        }
-        // A segmented input takes one level.
-        let keys: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761)).collect();
-        let arr = DeviceArray::upload_segmented(&ctx, &keys, (n / 2).next_multiple_of(4)).unwrap();
-        let (got, st) = approx_select_gpu_device_with::<u32>(&ctx, &arr, n, &[n64 / 2], &two).unwrap();
-        check_approx(&got, &st, &keys, &[n64 / 2], "segmented");
-        assert!(!st.algorithm.ends_with("-2level"), "segmented: {}", st.algorithm);
-    }
-}
-
 /// The sample sort (every level of every selection sorts its sample with it):
 /// the subgroup kernel (where the adapter has subgroups) and the network through
 /// workgroup memory, against a CPU sort, for 32-bit keys and 64-bit keys native

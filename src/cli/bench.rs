@@ -407,9 +407,7 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool, approx_variants:
             if e > last.1 {
                 return Err(DataFusionError::Execution(format!("approximate median: rank error {e} over its bound {} ({})", last.1, last.2)));
             }
-            let how = if last.2.ends_with("-2level") {
-                "1-pass sg 2-level"
-            } else if last.2.ends_with("-subgroup") {
+            let how = if last.2.ends_with("-subgroup") {
                 "1-pass sg"
             } else if last.2.contains("1pass") {
                 "1-pass"
@@ -497,14 +495,12 @@ fn approx_variant_table(
     let g = |e: ridgeline_operators::GpuError| DataFusionError::Execution(e.to_string());
     let base = SelectOptions { approx_hist_min: 0, ..Default::default() };
     let mut variants: Vec<(String, SelectOptions)> = Vec::new();
-    variants.push(("default".into(), base));
-    variants.push(("two-level sample, 8 keys an invocation".into(), SelectOptions { approx_hist_items: 8, ..base }));
-    let one = SelectOptions { approx_two_level: false, ..base };
-    variants.push(("one-level sample".into(), one));
-    for (smp, sd) in [(4096u32, 4.0), (4096, 2.5), (2048, 3.0)] {
-        variants.push((format!("one-level sample of {smp}, windows of {sd} sd"), SelectOptions { max_sample: smp, approx_sigmas: sd, ..one }));
+    for items in [4u32, 8] {
+        variants.push((format!("{items} keys an invocation"), SelectOptions { approx_hist_items: items, ..base }));
     }
-    variants.push(("two-level sample, windows of 2.5 sd".into(), SelectOptions { approx_sigmas: 2.5, ..base }));
+    for (smp, sd) in [(4096u32, 4.0), (4096, 2.5), (2048, 3.0), (2048, 4.0)] {
+        variants.push((format!("{APPROX_ITEMS} keys, sample {smp}, windows of {sd} sd"), SelectOptions { max_sample: smp, approx_sigmas: sd, ..base }));
+    }
     variants.push(("sample sorted through workgroup memory only".into(), SelectOptions { subgroup_sort: false, ..base }));
     variants.push(("ap_hist (no subgroups)".into(), SelectOptions { approx_hist_subgroups: false, ..base }));
     variants.push(("the chain (exact)".into(), SelectOptions { approx_hist_min: usize::MAX, ..Default::default() }));
@@ -525,7 +521,7 @@ fn approx_variant_table(
             last[i] = (v[0], st.rank_error_bound, st.algorithm);
         }
     }
-    println!("approximate median variants at n = {n}, wall ms over {rounds} interleaved rounds (default: two-level sample, {APPROX_ITEMS} keys, windows of {APPROX_SIGMAS} sd):");
+    println!("approximate median variants at n = {n}, wall ms over {rounds} interleaved rounds (default: {APPROX_ITEMS} keys, sample 4096, windows of {APPROX_SIGMAS} sd):");
     println!("| variant | min ms | median ms | rank err (bound) | algorithm |");
     println!("| --- | --- | --- | --- | --- |");
     for (i, (what, _)) in variants.iter().enumerate() {

@@ -1,5 +1,7 @@
 //! `ridgeline bench tpch` through the built binary, at SF 0.01.
-use std::path::PathBuf;
+mod common;
+
+use common::duckdb_python;
 use std::process::{Command, Output};
 
 fn bin() -> Command {
@@ -97,22 +99,6 @@ fn errors_are_clear() {
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("holds some TPC-H tables but not"), "{err}");
-}
-
-/// A Python that imports duckdb, without installing anything.
-fn duckdb_python() -> Option<PathBuf> {
-    let mut candidates: Vec<PathBuf> = Vec::new();
-    if let Some(p) = std::env::var_os("RIDGELINE_PYTHON") {
-        candidates.push(p.into());
-    }
-    let venv = std::env::var_os("RIDGELINE_DUCKDB_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv-duckdb"));
-    candidates.push(venv.join("bin").join("python"));
-    candidates.push("python3".into());
-    candidates.into_iter().find(|p| {
-        Command::new(p).args(["-c", "import duckdb"]).output().is_ok_and(|o| o.status.success())
-    })
 }
 
 #[test]

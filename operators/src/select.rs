@@ -125,7 +125,7 @@
 //! rank either side ([`APPROX_SIGMAS`]; a rank outside its window falls back to
 //! the chain). Keys inside a window (about 5%) are staged per subgroup and
 //! searched a subgroup at a time. On the H100 an approximate median of 2^28 keys
-//! takes 0.67-0.83 ms this way (depending on the lease; BENCHMARKS.md session
+//! takes 0.66-0.83 ms this way (depending on the lease; BENCHMARKS.md session
 //! 13), with a rank error of 0.009% of n.
 //!
 //! # The sample sort
@@ -369,7 +369,7 @@ pub struct SelectOptions {
     /// samples' worth) first try one histogram pass over windows of the sorted
     /// sample (`approx_hist`, select.wgsl section approx); `usize::MAX`: never.
     /// Default 2^20: on the H100 (BENCHMARKS.md, session 13) the pass with
-    /// subgroup staging answered an approximate median in 0.67-0.83 ms at 2^28
+    /// subgroup staging answered an approximate median in 0.66-0.83 ms at 2^28
     /// keys against 1.3-1.6 ms for the (exact) chain, and in 0.35-0.6x the
     /// chain's time at 2^20-2^27.
     pub approx_hist_min: usize,

@@ -71,3 +71,22 @@ pub async fn engine(mode: GpuMode) -> Ridgeline {
     rl.register_resident("types", t.schema(), vec![t]).await.unwrap();
     rl
 }
+
+/// A Python that imports duckdb, without installing anything: RIDGELINE_PYTHON,
+/// the project's virtual environment (RIDGELINE_DUCKDB_VENV, default
+/// .venv-duckdb) or python3.
+pub fn duckdb_python() -> Option<std::path::PathBuf> {
+    use std::path::PathBuf;
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some(p) = std::env::var_os("RIDGELINE_PYTHON") {
+        candidates.push(p.into());
+    }
+    let venv = std::env::var_os("RIDGELINE_DUCKDB_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv-duckdb"));
+    candidates.push(venv.join("bin").join("python"));
+    candidates.push("python3".into());
+    candidates
+        .into_iter()
+        .find(|p| std::process::Command::new(p).args(["-c", "import duckdb"]).output().is_ok_and(|o| o.status.success()))
+}

@@ -224,20 +224,20 @@ fn sort_sample_sg(inv: InvSort) {
                 for (var r = 0u; r < 4u; r++) {
                     v[r] = ss_keep(v[r], kshx(v[r], j / 4u), b + r, (b + r) ^ j, k);
                 }
-            } else if (j == 2u) {
-                let a0 = v[0];
-                let a1 = v[1];
-                v[0] = ss_keep(a0, v[2], b, b + 2u, k);
-                v[2] = ss_keep(v[2], a0, b + 2u, b, k);
-                v[1] = ss_keep(a1, v[3], b + 1u, b + 3u, k);
-                v[3] = ss_keep(v[3], a1, b + 3u, b + 1u, k);
             } else {
-                let a0 = v[0];
-                let a2 = v[2];
-                v[0] = ss_keep(a0, v[1], b, b + 1u, k);
-                v[1] = ss_keep(v[1], a0, b + 1u, b, k);
-                v[2] = ss_keep(a2, v[3], b + 2u, b + 3u, k);
-                v[3] = ss_keep(v[3], a2, b + 3u, b + 2u, k);
+                // Inside the invocation: j = 2 pairs keys (0, 2) and (1, 3), j = 1
+                // pairs (0, 1) and (2, 3); key 0's partner is j, key 3's is 3 - j
+                // (constant indices keep the keys in registers).
+                let one = j == 1u;
+                let p = select(v[2], v[1], one);
+                let q = select(v[1], v[2], one);
+                let n0 = ss_keep(v[0], p, b, b + j, k);
+                let np = ss_keep(p, v[0], b + j, b, k);
+                let nq = ss_keep(q, v[3], b + 3u - j, b + 3u, k);
+                v[3] = ss_keep(v[3], q, b + 3u, b + 3u - j, k);
+                v[0] = n0;
+                v[1] = select(nq, np, one);
+                v[2] = select(np, nq, one);
             }
         }
     }

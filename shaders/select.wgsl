@@ -150,14 +150,20 @@ fn sort_sample(inv: Inv) {
     }
     workgroupBarrier();
     bitonic_sort(inv.lid);
+    sort_write(inv.lid, WG, m);
+}
+
+// Writes the sorted sh[0..m) (after a workgroup barrier): in splitter mode the
+// NS splitters, else the whole region; invocation t of `count`.
+fn sort_write(t: u32, count: u32, m: u32) {
     if (s_p.mode == 1u) {
         // Splitter j: the sample element at (j + 1) m / (NS + 1).
-        for (var j = inv.lid; j < NS; j += WG) {
+        for (var j = t; j < NS; j += count) {
             let idx = ((j + 1u) * (m / (NS + 1u))) + (((j + 1u) * (m % (NS + 1u))) / (NS + 1u));
             s_dst[s_p.dst_off + j] = sh[idx];
         }
     } else {
-        for (var i = inv.lid; i < m; i += WG) {
+        for (var i = t; i < m; i += count) {
             s_dst[s_p.dst_off + i] = sh[i];
         }
     }
@@ -245,16 +251,7 @@ fn sort_sample_sg(inv: InvSort) {
         sh[b + r] = v[r];
     }
     workgroupBarrier();
-    if (s_p.mode == 1u) {
-        for (var j = t; j < NS; j += SWG) {
-            let idx = ((j + 1u) * (m / (NS + 1u))) + (((j + 1u) * (m % (NS + 1u))) / (NS + 1u));
-            s_dst[s_p.dst_off + j] = sh[idx];
-        }
-    } else {
-        for (var i = t; i < m; i += SWG) {
-            s_dst[s_p.dst_off + i] = sh[i];
-        }
-    }
+    sort_write(t, SWG, m);
 }
 
 //@@ bucket (count and filter)

@@ -2270,20 +2270,6 @@ fn sample_select_tasks<K: SelectKey>(
     Ok((out, stats))
 }
 
-// ---------------------------------------------------------------------------------
-// Probes (bench select --probe)
-// ---------------------------------------------------------------------------------
-
-const PROBE_WGSL: &str = include_str!("../../shaders/probe.wgsl");
-
-/// Device milliseconds (timestamp queries, median of `reps`) of one pass over the
-/// first `n` keys of `keys` (u32; at most its first segment) for: plain load-and-sum probes
-/// (shaders/probe.wgsl) in scalar and vec4 shapes, with and without contention on
-/// one global counter; the bracketing level's count and copy passes (one window of
-/// sample indices 1900..=2200, about 7% of the keys); one level's sample gather and
-/// sort; and the first level's count kernel (1023 splitters, with and without the
-/// oracle, and with parts left out or the former sorted-array search). `sample` is a sorted sample of the keys (4096 of them). Empty when
-/// the adapter has no timestamp queries.
 /// Sorts up to S keys (the sample size of `opts` on this adapter) with the
 /// selection's sample-sort kernel, as every level's sample is sorted; returns the
 /// sorted keys and whether the subgroup kernel (`sort_sample_sg`) ran. For tests.
@@ -2309,6 +2295,20 @@ pub fn sample_sort_gpu<K: SelectKey>(ctx: &GpuContext, keys: &[K], opts: &Select
     Ok((out, kern.sg_sort))
 }
 
+// ---------------------------------------------------------------------------------
+// Probes (bench select --probe)
+// ---------------------------------------------------------------------------------
+
+const PROBE_WGSL: &str = include_str!("../../shaders/probe.wgsl");
+
+/// Device milliseconds (timestamp queries, median of `reps`) of one pass over the
+/// first `n` keys of `keys` (u32; at most its first segment) for: plain load-and-sum probes
+/// (shaders/probe.wgsl) in scalar and vec4 shapes, with and without contention on
+/// one global counter; the bracketing level's count and copy passes (one window of
+/// sample indices 1900..=2200, about 7% of the keys); one level's sample gather and
+/// sort; and the first level's count kernel (1023 splitters, with and without the
+/// oracle, and with parts left out or the former sorted-array search). `sample` is a sorted sample of the keys (4096 of them). Empty when
+/// the adapter has no timestamp queries.
 pub fn probe_kernels(ctx: &GpuContext, keys: &DeviceArray, n: usize, sample: &[u32], reps: usize) -> GpuResult<Vec<(String, f64)>> {
     check_device_input::<u32>(ctx, keys, n)?;
     if !ctx.has_timestamps() || sample.len() != 4096 {

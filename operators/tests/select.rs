@@ -457,8 +457,8 @@ fn gpu_sample_sort_matches_cpu() {
 #[test]
 fn gpu_approx_select_one_pass() {
     let Some(ctx) = test_context() else { return };
-        let sg = ctx.has_subgroup_barriers();
     // Both kernels: subgroup staging (where the adapter has subgroups) and the plain one.
+    let sg = ctx.has_subgroup_barriers();
     for subgroups in [true, false] {
         let opts = SelectOptions { approx_hist_min: 0, approx_hist_subgroups: subgroups, ..Default::default() };
         let want = if subgroups && sg { "gpu-sampleselect-approx-1pass-subgroup" } else { "gpu-sampleselect-approx-1pass" };

@@ -403,10 +403,7 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool, approx_variants:
                 last = (v[0], st.rank_error_bound, st.algorithm);
                 Ok(())
             })?;
-            let e = rank_err(last.0);
-            if e > last.1 {
-                return Err(DataFusionError::Execution(format!("approximate median: rank error {e} over its bound {} ({})", last.1, last.2)));
-            }
+            let e = within_bound(rank_err(last.0), last.1, &format!("approximate median ({})", last.2))?;
             let how = if last.2.ends_with("-subgroup") {
                 "1-pass sg"
             } else if last.2.contains("1pass") {
@@ -480,6 +477,15 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool, approx_variants:
     Ok(())
 }
 
+/// An approximate answer's true rank error `e`, or an error where it exceeds the
+/// `bound` the selection reported.
+fn within_bound(e: u64, bound: u64, what: &str) -> Result<u64> {
+    if e > bound {
+        return Err(DataFusionError::Execution(format!("{what}: rank error {e} over its bound {bound}")));
+    }
+    Ok(e)
+}
+
 /// Variants of the approximate median's one pass over the same resident keys,
 /// timed call by call in rounds (every variant once per round, after a warm-up),
 /// so that a change of the GPU's clock or state affects them all alike.
@@ -507,12 +513,10 @@ fn approx_variant_table(
     let rounds = (iterations * 6).max(20);
     let mut ms = vec![Vec::with_capacity(rounds); variants.len()];
     let mut last = vec![(0u32, 0u64, ""); variants.len()];
-    let t0 = Instant::now();
-    while t0.elapsed().as_secs_f64() * 1e3 < ridgeline_operators::timing::WARM_UP_MS {
-        for (_, o) in &variants {
-            approx_select_gpu_device_with::<u32>(ctx, arr, n, &[half], o).map_err(g)?;
-        }
-    }
+    ridgeline_operators::timing::warm_up(ridgeline_operators::timing::WARM_UP_MS, || {
+        variants.iter().try_for_each(|(_, o)| approx_select_gpu_device_with::<u32>(ctx, arr, n, &[half], o).map(|_| ()))
+    })
+    .map_err(g)?;
     for _ in 0..rounds {
         for (i, (_, o)) in variants.iter().enumerate() {
             let t = Instant::now();
@@ -527,10 +531,7 @@ fn approx_variant_table(
     for (i, (what, _)) in variants.iter().enumerate() {
         let mut v = ms[i].clone();
         v.sort_by(f64::total_cmp);
-        let e = rank_err(last[i].0);
-        if e > last[i].1 {
-            return Err(DataFusionError::Execution(format!("{what}: rank error {e} over its bound {}", last[i].1)));
-        }
+        let e = within_bound(rank_err(last[i].0), last[i].1, what)?;
         println!("| {what} | {:.3} | {:.3} | {e} ({}) | {} |", v[0], v[v.len() / 2], last[i].1, last[i].2);
     }
     Ok(())

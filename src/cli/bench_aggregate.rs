@@ -44,15 +44,15 @@ cfg = json.load(open(sys.argv[1]))
 con = duckdb.connect()
 con.execute("CREATE TABLE t AS SELECT * FROM read_parquet('%s')" % cfg["path"].replace("'", "''"))
 times = []
-rows = 0
+res = []
 for i in range(cfg["iterations"] + 1):
     t = time.perf_counter()
-    rows = len(con.execute(cfg["sql"]).fetchall())
+    res = con.execute(cfg["sql"]).fetchall()
     if i > 0:
         times.append((time.perf_counter() - t) * 1e3)
 times.sort()
-first = con.execute(cfg["sql"]).fetchone()
-first = None if first is None else str(first[0])
+rows = len(res)
+first = str(res[0][0]) if res else None
 print(json.dumps({"min": times[0], "median": times[len(times) // 2], "rows": rows, "first": first, "version": duckdb.__version__}))
 "#;
 

@@ -49,7 +49,13 @@ fn table_and_approximate_variants() {
     // Every variant: min and median ms, a rank error within its bound (the bench
     // fails otherwise) and the algorithm that answered.
     assert!(out.contains("approximate median variants at n = 4096"), "{out}");
-    for v in ["4 keys an invocation", "ap_hist (no subgroups)", "the chain (exact)", "sample sorted through workgroup memory only"] {
+    for v in [
+        "cells of key space, 4 keys an invocation",
+        "splitters, 4 keys an invocation, windows of 3 sd",
+        "splitters, ap_hist (no subgroups)",
+        "the chain (exact)",
+        "sample sorted through workgroup memory only",
+    ] {
         let r = row(&out, v);
         assert_eq!(r.len(), 5, "{v}:\n{out}");
         let (min, med): (f64, f64) = (r[1].parse().unwrap(), r[2].parse().unwrap());

@@ -125,8 +125,21 @@
 //! rank either side ([`APPROX_SIGMAS`]; a rank outside its window falls back to
 //! the chain). Keys inside a window (about 5%) are staged per subgroup and
 //! searched a subgroup at a time. On the H100 an approximate median of 2^28 keys
-//! takes 0.66-0.83 ms this way (depending on the lease; BENCHMARKS.md session
-//! 13), with a rank error of 0.009% of n.
+//! takes 0.63-0.83 ms this way (depending on the lease; BENCHMARKS.md sessions 13
+//! and 14), with a rank error of 0.009% of n.
+//!
+//! 32-bit keys first try cells of key space instead ([`SelectOptions::approx_key_cells`],
+//! section approxkc): each window, from its first sample key `lo` to its last,
+//! is cut into at most 1024 cells of a power-of-two width, and a key inside adds
+//! one to cell `(x - lo) >> shift` in workgroup memory where it is read: no
+//! staging and no search. A sample key's cell gives the rank range of its copies,
+//! so each rank is answered by the sample key whose range reaches least far from
+//! it, and that reach is the reported error. Where keys cluster within a cell so
+//! that no reach is within the bound, the splitter pass answers instead (a second
+//! pass, for such inputs only). The windows reach 4 standard deviations
+//! ([`APPROX_CELL_SIGMAS`]). On the H100 an approximate median of 2^28 keys takes
+//! 0.50 ms this way against 0.63 ms with splitters in the same run (BENCHMARKS.md
+//! session 14), with a reported bound of 0.012% of n.
 //!
 //! # The sample sort
 //!
@@ -371,7 +384,7 @@ pub struct SelectOptions {
     /// Default 2^20: on the H100 (BENCHMARKS.md, session 13) the pass with
     /// subgroup staging answered an approximate median in 0.66-0.83 ms at 2^28
     /// keys against 1.3-1.6 ms for the (exact) chain, and in 0.35-0.6x the
-    /// chain's time at 2^20-2^27.
+    /// chain's time at 2^20-2^27; the key-cell pass in 0.50 ms (session 14).
     pub approx_hist_min: usize,
     /// The one histogram pass stages the keys inside its windows per subgroup and
     /// searches them a subgroup at a time (`ap_hist_sg`) where the adapter has
@@ -382,6 +395,18 @@ pub struct SelectOptions {
     /// ([`APPROX_ITEMS`], or the environment variable `RIDGELINE_APPROX_ITEMS`, a
     /// diagnosis aid).
     pub approx_hist_items: u32,
+    /// 32-bit keys: the one pass first cuts each window into cells of key space
+    /// (`ap_hist_kc`: no staging, no search) and answers by the sample key whose
+    /// cell's rank range is nearest; where the cells are too coarse (keys
+    /// clustered within a cell) the splitter kernels answer instead.
+    pub approx_key_cells: bool,
+    /// Half-width of the key-cell pass's windows in standard deviations of the
+    /// sample rank (default [`APPROX_CELL_SIGMAS`]; wider windows cost it almost
+    /// nothing, so it misses a rank far more rarely than the splitter kernels).
+    pub approx_cell_sigmas: f64,
+    /// Most workgroups of the one histogram pass (each loops over chunks); 0: the
+    /// default, 8192 (or the environment variable `RIDGELINE_APPROX_GROUPS`).
+    pub approx_hist_groups: u32,
     /// Half-width of the one pass's windows in standard deviations of the sample
     /// rank (and one sample key more either side). A rank outside its window is
     /// answered by the chain instead. Default [`APPROX_SIGMAS`].
@@ -408,6 +433,9 @@ impl Default for SelectOptions {
             approx_hist_min: 1 << 20,
             approx_hist_subgroups: true,
             approx_hist_items: 0,
+            approx_key_cells: true,
+            approx_cell_sigmas: APPROX_CELL_SIGMAS,
+            approx_hist_groups: 0,
             approx_sigmas: APPROX_SIGMAS,
             subgroup_sort: true,
         }
@@ -1125,9 +1153,15 @@ fn sample_select_once<K: SelectKey>(
         uniq.sort_unstable();
         uniq.dedup();
         let mut scratch = Scratch { ctx, bytes: 0 };
-        if let Some((vals, bound, sg)) = approx_hist::<K>(ctx, input, len, &uniq, allowed, opts, &mut clock, &mut scratch)? {
+        // Cells of key space first (32-bit keys, where enabled), then splitters.
+        let mut found = None;
+        for cells in [true, false] {
+            if found.is_none() && (opts.approx_key_cells || !cells) {
+                found = approx_hist::<K>(ctx, input, len, &uniq, allowed, cells, opts, &mut clock, &mut scratch)?;
+            }
+        }
+        if let Some((vals, bound, algorithm)) = found {
             let out = ranks.iter().map(|r| vals[uniq.binary_search(r).expect("a rank")]).collect();
-            let algorithm = if sg { "gpu-sampleselect-approx-1pass-subgroup" } else { "gpu-sampleselect-approx-1pass" };
             let stats = SelectStats { levels: 1, device_bytes: scratch.bytes, algorithm, rank_error_bound: bound, gpu_ms: clock.ms() };
             return Ok((out, stats));
         }
@@ -1767,6 +1801,10 @@ pub const APPROX_ITEMS: u32 = 4;
 /// chain then answers; 5% faster than 4 at 2^28 on the H100, BENCHMARKS.md
 /// session 13).
 pub const APPROX_SIGMAS: f64 = 3.0;
+/// Default half-width of the key-cell pass's windows (4 sd: a window misses its
+/// rank about once in 15,000 calls; as fast as 2.5 or 3 at 2^28 on the H100,
+/// BENCHMARKS.md session 14).
+pub const APPROX_CELL_SIGMAS: f64 = 4.0;
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -1774,6 +1812,83 @@ struct ApU {
     first: [u32; APPROX_MAX_WINDOWS],
     len: [u32; APPROX_MAX_WINDOWS],
     off: [u32; APPROX_MAX_WINDOWS],
+}
+
+/// Cells of key space a one pass holds, all windows together (4 KiB).
+const APPROX_CELLS: u64 = 1024;
+
+/// The shift of a window of cells spanning `span` + 1 keys (select.wgsl's kc_shift):
+/// the least that leaves at most `cw` cells.
+fn kc_shift(span: u32, cw: u64) -> u32 {
+    if (span as u64) < cw {
+        0
+    } else {
+        32 - span.leading_zeros() - cw.trailing_zeros()
+    }
+}
+
+/// Answers of the key-cell pass (select.wgsl, section approxkc): every sample key of
+/// a window lies in a cell whose rank range the counts give, so its copies' ranks
+/// are in that range; each rank is answered by the sample key whose range reaches
+/// least far from it. Cells of width 1 (shift 0) hold one key's copies only, so
+/// their ranges are exact: a rank inside one is answered with error 0. Returns the
+/// answers and the largest error bound, or `None` where some bound exceeds
+/// `allowed` (cells too coarse in rank).
+fn cells_answer<K: SelectKey>(
+    n: u64,
+    wins: &[(u64, u64)],
+    counts: &[u32],
+    cw: u64,
+    sample: &[K],
+    uniq: &[u64],
+    allowed: u64,
+) -> GpuResult<Option<(Vec<K>, u64)>> {
+    // (key, lowest and highest rank of its cell, the cell holds only this key).
+    let mut cands: Vec<(K, u64, u64, bool)> = Vec::new();
+    for (w, &(a, b)) in wins.iter().enumerate() {
+        let lo = sample[a as usize].to_u64() as u32;
+        let span = (sample[b as usize].to_u64() as u32).wrapping_sub(lo);
+        let sh = kc_shift(span, cw);
+        let bins = &counts[APPROX_MAX_WINDOWS + w * cw as usize..][..cw as usize];
+        let mut pre = Vec::with_capacity(cw as usize + 1);
+        let mut acc = counts[w] as u64;
+        pre.push(acc);
+        for &c in bins {
+            acc += c as u64;
+            pre.push(acc);
+        }
+        if acc > n {
+            return Err(GpuError::Validation(format!("approximate selection counted {acc} keys of {n}")));
+        }
+        for y in &sample[a as usize..=b as usize] {
+            let c = ((y.to_u64() as u32).wrapping_sub(lo) >> sh) as usize;
+            if pre[c + 1] == pre[c] {
+                return Err(GpuError::Validation(format!("sample key {y:?} missing from its cell's count")));
+            }
+            cands.push((*y, pre[c], pre[c + 1] - 1, sh == 0));
+        }
+    }
+    let mut out = Vec::with_capacity(uniq.len());
+    let mut worst = 0u64;
+    for &r in uniq {
+        let reach = |c: &(K, u64, u64, bool)| {
+            if c.3 {
+                c.1.saturating_sub(r).max(r.saturating_sub(c.2))
+            } else {
+                r.abs_diff(c.1).max(r.abs_diff(c.2))
+            }
+        };
+        let Some(best) = cands.iter().min_by_key(|c| reach(c)) else {
+            return Ok(None);
+        };
+        let d = reach(best);
+        if d > allowed {
+            return Ok(None);
+        }
+        worst = worst.max(d);
+        out.push(best.0);
+    }
+    Ok(Some((out, worst)))
 }
 
 /// Windows of sorted-sample indices `[a, b]` around the sorted distinct `ranks` of
@@ -1800,7 +1915,7 @@ fn approx_windows(n: u64, s: u64, ranks: &[u64], sig: f64) -> Vec<(u64, u64)> {
 /// sample's keys near each rank become splitters whose exact rank ranges one
 /// histogram pass over the keys finds; each rank is answered by the nearest.
 /// Returns the answers for the sorted distinct `uniq` ranks, the largest rank
-/// error and whether the subgroup kernel ran, or `None` when it does not apply or
+/// error and the algorithm's name (which kernel ran), or `None` when it does not apply or
 /// an error exceeds `allowed` (the sample missed a rank; the caller runs a descent).
 #[allow(clippy::too_many_arguments)]
 fn approx_hist<K: SelectKey>(
@@ -1809,17 +1924,18 @@ fn approx_hist<K: SelectKey>(
     len: usize,
     uniq: &[u64],
     allowed: u64,
+    cells: bool,
     opts: &SelectOptions,
     clock: &mut GpuClock,
     scratch: &mut Scratch<'_>,
-) -> GpuResult<Option<(Vec<K>, u64, bool)>> {
+) -> GpuResult<Option<(Vec<K>, u64, &'static str)>> {
     let kern = Kern::new(ctx, K::BYTES, opts)?;
     let (s, kb) = (kern.s as u64, kern.kb as u64);
     let n = len as u64;
     if len < opts.approx_hist_min || n <= 4 * s || uniq.is_empty() {
         return Ok(None);
     }
-    let wins = approx_windows(n, s, uniq, opts.approx_sigmas);
+    let wins = approx_windows(n, s, uniq, if cells && K::BYTES == 4 { opts.approx_cell_sigmas } else { opts.approx_sigmas });
     let total: u64 = wins.iter().map(|w| w.1 - w.0 + 1).sum();
     if wins.len() > APPROX_MAX_WINDOWS {
         return Ok(None);
@@ -1836,7 +1952,11 @@ fn approx_hist<K: SelectKey>(
         i => i as u64,
     }
     .min(32) as u32;
-    let max_groups = env("RIDGELINE_APPROX_GROUPS", 8192).min(65535);
+    let max_groups = match opts.approx_hist_groups {
+        0 => env("RIDGELINE_APPROX_GROUPS", 8192),
+        g => g as u64,
+    }
+    .min(65535);
     // Splitters, histogram and counters; the subgroup kernel also stages three
     // keys per invocation.
     let wg_mem = aw * kb + 2 * aw * 4 + 64;
@@ -1844,6 +1964,9 @@ fn approx_hist<K: SelectKey>(
         return Ok(None);
     }
     let sg = opts.approx_hist_subgroups && ctx.has_subgroup_barriers() && wg_mem + 3 * WG as u64 * kb <= mem;
+    // Cells per window (all windows together APPROX_CELLS), and their memory.
+    let cw = APPROX_CELLS >> wins.len().next_power_of_two().trailing_zeros();
+    let cells = cells && K::BYTES == 4 && (wins.len() as u64 * cw) * 4 + 64 <= mem;
     let whole = Task { src: Src::Input, n, lo: 0, ranks: Vec::new(), below: None, above: None };
     let ps = pieces(input, len, &[], &whole);
     let defs = [
@@ -1857,7 +1980,11 @@ fn approx_hist<K: SelectKey>(
     ];
     let p_gather = kern.pipe_with(ctx, "chain+chfirst+chgather", "ch_gather", &defs[..3])?;
     let p_sort = kern.sort_pipe(ctx)?;
-    let p_hist = if sg {
+    let p_hist = if cells {
+        let mut d = defs.to_vec();
+        d.push(("KCW", cw.to_string()));
+        kern.pipe_with(ctx, "chain+chfirst+approx+approxkc", "ap_hist_kc", &d)?
+    } else if sg {
         kern.pipe_with(ctx, "chain+chfirst+approx+approxsg", "ap_hist_sg", &defs)?
     } else {
         kern.pipe_with(ctx, "chain+chfirst+approx", "ap_hist", &defs)?
@@ -1881,7 +2008,7 @@ fn approx_hist<K: SelectKey>(
     let st = scratch.with_data(bytemuck::cast_slice(&st0))?;
     let raw_smp = scratch.alloc(s * kb)?;
     let smp = scratch.alloc(s * kb)?;
-    let ncnt = APPROX_MAX_WINDOWS as u64 + 2 * aw;
+    let ncnt = APPROX_MAX_WINDOWS as u64 + if cells { wins.len() as u64 * cw } else { 2 * aw };
     let cnt = scratch.with_data(&vec![0u8; (ncnt * 4) as usize])?;
     let (stb, smpb, rawb, ub, chb, cntb) = (st.raw(), smp.raw(), raw_smp.raw(), ubuf.raw(), chbuf.raw(), cnt.raw());
     let mut rec = Rec::new(ctx);
@@ -1925,6 +2052,9 @@ fn approx_hist<K: SelectKey>(
     clock.mark(ctx, format_args!("approx readback"))?;
     let (counts, rest) = raw.split_at(ncnt as usize);
     let sample: Vec<K> = bytemuck::cast_slice::<u32, u8>(rest).chunks_exact(K::BYTES).map(bytemuck::pod_read_unaligned).collect();
+    if cells {
+        return Ok(cells_answer(n, &wins, counts, cw, &sample, uniq, allowed)?.map(|(v, e)| (v, e, "gpu-sampleselect-approx-1pass-cells")));
+    }
     // Rank ranges of the windows' distinct keys: (key, first rank, last rank).
     let bins = &counts[APPROX_MAX_WINDOWS..];
     let mut cands: Vec<(K, u64, u64)> = Vec::new();
@@ -1966,7 +2096,8 @@ fn approx_hist<K: SelectKey>(
         worst = worst.max(d);
         out.push(best.0);
     }
-    Ok(Some((out, worst, sg)))
+    let algorithm = if sg { "gpu-sampleselect-approx-1pass-subgroup" } else { "gpu-sampleselect-approx-1pass" };
+    Ok(Some((out, worst, algorithm)))
 }
 
 /// The SampleSelect descent from the first-level `tasks` (every rank of a task
@@ -2617,12 +2748,13 @@ pub fn approx_select_gpu_with<K: SelectKey>(ctx: &GpuContext, keys: &[K], ranks:
     approx_select_gpu_device_with(ctx, &arr, keys.len(), ranks, opts)
 }
 
-/// Approximate GPU selection on a resident array: SampleSelect levels until the
-/// rank's bucket is small enough that the nearer of its two bounding splitters (keys
-/// whose ranks are known from the counts) is within `max_error_fraction * len` ranks
-/// (one level for most inputs of 10^6 keys and more with B = 1024; a second level or
-/// the exact base case where not). `stats.rank_error_bound` is the largest bound of
-/// the buckets answered this way (half their size, rounded up), 0 if all were exact.
+/// Approximate GPU selection on a resident array: every returned key's rank range
+/// is within `max_error_fraction * len` ranks of its target rank. From
+/// [`SelectOptions::approx_hist_min`] keys, one pass over the keys answers where it
+/// can (cells of key space for 32-bit keys, then the sample's keys as splitters;
+/// see "Approximate selection in one pass" in the module documentation), otherwise
+/// the chain or the SampleSelect descent answers exactly. `stats.rank_error_bound`
+/// is the largest reported error (0 where exact); `stats.algorithm` names the path.
 pub fn approx_select_gpu_device<K: SelectKey>(ctx: &GpuContext, keys: &DeviceArray, len: usize, ranks: &[u64]) -> GpuResult<(Vec<K>, SelectStats)> {
     approx_select_gpu_device_with(ctx, keys, len, ranks, &SelectOptions::default())
 }

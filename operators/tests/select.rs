@@ -457,18 +457,108 @@ fn gpu_sample_sort_matches_cpu() {
 #[test]
 fn gpu_approx_select_one_pass() {
     let Some(ctx) = test_context() else { return };
-    // Both kernels: subgroup staging (where the adapter has subgroups) and the plain one.
     let sg = ctx.has_subgroup_barriers();
-    for subgroups in [true, false] {
-        let opts = SelectOptions { approx_hist_min: 0, approx_hist_subgroups: subgroups, ..Default::default() };
-        let want = if subgroups && sg { "gpu-sampleselect-approx-1pass-subgroup" } else { "gpu-sampleselect-approx-1pass" };
+    // The kernels: cells of key space (32-bit keys; 64-bit ones fall through to
+    // the splitters), subgroup staging (where the adapter has subgroups) and the
+    // plain one; few workgroups, so that each loops over many chunks, the last one
+    // partial.
+    for (subgroups, cells, items, groups) in
+        [(true, false, 0, 0), (true, true, 0, 0), (true, true, 1, 3), (true, true, 7, 2), (false, true, 0, 0), (false, false, 0, 5)]
+    {
+        let opts = SelectOptions {
+            approx_hist_min: 0,
+            approx_hist_subgroups: subgroups,
+            approx_key_cells: cells,
+            approx_hist_items: items,
+            approx_hist_groups: groups,
+            ..Default::default()
+        };
+        // Where cells are too coarse (few distinct values spread over key space),
+        // the splitter kernel answers.
+        let splitters = if subgroups && sg { "gpu-sampleselect-approx-1pass-subgroup" } else { "gpu-sampleselect-approx-1pass" };
+        let want: &[&str] = if cells { &["gpu-sampleselect-approx-1pass-cells", splitters] } else { &[splitters] };
         one_pass_with(&ctx, opts, want);
     }
 }
 
-fn one_pass_with(ctx: &ridgeline_operators::GpuContext, hist: SelectOptions, want: &str) {
-    // The kernel that must answer (32-bit keys) when the one pass does.
-    let kernel = |alg: &str| alg == want;
+/// The key-cell pass (32-bit keys): which inputs it answers, the bound it reports
+/// (checked against the true rank ranges), exact answers from cells of one key,
+/// and the splitter pass taking over where keys cluster within a cell.
+#[test]
+fn gpu_approx_select_key_cells() {
+    let Some(ctx) = test_context() else { return };
+    let opts = SelectOptions { approx_hist_min: 0, ..Default::default() };
+    assert!(opts.approx_key_cells, "cells are the default");
+    let cells = "gpu-sampleselect-approx-1pass-cells";
+    let mut r = rng(4242);
+    let n = 400_003usize;
+    let n64 = n as u64;
+    let med = vec![n64 / 2];
+    let quart = vec![n64 / 4, n64 / 2, 3 * n64 / 4];
+    let eight: Vec<u64> = (1..9).map(|i| i * n64 / 9).collect();
+    // Three percent of the keys on 16 values around the median, the rest spread
+    // over all 32-bit keys: a window's cells are far wider than the cluster, whose
+    // cell then holds 3% of n.
+    let clustered: Vec<u32> = (0..n)
+        .map(|i| match i % 200 {
+            0..=96 => r.random_range(0..1u32 << 31),
+            97..=102 => (1u32 << 31) + r.random_range(0..16u32) * 3,
+            _ => r.random_range((1u32 << 31) + 64..=u32::MAX),
+        })
+        .collect();
+    // Whether the cells answer the median, the quartiles, eight ranks (None: either
+    // pass may: eight windows hold 128 cells each, at this n often too coarse for
+    // the bound of 400 ranks).
+    let (yes, no) = (Some(true), Some(false));
+    let sets: Vec<(&str, Vec<u32>, [Option<bool>; 3])> = vec![
+        ("uniform", (0..n).map(|_| r.random::<u32>()).collect(), [yes, yes, None]),
+        ("normal-f32", keys_f32(&(0..n).map(|_| normal(&mut r) as f32).collect::<Vec<_>>()), [yes, yes, None]),
+        ("sorted", (0..n as u32).collect(), [yes, yes, None]),
+        // Half the keys near 0, half near the largest: the median's window spans
+        // both, so its cells hold whole clusters and the splitters answer.
+        ("extremes", (0..n).map(|i| if i % 2 == 0 { r.random_range(0..64u32) } else { u32::MAX - r.random_range(0..64u32) }).collect(), [no, no, None]),
+        ("small span", (0..n).map(|_| 1000 + r.random_range(0..500u32)).collect(), [yes, yes, yes]),
+        ("clustered", clustered, [no, no, None]),
+    ];
+    for (name, keys, by_cells) in &sets {
+        for (ranks, expect) in [&med, &quart, &eight].into_iter().zip(by_cells) {
+            let what = format!("{name} {ranks:?}");
+            let (got, st) = approx_select_gpu_with(&ctx, keys, ranks, &opts).unwrap();
+            assert!(st.rank_error_bound <= n64 / 1000, "{what}: bound {}", st.rank_error_bound);
+            check_approx(&got, &st, keys, ranks, &what);
+            if let Some(e) = expect {
+                assert_eq!(st.algorithm == cells, *e, "{what}: {}", st.algorithm);
+            }
+            if *name == "small span" {
+                // Cells of one key each: exact.
+                assert_eq!(st.rank_error_bound, 0, "{what}");
+                check_exact(&got, keys, ranks, &what);
+            }
+            if *name == "uniform" {
+                assert!(st.rank_error_bound > 0, "{what}");
+            }
+        }
+    }
+    // Off: the splitters answer uniform keys.
+    let uniform = &sets[0].1;
+    let (got, st) = approx_select_gpu_with(&ctx, uniform, &med, &SelectOptions { approx_key_cells: false, ..opts }).unwrap();
+    assert!(st.algorithm.contains("1pass") && st.algorithm != cells, "{}", st.algorithm);
+    check_approx(&got, &st, uniform, &med, "cells off");
+    // 64-bit keys never take the cells.
+    let keys64: Vec<u64> = (0..n).map(|_| r.random::<u64>()).collect();
+    let (got, st) = approx_select_gpu_with::<u64>(&ctx, &keys64, &quart, &opts).unwrap();
+    assert!(st.algorithm != cells, "{}", st.algorithm);
+    check_approx(&got, &st, &keys64, &quart, "u64");
+}
+
+fn one_pass_with(ctx: &ridgeline_operators::GpuContext, hist: SelectOptions, want: &[&str]) {
+    // The kernels that may answer (32-bit keys) when the one pass does; the first
+    // must answer some.
+    let first = std::cell::Cell::new(0);
+    let kernel = |alg: &str| {
+        first.set(first.get() + (alg == want[0]) as usize);
+        want.contains(&alg)
+    };
     let (mut one_pass, mut other) = (0, 0);
     for &n in &[70_001usize, 300_007] {
         let n64 = n as u64;
@@ -502,6 +592,7 @@ fn one_pass_with(ctx: &ridgeline_operators::GpuContext, hist: SelectOptions, wan
         }
     }
     assert!(one_pass > 0 && other > 0, "{one_pass} one pass, {other} other");
+    assert!(first.get() > 0, "{} never answered", want[0]);
     // A bound of 0 is met only by exact answers: uniform keys fall back to a descent,
     // few distinct values are answered exactly in one pass.
     let mut r = rng(77);

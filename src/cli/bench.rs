@@ -293,8 +293,9 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool, approx_variants:
     let hist = SelectOptions { approx_hist_min: 0, ..Default::default() };
     // The approximate median by the chain (exact), as before session 12.
     let by_chain = SelectOptions { approx_hist_min: usize::MAX, ..Default::default() };
-    // The same without subgroup staging (each key searched where it is read).
-    let hist_plain = SelectOptions { approx_hist_subgroups: false, ..hist };
+    // The one pass with the sample's keys as splitters (32-bit keys otherwise
+    // take cells of key space first).
+    let hist_spl = SelectOptions { approx_key_cells: false, ..hist };
     let ctx = context::global().map_err(|e| DataFusionError::Execution(e.to_string()))?;
     let g = |e: ridgeline_operators::GpuError| DataFusionError::Execution(e.to_string());
     let threads = rayon::current_num_threads();
@@ -304,7 +305,7 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool, approx_variants:
         ctx.info().backend
     );
     println!(
-        "| n | median ms | median no chain ms | 3 quartiles ms | top-10 ms | top-100 ms | top-100 no chain ms | top-1000 ms | top-n/100 ms | approx median ms | approx rank err (bound, how) | approx by chain ms | approx 1-pass no subgroups ms (rank err) | aux MiB (/input) | CPU median ms | DataFusion median ms | DuckDB quantile_cont ms |"
+        "| n | median ms | median no chain ms | 3 quartiles ms | top-10 ms | top-100 ms | top-100 no chain ms | top-1000 ms | top-n/100 ms | approx median ms | approx rank err (bound, how) | approx by chain ms | approx 1-pass splitters ms (rank err) | aux MiB (/input) | CPU median ms | DataFusion median ms | DuckDB quantile_cont ms |"
     );
     println!("|{}", " --- |".repeat(17));
     let time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
@@ -404,7 +405,9 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool, approx_variants:
                 Ok(())
             })?;
             let e = within_bound(rank_err(last.0), last.1, &format!("approximate median ({})", last.2))?;
-            let how = if last.2.ends_with("-subgroup") {
+            let how = if last.2.ends_with("-cells") {
+                "1-pass cells"
+            } else if last.2.ends_with("-subgroup") {
                 "1-pass sg"
             } else if last.2.contains("1pass") {
                 "1-pass"
@@ -415,7 +418,7 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool, approx_variants:
         };
         let (am, am_err, am_bound, am_how) = approx_median(&SelectOptions::default())?;
         let (am_chain, ..) = approx_median(&by_chain)?;
-        let (am_plain, err_plain, _, plain_how) = approx_median(&hist_plain)?;
+        let (am_spl, err_spl, _, spl_how) = approx_median(&hist_spl)?;
         if std::env::var_os("RIDGELINE_SELECT_TIMESTAMPS").is_some() {
             // Where the time goes: kernel time (timestamp queries) against wall time.
             // The per-call timers leave the GPU idle long enough to drop its clock,
@@ -423,7 +426,7 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool, approx_variants:
             // 12): compare variants by the table's wall times, not by these.
             let dflt = SelectOptions::default();
             for (what, approx, opts) in
-                [("median", false, &dflt), ("approx median", true, &dflt), ("approx 1-pass", true, &hist), ("approx 1-pass plain", true, &hist_plain)]
+                [("median", false, &dflt), ("approx median", true, &dflt), ("approx 1-pass", true, &hist), ("approx 1-pass splitters", true, &hist_spl)]
             {
                 let t = Instant::now();
                 let st = if approx {
@@ -464,7 +467,7 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool, approx_variants:
             None => "-".into(),
         };
         println!(
-            "| 2^{k} | {med:.3} | {med_ch:.3} | {q3:.3} | {:.3} | {:.3} | {tk_ch:.3} | {:.3} | {:.3} | {am:.3} | {am_err} ({am_bound}, {:.4}% of n, {am_how}) | {am_chain:.3} | {am_plain:.3} ({err_plain}, {plain_how}) | {:.1} ({:.3}) | {cpu_ms:.2} | {df_ms:.2} | {duck} |",
+            "| 2^{k} | {med:.3} | {med_ch:.3} | {q3:.3} | {:.3} | {:.3} | {tk_ch:.3} | {:.3} | {:.3} | {am:.3} | {am_err} ({am_bound}, {:.4}% of n, {am_how}) | {am_chain:.3} | {am_spl:.3} ({err_spl}, {spl_how}) | {:.1} ({:.3}) | {cpu_ms:.2} | {df_ms:.2} | {duck} |",
             tk[0],
             tk[1],
             tk[2],
@@ -497,18 +500,22 @@ fn approx_variant_table(
     iterations: usize,
     rank_err: &dyn Fn(u32) -> u64,
 ) -> Result<()> {
-    use ridgeline_operators::select::{approx_select_gpu_device_with, SelectOptions, APPROX_ITEMS, APPROX_SIGMAS};
+    use ridgeline_operators::select::{approx_select_gpu_device_with, SelectOptions, APPROX_CELL_SIGMAS, APPROX_ITEMS, APPROX_SIGMAS};
     let g = |e: ridgeline_operators::GpuError| DataFusionError::Execution(e.to_string());
     let base = SelectOptions { approx_hist_min: 0, ..Default::default() };
     let mut variants: Vec<(String, SelectOptions)> = Vec::new();
     for items in [4u32, 8] {
-        variants.push((format!("{items} keys an invocation"), SelectOptions { approx_hist_items: items, ..base }));
+        variants.push((format!("cells of key space, {items} keys an invocation"), SelectOptions { approx_hist_items: items, ..base }));
     }
-    for (smp, sd) in [(4096u32, 4.0), (4096, 2.5), (2048, 3.0), (2048, 4.0)] {
-        variants.push((format!("{APPROX_ITEMS} keys, sample {smp}, windows of {sd} sd"), SelectOptions { max_sample: smp, approx_sigmas: sd, ..base }));
+    for sd in [3.0, 6.0] {
+        variants.push((format!("cells of key space, windows of {sd} sd"), SelectOptions { approx_cell_sigmas: sd, ..base }));
+    }
+    let spl = SelectOptions { approx_key_cells: false, ..base };
+    for (items, sd) in [(4u32, 3.0), (8, 3.0), (4, 2.5)] {
+        variants.push((format!("splitters, {items} keys an invocation, windows of {sd} sd"), SelectOptions { approx_hist_items: items, approx_sigmas: sd, ..spl }));
     }
     variants.push(("sample sorted through workgroup memory only".into(), SelectOptions { subgroup_sort: false, ..base }));
-    variants.push(("ap_hist (no subgroups)".into(), SelectOptions { approx_hist_subgroups: false, ..base }));
+    variants.push(("splitters, ap_hist (no subgroups)".into(), SelectOptions { approx_hist_subgroups: false, ..spl }));
     variants.push(("the chain (exact)".into(), SelectOptions { approx_hist_min: usize::MAX, ..Default::default() }));
     let rounds = (iterations * 6).max(20);
     let mut ms = vec![Vec::with_capacity(rounds); variants.len()];
@@ -525,7 +532,7 @@ fn approx_variant_table(
             last[i] = (v[0], st.rank_error_bound, st.algorithm);
         }
     }
-    println!("approximate median variants at n = {n}, wall ms over {rounds} interleaved rounds (default: {APPROX_ITEMS} keys, sample 4096, windows of {APPROX_SIGMAS} sd):");
+    println!("approximate median variants at n = {n}, wall ms over {rounds} interleaved rounds (default: cells of key space, {APPROX_ITEMS} keys, sample 4096, windows of {APPROX_CELL_SIGMAS} sd; splitters: windows of {APPROX_SIGMAS} sd):");
     println!("| variant | min ms | median ms | rank err (bound) | algorithm |");
     println!("| --- | --- | --- | --- | --- |");
     for (i, (what, _)) in variants.iter().enumerate() {

@@ -28,6 +28,16 @@
 //              points with |M| > l that survive are flagged for the repacking
 //              (stream compaction on the host side) and counted per mask so the
 //              host can record the next partition starts.
+//   iterate_wide
+//              the same iteration with one workgroup per point instead of one
+//              invocation: the point's lanes test 64 level-l partitions at a time
+//              with Eq. 1 (or Eq. 3: its own partition only), then stride through
+//              every matching partition's points together (Eq. 4 / Eq. 5 before the
+//              dominance tests), stopping at the first dominator any lane finds. A
+//              point's work grows with the number of level-l partitions below its
+//              mask (C(|M|, l) of them), so one invocation per point leaves the
+//              warps of high-|M| points running long after the rest; spreading each
+//              point over a workgroup balances it.
 //
 // Mask bits (Algorithm 1, lines 8-9): M[j] = p[j] > q2[j]; Q[j] = p[j] > (M[j] ? q3[j]
 // : q1[j]). d <= 16, so M | Q << 16 packs into one u32.
@@ -320,4 +330,126 @@ fn iterate(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
     let c = iterate_one(i);
     add64(0u, c.x);
     add64(2u, c.y);
+}
+
+// ---------------------------------------------------------------------------------
+// iterate_wide: one workgroup of WGW lanes per working-set point (see the header).
+
+const WGW: u32 = {{WGW}}u;
+
+var<workgroup> w_found: atomic<u32>;
+var<workgroup> w_cnt: atomic<u32>;
+var<workgroup> w_n: u32;
+var<workgroup> w_stop: u32;
+var<workgroup> w_pt: vec2<u32>;
+var<workgroup> w_list: array<u32, WGW>;
+var<workgroup> w_dts: atomic<u32>;
+var<workgroup> w_mts: atomic<u32>;
+
+@compute @workgroup_size(WGW)
+fn iterate_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+    // P.shift: the first working-set position of this launch; one point a workgroup.
+    let i = wid.x + wid.y * nwg.x + P.shift;
+    if i >= P.n { return; }
+    // Lane 0 reads the point; the uniform load makes its mask workgroup-uniform, so
+    // the partition loop below (with its barriers) is in uniform control flow.
+    if lid == 0u {
+        atomicStore(&w_found, 0u);
+        atomicStore(&w_dts, 0u);
+        atomicStore(&w_mts, 0u);
+        let p = widx[i];
+        w_pt = vec2<u32>(p, mq[p]);
+    }
+    let pt = workgroupUniformLoad(&w_pt);
+    let pi = pt.x;
+    let mqi = pt.y;
+    let mi = mqi & 0xffffu;
+    let qi = mqi >> 16u;
+    let order = countOneBits(mi);
+    var dts = 0u;
+    var mts = 0u;
+    if order == P.l {
+        // Eq. 3: only the own partition can hold dominators; find it.
+        var lo = 0u;
+        var hi = P.npart;
+        while lo + 1u < hi {
+            let mid = (lo + hi) / 2u;
+            if aux[mid * 3u] <= mi { lo = mid; } else { hi = mid; }
+        }
+        let end = aux[lo * 3u + 2u];
+        for (var j = aux[lo * 3u + 1u] + lid; j < end; j += WGW) {
+            if atomicLoad(&w_found) != 0u { break; }
+            if j == i { continue; }
+            let pj = widx[j];
+            mts += 1u;
+            // Eq. 5: Q_j has a bit Q_i lacks => p_j does not dominate p_i.
+            if ((mq[pj] >> 16u) | qi) == qi {
+                dts += 1u;
+                if dominates(pj, pi) {
+                    atomicStore(&w_found, 1u);
+                }
+            }
+        }
+    } else {
+        let notmi = ~mi;
+        for (var k0 = 0u; k0 < P.npart; k0 += WGW) {
+            if lid == 0u {
+                atomicStore(&w_cnt, 0u);
+            }
+            workgroupBarrier();
+            // Eq. 1, one partition a lane (Eq. 2 holds by construction).
+            let k = k0 + lid;
+            if k < P.npart {
+                mts += 1u;
+                let mk = aux[k * 3u];
+                if (mk | mi) == mi {
+                    w_list[atomicAdd(&w_cnt, 1u)] = k;
+                }
+            }
+            workgroupBarrier();
+            if lid == 0u {
+                w_n = atomicLoad(&w_cnt);
+            }
+            let cnt = workgroupUniformLoad(&w_n);
+            for (var m = 0u; m < cnt; m++) {
+                let kk = w_list[m];
+                let end = aux[kk * 3u + 2u];
+                let same = aux[kk * 3u] | notmi;
+                for (var j = aux[kk * 3u + 1u] + lid; j < end; j += WGW) {
+                    if atomicLoad(&w_found) != 0u { break; }
+                    let pj = widx[j];
+                    mts += 1u;
+                    // Eq. 4.
+                    if ((same & (mq[pj] >> 16u)) | qi) == qi {
+                        dts += 1u;
+                        if no_worse(pj, pi) {
+                            atomicStore(&w_found, 1u);
+                        }
+                    }
+                }
+            }
+            workgroupBarrier();
+            if lid == 0u {
+                w_stop = atomicLoad(&w_found);
+            }
+            if workgroupUniformLoad(&w_stop) != 0u { break; }
+        }
+    }
+    if dts != 0u { atomicAdd(&w_dts, dts); }
+    if mts != 0u { atomicAdd(&w_mts, mts); }
+    workgroupBarrier();
+    if lid == 0u {
+        let dominated = atomicLoad(&w_found) != 0u;
+        if dominated {
+            dead[pi] = 1u;
+        }
+        let kept = !dominated && order > P.l;
+        keep[i] = select(0u, 1u, kept);
+        if kept {
+            atomicAdd(&stats[5u + mi], 1u);
+        }
+        add64(0u, atomicLoad(&w_dts));
+        add64(2u, atomicLoad(&w_mts));
+    }
 }

@@ -1794,7 +1794,8 @@ fn chain<K: SelectKey>(
 const APPROX_MAX_WINDOWS: usize = 8;
 /// Keys per invocation and chunk of its pass (4: 0.77 ms a median at 2^28 on the
 /// H100 against 0.87 with 2 and 0.93 with 8, interleaved calls of one run,
-/// BENCHMARKS.md session 13).
+/// BENCHMARKS.md session 13; the key-cell pass: 4 and 8 within noise of each
+/// other over three runs, 2 slower, session 14).
 pub const APPROX_ITEMS: u32 = 4;
 /// Default half-width of the one pass's windows, in standard deviations of the
 /// sample rank (3: a window misses its rank about once in 300 calls, which the
@@ -1944,6 +1945,9 @@ fn approx_hist<K: SelectKey>(
     // the adapter's workgroup memory.
     let aw = total.next_power_of_two().max(256);
     let mem = ctx.limits().max_compute_workgroup_storage_size as u64;
+    // Cells per window (all windows together APPROX_CELLS), and their memory.
+    let cw = APPROX_CELLS >> wins.len().next_power_of_two().trailing_zeros();
+    let cells = cells && K::BYTES == 4 && (wins.len() as u64 * cw) * 4 + 64 <= mem;
     // Keys per invocation and chunk, and the most workgroups (a diagnosis aid:
     // RIDGELINE_APPROX_ITEMS, RIDGELINE_APPROX_GROUPS).
     let env = |name: &str, dflt: u64| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok()).filter(|&v| v > 0).unwrap_or(dflt);
@@ -1964,9 +1968,6 @@ fn approx_hist<K: SelectKey>(
         return Ok(None);
     }
     let sg = opts.approx_hist_subgroups && ctx.has_subgroup_barriers() && wg_mem + 3 * WG as u64 * kb <= mem;
-    // Cells per window (all windows together APPROX_CELLS), and their memory.
-    let cw = APPROX_CELLS >> wins.len().next_power_of_two().trailing_zeros();
-    let cells = cells && K::BYTES == 4 && (wins.len() as u64 * cw) * 4 + 64 <= mem;
     let whole = Task { src: Src::Input, n, lo: 0, ranks: Vec::new(), below: None, above: None };
     let ps = pieces(input, len, &[], &whole);
     let defs = [

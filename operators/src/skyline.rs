@@ -622,6 +622,46 @@ pub struct SkylineGpuOptions {
     /// bound; `None`: bounded on CPU adapters only, see shaders/skyline.wgsl). Tests
     /// use tiny bounds to exercise resuming.
     pub step_limit: Option<u32>,
+    /// The iteration kernel (`None`: `RIDGELINE_SKYLINE_KERNEL=thread|wide` if set,
+    /// else [`SkylineKernel::Wide`] on GPUs and [`SkylineKernel::Thread`] on CPU
+    /// adapters, where only the per-invocation kernel can bound its loop steps).
+    pub kernel: Option<SkylineKernel>,
+}
+
+/// SkyAlign's iteration kernel (shaders/skyline.wgsl).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SkylineKernel {
+    /// `iterate`: one invocation per working-set point (the paper's layout);
+    /// resumable under a loop-step bound (CPU adapters).
+    Thread,
+    /// `iterate_wide`: one workgroup per point; its lanes share the partition walk
+    /// and the points of each matching partition, so points below many partitions
+    /// (high |M|) no longer hold up their warps. No step bound.
+    Wide,
+}
+
+impl SkylineKernel {
+    fn choose(opt: Option<SkylineKernel>, ctx: &GpuContext) -> SkylineKernel {
+        if let Some(k) = opt {
+            return k;
+        }
+        match std::env::var("RIDGELINE_SKYLINE_KERNEL").ok().as_deref() {
+            Some("thread") => SkylineKernel::Thread,
+            Some("wide") => SkylineKernel::Wide,
+            _ if ctx.is_cpu_adapter() => SkylineKernel::Thread,
+            _ => SkylineKernel::Wide,
+        }
+    }
+}
+
+/// Lanes of `iterate_wide`'s workgroup (64; `RIDGELINE_SKYLINE_WIDE_WG`, a power of
+/// two from 32 to 256, is a diagnosis aid).
+fn wide_wg() -> u32 {
+    std::env::var("RIDGELINE_SKYLINE_WIDE_WG")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|v| v.is_power_of_two() && (32..=256).contains(v))
+        .unwrap_or(64)
 }
 
 #[repr(C)]
@@ -674,14 +714,19 @@ impl Mem {
 }
 
 fn launch(ctx: &GpuContext, entry: &str, p: SkyParams, bindings: &[(u32, &wgpu::Buffer)], threads: usize) -> GpuResult<()> {
-    if threads == 0 {
+    launch_groups(ctx, entry, p, bindings, (threads as u64).div_ceil(SKY_WG as u64))
+}
+
+/// [`launch`] by workgroups (`iterate_wide`: one per point).
+fn launch_groups(ctx: &GpuContext, entry: &str, p: SkyParams, bindings: &[(u32, &wgpu::Buffer)], groups: u64) -> GpuResult<()> {
+    if groups == 0 {
         return Ok(());
     }
-    let pipe = ctx.pipeline("skyline", SKY_WGSL, entry, &[("WG", SKY_WG.to_string())])?;
-    let groups = (threads as u64).div_ceil(SKY_WG as u64);
+    let pipe = ctx.pipeline("skyline", SKY_WGSL, entry, &[("WG", SKY_WG.to_string()), ("WGW", wide_wg().to_string())])?;
+    let threads = groups * SKY_WG as u64;
     let max_dim = ctx.limits().max_compute_workgroups_per_dimension;
     if groups > max_dim as u64 * max_dim as u64 {
-        return Err(GpuError::Invalid(format!("skyline {entry}: {threads} threads exceed the dispatch limit")));
+        return Err(GpuError::Invalid(format!("skyline {entry}: {groups} workgroups ({threads} invocations) exceed the dispatch limit")));
     }
     let (x, y, z) = dispatch_dims(groups, max_dim);
     let ub = ctx.uniform(&SkyParams { stride: x * SKY_WG, ..p });
@@ -736,7 +781,19 @@ struct ChunkOut {
 }
 
 /// SkyAlign on one chunk whose rank matrix fits one storage binding.
-fn gpu_chunk(ctx: &GpuContext, ranks: &[u32], n: usize, d: usize, order: &[u32], step_limit: Option<u32>) -> GpuResult<ChunkOut> {
+fn gpu_chunk(
+    ctx: &GpuContext,
+    ranks: &[u32],
+    n: usize,
+    d: usize,
+    order: &[u32],
+    step_limit: Option<u32>,
+    kernel: SkylineKernel,
+) -> GpuResult<ChunkOut> {
+    // RIDGELINE_SKYLINE_PROFILE=1: a line per level (working set, partitions, the
+    // iteration's and the repacking's wall times, its tests) on stderr.
+    let profile = std::env::var_os("RIDGELINE_SKYLINE_PROFILE").is_some();
+    let t_chunk = Instant::now();
     let mut mem = Mem::default();
     let (nu, du) = (n as u32, d as u32);
     let base = SkyParams { n: nu, d: du, ..Default::default() };
@@ -832,7 +889,13 @@ fn gpu_chunk(ctx: &GpuContext, ranks: &[u32], n: usize, d: usize, order: &[u32],
     mem.add(&stats);
     // Loop steps per invocation and launch on llvmpipe (see `iterate` in
     // shaders/skyline.wgsl): its SIMD group may take (d + 2) back-edges a step.
-    let step_limit = step_limit.unwrap_or(if ctx.is_cpu_adapter() { (60_000 / (d as u32 + 2)).max(1) } else { 0 });
+    let step_limit = match kernel {
+        SkylineKernel::Wide => 0,
+        SkylineKernel::Thread => step_limit.unwrap_or(if ctx.is_cpu_adapter() { (60_000 / (d as u32 + 2)).max(1) } else { 0 }),
+    };
+    if profile {
+        eprintln!("skyline profile: n {n} d {d} kernel {kernel:?}: setup (upload, quartiles, masks, sort) {:.3} ms, {n1} rows after the pre-filter", t_chunk.elapsed().as_secs_f64() * 1e3);
+    }
     let mut ncur = n1;
     let mut last = [0u32; 4];
     let mut resumed = 0u32;
@@ -870,6 +933,7 @@ fn gpu_chunk(ctx: &GpuContext, ranks: &[u32], n: usize, d: usize, order: &[u32],
         }
         ctx.submit(enc)?;
         let step = iterate_launch_rows(ctx);
+        let t_level = Instant::now();
         let s = loop {
             for first in (0..ncur).step_by(step) {
                 let p = SkyParams {
@@ -880,6 +944,24 @@ fn gpu_chunk(ctx: &GpuContext, ranks: &[u32], n: usize, d: usize, order: &[u32],
                     full: step_limit,
                     ..base
                 };
+                if kernel == SkylineKernel::Wide {
+                    launch_groups(
+                        ctx,
+                        "iterate_wide",
+                        p,
+                        &[
+                            (1, buf(&r)),
+                            (2, buf(&stats)),
+                            (3, buf(&aux)),
+                            (5, buf(&mq)),
+                            (7, buf(&idx)),
+                            (8, buf(&dead)),
+                            (9, buf(&keep)),
+                        ],
+                        (ncur - first).min(step) as u64,
+                    )?;
+                    continue;
+                }
                 launch(
                     ctx,
                     "iterate",
@@ -908,6 +990,10 @@ fn gpu_chunk(ctx: &GpuContext, ranks: &[u32], n: usize, d: usize, order: &[u32],
         };
         mem.sub(&res);
         drop(res);
+        let iterate_ms = t_level.elapsed().as_secs_f64() * 1e3;
+        let t_repack = Instant::now();
+        let level_tests = |s: &[u32], k: usize| (s[k] as u64 | (s[k + 1] as u64) << 32) - (last[k] as u64 | (last[k + 1] as u64) << 32);
+        let (level_dts, level_mts) = (level_tests(&s, 0), level_tests(&s, 2));
         last.copy_from_slice(&s[..4]);
         counts.copy_from_slice(&s[5..]);
         let next: usize = counts.iter().map(|&c| c as usize).sum();
@@ -932,6 +1018,13 @@ fn gpu_chunk(ctx: &GpuContext, ranks: &[u32], n: usize, d: usize, order: &[u32],
             }
         }
         mem.sub(&keep);
+        if profile {
+            eprintln!(
+                "skyline profile: level {l}: working set {ncur}, {} partitions, iterate {iterate_ms:.3} ms ({level_dts} dominance tests, {level_mts} mask tests), repack {:.3} ms, {next} kept",
+                parts.len() / 3,
+                t_repack.elapsed().as_secs_f64() * 1e3
+            );
+        }
         ncur = next;
     }
     let dead = dead.download::<u32>(ctx)?;
@@ -1008,6 +1101,7 @@ pub fn skyline_gpu_with(ctx: &GpuContext, m: RankMatrix<'_>, opts: &SkylineGpuOp
     }
     let chunk = chunk.max(1);
     let order = mask_order(d);
+    let kernel = SkylineKernel::choose(opts.kernel, ctx);
     // Candidates: None = every row of `m`; Some((global ids, their rows)).
     let mut cand: Option<(Vec<u32>, Vec<u32>)> = None;
     loop {
@@ -1024,7 +1118,7 @@ pub fn skyline_gpu_with(ctx: &GpuContext, m: RankMatrix<'_>, opts: &SkylineGpuOp
         let mut next = Vec::new();
         for c in (0..cn).step_by(chunk) {
             let e = (c + chunk).min(cn);
-            let out = gpu_chunk(ctx, &ranks[c * d..e * d], e - c, d, &order, opts.step_limit)?;
+            let out = gpu_chunk(ctx, &ranks[c * d..e * d], e - c, d, &order, opts.step_limit, kernel)?;
             st.dominance_tests += out.dominance_tests;
             st.mask_tests += out.mask_tests;
             st.device_bytes = st.device_bytes.max(out.device_bytes);

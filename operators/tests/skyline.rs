@@ -8,7 +8,7 @@
 use rand::{Rng, SeedableRng};
 use ridgeline_operators::skyline::{
     dominates, skyline_cpu, skyline_gpu, skyline_gpu_with, skyline_reference, RankMatrix, SkylineGpuOptions,
-    SkylineStats, GPU_MAX_DIMS,
+    SkylineKernel, SkylineStats, GPU_MAX_DIMS,
 };
 use ridgeline_operators::testing::test_context;
 use ridgeline_operators::GpuContext;
@@ -345,4 +345,66 @@ fn larger_than_binding() {
     assert!(gst.dominance_tests > 0 && gst.mask_tests > 0);
     assert!(gst.device_bytes <= 2 * (n * d * 4) as u64, "{gst:?}");
     eprintln!("n={n} d={d}: skyline {} | cpu {cst:?} | gpu {gst:?}", want.len());
+}
+
+/// Both iteration kernels (one invocation per point, one workgroup per point) against
+/// the reference on every distribution and width, ties, duplicates, all-equal rows,
+/// one row, sizes that are not multiples of either workgroup, long partitions (the
+/// anti-diagonal: two partitions of half the rows each) and several chunks; their
+/// answers and dominance-test counts are compared.
+#[test]
+fn iteration_kernels_agree() {
+    let c = ctx();
+    let Some(c) = c.as_deref() else { return };
+    let run = |m: RankMatrix<'_>, want: &[u32], what: &str, chunk: usize| {
+        let mut tests = Vec::new();
+        for kernel in [SkylineKernel::Thread, SkylineKernel::Wide] {
+            let opts = SkylineGpuOptions { kernel: Some(kernel), max_chunk_rows: chunk, ..Default::default() };
+            let (got, st) = skyline_gpu_with(c, m, &opts).unwrap_or_else(|e| panic!("{kernel:?} on {what}: {e}"));
+            assert_eq!(got, want, "{kernel:?} kernel differs: {what} ({st:?})");
+            tests.push((st.dominance_tests, st.mask_tests));
+        }
+        // Both count the mask tests they ran: the same partition tests (Eq. 1) and
+        // per-point tests, so where one ran none, so did the other.
+        assert_eq!(tests[0].1 > 0, tests[1].1 > 0, "{what}: {tests:?}");
+    };
+    for (k, dist) in [Dist::Independent, Dist::Correlated, Dist::Anticorrelated].into_iter().enumerate() {
+        for d in [1usize, 2, 3, 5, 8, 12, 16] {
+            for n in [1usize, 63, 1201] {
+                let vals = generate(dist, n, d, (d * 7 + k * 3 + n) as u64);
+                let ranks = dense_ranks(&vals, n, d);
+                let m = RankMatrix::new(n, d, &ranks);
+                run(m, &skyline_reference(m), &format!("{dist:?} n={n} d={d}"), 0);
+            }
+        }
+    }
+    // Ties (few levels), duplicated rows, all rows equal.
+    for (d, levels) in [(3, 2), (8, 3), (16, 2)] {
+        let n = 1999;
+        let mut vals = generate(Dist::Anticorrelated, n, d, 9 + d as u64);
+        quantize(&mut vals, levels);
+        let mut dup = vals.clone();
+        dup.extend_from_slice(&vals);
+        let ranks = dense_ranks(&dup, 2 * n, d);
+        let m = RankMatrix::new(2 * n, d, &ranks);
+        run(m, &skyline_reference(m), &format!("ties and duplicates d={d} levels={levels}"), 0);
+    }
+    let eq = vec![5u32; 777 * 6];
+    let m = RankMatrix::new(777, 6, &eq);
+    run(m, &(0..777).collect::<Vec<u32>>(), "all equal", 0);
+    // The anti-diagonal and its dominated twins: partitions of 5000 rows.
+    let half = 5000u32;
+    let mut ranks = Vec::new();
+    for i in 0..half {
+        ranks.extend_from_slice(&[i, half - 1 - i]);
+        ranks.extend_from_slice(&[i + 1, half - i]);
+    }
+    let m = RankMatrix::new(2 * half as usize, 2, &ranks);
+    run(m, &(0..half).map(|i| 2 * i).collect::<Vec<u32>>(), "anti-diagonal", 0);
+    // Several chunks, then the skyline of their union.
+    let (n, d) = (4001, 6);
+    let vals = generate(Dist::Independent, n, d, 12);
+    let ranks = dense_ranks(&vals, n, d);
+    let m = RankMatrix::new(n, d, &ranks);
+    run(m, &skyline_reference(m), "chunks of 900", 900);
 }

@@ -504,8 +504,12 @@ fn approx_variant_table(
     let g = |e: ridgeline_operators::GpuError| DataFusionError::Execution(e.to_string());
     let base = SelectOptions { approx_hist_min: 0, ..Default::default() };
     let mut variants: Vec<(String, SelectOptions)> = Vec::new();
-    for items in [4u32, 8] {
-        variants.push((format!("cells of key space, {items} keys an invocation"), SelectOptions { approx_hist_items: items, ..base }));
+    for (items, groups) in [(4u32, 0u32), (8, 0), (8, 4096), (16, 4096)] {
+        let most = if groups == 0 { String::new() } else { format!(", at most {groups} workgroups") };
+        variants.push((
+            format!("cells of key space, {items} keys an invocation{most}"),
+            SelectOptions { approx_hist_items: items, approx_hist_groups: groups, ..base },
+        ));
     }
     for sd in [3.0, 6.0] {
         variants.push((format!("cells of key space, windows of {sd} sd"), SelectOptions { approx_cell_sigmas: sd, ..base }));
@@ -532,7 +536,7 @@ fn approx_variant_table(
             last[i] = (v[0], st.rank_error_bound, st.algorithm);
         }
     }
-    println!("approximate median variants at n = {n}, wall ms over {rounds} interleaved rounds (default: cells of key space, {APPROX_ITEMS} keys, sample 4096, windows of {APPROX_CELL_SIGMAS} sd; splitters: windows of {APPROX_SIGMAS} sd):");
+    println!("approximate median variants at n = {n}, wall ms over {rounds} interleaved rounds (default: cells of key space, {APPROX_ITEMS} keys, sample 4096, windows of {APPROX_CELL_SIGMAS} sd; splitters: {APPROX_ITEMS} keys, windows of {APPROX_SIGMAS} sd):");
     println!("| variant | min ms | median ms | rank err (bound) | algorithm |");
     println!("| --- | --- | --- | --- | --- |");
     for (i, (what, _)) in variants.iter().enumerate() {

@@ -63,9 +63,11 @@ struct Params {
 @group(0) @binding(3) var<storage, read> aux: array<u32>;
 @group(0) @binding(4) var<storage, read_write> res: array<u32>;
 @group(0) @binding(5) var<storage, read_write> mq: array<u32>;
+@group(0) @binding(6) var<storage, read_write> wq: array<u32>;
 @group(0) @binding(7) var<storage, read> widx: array<u32>;
 @group(0) @binding(8) var<storage, read_write> dead: array<u32>;
 @group(0) @binding(9) var<storage, read_write> keep: array<u32>;
+@group(0) @binding(10) var<storage, read> ptab: array<u32>;
 
 const WG: u32 = {{WG}}u;
 
@@ -163,8 +165,10 @@ fn scatter(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
            @builtin(local_invocation_index) lid: u32) {
     let r = row_index(wid, nwg, lid);
     if r >= P.n || dead[r] != 0u { return; }
-    let pos = atomicAdd(&stats[mq[r] & 0xffffu], 1u);
+    let m = mq[r];
+    let pos = atomicAdd(&stats[m & 0xffffu], 1u);
     keep[pos] = r;
+    wq[pos] = m;
 }
 
 // Row p dominates row q (no worse everywhere, better somewhere). The loop stops at
@@ -217,7 +221,7 @@ fn add64(at: u32, x: u32) {
 // Returns this point's (dominance tests, mask tests).
 fn iterate_one(i: u32) -> vec2<u32> {
     let pi = widx[i];
-    let mqi = mq[pi];
+    let mqi = wq[i];
     let mi = mqi & 0xffffu;
     let qi = mqi >> 16u;
     let order = countOneBits(mi);
@@ -250,14 +254,13 @@ fn iterate_one(i: u32) -> vec2<u32> {
         loop {
             if dominated || j >= end || steps >= limit { break; }
             steps += 1u;
-            let pj = widx[j];
-            let qj = mq[pj] >> 16u;
+            let qj = wq[j] >> 16u;
             // Eq. 5: Q_j has a bit Q_i lacks => p_j does not dominate p_i.
             if j != i {
                 mts += 1u;
                 if (qj | qi) == qi {
                     dts += 1u;
-                    dominated = dominates(pj, pi);
+                    dominated = dominates(widx[j], pi);
                 }
             }
             j += 1u;
@@ -288,13 +291,12 @@ fn iterate_one(i: u32) -> vec2<u32> {
                 k += 1u;
                 continue;
             }
-            let pj = widx[j];
-            let qj = mq[pj] >> 16u;
+            let qj = wq[j] >> 16u;
             mts += 1u;
             // Eq. 4.
             if ((same & qj) | qi) == qi {
                 dts += 1u;
-                dominated = no_worse(pj, pi);
+                dominated = no_worse(widx[j], pi);
             }
             j += 1u;
         }
@@ -346,6 +348,46 @@ var<workgroup> w_list: array<u32, WGW>;
 var<workgroup> w_dts: atomic<u32>;
 var<workgroup> w_mts: atomic<u32>;
 
+// C(n, k) for n, k <= 16: the host appends the table to ptab (at 2^d + n * 17 + k).
+fn binom(n: u32, k: u32) -> u32 {
+    return ptab[(1u << P.d) + n * 17u + k];
+}
+
+// The t-th k-subset of {0 .. n-1} in increasing order of its bit pattern
+// (combinatorial number system: the largest b with C(b, k) <= t is the top bit).
+fn unrank(t: u32, n: u32, k: u32) -> u32 {
+    var x = 0u;
+    var rest = t;
+    var r = k;
+    var b = n;
+    while b > 0u && r > 0u {
+        b -= 1u;
+        let c = binom(b, r);
+        if c <= rest {
+            x |= 1u << b;
+            rest -= c;
+            r -= 1u;
+        }
+    }
+    return x;
+}
+
+// Bit i of x moved to the position of the i-th set bit of m (pdep).
+fn deposit(x: u32, m: u32) -> u32 {
+    var r = 0u;
+    var mm = m;
+    var bit = 1u;
+    while mm != 0u {
+        let low = mm & (~mm + 1u);
+        if (x & bit) != 0u {
+            r |= low;
+        }
+        mm &= mm - 1u;
+        bit <<= 1u;
+    }
+    return r;
+}
+
 @compute @workgroup_size(WGW)
 fn iterate_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                 @builtin(local_invocation_index) lid: u32) {
@@ -358,8 +400,7 @@ fn iterate_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
         atomicStore(&w_found, 0u);
         atomicStore(&w_dts, 0u);
         atomicStore(&w_mts, 0u);
-        let p = widx[i];
-        w_pt = vec2<u32>(p, mq[p]);
+        w_pt = vec2<u32>(widx[i], wq[i]);
     }
     let pt = workgroupUniformLoad(&w_pt);
     let pi = pt.x;
@@ -381,30 +422,42 @@ fn iterate_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
         for (var j = aux[lo * 3u + 1u] + lid; j < end; j += WGW) {
             if atomicLoad(&w_found) != 0u { break; }
             if j == i { continue; }
-            let pj = widx[j];
             mts += 1u;
             // Eq. 5: Q_j has a bit Q_i lacks => p_j does not dominate p_i.
-            if ((mq[pj] >> 16u) | qi) == qi {
+            if ((wq[j] >> 16u) | qi) == qi {
                 dts += 1u;
-                if dominates(pj, pi) {
+                if dominates(widx[j], pi) {
                     atomicStore(&w_found, 1u);
                 }
             }
         }
     } else {
         let notmi = ~mi;
-        for (var k0 = 0u; k0 < P.npart; k0 += WGW) {
+        // Candidate partitions, WGW at a time: the level-l subsets of M (looked up
+        // in ptab, the level's mask -> partition + 1 table) where there are fewer
+        // of them than a quarter of the partitions, else every partition (Eq. 1).
+        // One mask test per candidate either way.
+        let nm = countOneBits(mi);
+        let nsub = binom(nm, P.l);
+        // P.full: 0 chooses, 1 always looks subsets up, 2 never (tests).
+        let by_subsets = select(nsub * 4u < P.npart, P.full == 1u, P.full != 0u);
+        let ncand = select(P.npart, nsub, by_subsets);
+        for (var k0 = 0u; k0 < ncand; k0 += WGW) {
             if lid == 0u {
                 atomicStore(&w_cnt, 0u);
             }
             workgroupBarrier();
-            // Eq. 1, one partition a lane (Eq. 2 holds by construction).
-            let k = k0 + lid;
-            if k < P.npart {
+            let c = k0 + lid;
+            if c < ncand {
                 mts += 1u;
-                let mk = aux[k * 3u];
-                if (mk | mi) == mi {
-                    w_list[atomicAdd(&w_cnt, 1u)] = k;
+                if by_subsets {
+                    let k1 = ptab[deposit(unrank(c, nm, P.l), mi)];
+                    if k1 != 0u {
+                        w_list[atomicAdd(&w_cnt, 1u)] = k1 - 1u;
+                    }
+                } else if (aux[c * 3u] | mi) == mi {
+                    // Eq. 2 holds by construction: this partition has a lower order.
+                    w_list[atomicAdd(&w_cnt, 1u)] = c;
                 }
             }
             workgroupBarrier();
@@ -418,12 +471,11 @@ fn iterate_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
                 let same = aux[kk * 3u] | notmi;
                 for (var j = aux[kk * 3u + 1u] + lid; j < end; j += WGW) {
                     if atomicLoad(&w_found) != 0u { break; }
-                    let pj = widx[j];
                     mts += 1u;
                     // Eq. 4.
-                    if ((same & (mq[pj] >> 16u)) | qi) == qi {
+                    if ((same & (wq[j] >> 16u)) | qi) == qi {
                         dts += 1u;
-                        if no_worse(pj, pi) {
+                        if no_worse(widx[j], pi) {
                             atomicStore(&w_found, 1u);
                         }
                     }

@@ -622,10 +622,16 @@ pub struct SkylineGpuOptions {
     /// bound; `None`: bounded on CPU adapters only, see shaders/skyline.wgsl). Tests
     /// use tiny bounds to exercise resuming.
     pub step_limit: Option<u32>,
-    /// The iteration kernel (`None`: `RIDGELINE_SKYLINE_KERNEL=thread|wide` if set,
-    /// else [`SkylineKernel::Wide`] on GPUs and [`SkylineKernel::Thread`] on CPU
-    /// adapters, where only the per-invocation kernel can bound its loop steps).
+    /// The iteration kernel (`None`: `RIDGELINE_SKYLINE_KERNEL=thread|wide|mixed` if
+    /// set, else [`SkylineKernel::Mixed`] on GPUs and [`SkylineKernel::Thread`] on
+    /// CPU adapters, where only the per-invocation kernel can bound its loop steps).
     pub kernel: Option<SkylineKernel>,
+    /// `iterate_wide` finds a point's candidate partitions by looking up the
+    /// level-l subsets of its mask where there are fewer than a quarter as many as
+    /// partitions, else by testing every partition (Eq. 1). `Some(true)` / `Some(false)`
+    /// force one way (tests; `RIDGELINE_SKYLINE_SUBSETS=always|never` where `None`,
+    /// a diagnosis aid).
+    pub subset_lookup: Option<bool>,
 }
 
 /// SkyAlign's iteration kernel (shaders/skyline.wgsl).
@@ -638,6 +644,11 @@ pub enum SkylineKernel {
     /// and the points of each matching partition, so points below many partitions
     /// (high |M|) no longer hold up their warps. No step bound.
     Wide,
+    /// `iterate` for levels with few partitions (at most 16, or
+    /// `RIDGELINE_SKYLINE_THREAD_PARTS`: there a point's work is small and a
+    /// workgroup per point costs more than it balances), `iterate_wide` for the
+    /// rest. No step bound.
+    Mixed,
 }
 
 impl SkylineKernel {
@@ -648,10 +659,17 @@ impl SkylineKernel {
         match std::env::var("RIDGELINE_SKYLINE_KERNEL").ok().as_deref() {
             Some("thread") => SkylineKernel::Thread,
             Some("wide") => SkylineKernel::Wide,
+            Some("mixed") => SkylineKernel::Mixed,
             _ if ctx.is_cpu_adapter() => SkylineKernel::Thread,
-            _ => SkylineKernel::Wide,
+            _ => SkylineKernel::Mixed,
         }
     }
+}
+
+/// Levels with at most this many partitions run the per-invocation kernel under
+/// [`SkylineKernel::Mixed`] (`RIDGELINE_SKYLINE_THREAD_PARTS`, a diagnosis aid).
+fn thread_parts() -> usize {
+    std::env::var("RIDGELINE_SKYLINE_THREAD_PARTS").ok().and_then(|v| v.parse().ok()).unwrap_or(16)
 }
 
 /// Lanes of `iterate_wide`'s workgroup (64; `RIDGELINE_SKYLINE_WIDE_WG`, a power of
@@ -789,6 +807,7 @@ fn gpu_chunk(
     order: &[u32],
     step_limit: Option<u32>,
     kernel: SkylineKernel,
+    subset_lookup: Option<bool>,
 ) -> GpuResult<ChunkOut> {
     // RIDGELINE_SKYLINE_PROFILE=1: a line per level (working set, partitions, the
     // iteration's and the repacking's wall times, its tests) on stderr.
@@ -879,18 +898,37 @@ fn gpu_chunk(
     if idx.num_segments() != 1 {
         return Err(GpuError::Invalid("skyline working set spans segments".into()));
     }
-    launch(ctx, "scatter", p, &[(2, buf(&cursors)), (5, buf(&mq)), (8, buf(&dead)), (9, buf(&idx))], n)?;
+    // The masks in working-set order beside the row ids (wq[i] = mq[idx[i]]): the
+    // iteration reads its comparands' masks in order, and mq is no longer needed.
+    let mut wq = DeviceArray::alloc(ctx, n1, 4)?;
+    mem.add(&wq);
+    launch(ctx, "scatter", p, &[(2, buf(&cursors)), (5, buf(&mq)), (6, buf(&wq)), (8, buf(&dead)), (9, buf(&idx))], n)?;
     // (Back to the pool; later work on the queue runs after the scatter.)
     mem.sub(&cursors);
     drop(cursors);
     mem.sub(&mh);
     drop(mh);
+    let check = std::env::var_os("RIDGELINE_SKYLINE_CHECK").is_some();
+    let mq = if check {
+        Some(mq)
+    } else {
+        mem.sub(&mq);
+        None
+    };
+    // C(n, k) for n, k <= 16, appended to every level's partition table (ptab).
+    let mut binoms = vec![0u32; 17 * 17];
+    for a in 0..17usize {
+        binoms[a * 17] = 1;
+        for b in 1..=a {
+            binoms[a * 17 + b] = binoms[(a - 1) * 17 + b - 1] + if b < a { binoms[(a - 1) * 17 + b] } else { 0 };
+        }
+    }
     let stats = upload_one(ctx, &vec![0u32; 5 + masks])?;
     mem.add(&stats);
     // Loop steps per invocation and launch on llvmpipe (see `iterate` in
     // shaders/skyline.wgsl): its SIMD group may take (d + 2) back-edges a step.
     let step_limit = match kernel {
-        SkylineKernel::Wide => 0,
+        SkylineKernel::Wide | SkylineKernel::Mixed => 0,
         SkylineKernel::Thread => step_limit.unwrap_or(if ctx.is_cpu_adapter() { (60_000 / (d as u32 + 2)).max(1) } else { 0 }),
     };
     if profile {
@@ -925,7 +963,15 @@ fn gpu_chunk(
         };
         mem.add(&res);
         let aux = upload_one(ctx, &parts)?;
-        mem.spike(aux.device_bytes());
+        // The level's mask -> partition index + 1 table (0: no such partition),
+        // then the binomial table (iterate_wide enumerates subsets of a mask).
+        let mut tab = vec![0u32; masks];
+        for (k, t) in parts.chunks_exact(3).enumerate() {
+            tab[t[0] as usize] = k as u32 + 1;
+        }
+        tab.extend_from_slice(&binoms);
+        let ptab = upload_one(ctx, &tab)?;
+        mem.spike(aux.device_bytes() + ptab.device_bytes());
         let mut enc = ctx.encoder("skyline-clear");
         enc.clear_buffer(buf(&stats), 16, Some(4 * (1 + masks) as u64));
         if step_limit > 0 {
@@ -934,6 +980,11 @@ fn gpu_chunk(
         ctx.submit(enc)?;
         let step = iterate_launch_rows(ctx);
         let t_level = Instant::now();
+        let lk = match kernel {
+            SkylineKernel::Mixed if parts.len() / 3 <= thread_parts() => SkylineKernel::Thread,
+            SkylineKernel::Mixed => SkylineKernel::Wide,
+            k => k,
+        };
         let s = loop {
             for first in (0..ncur).step_by(step) {
                 let p = SkyParams {
@@ -944,7 +995,19 @@ fn gpu_chunk(
                     full: step_limit,
                     ..base
                 };
-                if kernel == SkylineKernel::Wide {
+                if lk == SkylineKernel::Wide {
+                    // `full` carries the subset lookup choice (no step bound here).
+                    let env = || match std::env::var("RIDGELINE_SKYLINE_SUBSETS").ok().as_deref() {
+                        Some("always") => Some(true),
+                        Some("never") => Some(false),
+                        _ => None,
+                    };
+                    let full = match subset_lookup.or_else(env) {
+                        None => 0,
+                        Some(true) => 1,
+                        Some(false) => 2,
+                    };
+                    let p = SkyParams { full, ..p };
                     launch_groups(
                         ctx,
                         "iterate_wide",
@@ -953,10 +1016,11 @@ fn gpu_chunk(
                             (1, buf(&r)),
                             (2, buf(&stats)),
                             (3, buf(&aux)),
-                            (5, buf(&mq)),
+                            (6, buf(&wq)),
                             (7, buf(&idx)),
                             (8, buf(&dead)),
                             (9, buf(&keep)),
+                            (10, buf(&ptab)),
                         ],
                         (ncur - first).min(step) as u64,
                     )?;
@@ -971,7 +1035,7 @@ fn gpu_chunk(
                         (2, buf(&stats)),
                         (3, buf(&aux)),
                         (4, buf(&res)),
-                        (5, buf(&mq)),
+                        (6, buf(&wq)),
                         (7, buf(&idx)),
                         (8, buf(&dead)),
                         (9, buf(&keep)),
@@ -999,16 +1063,25 @@ fn gpu_chunk(
         let next: usize = counts.iter().map(|&c| c as usize).sum();
         if next > 0 {
             // Repacking (line 25): stable stream compaction of the working set.
-            let c = compact(ctx, Selection::Flags(&keep), &[Column::new(&idx)], CompactAlgo::Stable)?;
+            let c = compact(ctx, Selection::Flags(&keep), &[Column::new(&idx), Column::new(&wq)], CompactAlgo::Stable)?;
             mem.spike(c.scratch_bytes + c.columns.iter().map(|c| c.values.device_bytes()).sum::<u64>());
             if c.count != next {
                 return Err(GpuError::Invalid(format!("skyline repacking kept {} of {next} rows", c.count)));
             }
             mem.sub(&idx);
-            idx = c.columns.into_iter().next().map(|c| c.values).ok_or_else(|| GpuError::Invalid("no column".into()))?;
+            mem.sub(&wq);
+            let mut cols = c.columns.into_iter().map(|c| c.values);
+            match (cols.next(), cols.next()) {
+                (Some(a), Some(b)) => {
+                    idx = a;
+                    wq = b;
+                }
+                _ => return Err(GpuError::Invalid("skyline repacking lost a column".into())),
+            }
             mem.add(&idx);
-            if std::env::var_os("RIDGELINE_SKYLINE_CHECK").is_some() {
-                check_working_set(ctx, &idx, &mq, &counts, order)?;
+            mem.add(&wq);
+            if let Some(mq) = &mq {
+                check_working_set(ctx, &idx, &wq, mq, &counts, order)?;
                 let dd = dead.download::<u32>(ctx)?;
                 let mqv = mq.download::<u32>(ctx)?;
                 let want = (0..n).filter(|&k| dd[k] == 0 && (mqv[k] & 0xffff).count_ones() as usize > l).count();
@@ -1020,7 +1093,7 @@ fn gpu_chunk(
         mem.sub(&keep);
         if profile {
             eprintln!(
-                "skyline profile: level {l}: working set {ncur}, {} partitions, iterate {iterate_ms:.3} ms ({level_dts} dominance tests, {level_mts} mask tests), repack {:.3} ms, {next} kept",
+                "skyline profile: level {l} ({lk:?}): working set {ncur}, {} partitions, iterate {iterate_ms:.3} ms ({level_dts} dominance tests, {level_mts} mask tests), repack {:.3} ms, {next} kept",
                 parts.len() / 3,
                 t_repack.elapsed().as_secs_f64() * 1e3
             );
@@ -1039,10 +1112,21 @@ fn gpu_chunk(
 }
 
 /// Debugging aid (`RIDGELINE_SKYLINE_CHECK`): the working set is in (|M|, M) order,
-/// without repeats, and matches the per-mask counts.
-fn check_working_set(ctx: &GpuContext, idx: &DeviceArray, mq: &DeviceArray, counts: &[u32], order: &[u32]) -> GpuResult<()> {
+/// without repeats, matches the per-mask counts, and its masks are its rows'.
+fn check_working_set(
+    ctx: &GpuContext,
+    idx: &DeviceArray,
+    wq: &DeviceArray,
+    mq: &DeviceArray,
+    counts: &[u32],
+    order: &[u32],
+) -> GpuResult<()> {
     let idx = idx.download::<u32>(ctx)?;
+    let wq = wq.download::<u32>(ctx)?;
     let mq = mq.download::<u32>(ctx)?;
+    if let Some(k) = (0..idx.len()).find(|&k| wq[k] != mq[idx[k] as usize]) {
+        return Err(GpuError::Invalid(format!("working set mask at {k} is not its row's")));
+    }
     let rank: std::collections::HashMap<u32, usize> = order.iter().enumerate().map(|(k, &m)| (m, k)).collect();
     let mut seen = std::collections::HashSet::new();
     let mut got = vec![0u32; counts.len()];
@@ -1101,7 +1185,11 @@ pub fn skyline_gpu_with(ctx: &GpuContext, m: RankMatrix<'_>, opts: &SkylineGpuOp
     }
     let chunk = chunk.max(1);
     let order = mask_order(d);
-    let kernel = SkylineKernel::choose(opts.kernel, ctx);
+    // A step bound asks for the kernel that has one.
+    let kernel = match opts.step_limit {
+        Some(l) if l > 0 && opts.kernel.is_none() => SkylineKernel::Thread,
+        _ => SkylineKernel::choose(opts.kernel, ctx),
+    };
     // Candidates: None = every row of `m`; Some((global ids, their rows)).
     let mut cand: Option<(Vec<u32>, Vec<u32>)> = None;
     loop {
@@ -1118,7 +1206,7 @@ pub fn skyline_gpu_with(ctx: &GpuContext, m: RankMatrix<'_>, opts: &SkylineGpuOp
         let mut next = Vec::new();
         for c in (0..cn).step_by(chunk) {
             let e = (c + chunk).min(cn);
-            let out = gpu_chunk(ctx, &ranks[c * d..e * d], e - c, d, &order, opts.step_limit, kernel)?;
+            let out = gpu_chunk(ctx, &ranks[c * d..e * d], e - c, d, &order, opts.step_limit, kernel, opts.subset_lookup)?;
             st.dominance_tests += out.dominance_tests;
             st.mask_tests += out.mask_tests;
             st.device_bytes = st.device_bytes.max(out.device_bytes);

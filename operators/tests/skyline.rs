@@ -347,7 +347,8 @@ fn larger_than_binding() {
     eprintln!("n={n} d={d}: skyline {} | cpu {cst:?} | gpu {gst:?}", want.len());
 }
 
-/// Both iteration kernels (one invocation per point, one workgroup per point) against
+/// The iteration kernels (one invocation per point, one workgroup per point with
+/// and without subset lookups, the two mixed by level) against
 /// the reference on every distribution and width, ties, duplicates, all-equal rows,
 /// one row, sizes that are not multiples of either workgroup, long partitions (the
 /// anti-diagonal: two partitions of half the rows each) and several chunks; their
@@ -358,15 +359,23 @@ fn iteration_kernels_agree() {
     let Some(c) = c.as_deref() else { return };
     let run = |m: RankMatrix<'_>, want: &[u32], what: &str, chunk: usize| {
         let mut tests = Vec::new();
-        for kernel in [SkylineKernel::Thread, SkylineKernel::Wide] {
-            let opts = SkylineGpuOptions { kernel: Some(kernel), max_chunk_rows: chunk, ..Default::default() };
-            let (got, st) = skyline_gpu_with(c, m, &opts).unwrap_or_else(|e| panic!("{kernel:?} on {what}: {e}"));
-            assert_eq!(got, want, "{kernel:?} kernel differs: {what} ({st:?})");
+        let variants = [
+            (SkylineKernel::Thread, None),
+            (SkylineKernel::Wide, None),
+            (SkylineKernel::Wide, Some(true)),
+            (SkylineKernel::Wide, Some(false)),
+            (SkylineKernel::Mixed, None),
+        ];
+        for (kernel, subset_lookup) in variants {
+            let opts = SkylineGpuOptions { kernel: Some(kernel), subset_lookup, max_chunk_rows: chunk, ..Default::default() };
+            let (got, st) = skyline_gpu_with(c, m, &opts).unwrap_or_else(|e| panic!("{kernel:?} {subset_lookup:?} on {what}: {e}"));
+            assert_eq!(got, want, "{kernel:?} kernel (subset lookup {subset_lookup:?}) differs: {what} ({st:?})");
             tests.push((st.dominance_tests, st.mask_tests));
         }
-        // Both count the mask tests they ran: the same partition tests (Eq. 1) and
-        // per-point tests, so where one ran none, so did the other.
-        assert_eq!(tests[0].1 > 0, tests[1].1 > 0, "{what}: {tests:?}");
+        // Each counts the mask tests it ran: a test per candidate partition (Eq. 1
+        // or a subset looked up) and per point, so where one ran none, so did the
+        // others.
+        assert!(tests.iter().all(|t| (t.1 > 0) == (tests[0].1 > 0)), "{what}: {tests:?}");
     };
     for (k, dist) in [Dist::Independent, Dist::Correlated, Dist::Anticorrelated].into_iter().enumerate() {
         for d in [1usize, 2, 3, 5, 8, 12, 16] {

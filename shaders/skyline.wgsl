@@ -388,6 +388,59 @@ fn deposit(x: u32, m: u32) -> u32 {
     return r;
 }
 
+// Working-set positions j = first, first + WGW, .. below end against point pi (at
+// position skip, not tested): the mask test ((same & Q_j) | Q_i) == Q_i (Eq. 4, or
+// Eq. 5 with same all ones), then the dominance test (strict: full; else the
+// distinct-value test) where it passes; stops once any lane has found a dominator
+// (w_found). WILP positions a step (their loads independent). Returns (dominance
+// tests, mask tests).
+const WILP: u32 = {{WILP}}u;
+
+fn scan_one(j: u32, ok: bool, same: u32, qj: u32, qi: u32, pi: u32, strict: bool) -> u32 {
+    if !ok || ((same & qj) | qi) != qi { return 0u; }
+    let pj = widx[j];
+    if select(no_worse(pj, pi), dominates(pj, pi), strict) {
+        atomicStore(&w_found, 1u);
+    }
+    return 1u;
+}
+
+fn scan_range(first: u32, end: u32, same: u32, qi: u32, pi: u32, skip: u32, strict: bool) -> vec2<u32> {
+    var dts = 0u;
+    var mts = 0u;
+    if first >= end { return vec2<u32>(0u, 0u); }
+    let last = end - 1u;
+    var j = first;
+    loop {
+        if j >= end || atomicLoad(&w_found) != 0u { break; }
+        if WILP == 1u {
+            let ok = j != skip;
+            mts += select(0u, 1u, ok);
+            dts += scan_one(j, ok, same, wq[j] >> 16u, qi, pi, strict);
+            j += WGW;
+            continue;
+        }
+        let j1 = j + WGW;
+        let j2 = j1 + WGW;
+        let j3 = j2 + WGW;
+        let q0 = wq[j] >> 16u;
+        let q1 = wq[min(j1, last)] >> 16u;
+        let q2 = wq[min(j2, last)] >> 16u;
+        let q3 = wq[min(j3, last)] >> 16u;
+        let ok0 = j != skip;
+        let ok1 = j1 < end && j1 != skip;
+        let ok2 = j2 < end && j2 != skip;
+        let ok3 = j3 < end && j3 != skip;
+        mts += select(0u, 1u, ok0) + select(0u, 1u, ok1) + select(0u, 1u, ok2) + select(0u, 1u, ok3);
+        dts += scan_one(j, ok0, same, q0, qi, pi, strict);
+        dts += scan_one(j1, ok1, same, q1, qi, pi, strict);
+        dts += scan_one(j2, ok2, same, q2, qi, pi, strict);
+        dts += scan_one(j3, ok3, same, q3, qi, pi, strict);
+        j = j3 + WGW;
+    }
+    return vec2<u32>(dts, mts);
+}
+
 @compute @workgroup_size(WGW)
 fn iterate_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                 @builtin(local_invocation_index) lid: u32) {
@@ -418,19 +471,11 @@ fn iterate_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
             let mid = (lo + hi) / 2u;
             if aux[mid * 3u] <= mi { lo = mid; } else { hi = mid; }
         }
-        let end = aux[lo * 3u + 2u];
-        for (var j = aux[lo * 3u + 1u] + lid; j < end; j += WGW) {
-            if atomicLoad(&w_found) != 0u { break; }
-            if j == i { continue; }
-            mts += 1u;
-            // Eq. 5: Q_j has a bit Q_i lacks => p_j does not dominate p_i.
-            if ((wq[j] >> 16u) | qi) == qi {
-                dts += 1u;
-                if dominates(widx[j], pi) {
-                    atomicStore(&w_found, 1u);
-                }
-            }
-        }
+        // Eq. 5 (Q_j has a bit Q_i lacks => p_j does not dominate p_i), then the
+        // full dominance test; the point itself skipped.
+        let c = scan_range(aux[lo * 3u + 1u] + lid, aux[lo * 3u + 2u], 0xffffffffu, qi, pi, i, true);
+        dts += c.x;
+        mts += c.y;
     } else {
         let notmi = ~mi;
         // Candidate partitions, WGW at a time: the level-l subsets of M (looked up
@@ -467,19 +512,10 @@ fn iterate_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
             let cnt = workgroupUniformLoad(&w_n);
             for (var m = 0u; m < cnt; m++) {
                 let kk = w_list[m];
-                let end = aux[kk * 3u + 2u];
-                let same = aux[kk * 3u] | notmi;
-                for (var j = aux[kk * 3u + 1u] + lid; j < end; j += WGW) {
-                    if atomicLoad(&w_found) != 0u { break; }
-                    mts += 1u;
-                    // Eq. 4.
-                    if ((same & (wq[j] >> 16u)) | qi) == qi {
-                        dts += 1u;
-                        if no_worse(widx[j], pi) {
-                            atomicStore(&w_found, 1u);
-                        }
-                    }
-                }
+                // Eq. 4, then the distinct-value dominance test.
+                let c = scan_range(aux[kk * 3u + 1u] + lid, aux[kk * 3u + 2u], aux[kk * 3u] | notmi, qi, pi, 0xffffffffu, false);
+                dts += c.x;
+                mts += c.y;
             }
             workgroupBarrier();
             if lid == 0u {

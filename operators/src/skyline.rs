@@ -666,6 +666,15 @@ impl SkylineKernel {
     }
 }
 
+/// Positions each lane of `iterate_wide` tests per step of a partition scan, their
+/// loads independent (4; `RIDGELINE_SKYLINE_WIDE_ILP=1` for one, a diagnosis aid).
+fn wide_ilp() -> u32 {
+    match std::env::var("RIDGELINE_SKYLINE_WIDE_ILP").ok().as_deref() {
+        Some("1") => 1,
+        _ => 4,
+    }
+}
+
 /// Levels with at most this many partitions run the per-invocation kernel under
 /// [`SkylineKernel::Mixed`] (`RIDGELINE_SKYLINE_THREAD_PARTS`, a diagnosis aid).
 fn thread_parts() -> usize {
@@ -740,7 +749,8 @@ fn launch_groups(ctx: &GpuContext, entry: &str, p: SkyParams, bindings: &[(u32, 
     if groups == 0 {
         return Ok(());
     }
-    let pipe = ctx.pipeline("skyline", SKY_WGSL, entry, &[("WG", SKY_WG.to_string()), ("WGW", wide_wg().to_string())])?;
+    let defs = [("WG", SKY_WG.to_string()), ("WGW", wide_wg().to_string()), ("WILP", wide_ilp().to_string())];
+    let pipe = ctx.pipeline("skyline", SKY_WGSL, entry, &defs)?;
     let threads = groups * SKY_WG as u64;
     let max_dim = ctx.limits().max_compute_workgroups_per_dimension;
     if groups > max_dim as u64 * max_dim as u64 {

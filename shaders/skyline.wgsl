@@ -344,7 +344,9 @@ var<workgroup> w_cnt: atomic<u32>;
 var<workgroup> w_n: u32;
 var<workgroup> w_stop: u32;
 var<workgroup> w_pt: vec2<u32>;
-var<workgroup> w_list: array<u32, WGW>;
+var<workgroup> w_start: array<u32, WGW>;
+var<workgroup> w_same: array<u32, WGW>;
+var<workgroup> w_pre: array<u32, WGW + 1u>;
 var<workgroup> w_dts: atomic<u32>;
 var<workgroup> w_mts: atomic<u32>;
 
@@ -388,57 +390,17 @@ fn deposit(x: u32, m: u32) -> u32 {
     return r;
 }
 
-// Working-set positions j = first, first + WGW, .. below end against point pi (at
-// position skip, not tested): the mask test ((same & Q_j) | Q_i) == Q_i (Eq. 4, or
-// Eq. 5 with same all ones), then the dominance test (strict: full; else the
-// distinct-value test) where it passes; stops once any lane has found a dominator
-// (w_found). WILP positions a step (their loads independent). Returns (dominance
-// tests, mask tests).
-const WILP: u32 = {{WILP}}u;
-
-fn scan_one(j: u32, ok: bool, same: u32, qj: u32, qi: u32, pi: u32, strict: bool) -> u32 {
-    if !ok || ((same & qj) | qi) != qi { return 0u; }
+// Eq. 4 (or Eq. 5 with same all ones) between working-set position j and point pi:
+// ((same & Q_j) | Q_i) == Q_i, then the dominance test (strict: full; else the
+// distinct-value test) where it passes; a dominator sets w_found. Returns the
+// dominance tests run (0 or 1).
+fn test_pos(j: u32, same: u32, qi: u32, pi: u32, strict: bool) -> u32 {
+    if ((same & (wq[j] >> 16u)) | qi) != qi { return 0u; }
     let pj = widx[j];
     if select(no_worse(pj, pi), dominates(pj, pi), strict) {
         atomicStore(&w_found, 1u);
     }
     return 1u;
-}
-
-fn scan_range(first: u32, end: u32, same: u32, qi: u32, pi: u32, skip: u32, strict: bool) -> vec2<u32> {
-    var dts = 0u;
-    var mts = 0u;
-    if first >= end { return vec2<u32>(0u, 0u); }
-    let last = end - 1u;
-    var j = first;
-    loop {
-        if j >= end || atomicLoad(&w_found) != 0u { break; }
-        if WILP == 1u {
-            let ok = j != skip;
-            mts += select(0u, 1u, ok);
-            dts += scan_one(j, ok, same, wq[j] >> 16u, qi, pi, strict);
-            j += WGW;
-            continue;
-        }
-        let j1 = j + WGW;
-        let j2 = j1 + WGW;
-        let j3 = j2 + WGW;
-        let q0 = wq[j] >> 16u;
-        let q1 = wq[min(j1, last)] >> 16u;
-        let q2 = wq[min(j2, last)] >> 16u;
-        let q3 = wq[min(j3, last)] >> 16u;
-        let ok0 = j != skip;
-        let ok1 = j1 < end && j1 != skip;
-        let ok2 = j2 < end && j2 != skip;
-        let ok3 = j3 < end && j3 != skip;
-        mts += select(0u, 1u, ok0) + select(0u, 1u, ok1) + select(0u, 1u, ok2) + select(0u, 1u, ok3);
-        dts += scan_one(j, ok0, same, q0, qi, pi, strict);
-        dts += scan_one(j1, ok1, same, q1, qi, pi, strict);
-        dts += scan_one(j2, ok2, same, q2, qi, pi, strict);
-        dts += scan_one(j3, ok3, same, q3, qi, pi, strict);
-        j = j3 + WGW;
-    }
-    return vec2<u32>(dts, mts);
 }
 
 @compute @workgroup_size(WGW)
@@ -473,19 +435,24 @@ fn iterate_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
         }
         // Eq. 5 (Q_j has a bit Q_i lacks => p_j does not dominate p_i), then the
         // full dominance test; the point itself skipped.
-        let c = scan_range(aux[lo * 3u + 1u] + lid, aux[lo * 3u + 2u], 0xffffffffu, qi, pi, i, true);
-        dts += c.x;
-        mts += c.y;
+        let end = aux[lo * 3u + 2u];
+        for (var j = aux[lo * 3u + 1u] + lid; j < end; j += WGW) {
+            if atomicLoad(&w_found) != 0u { break; }
+            if j == i { continue; }
+            mts += 1u;
+            dts += test_pos(j, 0xffffffffu, qi, pi, true);
+        }
     } else {
         let notmi = ~mi;
         // Candidate partitions, WGW at a time: the level-l subsets of M (looked up
-        // in ptab, the level's mask -> partition + 1 table) where there are fewer
-        // of them than a quarter of the partitions, else every partition (Eq. 1).
-        // One mask test per candidate either way.
+        // in ptab, the level's mask -> partition + 1 table) or every partition
+        // (Eq. 1). One mask test per candidate either way.
         let nm = countOneBits(mi);
         let nsub = binom(nm, P.l);
         // P.full: 0 chooses, 1 always looks subsets up, 2 never (tests).
-        let by_subsets = select(nsub * 4u < P.npart, P.full == 1u, P.full != 0u);
+        // Lookups where they take fewer rounds of WGW candidates than the walk
+        // (a lookup costs about what a partition test does).
+        let by_subsets = select((nsub + WGW - 1u) / WGW < (P.npart + WGW - 1u) / WGW, P.full == 1u, P.full != 0u);
         let ncand = select(P.npart, nsub, by_subsets);
         for (var k0 = 0u; k0 < ncand; k0 += WGW) {
             if lid == 0u {
@@ -495,27 +462,42 @@ fn iterate_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
             let c = k0 + lid;
             if c < ncand {
                 mts += 1u;
+                var k = 0xffffffffu;
                 if by_subsets {
-                    let k1 = ptab[deposit(unrank(c, nm, P.l), mi)];
-                    if k1 != 0u {
-                        w_list[atomicAdd(&w_cnt, 1u)] = k1 - 1u;
-                    }
+                    k = ptab[deposit(unrank(c, nm, P.l), mi)] - 1u;
                 } else if (aux[c * 3u] | mi) == mi {
                     // Eq. 2 holds by construction: this partition has a lower order.
-                    w_list[atomicAdd(&w_cnt, 1u)] = c;
+                    k = c;
+                }
+                if k != 0xffffffffu {
+                    let slot = atomicAdd(&w_cnt, 1u);
+                    let start = aux[k * 3u + 1u];
+                    w_start[slot] = start;
+                    w_same[slot] = aux[k * 3u] | notmi;
+                    w_pre[slot + 1u] = aux[k * 3u + 2u] - start;
                 }
             }
             workgroupBarrier();
+            // The matching partitions' points as one range (sizes summed by lane 0),
+            // strided by the lanes: small partitions do not leave lanes idle.
             if lid == 0u {
-                w_n = atomicLoad(&w_cnt);
+                let cnt = atomicLoad(&w_cnt);
+                w_pre[0] = 0u;
+                for (var m = 0u; m < cnt; m++) {
+                    w_pre[m + 1u] += w_pre[m];
+                }
+                w_n = w_pre[cnt];
             }
-            let cnt = workgroupUniformLoad(&w_n);
-            for (var m = 0u; m < cnt; m++) {
-                let kk = w_list[m];
+            let total = workgroupUniformLoad(&w_n);
+            var m = 0u;
+            for (var t = lid; t < total; t += WGW) {
+                if atomicLoad(&w_found) != 0u { break; }
+                while t >= w_pre[m + 1u] {
+                    m += 1u;
+                }
+                mts += 1u;
                 // Eq. 4, then the distinct-value dominance test.
-                let c = scan_range(aux[kk * 3u + 1u] + lid, aux[kk * 3u + 2u], aux[kk * 3u] | notmi, qi, pi, 0xffffffffu, false);
-                dts += c.x;
-                mts += c.y;
+                dts += test_pos(w_start[m] + t - w_pre[m], w_same[m], qi, pi, false);
             }
             workgroupBarrier();
             if lid == 0u {

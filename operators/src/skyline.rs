@@ -627,8 +627,8 @@ pub struct SkylineGpuOptions {
     /// CPU adapters, where only the per-invocation kernel can bound its loop steps).
     pub kernel: Option<SkylineKernel>,
     /// `iterate_wide` finds a point's candidate partitions by looking up the
-    /// level-l subsets of its mask where there are fewer than a quarter as many as
-    /// partitions, else by testing every partition (Eq. 1). `Some(true)` / `Some(false)`
+    /// level-l subsets of its mask where that takes fewer rounds (of one candidate a
+    /// lane) than testing every partition (Eq. 1), else by testing every partition. `Some(true)` / `Some(false)`
     /// force one way (tests; `RIDGELINE_SKYLINE_SUBSETS=always|never` where `None`,
     /// a diagnosis aid).
     pub subset_lookup: Option<bool>,
@@ -663,15 +663,6 @@ impl SkylineKernel {
             _ if ctx.is_cpu_adapter() => SkylineKernel::Thread,
             _ => SkylineKernel::Mixed,
         }
-    }
-}
-
-/// Positions each lane of `iterate_wide` tests per step of a partition scan, their
-/// loads independent (4; `RIDGELINE_SKYLINE_WIDE_ILP=1` for one, a diagnosis aid).
-fn wide_ilp() -> u32 {
-    match std::env::var("RIDGELINE_SKYLINE_WIDE_ILP").ok().as_deref() {
-        Some("1") => 1,
-        _ => 4,
     }
 }
 
@@ -749,7 +740,7 @@ fn launch_groups(ctx: &GpuContext, entry: &str, p: SkyParams, bindings: &[(u32, 
     if groups == 0 {
         return Ok(());
     }
-    let defs = [("WG", SKY_WG.to_string()), ("WGW", wide_wg().to_string()), ("WILP", wide_ilp().to_string())];
+    let defs = [("WG", SKY_WG.to_string()), ("WGW", wide_wg().to_string())];
     let pipe = ctx.pipeline("skyline", SKY_WGSL, entry, &defs)?;
     let threads = groups * SKY_WG as u64;
     let max_dim = ctx.limits().max_compute_workgroups_per_dimension;

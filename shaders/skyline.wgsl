@@ -28,6 +28,7 @@
 //              points with |M| > l that survive are flagged for the repacking
 //              (stream compaction on the host side) and counted per mask so the
 //              host can record the next partition starts.
+//   alive_bits the rows not marked dead as a bitmap (the skyline, read back).
 //   iterate_wide
 //              the same iteration with one workgroup per point instead of one
 //              invocation: the point's lanes test 64 level-l partitions at a time
@@ -169,6 +170,23 @@ fn scatter(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
     let pos = atomicAdd(&stats[m & 0xffffu], 1u);
     keep[pos] = r;
     wq[pos] = m;
+}
+
+// The survivors as bits: keep[w] bit b set iff row 32 w + b (< n) is not dead, so
+// the host reads n / 8 bytes back instead of 4 n.
+@compute @workgroup_size(WG)
+fn alive_bits(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+    let w = row_index(wid, nwg, lid);
+    if w * 32u >= P.n { return; }
+    var bits = 0u;
+    for (var b = 0u; b < 32u; b++) {
+        let r = w * 32u + b;
+        if r < P.n && dead[r] == 0u {
+            bits |= 1u << b;
+        }
+    }
+    keep[w] = bits;
 }
 
 // Row p dominates row q (no worse everywhere, better somewhere). The loop stops at

@@ -942,6 +942,7 @@ fn gpu_chunk(
         if ncur == 0 {
             break;
         }
+        let t_prep = Instant::now();
         // The level-l partitions (line 12): (mask, start, end) in working-set positions.
         let mut parts = Vec::new();
         let mut pos = 0u32;
@@ -980,6 +981,7 @@ fn gpu_chunk(
         }
         ctx.submit(enc)?;
         let step = iterate_launch_rows(ctx);
+        let prep_ms = t_prep.elapsed().as_secs_f64() * 1e3;
         let t_level = Instant::now();
         let lk = match kernel {
             SkylineKernel::Mixed if parts.len() / 3 <= thread_parts() => SkylineKernel::Thread,
@@ -1094,15 +1096,37 @@ fn gpu_chunk(
         mem.sub(&keep);
         if profile {
             eprintln!(
-                "skyline profile: level {l} ({lk:?}): working set {ncur}, {} partitions, iterate {iterate_ms:.3} ms ({level_dts} dominance tests, {level_mts} mask tests), repack {:.3} ms, {next} kept",
+                "skyline profile: level {l} ({lk:?}): working set {ncur}, {} partitions, prep {prep_ms:.3} ms, iterate {iterate_ms:.3} ms ({level_dts} dominance tests, {level_mts} mask tests), repack {:.3} ms, {next} kept",
                 parts.len() / 3,
                 t_repack.elapsed().as_secs_f64() * 1e3
             );
         }
         ncur = next;
     }
-    let dead = dead.download::<u32>(ctx)?;
-    let rows = (0..n as u32).filter(|&k| dead[k as usize] == 0).collect();
+    let t_fin = Instant::now();
+    if profile {
+        ctx.wait()?;
+    }
+    let t_dl = Instant::now();
+    // The survivors as a bitmap (n / 8 bytes read back), listed in parallel.
+    let words = n.div_ceil(32);
+    let bits = DeviceArray::alloc(ctx, words, 4)?;
+    mem.spike(bits.device_bytes());
+    launch(ctx, "alive_bits", SkyParams { n: n as u32, ..base }, &[(8, buf(&dead)), (9, buf(&bits))], words)?;
+    let bits = bits.download::<u32>(ctx)?;
+    let t_rows = Instant::now();
+    let rows = bits_to_rows(&bits);
+    if profile {
+        let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
+        let now = Instant::now();
+        eprintln!(
+            "skyline profile: finish: queue drained {:.3} ms, dead flags read {:.3} ms, rows listed {:.3} ms; chunk {:.3} ms",
+            ms(t_fin, t_dl),
+            ms(t_dl, t_rows),
+            ms(t_rows, now),
+            t_chunk.elapsed().as_secs_f64() * 1e3
+        );
+    }
     Ok(ChunkOut {
         rows,
         dominance_tests: last[0] as u64 | (last[1] as u64) << 32,
@@ -1110,6 +1134,28 @@ fn gpu_chunk(
         device_bytes: mem.peak,
         resumed,
     })
+}
+
+/// The set bits of a bitmap (bit b of word w: row 32 w + b) in ascending order.
+fn bits_to_rows(bits: &[u32]) -> Vec<u32> {
+    const WORDS: usize = 1 << 12;
+    let parts: Vec<Vec<u32>> = bits
+        .par_chunks(WORDS)
+        .enumerate()
+        .map(|(c, ws)| {
+            let mut out = Vec::with_capacity(ws.iter().map(|w| w.count_ones() as usize).sum());
+            for (i, &w) in ws.iter().enumerate() {
+                let mut w = w;
+                let base = ((c * WORDS + i) * 32) as u32;
+                while w != 0 {
+                    out.push(base + w.trailing_zeros());
+                    w &= w - 1;
+                }
+            }
+            out
+        })
+        .collect();
+    parts.concat()
 }
 
 /// Debugging aid (`RIDGELINE_SKYLINE_CHECK`): the working set is in (|M|, M) order,
@@ -1213,6 +1259,11 @@ pub fn skyline_gpu_with(ctx: &GpuContext, m: RankMatrix<'_>, opts: &SkylineGpuOp
             st.device_bytes = st.device_bytes.max(out.device_bytes);
             st.chunks += 1;
             st.resumed_launches += out.resumed;
+            if cand.is_none() && cn <= chunk {
+                // One chunk of the whole input: its rows are the answer, ascending.
+                st.wall_ms = t0.elapsed().as_secs_f64() * 1e3;
+                return Ok((out.rows, st));
+            }
             next.extend(out.rows.iter().map(|&r| global(c + r as usize)));
         }
         next.sort_unstable();

@@ -33,9 +33,10 @@
 //!      > q3 where M is set, else > q1) per surviving row, stored as M | Q << 16;
 //!      a counting sort by (|M|, M): the GPU builds the histogram over M, the host
 //!      turns its 2^d counts into each mask's first slot, the GPU scatters the row
-//!      ids with atomic cursors. The sorted ids are the working set; the rank
-//!      matrix is not copied (an invocation loads its own row once; the rows it
-//!      compares against are shared by the invocations of a partition).
+//!      ids with atomic cursors, and each row's masks beside its id (`wq`), so the
+//!      iteration reads its comparands' masks in order. The sorted ids are the
+//!      working set; the rank matrix is not copied (the rows compared against are
+//!      read through their ids, shared by the lanes testing one point).
 //!   4. `iterate` for l = 0..=d: every point of the working set (|M| >= l, not yet
 //!      dominated) compares against the level-l points: a point with |M| = l only
 //!      against its own partition (Eq. 3), with the quartile test of Eq. 5 before each
@@ -44,21 +45,39 @@
 //!      partition) and inside the others runs Eq. 4 before a distinct-value dominance
 //!      test. Dominated points are flagged dead; the level-l survivors are final
 //!      (no point of a higher order can dominate them, Eq. 2). The working set is
-//!      then repacked by the stable stream compaction of [`crate::compact`] (so it
-//!      stays in (|M|, M) order) and the per-mask counts of the kept points (atomics
-//!      in the same kernel) give the next level's partition starts.
-//!   5. The skyline: the rows not flagged dead (the pre-filter flags its drops).
+//!      then repacked by the stable stream compaction of [`crate::compact`] (ids
+//!      and masks; so it stays in (|M|, M) order) and the per-mask counts of the
+//!      kept points (atomics in the same kernel) give the next level's partition
+//!      starts.
+//!
+//!      Two kernels do a level ([`SkylineKernel`]). `iterate` gives each point one
+//!      invocation, as the paper does. A point's work grows with the number of
+//!      level-l partitions below its mask, C(|M|, l), so the warps holding high-|M|
+//!      points ran long after the rest: on the H100 at 1M anticorrelated d = 12
+//!      rows, level 5 took 25.8 ms for 1.4G mask tests. `iterate_wide` gives each
+//!      point a workgroup of 64 lanes: they find the candidate partitions 64 at a
+//!      time (by Eq. 1 over every partition, or by looking up the level-l subsets
+//!      of M in a mask -> partition table where that takes fewer rounds), then
+//!      stride through the matching partitions' points as one range, stopping at
+//!      the first dominator any lane finds. Levels of at most 16 partitions, where
+//!      every point's work is small, keep `iterate` ([`SkylineKernel::Mixed`], the
+//!      default on GPUs). At 1M anticorrelated d = 12 rows the whole skyline went
+//!      from 99.6 to 25.2 ms on the H100, d = 16 from 130 to 37 ms (BENCHMARKS.md,
+//!      session 15).
+//!   5. The skyline: the rows not flagged dead (the pre-filter flags its drops),
+//!      read back as a bitmap (`alive_bits`) and listed in parallel.
 //!
 //!   Mask tests and dominance tests are counted on the GPU (per-invocation counts
 //!   added to 64-bit counters kept as two `u32` with an atomic carry).
-//!   `device_bytes` is the peak of one chunk: the rank matrix, 2 `u32` per row (masks,
-//!   dead flag), 3 per surviving row (working set, keep flags, the compaction's
-//!   output; 2 more on CPU adapters for resuming, see below) plus the compaction's
-//!   scratch and two 2^d histograms; pool size classes included. That is about
-//!   1 + 5/d times the matrix on GPUs (1 + 7/d on CPU adapters; measured there:
-//!   1.57x at d = 12, 1.93-2.01x at d = 8): at most 2x from d = 5 or 6 on (d = 8 on
-//!   CPU adapters); small d and tiny inputs (where the 2^d arrays and 256-byte
-//!   minimum buffers dominate) go above.
+//!   `device_bytes` is the peak of one chunk: the rank matrix, 1 `u32` per row (dead
+//!   flag; the masks by row too until the sort), 5 per surviving row (ids and masks
+//!   of the working set, keep flags, the compaction's two output columns; 2 more on
+//!   CPU adapters for resuming, see below) plus the compaction's scratch, two 2^d
+//!   histograms and a level's 2^d partition table; pool size classes included. That
+//!   is about 1 + 6/d times the matrix on GPUs (1 + 8/d on CPU adapters; measured on
+//!   the H100: 1.88x at d = 6, 1.55x at d = 12, 1.45x at d = 16, 1M anticorrelated
+//!   rows): at most 2x from d = 6 on (d = 8 on CPU adapters); small d and tiny
+//!   inputs (where the 2^d arrays and 256-byte minimum buffers dominate) go above.
 //!
 //!   Measured on lavapipe (Mesa's CPU Vulkan driver, 2 shared cores, release
 //!   build, `examples/skyline_bench`; ratios only, absolute times mean nothing
@@ -935,6 +954,9 @@ fn gpu_chunk(
     if profile {
         eprintln!("skyline profile: n {n} d {d} kernel {kernel:?}: setup (upload, quartiles, masks, sort) {:.3} ms, {n1} rows after the pre-filter", t_chunk.elapsed().as_secs_f64() * 1e3);
     }
+    // The resume state's stand-in where the iteration has no step bound.
+    let no_res = upload_one(ctx, &[0u32; 4])?;
+    mem.add(&no_res);
     let mut ncur = n1;
     let mut last = [0u32; 4];
     let mut resumed = 0u32;
@@ -959,11 +981,13 @@ fn gpu_chunk(
         let keep = DeviceArray::alloc(ctx, ncur, 4)?;
         mem.add(&keep);
         let res = if step_limit > 0 {
-            DeviceArray::alloc_segmented(ctx, 2 * ncur, 4, one_seg(2 * ncur))?
+            let r = DeviceArray::alloc_segmented(ctx, 2 * ncur, 4, one_seg(2 * ncur))?;
+            mem.add(&r);
+            Some(r)
         } else {
-            upload_one(ctx, &[0u32; 4])?
+            None
         };
-        mem.add(&res);
+        let res_buf = res.as_ref().map_or(buf(&no_res), buf);
         let aux = upload_one(ctx, &parts)?;
         // The level's mask -> partition index + 1 table (0: no such partition),
         // then the binomial table (iterate_wide enumerates subsets of a mask).
@@ -977,7 +1001,7 @@ fn gpu_chunk(
         let mut enc = ctx.encoder("skyline-clear");
         enc.clear_buffer(buf(&stats), 16, Some(4 * (1 + masks) as u64));
         if step_limit > 0 {
-            enc.clear_buffer(buf(&res), 0, Some(8 * ncur as u64));
+            enc.clear_buffer(res_buf, 0, Some(8 * ncur as u64));
         }
         ctx.submit(enc)?;
         let step = iterate_launch_rows(ctx);
@@ -1037,7 +1061,7 @@ fn gpu_chunk(
                         (1, buf(&r)),
                         (2, buf(&stats)),
                         (3, buf(&aux)),
-                        (4, buf(&res)),
+                        (4, res_buf),
                         (6, buf(&wq)),
                         (7, buf(&idx)),
                         (8, buf(&dead)),
@@ -1055,8 +1079,9 @@ fn gpu_chunk(
             enc.clear_buffer(buf(&stats), 16, Some(4));
             ctx.submit(enc)?;
         };
-        mem.sub(&res);
-        drop(res);
+        if let Some(r) = res {
+            mem.sub(&r);
+        }
         let iterate_ms = t_level.elapsed().as_secs_f64() * 1e3;
         let t_repack = Instant::now();
         let level_tests = |s: &[u32], k: usize| (s[k] as u64 | (s[k + 1] as u64) << 32) - (last[k] as u64 | (last[k + 1] as u64) << 32);
@@ -1136,26 +1161,34 @@ fn gpu_chunk(
     })
 }
 
-/// The set bits of a bitmap (bit b of word w: row 32 w + b) in ascending order.
+/// The set bits of a bitmap (bit b of word w: row 32 w + b) in ascending order:
+/// counted per chunk of words, then written in parallel into one exact-size vector
+/// (per-chunk vectors and their concatenation cost 2.2 ms at 600k rows on the H100
+/// machine's host, mostly first touches of fresh memory).
 fn bits_to_rows(bits: &[u32]) -> Vec<u32> {
-    const WORDS: usize = 1 << 12;
-    let parts: Vec<Vec<u32>> = bits
-        .par_chunks(WORDS)
-        .enumerate()
-        .map(|(c, ws)| {
-            let mut out = Vec::with_capacity(ws.iter().map(|w| w.count_ones() as usize).sum());
-            for (i, &w) in ws.iter().enumerate() {
-                let mut w = w;
-                let base = ((c * WORDS + i) * 32) as u32;
-                while w != 0 {
-                    out.push(base + w.trailing_zeros());
-                    w &= w - 1;
-                }
+    const WORDS: usize = 1 << 11;
+    let counts: Vec<usize> = bits.par_chunks(WORDS).map(|ws| ws.iter().map(|w| w.count_ones() as usize).sum()).collect();
+    let mut out = vec![0u32; counts.iter().sum()];
+    let mut slices = Vec::with_capacity(counts.len());
+    let mut rest = out.as_mut_slice();
+    for &c in &counts {
+        let (head, tail) = rest.split_at_mut(c);
+        slices.push(head);
+        rest = tail;
+    }
+    bits.par_chunks(WORDS).zip(slices).enumerate().for_each(|(c, (ws, dst))| {
+        let mut k = 0;
+        for (i, &w) in ws.iter().enumerate() {
+            let mut w = w;
+            let base = ((c * WORDS + i) * 32) as u32;
+            while w != 0 {
+                dst[k] = base + w.trailing_zeros();
+                k += 1;
+                w &= w - 1;
             }
-            out
-        })
-        .collect();
-    parts.concat()
+        }
+    });
+    out
 }
 
 /// Debugging aid (`RIDGELINE_SKYLINE_CHECK`): the working set is in (|M|, M) order,
@@ -1280,5 +1313,26 @@ pub fn skyline_gpu_with(ctx: &GpuContext, m: RankMatrix<'_>, opts: &SkylineGpuOp
         let mut rows = vec![0u32; next.len() * d];
         rows.par_chunks_mut(d).zip(next.par_iter()).for_each(|(dst, &g)| dst.copy_from_slice(m.row(g as usize)));
         cand = Some((next, rows));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bits_to_rows;
+
+    #[test]
+    fn bitmap_rows() {
+        assert!(bits_to_rows(&[]).is_empty());
+        assert_eq!(bits_to_rows(&[0, 0]), Vec::<u32>::new());
+        assert_eq!(bits_to_rows(&[0b1011, 1 << 31]), vec![0, 1, 3, 63]);
+        // Across the per-chunk boundaries: every third row of 5000 words.
+        let n = 5000 * 32;
+        let mut bits = vec![0u32; 5000];
+        for r in (0..n).step_by(3) {
+            bits[r / 32] |= 1 << (r % 32);
+        }
+        let want: Vec<u32> = (0..n as u32).step_by(3).collect();
+        assert_eq!(bits_to_rows(&bits), want);
+        assert_eq!(bits_to_rows(&vec![u32::MAX; 4097]), (0..4097 * 32).collect::<Vec<u32>>());
     }
 }

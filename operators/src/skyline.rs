@@ -59,9 +59,9 @@
 //!      time (by Eq. 1 over every partition, or by looking up the level-l subsets
 //!      of M in a mask -> partition table where that takes fewer rounds), then
 //!      stride through the matching partitions' points as one range, stopping at
-//!      the first dominator any lane finds. Levels of at most 16 partitions, where
-//!      every point's work is small, keep `iterate` ([`SkylineKernel::Mixed`], the
-//!      default on GPUs). At 1M anticorrelated d = 12 rows the whole skyline went
+//!      the first dominator any lane finds. The low levels (below max(2, d / 4))
+//!      and levels of at most 16 partitions, where every point's work is small,
+//!      keep `iterate` ([`SkylineKernel::Mixed`], the default on GPUs). At 1M anticorrelated d = 12 rows the whole skyline went
 //!      from 99.6 to 25.2 ms on the H100, d = 16 from 130 to 37 ms (BENCHMARKS.md,
 //!      session 15).
 //!   5. The skyline: the rows not flagged dead (the pre-filter flags its drops),
@@ -663,10 +663,9 @@ pub enum SkylineKernel {
     /// and the points of each matching partition, so points below many partitions
     /// (high |M|) no longer hold up their warps. No step bound.
     Wide,
-    /// `iterate` for levels with few partitions (at most 16, or
-    /// `RIDGELINE_SKYLINE_THREAD_PARTS`: there a point's work is small and a
-    /// workgroup per point costs more than it balances), `iterate_wide` for the
-    /// rest. No step bound.
+    /// `iterate` for the low levels (below max(2, d / 4)) and levels of at most 16
+    /// partitions, where a point's work is small and a workgroup per point costs
+    /// more than it balances; `iterate_wide` for the rest. No step bound.
     Mixed,
 }
 
@@ -685,8 +684,19 @@ impl SkylineKernel {
     }
 }
 
-/// Levels with at most this many partitions run the per-invocation kernel under
-/// [`SkylineKernel::Mixed`] (`RIDGELINE_SKYLINE_THREAD_PARTS`, a diagnosis aid).
+/// Under [`SkylineKernel::Mixed`], levels below this one run the per-invocation
+/// kernel: max(2, d / 4) (`RIDGELINE_SKYLINE_THREAD_LEVELS`, a diagnosis aid). In
+/// the low levels every point has few partitions below its mask and few points in
+/// them, so a workgroup per point costs more than it balances (H100, 1M
+/// anticorrelated rows: d = 12 level 2 1.6 ms per invocation against 2.3 ms
+/// wide; d = 16 levels 2 and 3 0.7 and 1.6 against 1.8 and 2.8 ms; from level 3
+/// at d = 12 and level 4 at d = 16 wide wins).
+fn thread_levels(d: usize) -> usize {
+    std::env::var("RIDGELINE_SKYLINE_THREAD_LEVELS").ok().and_then(|v| v.parse().ok()).unwrap_or((d / 4).max(2))
+}
+
+/// Under [`SkylineKernel::Mixed`], levels with at most this many partitions also
+/// run the per-invocation kernel (`RIDGELINE_SKYLINE_THREAD_PARTS`, a diagnosis aid).
 fn thread_parts() -> usize {
     std::env::var("RIDGELINE_SKYLINE_THREAD_PARTS").ok().and_then(|v| v.parse().ok()).unwrap_or(16)
 }
@@ -1008,7 +1018,7 @@ fn gpu_chunk(
         let prep_ms = t_prep.elapsed().as_secs_f64() * 1e3;
         let t_level = Instant::now();
         let lk = match kernel {
-            SkylineKernel::Mixed if parts.len() / 3 <= thread_parts() => SkylineKernel::Thread,
+            SkylineKernel::Mixed if l < thread_levels(d) || parts.len() / 3 <= thread_parts() => SkylineKernel::Thread,
             SkylineKernel::Mixed => SkylineKernel::Wide,
             k => k,
         };

@@ -217,6 +217,17 @@ fn no_worse(p: u32, q: u32) -> bool {
     return le;
 }
 
+// The index of the level-l partition with mask m in aux (sorted by mask).
+fn own_partition(m: u32) -> u32 {
+    var lo = 0u;
+    var hi = P.npart;
+    while lo + 1u < hi {
+        let mid = (lo + hi) / 2u;
+        if aux[mid * 3u] <= m { lo = mid; } else { hi = mid; }
+    }
+    return lo;
+}
+
 fn add64(at: u32, x: u32) {
     if x == 0u { return; }
     let old = atomicAdd(&stats[at], x);
@@ -257,13 +268,8 @@ fn iterate_one(i: u32) -> vec2<u32> {
     var end = 0u;
     var same = 0u;
     if order == P.l {
-        // Eq. 3: only the own partition can hold dominators; find it.
-        var lo = 0u;
-        var hi = P.npart;
-        while lo + 1u < hi {
-            let mid = (lo + hi) / 2u;
-            if aux[mid * 3u] <= mi { lo = mid; } else { hi = mid; }
-        }
+        // Eq. 3: only the own partition can hold dominators.
+        let lo = own_partition(mi);
         if k == 0u {
             j = aux[lo * 3u + 1u];
             k = 1u;
@@ -444,13 +450,8 @@ fn iterate_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     var dts = 0u;
     var mts = 0u;
     if order == P.l {
-        // Eq. 3: only the own partition can hold dominators; find it.
-        var lo = 0u;
-        var hi = P.npart;
-        while lo + 1u < hi {
-            let mid = (lo + hi) / 2u;
-            if aux[mid * 3u] <= mi { lo = mid; } else { hi = mid; }
-        }
+        // Eq. 3: only the own partition can hold dominators.
+        let lo = own_partition(mi);
         // Eq. 5 (Q_j has a bit Q_i lacks => p_j does not dominate p_i), then the
         // full dominance test; the point itself skipped.
         let end = aux[lo * 3u + 2u];

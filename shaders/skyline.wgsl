@@ -26,8 +26,9 @@
 //              mask test each), and inside the others uses Eq. 4 before a
 //              distinct-value dominance test. Dominated points are marked dead;
 //              points with |M| > l that survive are flagged for the repacking
-//              (stream compaction on the host side) and counted per mask so the
-//              host can record the next partition starts.
+//              and counted per mask so the host can record the next partition
+//              starts.
+//   repack     the kept points scattered to their partitions for the next level.
 //   alive_bits the rows not marked dead as a bitmap (the skyline, read back).
 //   iterate_wide
 //              the same iteration with one workgroup per point instead of one
@@ -69,6 +70,8 @@ struct Params {
 @group(0) @binding(8) var<storage, read_write> dead: array<u32>;
 @group(0) @binding(9) var<storage, read_write> keep: array<u32>;
 @group(0) @binding(10) var<storage, read> ptab: array<u32>;
+@group(0) @binding(11) var<storage, read_write> idx_out: array<u32>;
+@group(0) @binding(12) var<storage, read_write> wq_out: array<u32>;
 
 const WG: u32 = {{WG}}u;
 
@@ -170,6 +173,20 @@ fn scatter(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
     let pos = atomicAdd(&stats[m & 0xffffu], 1u);
     keep[pos] = r;
     wq[pos] = m;
+}
+
+// Repacking after a level: the kept working-set points (keep[i] = 1) go to their
+// mask's next slot (stats = each mask's first slot in (|M|, M) order), ids and
+// masks together; the order inside a partition is arbitrary.
+@compute @workgroup_size(WG)
+fn repack(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_index) lid: u32) {
+    let i = row_index(wid, nwg, lid);
+    if i >= P.n || keep[i] == 0u { return; }
+    let m = wq[i];
+    let pos = atomicAdd(&stats[m & 0xffffu], 1u);
+    idx_out[pos] = widx[i];
+    wq_out[pos] = m;
 }
 
 // The survivors as bits: keep[w] bit b set iff row 32 w + b (< n) is not dead, so

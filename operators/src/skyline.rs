@@ -45,10 +45,11 @@
 //!      partition) and inside the others runs Eq. 4 before a distinct-value dominance
 //!      test. Dominated points are flagged dead; the level-l survivors are final
 //!      (no point of a higher order can dominate them, Eq. 2). The working set is
-//!      then repacked by the stable stream compaction of [`crate::compact`] (ids
-//!      and masks; so it stays in (|M|, M) order) and the per-mask counts of the
-//!      kept points (atomics in the same kernel) give the next level's partition
-//!      starts.
+//!      then repacked: the per-mask counts of the kept points (atomics in the
+//!      same kernel, read back) give each mask's first slot in (|M|, M) order, and
+//!      `repack` scatters the kept ids and masks there with atomic cursors, as the
+//!      first sort did (no count pass, no second readback; the order inside a
+//!      partition is free).
 //!
 //!      Two kernels do a level ([`SkylineKernel`]). `iterate` gives each point one
 //!      invocation, as the paper does. A point's work grows with the number of
@@ -71,9 +72,9 @@
 //!   added to 64-bit counters kept as two `u32` with an atomic carry).
 //!   `device_bytes` is the peak of one chunk: the rank matrix, 1 `u32` per row (dead
 //!   flag; the masks by row too until the sort), 5 per surviving row (ids and masks
-//!   of the working set, keep flags, the compaction's two output columns; 2 more on
-//!   CPU adapters for resuming, see below) plus the compaction's scratch, two 2^d
-//!   histograms and a level's 2^d partition table; pool size classes included. That
+//!   of the working set, keep flags, the repacked ids and masks; 2 more on CPU
+//!   adapters for resuming, see below) plus three 2^d arrays (histogram, cursors,
+//!   a level's partition table); pool size classes included. That
 //!   is about 1 + 6/d times the matrix on GPUs (1 + 8/d on CPU adapters; measured on
 //!   the H100: 1.88x at d = 6, 1.55x at d = 12, 1.45x at d = 16, 1M anticorrelated
 //!   rows): at most 2x from d = 6 on (d = 8 on CPU adapters); small d and tiny
@@ -105,7 +106,6 @@
 //!   run the CPU path; `algorithm` says so.
 
 use crate::array::DeviceArray;
-use crate::compact::{compact, Column, CompactAlgo, Selection};
 use crate::context::{dispatch_dims, GpuContext};
 use crate::error::{GpuError, GpuResult};
 use rayon::prelude::*;
@@ -1100,22 +1100,27 @@ fn gpu_chunk(
         counts.copy_from_slice(&s[5..]);
         let next: usize = counts.iter().map(|&c| c as usize).sum();
         if next > 0 {
-            // Repacking (line 25): stable stream compaction of the working set.
-            let c = compact(ctx, Selection::Flags(&keep), &[Column::new(&idx), Column::new(&wq)], CompactAlgo::Stable)?;
-            mem.spike(c.scratch_bytes + c.columns.iter().map(|c| c.values.device_bytes()).sum::<u64>());
-            if c.count != next {
-                return Err(GpuError::Invalid(format!("skyline repacking kept {} of {next} rows", c.count)));
+            // Repacking (line 25): the kept points scattered to their mask's
+            // partition in (|M|, M) order (the per-mask counts just read give each
+            // mask's first slot; atomic cursors; any order inside a partition), as
+            // the first sort did: no count pass and no readback.
+            let mut starts = vec![0u32; masks];
+            let mut acc = 0u32;
+            for &mk in order {
+                starts[mk as usize] = acc;
+                acc += counts[mk as usize];
             }
+            let cursors = upload_one(ctx, &starts)?;
+            let idx2 = DeviceArray::alloc(ctx, next, 4)?;
+            let wq2 = DeviceArray::alloc(ctx, next, 4)?;
+            mem.spike(cursors.device_bytes() + idx2.device_bytes() + wq2.device_bytes());
+            let p = SkyParams { n: ncur as u32, ..base };
+            let binds = [(2, buf(&cursors)), (6, buf(&wq)), (7, buf(&idx)), (9, buf(&keep)), (11, buf(&idx2)), (12, buf(&wq2))];
+            launch(ctx, "repack", p, &binds, ncur)?;
             mem.sub(&idx);
             mem.sub(&wq);
-            let mut cols = c.columns.into_iter().map(|c| c.values);
-            match (cols.next(), cols.next()) {
-                (Some(a), Some(b)) => {
-                    idx = a;
-                    wq = b;
-                }
-                _ => return Err(GpuError::Invalid("skyline repacking lost a column".into())),
-            }
+            idx = idx2;
+            wq = wq2;
             mem.add(&idx);
             mem.add(&wq);
             if let Some(mq) = &mq {

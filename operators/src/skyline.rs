@@ -63,7 +63,7 @@
 //!      the first dominator any lane finds. The low levels (below max(2, d / 4))
 //!      and levels of at most 16 partitions, where every point's work is small,
 //!      keep `iterate` ([`SkylineKernel::Mixed`], the default on GPUs). At 1M anticorrelated d = 12 rows the whole skyline went
-//!      from 99.6 to 23.1 ms on the H100, d = 16 from 130 to 38 ms (BENCHMARKS.md,
+//!      from 99.6 to 21.9 ms on the H100, d = 16 from 130 to 38 ms (BENCHMARKS.md,
 //!      session 15).
 //!   5. The skyline: the rows not flagged dead (the pre-filter flags its drops),
 //!      read back as a bitmap (`alive_bits`) and listed in parallel.

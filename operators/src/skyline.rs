@@ -62,9 +62,9 @@
 //!      stride through the matching partitions' points as one range, stopping at
 //!      the first dominator any lane finds. The low levels (below max(2, d / 4))
 //!      and levels of at most 16 partitions, where every point's work is small,
-//!      keep `iterate` ([`SkylineKernel::Mixed`], the default on GPUs). At 1M anticorrelated d = 12 rows the whole skyline went
-//!      from 99.6 to 21.9 ms on the H100, d = 16 from 130 to 38 ms (BENCHMARKS.md,
-//!      session 15).
+//!      keep `iterate` ([`SkylineKernel::Mixed`], the default on GPUs). At 1M
+//!      anticorrelated d = 12 rows the whole skyline went from 99.6 to 21.9 ms on
+//!      the H100, d = 16 from 130 to 38 ms (BENCHMARKS.md, session 15).
 //!   5. The skyline: the rows not flagged dead (the pre-filter flags its drops),
 //!      read back as a bitmap (`alive_bits`) and listed in parallel.
 //!
@@ -647,9 +647,9 @@ pub struct SkylineGpuOptions {
     pub kernel: Option<SkylineKernel>,
     /// `iterate_wide` finds a point's candidate partitions by looking up the
     /// level-l subsets of its mask where that takes fewer rounds (of one candidate a
-    /// lane) than testing every partition (Eq. 1), else by testing every partition. `Some(true)` / `Some(false)`
-    /// force one way (tests; `RIDGELINE_SKYLINE_SUBSETS=always|never` where `None`,
-    /// a diagnosis aid).
+    /// lane) than testing every partition (Eq. 1), else by testing every
+    /// partition. `Some(true)` / `Some(false)` force one way (tests;
+    /// `RIDGELINE_SKYLINE_SUBSETS=always|never` where `None`, a diagnosis aid).
     pub subset_lookup: Option<bool>,
 }
 
@@ -819,6 +819,18 @@ fn mask_order(d: usize) -> Vec<u32> {
     v
 }
 
+/// Each mask's first slot in the (|M|, M) `order` given the per-mask `counts`
+/// (a counting sort's offsets), and the total.
+fn mask_starts(counts: &[u32], order: &[u32]) -> (Vec<u32>, u32) {
+    let mut starts = vec![0u32; counts.len()];
+    let mut acc = 0u32;
+    for &mk in order {
+        starts[mk as usize] = acc;
+        acc += counts[mk as usize];
+    }
+    (starts, acc)
+}
+
 struct ChunkOut {
     /// Local row indices of the chunk's skyline (any order).
     rows: Vec<u32>,
@@ -839,8 +851,9 @@ fn gpu_chunk(
     kernel: SkylineKernel,
     subset_lookup: Option<bool>,
 ) -> GpuResult<ChunkOut> {
-    // RIDGELINE_SKYLINE_PROFILE=1: a line per level (working set, partitions, the
-    // iteration's and the repacking's wall times, its tests) on stderr.
+    // RIDGELINE_SKYLINE_PROFILE=1: a line for the setup, one per level (working
+    // set, partitions, wall times of preparation, iteration and repacking, its
+    // tests) and one for the finish, on stderr.
     let profile = std::env::var_os("RIDGELINE_SKYLINE_PROFILE").is_some();
     let t_chunk = Instant::now();
     let mut mem = Mem::default();
@@ -909,12 +922,7 @@ fn gpu_chunk(
     let p = SkyParams { tau, ..base };
     launch(ctx, "mask_hist", p, &[(1, buf(&r)), (2, buf(&mh)), (3, buf(&quart)), (5, buf(&mq)), (8, buf(&dead))], n)?;
     let mut counts = mh.download::<u32>(ctx)?;
-    let mut starts = vec![0u32; masks];
-    let mut acc = 0u32;
-    for &mk in order {
-        starts[mk as usize] = acc;
-        acc += counts[mk as usize];
-    }
+    let (starts, acc) = mask_starts(&counts, order);
     if acc != n1 {
         return Err(GpuError::Invalid(format!("skyline mask histogram counts {acc} of {n1} rows")));
     }
@@ -1104,13 +1112,7 @@ fn gpu_chunk(
             // partition in (|M|, M) order (the per-mask counts just read give each
             // mask's first slot; atomic cursors; any order inside a partition), as
             // the first sort did: no count pass and no readback.
-            let mut starts = vec![0u32; masks];
-            let mut acc = 0u32;
-            for &mk in order {
-                starts[mk as usize] = acc;
-                acc += counts[mk as usize];
-            }
-            let cursors = upload_one(ctx, &starts)?;
+            let cursors = upload_one(ctx, &mask_starts(&counts, order).0)?;
             let idx2 = DeviceArray::alloc(ctx, next, 4)?;
             let wq2 = DeviceArray::alloc(ctx, next, 4)?;
             mem.spike(cursors.device_bytes() + idx2.device_bytes() + wq2.device_bytes());

@@ -234,6 +234,20 @@ fn no_worse(p: u32, q: u32) -> bool {
     return le;
 }
 
+// The outcome of working-set point i (row pi, median mask mi) at level P.l: a
+// dominated row is dead; a survivor above the level stays in the working set
+// (keep flag, counted under its mask for the next partition starts).
+fn settle(i: u32, pi: u32, mi: u32, dominated: bool) {
+    if dominated {
+        dead[pi] = 1u;
+    }
+    let kept = !dominated && countOneBits(mi) > P.l;
+    keep[i] = select(0u, 1u, kept);
+    if kept {
+        atomicAdd(&stats[5u + mi], 1u);
+    }
+}
+
 // The index of the level-l partition with mask m in aux (sorted by mask).
 fn own_partition(m: u32) -> u32 {
     var lo = 0u;
@@ -352,14 +366,7 @@ fn iterate_one(i: u32) -> vec2<u32> {
     if P.full > 0u {
         res[2u * i] = 0xffffffffu;
     }
-    if dominated {
-        dead[pi] = 1u;
-    }
-    let kept = !dominated && order > P.l;
-    keep[i] = select(0u, 1u, kept);
-    if kept {
-        atomicAdd(&stats[5u + mi], 1u);
-    }
+    settle(i, pi, mi, dominated);
     return vec2<u32>(dts, mts);
 }
 
@@ -483,8 +490,7 @@ fn iterate_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
         // Candidate partitions, WGW at a time: the level-l subsets of M (looked up
         // in ptab, the level's mask -> partition + 1 table) or every partition
         // (Eq. 1). One mask test per candidate either way.
-        let nm = countOneBits(mi);
-        let nsub = binom(nm, P.l);
+        let nsub = binom(order, P.l);
         // P.full: 0 chooses, 1 always looks subsets up, 2 never (tests).
         // Lookups where they take fewer rounds of WGW candidates than the walk
         // (a lookup costs about what a partition test does).
@@ -500,7 +506,7 @@ fn iterate_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
                 mts += 1u;
                 var k = 0xffffffffu;
                 if by_subsets {
-                    k = ptab[deposit(unrank(c, nm, P.l), mi)] - 1u;
+                    k = ptab[deposit(unrank(c, order, P.l), mi)] - 1u;
                 } else if (aux[c * 3u] | mi) == mi {
                     // Eq. 2 holds by construction: this partition has a lower order.
                     k = c;
@@ -546,15 +552,7 @@ fn iterate_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     if mts != 0u { atomicAdd(&w_mts, mts); }
     workgroupBarrier();
     if lid == 0u {
-        let dominated = atomicLoad(&w_found) != 0u;
-        if dominated {
-            dead[pi] = 1u;
-        }
-        let kept = !dominated && order > P.l;
-        keep[i] = select(0u, 1u, kept);
-        if kept {
-            atomicAdd(&stats[5u + mi], 1u);
-        }
+        settle(i, pi, mi, atomicLoad(&w_found) != 0u);
         add64(0u, atomicLoad(&w_dts));
         add64(2u, atomicLoad(&w_mts));
     }

@@ -1007,15 +1007,24 @@ fn gpu_chunk(
         };
         let res_buf = res.as_ref().map_or(buf(&no_res), buf);
         let aux = upload_one(ctx, &parts)?;
-        // The level's mask -> partition index + 1 table (0: no such partition),
-        // then the binomial table (iterate_wide enumerates subsets of a mask).
-        let mut tab = vec![0u32; masks];
-        for (k, t) in parts.chunks_exact(3).enumerate() {
-            tab[t[0] as usize] = k as u32 + 1;
-        }
-        tab.extend_from_slice(&binoms);
-        let ptab = upload_one(ctx, &tab)?;
-        mem.spike(aux.device_bytes() + ptab.device_bytes());
+        let lk = match kernel {
+            SkylineKernel::Mixed if l < thread_levels(d) || parts.len() / 3 <= thread_parts() => SkylineKernel::Thread,
+            SkylineKernel::Mixed => SkylineKernel::Wide,
+            k => k,
+        };
+        // For iterate_wide: the level's mask -> partition index + 1 table (0: no
+        // such partition), then the binomial table (it enumerates subsets of a mask).
+        let ptab = if lk == SkylineKernel::Wide {
+            let mut tab = vec![0u32; masks];
+            for (k, t) in parts.chunks_exact(3).enumerate() {
+                tab[t[0] as usize] = k as u32 + 1;
+            }
+            tab.extend_from_slice(&binoms);
+            Some(upload_one(ctx, &tab)?)
+        } else {
+            None
+        };
+        mem.spike(aux.device_bytes() + ptab.as_ref().map_or(0, |t| t.device_bytes()));
         let mut enc = ctx.encoder("skyline-clear");
         enc.clear_buffer(buf(&stats), 16, Some(4 * (1 + masks) as u64));
         if step_limit > 0 {
@@ -1025,11 +1034,6 @@ fn gpu_chunk(
         let step = iterate_launch_rows(ctx);
         let prep_ms = t_prep.elapsed().as_secs_f64() * 1e3;
         let t_level = Instant::now();
-        let lk = match kernel {
-            SkylineKernel::Mixed if l < thread_levels(d) || parts.len() / 3 <= thread_parts() => SkylineKernel::Thread,
-            SkylineKernel::Mixed => SkylineKernel::Wide,
-            k => k,
-        };
         let s = loop {
             for first in (0..ncur).step_by(step) {
                 let p = SkyParams {
@@ -1040,7 +1044,7 @@ fn gpu_chunk(
                     full: step_limit,
                     ..base
                 };
-                if lk == SkylineKernel::Wide {
+                if let Some(ptab) = &ptab {
                     // `full` carries the subset lookup choice (no step bound here).
                     let env = || match std::env::var("RIDGELINE_SKYLINE_SUBSETS").ok().as_deref() {
                         Some("always") => Some(true),
@@ -1065,7 +1069,7 @@ fn gpu_chunk(
                             (7, buf(&idx)),
                             (8, buf(&dead)),
                             (9, buf(&keep)),
-                            (10, buf(&ptab)),
+                            (10, buf(ptab)),
                         ],
                         (ncur - first).min(step) as u64,
                     )?;

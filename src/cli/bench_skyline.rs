@@ -10,7 +10,7 @@ use crate::{GpuMode, Ridgeline};
 use arrow::array::RecordBatch;
 use datafusion::error::{DataFusionError, Result};
 use rayon::prelude::*;
-use ridgeline_operators::skyline::{skyline_cpu, skyline_gpu, skyline_gpu_with, RankMatrix, SkylineGpuOptions, SkylineKernel};
+use ridgeline_operators::skyline::{skyline_cpu, skyline_gpu_with, RankMatrix, SkylineGpuOptions, SkylineKernel, SkylineStats};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -195,41 +195,36 @@ pub async fn run(args: SkylineArgs) -> Result<()> {
             let cpu_ms = median(cpu_t);
             match &dev {
                 Some(dev) => {
-                    let mut gt = Vec::new();
-                    let mut gpu = None;
-                    ridgeline_operators::timing::warm_up(ridgeline_operators::timing::WARM_UP_MS, || {
-                        skyline_gpu(dev, rm).map(|_| ()).map_err(|e| err(e.to_string()))
-                    })?;
-                    for _ in 0..args.iterations.max(1) {
-                        let t = Instant::now();
-                        let r = skyline_gpu(dev, rm).map_err(|e| err(e.to_string()))?;
-                        gt.push(ms(t));
-                        gpu = Some(r);
-                    }
-                    let (gids, gst) = gpu.unwrap();
-                    if gids != cpu_ids {
-                        return Err(err(format!("{dist} d={d}: GPU skyline ({} rows) differs from the CPU's ({})", gids.len(), cpu_ids.len())));
-                    }
-                    let gms = median(gt);
-                    // The per-invocation iteration kernel (the paper's layout), timed
-                    // beside the default in the same process.
-                    let opts = SkylineGpuOptions { kernel: Some(SkylineKernel::Thread), ..Default::default() };
-                    let mut tt = Vec::new();
-                    ridgeline_operators::timing::warm_up(ridgeline_operators::timing::WARM_UP_MS, || {
-                        skyline_gpu_with(dev, rm, &opts).map(|_| ()).map_err(|e| err(e.to_string()))
-                    })?;
-                    for _ in 0..args.iterations.max(1) {
-                        let t = Instant::now();
-                        let (ids, _) = skyline_gpu_with(dev, rm, &opts).map_err(|e| err(e.to_string()))?;
-                        tt.push(ms(t));
-                        if ids != cpu_ids {
-                            return Err(err(format!("{dist} d={d}: the per-invocation kernel's skyline differs from the CPU's")));
+                    // The default kernel, then the per-invocation one (the paper's
+                    // layout) in the same process; each answer checked.
+                    let time_gpu = |kernel: Option<SkylineKernel>, what: &str| -> Result<(f64, SkylineStats)> {
+                        let opts = SkylineGpuOptions { kernel, ..Default::default() };
+                        ridgeline_operators::timing::warm_up(ridgeline_operators::timing::WARM_UP_MS, || {
+                            skyline_gpu_with(dev, rm, &opts).map(|_| ()).map_err(|e| err(e.to_string()))
+                        })?;
+                        let mut times = Vec::new();
+                        let mut stats = SkylineStats::default();
+                        for _ in 0..args.iterations.max(1) {
+                            let t = Instant::now();
+                            let (ids, st) = skyline_gpu_with(dev, rm, &opts).map_err(|e| err(e.to_string()))?;
+                            times.push(ms(t));
+                            if ids != cpu_ids {
+                                return Err(err(format!(
+                                    "{dist} d={d}: {what} skyline ({} rows) differs from the CPU's ({})",
+                                    ids.len(),
+                                    cpu_ids.len()
+                                )));
+                            }
+                            stats = st;
                         }
-                    }
+                        Ok((median(times), stats))
+                    };
+                    let (gms, gst) = time_gpu(None, "GPU")?;
+                    let (tms, _) = time_gpu(Some(SkylineKernel::Thread), "the per-invocation kernel's")?;
                     let bytes = (rows * d * 4) as f64;
                     row.extend([
                         format!("{gms:.2}"),
-                        format!("{:.2}", median(tt)),
+                        format!("{tms:.2}"),
                         format!("{cpu_ms:.2}"),
                         format!("{:.2}", cpu_ms / gms),
                         gst.dominance_tests.to_string(),

@@ -122,7 +122,11 @@ pub struct RankMatrix<'a> {
 
 impl<'a> RankMatrix<'a> {
     pub fn new(rows: usize, dims: usize, ranks: &'a [u32]) -> Self {
-        assert_eq!(ranks.len(), rows * dims, "rank matrix has rows * dims entries");
+        assert_eq!(
+            ranks.len(),
+            rows * dims,
+            "rank matrix has rows * dims entries"
+        );
         RankMatrix { rows, dims, ranks }
     }
     pub fn row(&self, r: usize) -> &'a [u32] {
@@ -172,7 +176,6 @@ pub fn skyline_reference(m: RankMatrix<'_>) -> Vec<u32> {
         .collect()
 }
 
-
 // ---------------------------------------------------------------------------------
 // Shared: quartile masks
 // ---------------------------------------------------------------------------------
@@ -197,7 +200,11 @@ fn row_masks(row: &[u32], quart: &[u32]) -> (u32, u32) {
     let (mut m, mut q) = (0u32, 0u32);
     for (j, &v) in row.iter().enumerate() {
         let above = v > quart[j * 3 + 1];
-        let pivot = if above { quart[j * 3 + 2] } else { quart[j * 3] };
+        let pivot = if above {
+            quart[j * 3 + 2]
+        } else {
+            quart[j * 3]
+        };
         m |= (above as u32) << j;
         q |= ((v > pivot) as u32) << j;
     }
@@ -270,7 +277,14 @@ fn any_dominates(mut bits: u32, base: usize, dom: &mut impl FnMut(usize) -> bool
 /// (two mask tests a point, no branches, `SCAN` points at a time); `dom(k)` as in
 /// [`scan_q`].
 #[inline]
-fn scan_mq(ms: &[u32], qs: &[u32], mi: u32, qi: u32, mask_tests: &mut u64, mut dom: impl FnMut(usize) -> bool) -> bool {
+fn scan_mq(
+    ms: &[u32],
+    qs: &[u32],
+    mi: u32,
+    qi: u32,
+    mask_tests: &mut u64,
+    mut dom: impl FnMut(usize) -> bool,
+) -> bool {
     let (nmi, nqi) = (!mi, !qi);
     let test = |mj: u32, qj: u32| (mj & nmi) | ((mj | nmi) & qj & nqi) == 0;
     let mut base = 0;
@@ -284,6 +298,108 @@ fn scan_mq(ms: &[u32], qs: &[u32], mi: u32, qi: u32, mask_tests: &mut u64, mut d
             return true;
         }
         base += cm.len();
+    }
+    false
+}
+
+/// Asks the CPU to bring `data[at..]` into cache (a hint; no effect elsewhere).
+#[inline]
+fn prefetch_row(data: &[u32], at: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if at < data.len() {
+        // SAFETY: a prefetch of an in-bounds address; it reads nothing.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch(
+                data.as_ptr().add(at) as *const i8,
+                std::arch::x86_64::_MM_HINT_T0,
+            )
+        };
+    }
+}
+
+/// [`scan_mq_packed`]'s test of `SCAN` (32) entries with AVX2, 8 a step.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn packed_bits_avx2(ks: &[u32], ws: &[u32], pk: u32, nmi: u32, nqi: u32) -> u32 {
+    use std::arch::x86_64::*;
+    debug_assert!(ks.len() == SCAN && ws.len() == SCAN);
+    let vn = _mm256_set1_epi32(nmi as i32);
+    let vq = _mm256_set1_epi32(nqi as i32);
+    let lo = _mm256_set1_epi32(0xffff);
+    let sign = _mm256_set1_epi32(i32::MIN);
+    // key <= pk, unsigned: (key ^ sign) > (pk ^ sign) signed means key > pk.
+    let vp = _mm256_set1_epi32((pk ^ 0x8000_0000) as i32);
+    let z = _mm256_setzero_si256();
+    let mut bits = 0u32;
+    for k in (0..SCAN).step_by(8) {
+        // SAFETY: k + 8 <= SCAN = ks.len() = ws.len().
+        let (w, key) = unsafe {
+            (
+                _mm256_loadu_si256(ws.as_ptr().add(k) as *const __m256i),
+                _mm256_loadu_si256(ks.as_ptr().add(k) as *const __m256i),
+            )
+        };
+        let mj = _mm256_srli_epi32(w, 16);
+        let qj = _mm256_and_si256(w, lo);
+        let a = _mm256_and_si256(mj, vn);
+        let b = _mm256_and_si256(_mm256_and_si256(qj, vq), _mm256_or_si256(mj, vn));
+        let pass = _mm256_cmpeq_epi32(_mm256_or_si256(a, b), z);
+        let above = _mm256_cmpgt_epi32(_mm256_xor_si256(key, sign), vp);
+        let e = _mm256_andnot_si256(above, pass);
+        bits |= (_mm256_movemask_ps(_mm256_castsi256_ps(e)) as u32) << k;
+    }
+    bits
+}
+
+/// Eq. 1 and Eq. 4/5 between point i (`mi`, `qi`) and entries packing a point's
+/// masks as `M << 16 | Q` (d <= 16), restricted to entries whose key is at most
+/// `pk`: entry j passes iff `ks[j] <= pk`, `Mj & !mi == 0` and
+/// `Qj & (Mj | !mi) & !qi == 0`. Branch-free, 32 entries at a time (AVX2 when the
+/// CPU has it, else SSE2 on x86_64); one mask test counted an entry. The passing
+/// entries of a step are announced to `pre(k)` (a prefetch of their rows, so
+/// their cache misses overlap) before `dom(k)` runs on them as in [`scan_q`].
+#[inline]
+fn scan_mq_packed(
+    ks: &[u32],
+    ws: &[u32],
+    pk: u32,
+    mi: u32,
+    qi: u32,
+    mask_tests: &mut u64,
+    pre: impl Fn(usize),
+    mut dom: impl FnMut(usize) -> bool,
+) -> bool {
+    let (nmi, nqi) = (!mi & 0xffff, !qi & 0xffff);
+    let test = |key: u32, w: u32| {
+        let (mj, qj) = (w >> 16, w & 0xffff);
+        key <= pk && (mj & nmi) | (qj & (mj | nmi) & nqi) == 0
+    };
+    #[cfg(target_arch = "x86_64")]
+    let avx2 = std::arch::is_x86_feature_detected!("avx2");
+    let mut base = 0;
+    for (kc, c) in ks.chunks(SCAN).zip(ws.chunks(SCAN)) {
+        *mask_tests += c.len() as u64;
+        let mut bits = 0u32;
+        let mut k = 0;
+        #[cfg(target_arch = "x86_64")]
+        if avx2 && c.len() == SCAN {
+            // SAFETY: AVX2 is present (checked above); both chunks hold SCAN entries.
+            bits = unsafe { packed_bits_avx2(kc, c, pk, nmi, nqi) };
+            k = SCAN;
+        }
+        while k < c.len() {
+            bits |= (test(kc[k], c[k]) as u32) << k;
+            k += 1;
+        }
+        let mut b = bits;
+        while b != 0 {
+            pre(base + b.trailing_zeros() as usize);
+            b &= b - 1;
+        }
+        if any_dominates(bits, base, &mut dom) {
+            return true;
+        }
+        base += c.len();
     }
     false
 }
@@ -332,13 +448,45 @@ const CPU_BLOCK: usize = 2048;
 ///
 /// `dominance_tests` and `mask_tests` count every test done.
 pub fn skyline_cpu(m: RankMatrix<'_>, threads: usize) -> (Vec<u32>, SkylineStats) {
+    skyline_cpu_with(m, threads, CpuSkylineAlgorithm::Auto)
+}
+
+/// Which CPU skyline algorithm [`skyline_cpu_with`] runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CpuSkylineAlgorithm {
+    /// The sorted grid ([`cpu_sorted_grid`]) for d <= 16 when its lists fit
+    /// [`SORTED_GRID_MAX_BYTES`], else the blocked algorithm.
+    /// `RIDGELINE_SKYLINE_CPU=blocked` makes it the blocked algorithm always.
+    #[default]
+    Auto,
+    /// The sorted grid where it applies (d <= 16, lists within the budget).
+    SortedGrid,
+    /// The blocked Hybrid-style algorithm (every width).
+    Blocked,
+}
+
+/// [`skyline_cpu`] with a choice of algorithm ([`SkylineStats::algorithm`] says
+/// which one ran).
+pub fn skyline_cpu_with(
+    m: RankMatrix<'_>,
+    threads: usize,
+    algo: CpuSkylineAlgorithm,
+) -> (Vec<u32>, SkylineStats) {
     let t0 = Instant::now();
+    let algo = match algo {
+        CpuSkylineAlgorithm::Auto
+            if std::env::var("RIDGELINE_SKYLINE_CPU").is_ok_and(|v| v == "blocked") =>
+        {
+            CpuSkylineAlgorithm::Blocked
+        }
+        a => a,
+    };
     let (ids, mut st) = if threads == 0 {
-        cpu_hybrid(m)
+        cpu_hybrid(m, algo)
     } else {
         match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
-            Ok(pool) => pool.install(|| cpu_hybrid(m)),
-            Err(_) => cpu_hybrid(m),
+            Ok(pool) => pool.install(|| cpu_hybrid(m, algo)),
+            Err(_) => cpu_hybrid(m, algo),
         }
     };
     st.wall_ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -355,12 +503,19 @@ fn cpu_quartiles(m: RankMatrix<'_>, rows: &[u32]) -> Vec<u32> {
             if n == 0 {
                 return [0; 3];
             }
-            let mut col: Vec<u32> = rows.iter().map(|&r| m.ranks[r as usize * m.dims + j]).collect();
+            let mut col: Vec<u32> = rows
+                .iter()
+                .map(|&r| m.ranks[r as usize * m.dims + j])
+                .collect();
             let mut out = [0u32; 3];
             // Largest position first so the smaller ones select within the prefix.
             for k in (0..3).rev() {
                 let pos = ((k + 1) * n / 4).min(n - 1);
-                let end = if k == 2 { n } else { (((k + 2) * n / 4).min(n - 1)) + 1 };
+                let end = if k == 2 {
+                    n
+                } else {
+                    (((k + 2) * n / 4).min(n - 1)) + 1
+                };
                 let (_, v, _) = col[..end].select_nth_unstable(pos);
                 out[k] = *v;
             }
@@ -413,7 +568,12 @@ fn group_major(
     }
     if gorder.len() != groups.len() {
         *gorder = (0..groups.len() as u32).collect();
-        gorder.sort_unstable_by_key(|&g| (groups[g as usize].mask.count_ones(), groups[g as usize].mask));
+        gorder.sort_unstable_by_key(|&g| {
+            (
+                groups[g as usize].mask.count_ones(),
+                groups[g as usize].mask,
+            )
+        });
     }
     let dead: Vec<AtomicBool> = (0..nb).map(|_| AtomicBool::new(false)).collect();
     let full = (size - 1) as u32;
@@ -457,23 +617,341 @@ fn group_major(
     out
 }
 
-fn cpu_hybrid(m: RankMatrix<'_>) -> (Vec<u32>, SkylineStats) {
+/// Most bytes of sorted per-dimension lists [`cpu_sorted_grid`] may allocate
+/// (12 bytes per kept row and dimension); larger inputs run the blocked path.
+const SORTED_GRID_MAX_BYTES: usize = 1 << 30;
+
+/// Median-mask bits that group rows in [`cpu_sorted_grid`] (at most).
+const SG_GROUP_BITS: usize = 8;
+
+/// Buckets of rank range per sorted-list directory in [`cpu_sorted_grid`].
+const SG_BUCKETS: usize = 256;
+
+/// The CPU skyline without blocks: every kept row is tested, independently and in
+/// parallel, against every other kept row that could dominate it, skyline or not
+/// (a dominated dominator still proves the row dominated). The candidates come
+/// from an index built once:
+///
+/// - rows grouped by median mask M; only groups whose mask is a subset of the
+///   row's can hold a dominator (Eq. 1), enumerated through a dense mask -> group
+///   table, fewest bits first;
+/// - inside every group, d lists of its rows, one sorted by each dimension's rank
+///   (rank, quartile mask Q and row, 12 bytes an entry). A dominator is no worse
+///   in the row's best dimension k (its smallest rank), so only the prefix of the
+///   group's k-list up to the row's rank can hold one: a binary search bounds it
+///   (on anticorrelated d = 12 data about a tenth of the group);
+/// - in that prefix the quartile test (Eq. 4/5) runs branch-free on contiguous
+///   masks before the dominance tests.
+///
+/// No barriers between rows, so it scales with the threads; a dominated row
+/// usually stops at one of the first, best candidates.
+fn cpu_sorted_grid(
+    m: RankMatrix<'_>,
+    kept: &[u32],
+    quart: &[u32],
+    st: &mut SkylineStats,
+    profile: bool,
+) -> Vec<u32> {
+    let d = m.dims;
+    let tp = Instant::now();
+    // Groups by the low `gbits` bits of M (all of them up to d = 12; wider masks
+    // would make groups of a few rows and rows with hundreds of subsets to look
+    // up); the other bits are tested per entry.
+    let gbits = std::env::var("RIDGELINE_SKYLINE_GROUP_BITS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(SG_GROUP_BITS)
+        .clamp(1, d);
+    let low = ((1u64 << gbits) - 1) as u32;
+    // Rows in group order: (group key, M, Q, row), sorted.
+    let mut keyed: Vec<(u32, u32, u32, u32)> = kept
+        .par_iter()
+        .map(|&r| {
+            let (mk, qk) = row_masks(m.row(r as usize), quart);
+            (mk & low, mk, qk, r)
+        })
+        .collect();
+    keyed.par_sort_unstable();
+    let n = keyed.len();
+    let mut data = vec![0u32; n * d];
+    data.par_chunks_mut(d)
+        .zip(keyed.par_iter())
+        .for_each(|(dst, t)| dst.copy_from_slice(m.row(t.3 as usize)));
+    // Groups: [start, end) in `keyed`; group key -> group.
+    let mut gstart: Vec<u32> = Vec::new();
+    let mut gmask: Vec<u32> = Vec::new();
+    for (i, t) in keyed.iter().enumerate() {
+        if i == 0 || keyed[i - 1].0 != t.0 {
+            gstart.push(i as u32);
+            gmask.push(t.0);
+        }
+    }
+    gstart.push(n as u32);
+    let ng = gmask.len();
+    let mut group_of = vec![u32::MAX; 1 << gbits];
+    for (g, &mk) in gmask.iter().enumerate() {
+        group_of[mk as usize] = g as u32;
+    }
+    // Per dimension k and group g, the group's entries sorted by rank k: list k
+    // occupies [k * n, (k + 1) * n), group g [k * n + gstart[g], k * n + gstart[g + 1]).
+    let mut key = vec![0u32; n * d];
+    let mut qs = vec![0u32; n * d];
+    let mut pos = vec![0u32; n * d];
+    let t_keyed = tp.elapsed().as_secs_f64() * 1e3;
+    {
+        // Split the three arrays into per-(k, g) segments, each sorted by rank k,
+        // in parallel.
+        let mut segs: Vec<(usize, usize, &mut [u32], &mut [u32], &mut [u32])> =
+            Vec::with_capacity(ng * d);
+        let (mut kr, mut qr, mut pr) = (&mut key[..], &mut qs[..], &mut pos[..]);
+        for k in 0..d {
+            for g in 0..ng {
+                let len = (gstart[g + 1] - gstart[g]) as usize;
+                let (a, b) = std::mem::take(&mut kr).split_at_mut(len);
+                let (c, e) = std::mem::take(&mut qr).split_at_mut(len);
+                let (f, h) = std::mem::take(&mut pr).split_at_mut(len);
+                segs.push((k, g, a, c, f));
+                kr = b;
+                qr = e;
+                pr = h;
+            }
+        }
+        segs.par_iter_mut().for_each(|(k, g, ks, qv, ps)| {
+            let s = gstart[*g] as usize;
+            let mut tmp: Vec<u64> = (0..ks.len())
+                .map(|j| ((data[(s + j) * d + *k] as u64) << 32) | (s + j) as u64)
+                .collect();
+            tmp.sort_unstable();
+            for (j, &t) in tmp.iter().enumerate() {
+                let i = t as u32 as usize;
+                ks[j] = (t >> 32) as u32;
+                qv[j] = (keyed[i].1 << 16) | keyed[i].2;
+                ps[j] = i as u32;
+            }
+        });
+    }
+    let t_lists = tp.elapsed().as_secs_f64() * 1e3;
+    // A directory per list segment: entry b counts the segment's keys below
+    // bucket b of the dimension's rank range, so the prefix bound needs one
+    // lookup and a search inside one bucket. A group of `len` rows gets about
+    // len / 8 buckets (a power of two, at most `SG_BUCKETS`; none below 16 rows,
+    // whose segment is searched whole), so the directories stay a small fraction
+    // of the lists.
+    let shift: Vec<u32> = (0..d)
+        .map(|k| {
+            let mx = (0..n).map(|i| data[i * d + k]).max().unwrap_or(0);
+            (32 - mx.leading_zeros()).saturating_sub(SG_BUCKETS.trailing_zeros())
+        })
+        .collect();
+    let glog: Vec<u32> = (0..ng)
+        .map(|g| {
+            let len = (gstart[g + 1] - gstart[g]) as usize;
+            if len < 16 {
+                0
+            } else {
+                ((len / 16).next_power_of_two().min(SG_BUCKETS)).trailing_zeros()
+            }
+        })
+        .collect();
+    let mut doff = vec![0usize; ng + 1];
+    for g in 0..ng {
+        doff[g + 1] = doff[g]
+            + if glog[g] == 0 {
+                0
+            } else {
+                (1usize << glog[g]) + 1
+            };
+    }
+    let per_k = doff[ng];
+    let mut dir = vec![0u32; d * per_k];
+    {
+        let mut segs: Vec<(usize, usize, &mut [u32])> = Vec::with_capacity(ng * d);
+        let mut rest = &mut dir[..];
+        for k in 0..d {
+            for g in 0..ng {
+                let (a, b) = std::mem::take(&mut rest).split_at_mut(doff[g + 1] - doff[g]);
+                if !a.is_empty() {
+                    segs.push((k, g, a));
+                }
+                rest = b;
+            }
+        }
+        segs.par_iter_mut()
+            .with_min_len(16)
+            .for_each(|(k, g, out)| {
+                let (s, e) = (
+                    *k * n + gstart[*g] as usize,
+                    *k * n + gstart[*g + 1] as usize,
+                );
+                let keys = &key[s..e];
+                let sh = shift[*k] + SG_BUCKETS.trailing_zeros() - glog[*g];
+                let mut j = 0;
+                for (b, o) in out.iter_mut().enumerate() {
+                    while j < keys.len() && ((keys[j] >> sh) as usize) < b {
+                        j += 1;
+                    }
+                    *o = j as u32;
+                }
+            });
+    }
+    // Every row's best dimension; rows are visited by (M, best dimension, rank
+    // there), so consecutive rows search the same lists near the same place and
+    // find them in cache.
+    let best = |i: usize| {
+        let p = &data[i * d..(i + 1) * d];
+        let mut k = 0;
+        for j in 1..d {
+            if p[j] < p[k] {
+                k = j;
+            }
+        }
+        k
+    };
+    let mut visit: Vec<(u32, u32, u32, u32)> = (0..n)
+        .into_par_iter()
+        .map(|i| {
+            let k = best(i);
+            (keyed[i].0, k as u32, data[i * d + k], i as u32)
+        })
+        .collect();
+    visit.par_sort_unstable();
+    let t_index = tp.elapsed().as_secs_f64() * 1e3;
+    let _ = (t_keyed, t_lists);
+    let tq = Instant::now();
+    let (dead_rows, dts, mts): (Vec<(u32, bool)>, Vec<u64>, Vec<u64>) = {
+        let res: Vec<((u32, bool), u64, u64)> = visit
+            .par_iter()
+            .with_min_len(32)
+            .map(|&(_, k, pk, i)| {
+                let k = k as usize;
+                let i = i as usize;
+                let (gi, mi, qi, _) = keyed[i];
+                let p = &data[i * d..(i + 1) * d];
+                let base = k * n;
+                let (mut dt, mut mt) = (0u64, 0u64);
+                let pb = pk >> shift[k];
+                let test_group = |g: usize, dt: &mut u64, mt: &mut u64| -> bool {
+                    let s = base + gstart[g] as usize;
+                    // Up to the end of pk's bucket: the bucket's keys above pk
+                    // fail the scan's key test.
+                    let hi = if glog[g] == 0 {
+                        base + gstart[g + 1] as usize
+                    } else {
+                        let b = (pb >> (SG_BUCKETS.trailing_zeros() - glog[g])) as usize;
+                        s + dir[k * per_k + doff[g] + b + 1] as usize
+                    };
+                    scan_mq_packed(
+                        &key[s..hi],
+                        &qs[s..hi],
+                        pk,
+                        mi,
+                        qi,
+                        mt,
+                        |j| prefetch_row(&data, pos[s + j] as usize * d),
+                        |j| {
+                            let o = pos[s + j] as usize;
+                            *dt += 1;
+                            dominates(&data[o * d..(o + 1) * d], p)
+                        },
+                    )
+                };
+                if (1u64 << gi.count_ones()) <= ng as u64 {
+                    let mut sub = 0u32;
+                    loop {
+                        mt += 1;
+                        let g = group_of[sub as usize];
+                        if g != u32::MAX && test_group(g as usize, &mut dt, &mut mt) {
+                            return ((i as u32, true), dt, mt);
+                        }
+                        if sub == gi {
+                            break;
+                        }
+                        sub = sub.wrapping_sub(gi) & gi;
+                    }
+                } else {
+                    for g in 0..ng {
+                        mt += 1;
+                        if gmask[g] & !gi == 0 && test_group(g, &mut dt, &mut mt) {
+                            return ((i as u32, true), dt, mt);
+                        }
+                    }
+                }
+                ((i as u32, false), dt, mt)
+            })
+            .collect();
+        let dts = res.iter().map(|r| r.1).collect();
+        let mts = res.iter().map(|r| r.2).collect();
+        (res.into_iter().map(|r| r.0).collect(), dts, mts)
+    };
+    st.dominance_tests = dts.iter().sum();
+    st.mask_tests = mts.iter().sum();
+    st.chunks = 1;
+    let mut out: Vec<u32> = dead_rows
+        .iter()
+        .filter(|t| !t.1)
+        .map(|t| keyed[t.0 as usize].3)
+        .collect();
+    out.par_sort_unstable();
+    if profile {
+        eprintln!(
+            "cpu skyline profile (sorted grid): index {t_index:.1} ms (groups {t_keyed:.1}, lists {t_lists:.1}; {n} rows, {ng} groups), tests {:.1} ms",
+            tq.elapsed().as_secs_f64() * 1e3
+        );
+    }
+    out
+}
+
+fn cpu_hybrid(m: RankMatrix<'_>, algo: CpuSkylineAlgorithm) -> (Vec<u32>, SkylineStats) {
     let (n, d) = (m.rows, m.dims);
-    let mut st = SkylineStats { algorithm: "cpu-hybrid", ..Default::default() };
+    let mut st = SkylineStats {
+        algorithm: "cpu-hybrid",
+        ..Default::default()
+    };
     if n == 0 {
         return (Vec::new(), st);
     }
     if d == 0 {
         return ((0..n as u32).collect(), st);
     }
+    let profile = std::env::var_os("RIDGELINE_SKYLINE_PROFILE").is_some();
+    let tp = Instant::now();
+    let (mut t_a, mut t_b, mut t_c) = (0f64, 0f64, 0f64);
     // 1. Pre-filter.
-    let tau = (0..n).into_par_iter().map(|r| *m.row(r).iter().max().unwrap()).min().unwrap();
-    let kept: Vec<u32> = (0..n as u32).into_par_iter().filter(|&r| prefilter_keeps(m.row(r as usize), tau)).collect();
+    let tau = (0..n)
+        .into_par_iter()
+        .map(|r| *m.row(r).iter().max().unwrap())
+        .min()
+        .unwrap();
+    let kept: Vec<u32> = (0..n as u32)
+        .into_par_iter()
+        .filter(|&r| prefilter_keeps(m.row(r as usize), tau))
+        .collect();
+    if algo != CpuSkylineAlgorithm::Blocked
+        && d <= 16
+        && kept.len().saturating_mul(d).saturating_mul(12) <= SORTED_GRID_MAX_BYTES
+    {
+        let quart = cpu_quartiles(m, &kept);
+        st.algorithm = "cpu-sorted-grid";
+        if profile {
+            eprintln!(
+                "cpu skyline profile: pre-filter and quartiles {:.1} ms",
+                tp.elapsed().as_secs_f64() * 1e3
+            );
+        }
+        return (cpu_sorted_grid(m, &kept, &quart, &mut st, profile), st);
+    }
     // 2. Quartile masks (d <= 32; more dimensions run without masks) and the sort.
     let use_masks = d <= 32;
     let mut keyed: Vec<(u64, u32, u32, u32)> = kept
         .par_iter()
-        .map(|&r| (m.row(r as usize).iter().map(|&v| v as u64).sum::<u64>(), r, 0, 0))
+        .map(|&r| {
+            (
+                m.row(r as usize).iter().map(|&v| v as u64).sum::<u64>(),
+                r,
+                0,
+                0,
+            )
+        })
         .collect();
     keyed.par_sort_unstable_by_key(|&(norm, r, _, _)| (norm, r));
     if use_masks {
@@ -488,12 +966,19 @@ fn cpu_hybrid(m: RankMatrix<'_>) -> (Vec<u32>, SkylineStats) {
         });
     }
     let mut data = vec![0u32; keyed.len() * d];
-    data.par_chunks_mut(d).zip(keyed.par_iter()).for_each(|(dst, &(_, r, _, _))| dst.copy_from_slice(m.row(r as usize)));
+    data.par_chunks_mut(d)
+        .zip(keyed.par_iter())
+        .for_each(|(dst, &(_, r, _, _))| dst.copy_from_slice(m.row(r as usize)));
 
+    let t_setup = tp.elapsed().as_secs_f64() * 1e3;
     // 3. Blocks.
     let mut groups: Vec<SkyGroup> = Vec::new();
     // Mask -> group (dense table for d <= 20; otherwise groups are scanned).
-    let mut group_of: Vec<u32> = if use_masks && d <= 20 { vec![u32::MAX; 1 << d] } else { Vec::new() };
+    let mut group_of: Vec<u32> = if use_masks && d <= 20 {
+        vec![u32::MAX; 1 << d]
+    } else {
+        Vec::new()
+    };
     let mut group_map: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
     let (mut dts, mut mts) = (0u64, 0u64);
     let mut blocks = 0u32;
@@ -502,64 +987,80 @@ fn cpu_hybrid(m: RankMatrix<'_>) -> (Vec<u32>, SkylineStats) {
     for start in (0..keyed.len()).step_by(block) {
         blocks += 1;
         let end = (start + block).min(keyed.len());
+        let ta = Instant::now();
         // (a) against the confirmed skyline.
         // Group-major when the mask table is dense and enumerating the supersets of
         // every group's mask is cheaper than the subsets of every row's: each group's
         // points are then read once per block (cache-friendly) instead of once per row.
         let use_gm = !group_of.is_empty() && d <= GM_MAX_DIMS && !groups.is_empty() && {
-            let by_group: u64 = groups.iter().map(|g| 1u64 << (d as u32 - g.mask.count_ones())).sum();
-            let by_row: u64 = keyed[start..end].iter().map(|t| (1u64 << t.2.count_ones()).min(groups.len() as u64)).sum();
+            let by_group: u64 = groups
+                .iter()
+                .map(|g| 1u64 << (d as u32 - g.mask.count_ones()))
+                .sum();
+            let by_row: u64 = keyed[start..end]
+                .iter()
+                .map(|t| (1u64 << t.2.count_ones()).min(groups.len() as u64))
+                .sum();
             by_group <= by_row.saturating_mul(2)
         };
         let phase1: Vec<(bool, u64, u64)> = if use_gm {
-            group_major(&groups, &keyed[start..end], &data[start * d..end * d], d, &mut gorder)
+            group_major(
+                &groups,
+                &keyed[start..end],
+                &data[start * d..end * d],
+                d,
+                &mut gorder,
+            )
         } else {
             (start..end)
-            .into_par_iter()
-            .map(|i| {
-                let (_, _, mi, qi) = keyed[i];
-                let p = &data[i * d..(i + 1) * d];
-                let (mut dt, mut mt) = (0u64, 0u64);
-                let test_group = |g: &SkyGroup, dt: &mut u64, mt: &mut u64| -> bool {
-                    // Eq. 4 / 5 for every point of the group, 32 at a time without
-                    // branches, then dominance tests for the points that pass.
-                    let bad = (g.mask | !mi) & !qi;
-                    scan_q(&g.q, bad, mt, |k| {
-                        *dt += 1;
-                        dominates(&g.rows[k * d..(k + 1) * d], p)
-                    })
-                };
-                if !group_of.is_empty() && (1u64 << mi.count_ones()) < groups.len() as u64 {
-                    // Only groups whose mask is a subset of this row's can hold a
-                    // dominator (Eq. 1): enumerate the subsets, fewer than the groups.
-                    // Ascending, so groups better on more dimensions come first.
-                    let mut sub = 0u32;
-                    loop {
-                        mt += 1;
-                        let gi = group_of[sub as usize];
-                        if gi != u32::MAX && test_group(&groups[gi as usize], &mut dt, &mut mt) {
-                            return (true, dt, mt);
+                .into_par_iter()
+                .map(|i| {
+                    let (_, _, mi, qi) = keyed[i];
+                    let p = &data[i * d..(i + 1) * d];
+                    let (mut dt, mut mt) = (0u64, 0u64);
+                    let test_group = |g: &SkyGroup, dt: &mut u64, mt: &mut u64| -> bool {
+                        // Eq. 4 / 5 for every point of the group, 32 at a time without
+                        // branches, then dominance tests for the points that pass.
+                        let bad = (g.mask | !mi) & !qi;
+                        scan_q(&g.q, bad, mt, |k| {
+                            *dt += 1;
+                            dominates(&g.rows[k * d..(k + 1) * d], p)
+                        })
+                    };
+                    if !group_of.is_empty() && (1u64 << mi.count_ones()) < groups.len() as u64 {
+                        // Only groups whose mask is a subset of this row's can hold a
+                        // dominator (Eq. 1): enumerate the subsets, fewer than the groups.
+                        // Ascending, so groups better on more dimensions come first.
+                        let mut sub = 0u32;
+                        loop {
+                            mt += 1;
+                            let gi = group_of[sub as usize];
+                            if gi != u32::MAX && test_group(&groups[gi as usize], &mut dt, &mut mt)
+                            {
+                                return (true, dt, mt);
+                            }
+                            if sub == mi {
+                                break;
+                            }
+                            sub = sub.wrapping_sub(mi) & mi;
                         }
-                        if sub == mi {
-                            break;
+                    } else {
+                        for g in &groups {
+                            mt += 1;
+                            if g.mask & !mi != 0 {
+                                continue; // Eq. 1 for the whole group
+                            }
+                            if test_group(g, &mut dt, &mut mt) {
+                                return (true, dt, mt);
+                            }
                         }
-                        sub = sub.wrapping_sub(mi) & mi;
                     }
-                } else {
-                    for g in &groups {
-                        mt += 1;
-                        if g.mask & !mi != 0 {
-                            continue; // Eq. 1 for the whole group
-                        }
-                        if test_group(g, &mut dt, &mut mt) {
-                            return (true, dt, mt);
-                        }
-                    }
-                }
-                (false, dt, mt)
-            })
-            .collect()
+                    (false, dt, mt)
+                })
+                .collect()
         };
+        t_a += ta.elapsed().as_secs_f64() * 1e3;
+        let tb = Instant::now();
         let mut surv: Vec<usize> = Vec::new();
         for (k, &(dead, dt, mt)) in phase1.iter().enumerate() {
             dts += dt;
@@ -590,6 +1091,8 @@ fn cpu_hybrid(m: RankMatrix<'_>) -> (Vec<u32>, SkylineStats) {
                 (dead, dt, mt)
             })
             .collect();
+        t_b += tb.elapsed().as_secs_f64() * 1e3;
+        let tc = Instant::now();
         // (c) survivors join the skyline.
         for (a, &(dead, dt, mt)) in phase2.iter().enumerate() {
             dts += dt;
@@ -600,7 +1103,12 @@ fn cpu_hybrid(m: RankMatrix<'_>) -> (Vec<u32>, SkylineStats) {
             let i = surv[a];
             let (_, r, mi, qi) = keyed[i];
             let gi = *group_map.entry(mi).or_insert_with(|| {
-                groups.push(SkyGroup { mask: mi, q: Vec::new(), rows: Vec::new(), ids: Vec::new() });
+                groups.push(SkyGroup {
+                    mask: mi,
+                    q: Vec::new(),
+                    rows: Vec::new(),
+                    ids: Vec::new(),
+                });
                 if !group_of.is_empty() {
                     group_of[mi as usize] = (groups.len() - 1) as u32;
                 }
@@ -611,6 +1119,14 @@ fn cpu_hybrid(m: RankMatrix<'_>) -> (Vec<u32>, SkylineStats) {
             g.rows.extend_from_slice(&data[i * d..(i + 1) * d]);
             g.ids.push(r);
         }
+        t_c += tc.elapsed().as_secs_f64() * 1e3;
+    }
+    if profile {
+        eprintln!(
+            "cpu skyline profile: setup {t_setup:.1} ms (pre-filter, sort, masks; {} rows kept), blocks {blocks}: (a) {t_a:.1} ms, (b) {t_b:.1} ms, (c) {t_c:.1} ms, groups {}",
+            keyed.len(),
+            groups.len()
+        );
     }
     let mut out: Vec<u32> = groups.iter().flat_map(|g| g.ids.iter().copied()).collect();
     out.par_sort_unstable();
@@ -692,13 +1208,19 @@ impl SkylineKernel {
 /// wide; d = 16 levels 2 and 3 0.7 and 1.6 against 1.8 and 2.8 ms; from level 3
 /// at d = 12 and level 4 at d = 16 wide wins).
 fn thread_levels(d: usize) -> usize {
-    std::env::var("RIDGELINE_SKYLINE_THREAD_LEVELS").ok().and_then(|v| v.parse().ok()).unwrap_or((d / 4).max(2))
+    std::env::var("RIDGELINE_SKYLINE_THREAD_LEVELS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or((d / 4).max(2))
 }
 
 /// Under [`SkylineKernel::Mixed`], levels with at most this many partitions also
 /// run the per-invocation kernel (`RIDGELINE_SKYLINE_THREAD_PARTS`, a diagnosis aid).
 fn thread_parts() -> usize {
-    std::env::var("RIDGELINE_SKYLINE_THREAD_PARTS").ok().and_then(|v| v.parse().ok()).unwrap_or(16)
+    std::env::var("RIDGELINE_SKYLINE_THREAD_PARTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(16)
 }
 
 /// Lanes of `iterate_wide`'s workgroup (64; `RIDGELINE_SKYLINE_WIDE_WG`, a power of
@@ -760,12 +1282,30 @@ impl Mem {
     }
 }
 
-fn launch(ctx: &GpuContext, entry: &str, p: SkyParams, bindings: &[(u32, &wgpu::Buffer)], threads: usize) -> GpuResult<()> {
-    launch_groups(ctx, entry, p, bindings, (threads as u64).div_ceil(SKY_WG as u64))
+fn launch(
+    ctx: &GpuContext,
+    entry: &str,
+    p: SkyParams,
+    bindings: &[(u32, &wgpu::Buffer)],
+    threads: usize,
+) -> GpuResult<()> {
+    launch_groups(
+        ctx,
+        entry,
+        p,
+        bindings,
+        (threads as u64).div_ceil(SKY_WG as u64),
+    )
 }
 
 /// [`launch`] by workgroups (`iterate_wide`: one per point).
-fn launch_groups(ctx: &GpuContext, entry: &str, p: SkyParams, bindings: &[(u32, &wgpu::Buffer)], groups: u64) -> GpuResult<()> {
+fn launch_groups(
+    ctx: &GpuContext,
+    entry: &str,
+    p: SkyParams,
+    bindings: &[(u32, &wgpu::Buffer)],
+    groups: u64,
+) -> GpuResult<()> {
     if groups == 0 {
         return Ok(());
     }
@@ -777,10 +1317,19 @@ fn launch_groups(ctx: &GpuContext, entry: &str, p: SkyParams, bindings: &[(u32, 
         return Err(GpuError::Invalid(format!("skyline {entry}: {groups} workgroups ({threads} invocations) exceed the dispatch limit")));
     }
     let (x, y, z) = dispatch_dims(groups, max_dim);
-    let ub = ctx.uniform(&SkyParams { stride: x * SKY_WG, ..p });
-    let mut entries = vec![wgpu::BindGroupEntry { binding: 0, resource: ub.as_entire_binding() }];
+    let ub = ctx.uniform(&SkyParams {
+        stride: x * SKY_WG,
+        ..p
+    });
+    let mut entries = vec![wgpu::BindGroupEntry {
+        binding: 0,
+        resource: ub.as_entire_binding(),
+    }];
     for &(b, buffer) in bindings {
-        entries.push(wgpu::BindGroupEntry { binding: b, resource: buffer.as_entire_binding() });
+        entries.push(wgpu::BindGroupEntry {
+            binding: b,
+            resource: buffer.as_entire_binding(),
+        });
     }
     let bg = ctx.scoped(|| {
         ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
@@ -791,7 +1340,10 @@ fn launch_groups(ctx: &GpuContext, entry: &str, p: SkyParams, bindings: &[(u32, 
     })?;
     let mut enc = ctx.encoder(entry);
     {
-        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(entry), timestamp_writes: None });
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some(entry),
+            timestamp_writes: None,
+        });
         pass.set_pipeline(&pipe);
         pass.set_bind_group(0, &bg, &[]);
         pass.dispatch_workgroups(x, y, z);
@@ -802,7 +1354,10 @@ fn launch_groups(ctx: &GpuContext, entry: &str, p: SkyParams, bindings: &[(u32, 
 
 /// Working-set positions per `iterate` launch.
 fn iterate_launch_rows(ctx: &GpuContext) -> usize {
-    if let Some(v) = std::env::var("RIDGELINE_SKYLINE_LAUNCH_ROWS").ok().and_then(|v| v.parse::<usize>().ok()) {
+    if let Some(v) = std::env::var("RIDGELINE_SKYLINE_LAUNCH_ROWS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
         return v.max(SKY_WG as usize);
     }
     if ctx.is_cpu_adapter() {
@@ -858,7 +1413,11 @@ fn gpu_chunk(
     let t_chunk = Instant::now();
     let mut mem = Mem::default();
     let (nu, du) = (n as u32, d as u32);
-    let base = SkyParams { n: nu, d: du, ..Default::default() };
+    let base = SkyParams {
+        n: nu,
+        d: du,
+        ..Default::default()
+    };
     // Upload and the pre-filter's tau (Algorithm 1, line 1).
     let r = DeviceArray::upload_segmented(ctx, ranks, one_seg(ranks.len()))?;
     mem.add(&r);
@@ -878,8 +1437,19 @@ fn gpu_chunk(
         let hist = upload_one(ctx, &vec![0u32; 1 + 3 * d * 256])?;
         let aux = upload_one(ctx, &prefix)?;
         mem.spike(hist.device_bytes() + aux.device_bytes());
-        let p = SkyParams { tau, shift, full: (pass == 0) as u32, ..base };
-        launch(ctx, "qhist", p, &[(1, buf(&r)), (2, buf(&hist)), (3, buf(&aux))], n)?;
+        let p = SkyParams {
+            tau,
+            shift,
+            full: (pass == 0) as u32,
+            ..base
+        };
+        launch(
+            ctx,
+            "qhist",
+            p,
+            &[(1, buf(&r)), (2, buf(&hist)), (3, buf(&aux))],
+            n,
+        )?;
         let h = hist.download::<u32>(ctx)?;
         if pass == 0 {
             n1 = h[0];
@@ -904,7 +1474,9 @@ fn gpu_chunk(
                 cum += c;
             }
             if !found {
-                return Err(GpuError::Invalid(format!("skyline quartile selection lost its rank ({k})")));
+                return Err(GpuError::Invalid(format!(
+                    "skyline quartile selection lost its rank ({k})"
+                )));
             }
         }
     }
@@ -920,11 +1492,25 @@ fn gpu_chunk(
     let dead = DeviceArray::alloc_segmented(ctx, n, 4, one_seg(n))?;
     mem.add(&dead);
     let p = SkyParams { tau, ..base };
-    launch(ctx, "mask_hist", p, &[(1, buf(&r)), (2, buf(&mh)), (3, buf(&quart)), (5, buf(&mq)), (8, buf(&dead))], n)?;
+    launch(
+        ctx,
+        "mask_hist",
+        p,
+        &[
+            (1, buf(&r)),
+            (2, buf(&mh)),
+            (3, buf(&quart)),
+            (5, buf(&mq)),
+            (8, buf(&dead)),
+        ],
+        n,
+    )?;
     let mut counts = mh.download::<u32>(ctx)?;
     let (starts, acc) = mask_starts(&counts, order);
     if acc != n1 {
-        return Err(GpuError::Invalid(format!("skyline mask histogram counts {acc} of {n1} rows")));
+        return Err(GpuError::Invalid(format!(
+            "skyline mask histogram counts {acc} of {n1} rows"
+        )));
     }
     let n1 = n1 as usize;
     // Sort by (|M|, M): a counting-sort scatter of the surviving rows' ids (atomic
@@ -934,13 +1520,27 @@ fn gpu_chunk(
     let mut idx = DeviceArray::alloc(ctx, n1, 4)?;
     mem.add(&idx);
     if idx.num_segments() != 1 {
-        return Err(GpuError::Invalid("skyline working set spans segments".into()));
+        return Err(GpuError::Invalid(
+            "skyline working set spans segments".into(),
+        ));
     }
     // The masks in working-set order beside the row ids (wq[i] = mq[idx[i]]): the
     // iteration reads its comparands' masks in order, and mq is no longer needed.
     let mut wq = DeviceArray::alloc(ctx, n1, 4)?;
     mem.add(&wq);
-    launch(ctx, "scatter", p, &[(2, buf(&cursors)), (5, buf(&mq)), (6, buf(&wq)), (8, buf(&dead)), (9, buf(&idx))], n)?;
+    launch(
+        ctx,
+        "scatter",
+        p,
+        &[
+            (2, buf(&cursors)),
+            (5, buf(&mq)),
+            (6, buf(&wq)),
+            (8, buf(&dead)),
+            (9, buf(&idx)),
+        ],
+        n,
+    )?;
     // (Back to the pool; later work on the queue runs after the scatter.)
     mem.sub(&cursors);
     drop(cursors);
@@ -958,7 +1558,8 @@ fn gpu_chunk(
     for a in 0..17usize {
         binoms[a * 17] = 1;
         for b in 1..=a {
-            binoms[a * 17 + b] = binoms[(a - 1) * 17 + b - 1] + if b < a { binoms[(a - 1) * 17 + b] } else { 0 };
+            binoms[a * 17 + b] =
+                binoms[(a - 1) * 17 + b - 1] + if b < a { binoms[(a - 1) * 17 + b] } else { 0 };
         }
     }
     let stats = upload_one(ctx, &vec![0u32; 5 + masks])?;
@@ -967,7 +1568,11 @@ fn gpu_chunk(
     // shaders/skyline.wgsl): its SIMD group may take (d + 2) back-edges a step.
     let step_limit = match kernel {
         SkylineKernel::Wide | SkylineKernel::Mixed => 0,
-        SkylineKernel::Thread => step_limit.unwrap_or(if ctx.is_cpu_adapter() { (60_000 / (d as u32 + 2)).max(1) } else { 0 }),
+        SkylineKernel::Thread => step_limit.unwrap_or(if ctx.is_cpu_adapter() {
+            (60_000 / (d as u32 + 2)).max(1)
+        } else {
+            0
+        }),
     };
     if profile {
         eprintln!("skyline profile: n {n} d {d} kernel {kernel:?}: setup (upload, quartiles, masks, sort) {:.3} ms, {n1} rows after the pre-filter", t_chunk.elapsed().as_secs_f64() * 1e3);
@@ -1008,7 +1613,9 @@ fn gpu_chunk(
         let res_buf = res.as_ref().map_or(buf(&no_res), buf);
         let aux = upload_one(ctx, &parts)?;
         let lk = match kernel {
-            SkylineKernel::Mixed if l < thread_levels(d) || parts.len() / 3 <= thread_parts() => SkylineKernel::Thread,
+            SkylineKernel::Mixed if l < thread_levels(d) || parts.len() / 3 <= thread_parts() => {
+                SkylineKernel::Thread
+            }
             SkylineKernel::Mixed => SkylineKernel::Wide,
             k => k,
         };
@@ -1106,7 +1713,9 @@ fn gpu_chunk(
         }
         let iterate_ms = t_level.elapsed().as_secs_f64() * 1e3;
         let t_repack = Instant::now();
-        let level_tests = |s: &[u32], k: usize| (s[k] as u64 | (s[k + 1] as u64) << 32) - (last[k] as u64 | (last[k + 1] as u64) << 32);
+        let level_tests = |s: &[u32], k: usize| {
+            (s[k] as u64 | (s[k + 1] as u64) << 32) - (last[k] as u64 | (last[k + 1] as u64) << 32)
+        };
         let (level_dts, level_mts) = (level_tests(&s, 0), level_tests(&s, 2));
         last.copy_from_slice(&s[..4]);
         counts.copy_from_slice(&s[5..]);
@@ -1120,8 +1729,18 @@ fn gpu_chunk(
             let idx2 = DeviceArray::alloc(ctx, next, 4)?;
             let wq2 = DeviceArray::alloc(ctx, next, 4)?;
             mem.spike(cursors.device_bytes() + idx2.device_bytes() + wq2.device_bytes());
-            let p = SkyParams { n: ncur as u32, ..base };
-            let binds = [(2, buf(&cursors)), (6, buf(&wq)), (7, buf(&idx)), (9, buf(&keep)), (11, buf(&idx2)), (12, buf(&wq2))];
+            let p = SkyParams {
+                n: ncur as u32,
+                ..base
+            };
+            let binds = [
+                (2, buf(&cursors)),
+                (6, buf(&wq)),
+                (7, buf(&idx)),
+                (9, buf(&keep)),
+                (11, buf(&idx2)),
+                (12, buf(&wq2)),
+            ];
             launch(ctx, "repack", p, &binds, ncur)?;
             mem.sub(&idx);
             mem.sub(&wq);
@@ -1133,9 +1752,13 @@ fn gpu_chunk(
                 check_working_set(ctx, &idx, &wq, mq, &counts, order)?;
                 let dd = dead.download::<u32>(ctx)?;
                 let mqv = mq.download::<u32>(ctx)?;
-                let want = (0..n).filter(|&k| dd[k] == 0 && (mqv[k] & 0xffff).count_ones() as usize > l).count();
+                let want = (0..n)
+                    .filter(|&k| dd[k] == 0 && (mqv[k] & 0xffff).count_ones() as usize > l)
+                    .count();
                 if want != next {
-                    return Err(GpuError::Invalid(format!("level {l}: working set {next}, live rows above the level {want}")));
+                    return Err(GpuError::Invalid(format!(
+                        "level {l}: working set {next}, live rows above the level {want}"
+                    )));
                 }
             }
         }
@@ -1158,7 +1781,16 @@ fn gpu_chunk(
     let words = n.div_ceil(32);
     let bits = DeviceArray::alloc(ctx, words, 4)?;
     mem.spike(bits.device_bytes());
-    launch(ctx, "alive_bits", SkyParams { n: n as u32, ..base }, &[(8, buf(&dead)), (9, buf(&bits))], words)?;
+    launch(
+        ctx,
+        "alive_bits",
+        SkyParams {
+            n: n as u32,
+            ..base
+        },
+        &[(8, buf(&dead)), (9, buf(&bits))],
+        words,
+    )?;
     let bits = bits.download::<u32>(ctx)?;
     let t_rows = Instant::now();
     let rows = bits_to_rows(&bits);
@@ -1188,7 +1820,10 @@ fn gpu_chunk(
 /// machine's host, mostly first touches of fresh memory).
 fn bits_to_rows(bits: &[u32]) -> Vec<u32> {
     const WORDS: usize = 1 << 11;
-    let counts: Vec<usize> = bits.par_chunks(WORDS).map(|ws| ws.iter().map(|w| w.count_ones() as usize).sum()).collect();
+    let counts: Vec<usize> = bits
+        .par_chunks(WORDS)
+        .map(|ws| ws.iter().map(|w| w.count_ones() as usize).sum())
+        .collect();
     let mut out = vec![0u32; counts.iter().sum()];
     let mut slices = Vec::with_capacity(counts.len());
     let mut rest = out.as_mut_slice();
@@ -1197,18 +1832,21 @@ fn bits_to_rows(bits: &[u32]) -> Vec<u32> {
         slices.push(head);
         rest = tail;
     }
-    bits.par_chunks(WORDS).zip(slices).enumerate().for_each(|(c, (ws, dst))| {
-        let mut k = 0;
-        for (i, &w) in ws.iter().enumerate() {
-            let mut w = w;
-            let base = ((c * WORDS + i) * 32) as u32;
-            while w != 0 {
-                dst[k] = base + w.trailing_zeros();
-                k += 1;
-                w &= w - 1;
+    bits.par_chunks(WORDS)
+        .zip(slices)
+        .enumerate()
+        .for_each(|(c, (ws, dst))| {
+            let mut k = 0;
+            for (i, &w) in ws.iter().enumerate() {
+                let mut w = w;
+                let base = ((c * WORDS + i) * 32) as u32;
+                while w != 0 {
+                    dst[k] = base + w.trailing_zeros();
+                    k += 1;
+                    w &= w - 1;
+                }
             }
-        }
-    });
+        });
     out
 }
 
@@ -1226,9 +1864,12 @@ fn check_working_set(
     let wq = wq.download::<u32>(ctx)?;
     let mq = mq.download::<u32>(ctx)?;
     if let Some(k) = (0..idx.len()).find(|&k| wq[k] != mq[idx[k] as usize]) {
-        return Err(GpuError::Invalid(format!("working set mask at {k} is not its row's")));
+        return Err(GpuError::Invalid(format!(
+            "working set mask at {k} is not its row's"
+        )));
     }
-    let rank: std::collections::HashMap<u32, usize> = order.iter().enumerate().map(|(k, &m)| (m, k)).collect();
+    let rank: std::collections::HashMap<u32, usize> =
+        order.iter().enumerate().map(|(k, &m)| (m, k)).collect();
     let mut seen = std::collections::HashSet::new();
     let mut got = vec![0u32; counts.len()];
     let mut prev = 0usize;
@@ -1240,7 +1881,9 @@ fn check_working_set(
         got[m as usize] += 1;
         let r = rank[&m];
         if r < prev {
-            return Err(GpuError::Invalid(format!("working set out of order at {k}")));
+            return Err(GpuError::Invalid(format!(
+                "working set out of order at {k}"
+            )));
         }
         prev = r;
     }
@@ -1261,10 +1904,17 @@ pub fn skyline_gpu(ctx: &GpuContext, m: RankMatrix<'_>) -> GpuResult<(Vec<u32>, 
 /// is gathered on the host and the algorithm runs again on it. If a round does not
 /// shrink the candidates below 90% while they still need several chunks, the call
 /// fails with [`GpuError::OutOfMemory`] (the caller falls back to the CPU).
-pub fn skyline_gpu_with(ctx: &GpuContext, m: RankMatrix<'_>, opts: &SkylineGpuOptions) -> GpuResult<(Vec<u32>, SkylineStats)> {
+pub fn skyline_gpu_with(
+    ctx: &GpuContext,
+    m: RankMatrix<'_>,
+    opts: &SkylineGpuOptions,
+) -> GpuResult<(Vec<u32>, SkylineStats)> {
     let t0 = Instant::now();
     let (n, d) = (m.rows, m.dims);
-    let mut st = SkylineStats { algorithm: "gpu-skyalign", ..Default::default() };
+    let mut st = SkylineStats {
+        algorithm: "gpu-skyalign",
+        ..Default::default()
+    };
     if n == 0 || d == 0 {
         st.wall_ms = t0.elapsed().as_secs_f64() * 1e3;
         return Ok(((0..n as u32).collect(), st));
@@ -1275,10 +1925,14 @@ pub fn skyline_gpu_with(ctx: &GpuContext, m: RankMatrix<'_>, opts: &SkylineGpuOp
         return Ok((ids, st));
     }
     if n > u32::MAX as usize {
-        return Err(GpuError::Invalid(format!("skyline of {n} rows: row ids are u32")));
+        return Err(GpuError::Invalid(format!(
+            "skyline of {n} rows: row ids are u32"
+        )));
     }
     let lim = ctx.limits();
-    let max_bind = (lim.max_storage_buffer_binding_size as u64).min(lim.max_buffer_size).min((1 << 31) - 1);
+    let max_bind = (lim.max_storage_buffer_binding_size as u64)
+        .min(lim.max_buffer_size)
+        .min((1 << 31) - 1);
     let max_words = ((max_bind / 4) / 4 * 4) as usize;
     let mut chunk = (max_words / d).min(ctx.segment_rows());
     if opts.max_chunk_rows > 0 {
@@ -1307,7 +1961,16 @@ pub fn skyline_gpu_with(ctx: &GpuContext, m: RankMatrix<'_>, opts: &SkylineGpuOp
         let mut next = Vec::new();
         for c in (0..cn).step_by(chunk) {
             let e = (c + chunk).min(cn);
-            let out = gpu_chunk(ctx, &ranks[c * d..e * d], e - c, d, &order, opts.step_limit, kernel, opts.subset_lookup)?;
+            let out = gpu_chunk(
+                ctx,
+                &ranks[c * d..e * d],
+                e - c,
+                d,
+                &order,
+                opts.step_limit,
+                kernel,
+                opts.subset_lookup,
+            )?;
             st.dominance_tests += out.dominance_tests;
             st.mask_tests += out.mask_tests;
             st.device_bytes = st.device_bytes.max(out.device_bytes);
@@ -1332,7 +1995,9 @@ pub fn skyline_gpu_with(ctx: &GpuContext, m: RankMatrix<'_>, opts: &SkylineGpuOp
             )));
         }
         let mut rows = vec![0u32; next.len() * d];
-        rows.par_chunks_mut(d).zip(next.par_iter()).for_each(|(dst, &g)| dst.copy_from_slice(m.row(g as usize)));
+        rows.par_chunks_mut(d)
+            .zip(next.par_iter())
+            .for_each(|(dst, &g)| dst.copy_from_slice(m.row(g as usize)));
         cand = Some((next, rows));
     }
 }
@@ -1354,6 +2019,9 @@ mod tests {
         }
         let want: Vec<u32> = (0..n as u32).step_by(3).collect();
         assert_eq!(bits_to_rows(&bits), want);
-        assert_eq!(bits_to_rows(&vec![u32::MAX; 4097]), (0..4097 * 32).collect::<Vec<u32>>());
+        assert_eq!(
+            bits_to_rows(&vec![u32::MAX; 4097]),
+            (0..4097 * 32).collect::<Vec<u32>>()
+        );
     }
 }

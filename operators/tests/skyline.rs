@@ -7,8 +7,8 @@
 //! larger than the adapter's storage binding limit.
 use rand::{Rng, SeedableRng};
 use ridgeline_operators::skyline::{
-    dominates, skyline_cpu, skyline_gpu, skyline_gpu_with, skyline_reference, RankMatrix, SkylineGpuOptions,
-    SkylineKernel, SkylineStats, GPU_MAX_DIMS,
+    dominates, skyline_cpu, skyline_cpu_with, skyline_gpu, skyline_gpu_with, skyline_reference,
+    CpuSkylineAlgorithm, RankMatrix, SkylineGpuOptions, SkylineKernel, SkylineStats, GPU_MAX_DIMS,
 };
 use ridgeline_operators::testing::test_context;
 use ridgeline_operators::GpuContext;
@@ -42,7 +42,8 @@ fn generate(dist: Dist, n: usize, d: usize, seed: u64) -> Vec<f64> {
                 Dist::Correlated => {
                     // A point near the diagonal, spread a little around it.
                     let v = normalish(&mut r, 0.5, 0.25);
-                    p.iter_mut().for_each(|x| *x = v + normalish(&mut r, 0.0, 0.05));
+                    p.iter_mut()
+                        .for_each(|x| *x = v + normalish(&mut r, 0.0, 0.05));
                 }
                 Dist::Anticorrelated => {
                     // A point near the plane sum = d * v with v close to 0.5, spread
@@ -68,7 +69,9 @@ fn dense_ranks(values: &[f64], n: usize, d: usize) -> Vec<u32> {
 
 /// Quantizes coordinates to `levels` values (heavy ties).
 fn quantize(values: &mut [f64], levels: u32) {
-    values.iter_mut().for_each(|x| *x = (*x * levels as f64).floor());
+    values
+        .iter_mut()
+        .for_each(|x| *x = (*x * levels as f64).floor());
 }
 
 fn ctx() -> Option<std::sync::Arc<GpuContext>> {
@@ -76,19 +79,49 @@ fn ctx() -> Option<std::sync::Arc<GpuContext>> {
 }
 
 /// Checks both paths against `want` (the reference unless given).
-fn check(ctx: Option<&GpuContext>, ranks: &[u32], n: usize, d: usize, what: &str) -> (SkylineStats, Option<SkylineStats>) {
+fn check(
+    ctx: Option<&GpuContext>,
+    ranks: &[u32],
+    n: usize,
+    d: usize,
+    what: &str,
+) -> (SkylineStats, Option<SkylineStats>) {
     let m = RankMatrix::new(n, d, ranks);
     let want = skyline_reference(m);
     check_against(ctx, m, &want, what)
 }
 
-fn check_against(ctx: Option<&GpuContext>, m: RankMatrix<'_>, want: &[u32], what: &str) -> (SkylineStats, Option<SkylineStats>) {
+fn check_against(
+    ctx: Option<&GpuContext>,
+    m: RankMatrix<'_>,
+    want: &[u32],
+    what: &str,
+) -> (SkylineStats, Option<SkylineStats>) {
     let (cpu, cst) = skyline_cpu(m, 0);
     assert_eq!(cpu, want, "cpu skyline differs: {what}");
     let (cpu2, _) = skyline_cpu(m, 2);
     assert_eq!(cpu2, want, "cpu skyline (2 threads) differs: {what}");
+    // Both CPU algorithms, whichever `Auto` picked.
+    for algo in [
+        CpuSkylineAlgorithm::SortedGrid,
+        CpuSkylineAlgorithm::Blocked,
+    ] {
+        let (got, st) = skyline_cpu_with(m, 0, algo);
+        assert_eq!(
+            got, want,
+            "cpu skyline ({algo:?}, ran {}) differs: {what}",
+            st.algorithm
+        );
+        if algo == CpuSkylineAlgorithm::Blocked && m.rows > 0 && m.dims > 0 {
+            assert_eq!(st.algorithm, "cpu-hybrid");
+        }
+        if algo == CpuSkylineAlgorithm::SortedGrid && m.rows > 0 && m.dims > 0 && m.dims <= 16 {
+            assert_eq!(st.algorithm, "cpu-sorted-grid");
+        }
+    }
     let gst = ctx.map(|ctx| {
-        let (gpu, gst) = skyline_gpu(ctx, m).unwrap_or_else(|e| panic!("gpu skyline failed on {what}: {e}"));
+        let (gpu, gst) =
+            skyline_gpu(ctx, m).unwrap_or_else(|e| panic!("gpu skyline failed on {what}: {e}"));
         assert_eq!(gpu, want, "gpu skyline differs: {what} ({gst:?})");
         gst
     });
@@ -137,7 +170,10 @@ fn distributions() {
     let c = ctx();
     let c = c.as_deref();
     for d in 2..=16usize {
-        for (k, dist) in [Dist::Independent, Dist::Correlated, Dist::Anticorrelated].into_iter().enumerate() {
+        for (k, dist) in [Dist::Independent, Dist::Correlated, Dist::Anticorrelated]
+            .into_iter()
+            .enumerate()
+        {
             // Not a multiple of the workgroup size (256).
             let n = match dist {
                 Dist::Anticorrelated if d >= 8 => 1201,
@@ -147,9 +183,15 @@ fn distributions() {
             let ranks = dense_ranks(&vals, n, d);
             let what = format!("{dist:?} n={n} d={d}");
             let (cst, gst) = check(c, &ranks, n, d, &what);
-            assert!(cst.dominance_tests > 0 && cst.mask_tests > 0, "cpu counters: {what} {cst:?}");
+            assert!(
+                cst.dominance_tests > 0 && cst.mask_tests > 0,
+                "cpu counters: {what} {cst:?}"
+            );
             if let Some(g) = gst {
-                assert!(g.dominance_tests > 0 && g.mask_tests > 0, "gpu counters: {what} {g:?}");
+                assert!(
+                    g.dominance_tests > 0 && g.mask_tests > 0,
+                    "gpu counters: {what} {g:?}"
+                );
                 assert!(g.device_bytes > 0);
                 eprintln!(
                     "{what}: cpu dt {} mt {} | gpu dt {} mt {} bytes {} (matrix {})",
@@ -175,7 +217,13 @@ fn ties_and_duplicates() {
             let mut vals = generate(dist, n, d, 77 + d as u64);
             quantize(&mut vals, levels);
             let ranks = dense_ranks(&vals, n, d);
-            check(c, &ranks, n, d, &format!("ties {dist:?} d={d} levels={levels}"));
+            check(
+                c,
+                &ranks,
+                n,
+                d,
+                &format!("ties {dist:?} d={d} levels={levels}"),
+            );
         }
     }
     // Exact duplicates of every row (skyline rows come in pairs).
@@ -205,13 +253,25 @@ fn wide_rows_fall_back() {
 fn small_chunks() {
     let c = ctx();
     let Some(c) = c.as_deref() else { return };
-    for (dist, d) in [(Dist::Independent, 4), (Dist::Correlated, 8), (Dist::Independent, 3)] {
+    for (dist, d) in [
+        (Dist::Independent, 4),
+        (Dist::Correlated, 8),
+        (Dist::Independent, 3),
+    ] {
         let n = 3001;
         let vals = generate(dist, n, d, 11);
         let ranks = dense_ranks(&vals, n, d);
         let m = RankMatrix::new(n, d, &ranks);
         let want = skyline_reference(m);
-        let (got, st) = skyline_gpu_with(c, m, &SkylineGpuOptions { max_chunk_rows: 700, ..Default::default() }).unwrap();
+        let (got, st) = skyline_gpu_with(
+            c,
+            m,
+            &SkylineGpuOptions {
+                max_chunk_rows: 700,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         assert_eq!(got, want, "{dist:?} d={d} chunks of 700");
         assert!(st.chunks >= 6, "{st:?}");
     }
@@ -227,7 +287,14 @@ fn chunks_that_do_not_shrink() {
     let vals = generate(Dist::Anticorrelated, n, d, 9);
     let ranks = dense_ranks(&vals, n, d);
     let m = RankMatrix::new(n, d, &ranks);
-    match skyline_gpu_with(c, m, &SkylineGpuOptions { max_chunk_rows: 300, ..Default::default() }) {
+    match skyline_gpu_with(
+        c,
+        m,
+        &SkylineGpuOptions {
+            max_chunk_rows: 300,
+            ..Default::default()
+        },
+    ) {
         Ok((got, _)) => assert_eq!(got, skyline_reference(m)),
         Err(e) => assert!(e.should_fall_back(), "{e}"),
     }
@@ -262,13 +329,20 @@ fn long_running_invocations_resume() {
 fn step_limits() {
     let c = ctx();
     let Some(c) = c.as_deref() else { return };
-    for (dist, n, d) in [(Dist::Independent, 2999, 6), (Dist::Anticorrelated, 1500, 4), (Dist::Correlated, 2000, 9)] {
+    for (dist, n, d) in [
+        (Dist::Independent, 2999, 6),
+        (Dist::Anticorrelated, 1500, 4),
+        (Dist::Correlated, 2000, 9),
+    ] {
         let vals = generate(dist, n, d, 31);
         let ranks = dense_ranks(&vals, n, d);
         let m = RankMatrix::new(n, d, &ranks);
         let want = skyline_reference(m);
         for limit in [0u32, 7, 50] {
-            let opts = SkylineGpuOptions { step_limit: Some(limit), ..Default::default() };
+            let opts = SkylineGpuOptions {
+                step_limit: Some(limit),
+                ..Default::default()
+            };
             let (got, st) = skyline_gpu_with(c, m, &opts).unwrap();
             assert_eq!(got, want, "{dist:?} n={n} d={d} step limit {limit}");
             if limit == 0 {
@@ -287,7 +361,12 @@ fn load_nba() -> (Vec<u32>, usize, usize) {
     let mut n = 0;
     let mut d = 0;
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let row: Vec<f64> = line.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| s.parse().unwrap()).collect();
+        let row: Vec<f64> = line
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| s.parse().unwrap())
+            .collect();
         if d == 0 {
             d = row.len();
         }
@@ -344,7 +423,10 @@ fn larger_than_binding() {
     assert!(gst.chunks >= 2, "{gst:?}");
     assert!(gst.dominance_tests > 0 && gst.mask_tests > 0);
     assert!(gst.device_bytes <= 2 * (n * d * 4) as u64, "{gst:?}");
-    eprintln!("n={n} d={d}: skyline {} | cpu {cst:?} | gpu {gst:?}", want.len());
+    eprintln!(
+        "n={n} d={d}: skyline {} | cpu {cst:?} | gpu {gst:?}",
+        want.len()
+    );
 }
 
 /// The iteration kernels (one invocation per point, one workgroup per point with
@@ -367,23 +449,43 @@ fn iteration_kernels_agree() {
             (SkylineKernel::Mixed, None),
         ];
         for (kernel, subset_lookup) in variants {
-            let opts = SkylineGpuOptions { kernel: Some(kernel), subset_lookup, max_chunk_rows: chunk, ..Default::default() };
-            let (got, st) = skyline_gpu_with(c, m, &opts).unwrap_or_else(|e| panic!("{kernel:?} {subset_lookup:?} on {what}: {e}"));
-            assert_eq!(got, want, "{kernel:?} kernel (subset lookup {subset_lookup:?}) differs: {what} ({st:?})");
+            let opts = SkylineGpuOptions {
+                kernel: Some(kernel),
+                subset_lookup,
+                max_chunk_rows: chunk,
+                ..Default::default()
+            };
+            let (got, st) = skyline_gpu_with(c, m, &opts)
+                .unwrap_or_else(|e| panic!("{kernel:?} {subset_lookup:?} on {what}: {e}"));
+            assert_eq!(
+                got, want,
+                "{kernel:?} kernel (subset lookup {subset_lookup:?}) differs: {what} ({st:?})"
+            );
             tests.push((st.dominance_tests, st.mask_tests));
         }
         // Each counts the mask tests it ran: a test per candidate partition (Eq. 1
         // or a subset looked up) and per point, so where one ran none, so did the
         // others.
-        assert!(tests.iter().all(|t| (t.1 > 0) == (tests[0].1 > 0)), "{what}: {tests:?}");
+        assert!(
+            tests.iter().all(|t| (t.1 > 0) == (tests[0].1 > 0)),
+            "{what}: {tests:?}"
+        );
     };
-    for (k, dist) in [Dist::Independent, Dist::Correlated, Dist::Anticorrelated].into_iter().enumerate() {
+    for (k, dist) in [Dist::Independent, Dist::Correlated, Dist::Anticorrelated]
+        .into_iter()
+        .enumerate()
+    {
         for d in [1usize, 2, 3, 5, 8, 12, 16] {
             for n in [1usize, 63, 1201] {
                 let vals = generate(dist, n, d, (d * 7 + k * 3 + n) as u64);
                 let ranks = dense_ranks(&vals, n, d);
                 let m = RankMatrix::new(n, d, &ranks);
-                run(m, &skyline_reference(m), &format!("{dist:?} n={n} d={d}"), 0);
+                run(
+                    m,
+                    &skyline_reference(m),
+                    &format!("{dist:?} n={n} d={d}"),
+                    0,
+                );
             }
         }
     }
@@ -396,7 +498,12 @@ fn iteration_kernels_agree() {
         dup.extend_from_slice(&vals);
         let ranks = dense_ranks(&dup, 2 * n, d);
         let m = RankMatrix::new(2 * n, d, &ranks);
-        run(m, &skyline_reference(m), &format!("ties and duplicates d={d} levels={levels}"), 0);
+        run(
+            m,
+            &skyline_reference(m),
+            &format!("ties and duplicates d={d} levels={levels}"),
+            0,
+        );
     }
     let eq = vec![5u32; 777 * 6];
     let m = RankMatrix::new(777, 6, &eq);
@@ -409,11 +516,55 @@ fn iteration_kernels_agree() {
         ranks.extend_from_slice(&[i + 1, half - i]);
     }
     let m = RankMatrix::new(2 * half as usize, 2, &ranks);
-    run(m, &(0..half).map(|i| 2 * i).collect::<Vec<u32>>(), "anti-diagonal", 0);
+    run(
+        m,
+        &(0..half).map(|i| 2 * i).collect::<Vec<u32>>(),
+        "anti-diagonal",
+        0,
+    );
     // Several chunks, then the skyline of their union.
     let (n, d) = (4001, 6);
     let vals = generate(Dist::Independent, n, d, 12);
     let ranks = dense_ranks(&vals, n, d);
     let m = RankMatrix::new(n, d, &ranks);
     run(m, &skyline_reference(m), "chunks of 900", 900);
+}
+
+/// The two CPU algorithms agree on inputs too large for the O(n^2) reference,
+/// where the sorted grid's groups are large enough for its bucket directories
+/// (groups of 16 rows or more) and the group key covers fewer bits than d.
+#[test]
+fn cpu_algorithms_agree_large() {
+    for (dist, d, levels) in [
+        (Dist::Anticorrelated, 4, 0),
+        (Dist::Anticorrelated, 9, 0),
+        (Dist::Independent, 12, 0),
+        (Dist::Anticorrelated, 16, 0),
+        (Dist::Independent, 10, 5),
+        (Dist::Correlated, 7, 0),
+    ] {
+        let n = 40_000;
+        let mut vals = generate(dist, n, d, 1000 + d as u64);
+        if levels > 0 {
+            quantize(&mut vals, levels);
+        }
+        let ranks = dense_ranks(&vals, n, d);
+        let m = RankMatrix::new(n, d, &ranks);
+        let (a, sa) = skyline_cpu_with(m, 0, CpuSkylineAlgorithm::SortedGrid);
+        let (b, sb) = skyline_cpu_with(m, 0, CpuSkylineAlgorithm::Blocked);
+        assert_eq!(sa.algorithm, "cpu-sorted-grid");
+        assert_eq!(sb.algorithm, "cpu-hybrid");
+        assert_eq!(a, b, "{dist:?} d={d} levels={levels}");
+        assert!(!a.is_empty());
+        // Spot-check survivors and non-survivors against brute force.
+        let set: std::collections::HashSet<u32> = a.iter().copied().collect();
+        for r in (0..n).step_by(997) {
+            let dominated = (0..n).any(|p| dominates(m.row(p), m.row(r)));
+            assert_eq!(
+                !dominated,
+                set.contains(&(r as u32)),
+                "{dist:?} d={d} row {r}"
+            );
+        }
+    }
 }

@@ -317,12 +317,13 @@ fn prefetch_row(data: &[u32], at: usize) {
     }
 }
 
-/// [`scan_mq_packed`]'s test of `SCAN` (32) entries with AVX2, 8 a step.
+/// [`scan_mq_packed`]'s test of up to `SCAN` (32) entries with AVX2, 8 a step;
+/// returns the pass bits of the first `8 * (len / 8)` entries.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn packed_bits_avx2(ks: &[u32], ws: &[u32], pk: u32, nmi: u32, nqi: u32) -> u32 {
     use std::arch::x86_64::*;
-    debug_assert!(ks.len() == SCAN && ws.len() == SCAN);
+    debug_assert!(ks.len() == ws.len() && ws.len() <= SCAN);
     let vn = _mm256_set1_epi32(nmi as i32);
     let vq = _mm256_set1_epi32(nqi as i32);
     let lo = _mm256_set1_epi32(0xffff);
@@ -331,8 +332,9 @@ unsafe fn packed_bits_avx2(ks: &[u32], ws: &[u32], pk: u32, nmi: u32, nqi: u32) 
     let vp = _mm256_set1_epi32((pk ^ 0x8000_0000) as i32);
     let z = _mm256_setzero_si256();
     let mut bits = 0u32;
-    for k in (0..SCAN).step_by(8) {
-        // SAFETY: k + 8 <= SCAN = ks.len() = ws.len().
+    let mut k = 0;
+    while k + 8 <= ws.len() {
+        // SAFETY: k + 8 <= ks.len() = ws.len().
         let (w, key) = unsafe {
             (
                 _mm256_loadu_si256(ws.as_ptr().add(k) as *const __m256i),
@@ -347,6 +349,7 @@ unsafe fn packed_bits_avx2(ks: &[u32], ws: &[u32], pk: u32, nmi: u32, nqi: u32) 
         let above = _mm256_cmpgt_epi32(_mm256_xor_si256(key, sign), vp);
         let e = _mm256_andnot_si256(above, pass);
         bits |= (_mm256_movemask_ps(_mm256_castsi256_ps(e)) as u32) << k;
+        k += 8;
     }
     bits
 }
@@ -382,10 +385,10 @@ fn scan_mq_packed(
         let mut bits = 0u32;
         let mut k = 0;
         #[cfg(target_arch = "x86_64")]
-        if avx2 && c.len() == SCAN {
-            // SAFETY: AVX2 is present (checked above); both chunks hold SCAN entries.
+        if avx2 {
+            // SAFETY: AVX2 is present (checked above); the chunks are equally long.
             bits = unsafe { packed_bits_avx2(kc, c, pk, nmi, nqi) };
-            k = SCAN;
+            k = c.len() & !7;
         }
         while k < c.len() {
             bits |= (test(kc[k], c[k]) as u32) << k;
@@ -731,17 +734,33 @@ fn cpu_sorted_grid(
         });
     }
     let t_lists = tp.elapsed().as_secs_f64() * 1e3;
+    let t_dir;
     // A directory per list segment: entry b counts the segment's keys below
     // bucket b of the dimension's rank range, so the prefix bound needs one
     // lookup and a search inside one bucket. A group of `len` rows gets about
     // len / 8 buckets (a power of two, at most `SG_BUCKETS`; none below 16 rows,
     // whose segment is searched whole), so the directories stay a small fraction
     // of the lists.
-    let shift: Vec<u32> = (0..d)
-        .map(|k| {
-            let mx = (0..n).map(|i| data[i * d + k]).max().unwrap_or(0);
-            (32 - mx.leading_zeros()).saturating_sub(SG_BUCKETS.trailing_zeros())
-        })
+    let maxes = data
+        .par_chunks(d)
+        .with_min_len(4096)
+        .fold(
+            || vec![0u32; d],
+            |mut a, row| {
+                a.iter_mut().zip(row).for_each(|(a, &v)| *a = (*a).max(v));
+                a
+            },
+        )
+        .reduce(
+            || vec![0u32; d],
+            |mut a, b| {
+                a.iter_mut().zip(b).for_each(|(a, v)| *a = (*a).max(v));
+                a
+            },
+        );
+    let shift: Vec<u32> = maxes
+        .iter()
+        .map(|mx| (32 - mx.leading_zeros()).saturating_sub(SG_BUCKETS.trailing_zeros()))
         .collect();
     let glog: Vec<u32> = (0..ng)
         .map(|g| {
@@ -794,6 +813,7 @@ fn cpu_sorted_grid(
                 }
             });
     }
+    t_dir = tp.elapsed().as_secs_f64() * 1e3;
     // Every row's best dimension; rows are visited by (M, best dimension, rank
     // there), so consecutive rows search the same lists near the same place and
     // find them in cache.
@@ -816,7 +836,7 @@ fn cpu_sorted_grid(
         .collect();
     visit.par_sort_unstable();
     let t_index = tp.elapsed().as_secs_f64() * 1e3;
-    let _ = (t_keyed, t_lists);
+    let _ = (t_keyed, t_lists, t_dir);
     let tq = Instant::now();
     let (dead_rows, dts, mts): (Vec<(u32, bool)>, Vec<u64>, Vec<u64>) = {
         let res: Vec<((u32, bool), u64, u64)> = visit
@@ -894,7 +914,8 @@ fn cpu_sorted_grid(
     out.par_sort_unstable();
     if profile {
         eprintln!(
-            "cpu skyline profile (sorted grid): index {t_index:.1} ms (groups {t_keyed:.1}, lists {t_lists:.1}; {n} rows, {ng} groups), tests {:.1} ms",
+            "cpu skyline profile (sorted grid): index {t_index:.1} ms (at groups {t_keyed:.1}, lists {t_lists:.1}, directories {t_dir:.1}; {n} rows, {ng} groups, {} threads), tests {:.1} ms",
+            rayon::current_num_threads(),
             tq.elapsed().as_secs_f64() * 1e3
         );
     }

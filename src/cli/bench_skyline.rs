@@ -10,7 +10,7 @@ use crate::{GpuMode, Ridgeline};
 use arrow::array::RecordBatch;
 use datafusion::error::{DataFusionError, Result};
 use rayon::prelude::*;
-use ridgeline_operators::skyline::{skyline_cpu, skyline_gpu_with, RankMatrix, SkylineGpuOptions, SkylineKernel, SkylineStats};
+use ridgeline_operators::skyline::{skyline_cpu, skyline_cpu_with, skyline_gpu_with, CpuSkylineAlgorithm, RankMatrix, SkylineGpuOptions, SkylineKernel, SkylineStats};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -41,6 +41,9 @@ pub struct SkylineArgs {
     /// Seconds before a DuckDB query is interrupted.
     #[arg(long, default_value_t = 300)]
     pub duckdb_timeout: u64,
+    /// Also time the CPU's blocked algorithm (the one before the sorted grid), answer checked.
+    #[arg(long)]
+    pub cpu_blocked: bool,
     /// A duckdb wheel to install offline (default: RIDGELINE_DUCKDB_WHEEL).
     #[arg(long)]
     pub duckdb_wheel: Option<PathBuf>,
@@ -162,6 +165,9 @@ pub async fn run(args: SkylineArgs) -> Result<()> {
         "dist", "d", "skyline", "rank ms", "GPU ms", "GPU per-invocation ms", "CPU ms", "CPU/GPU", "GPU dom tests",
         "GPU mask tests", "CPU dom tests", "CPU mask tests", "dev MiB", "dev/ranks",
     ];
+    if args.cpu_blocked {
+        header.push("CPU blocked ms");
+    }
     if !args.no_sql {
         header.extend(["SQL gpu ms", "SQL cpu ms"]);
     }
@@ -237,6 +243,18 @@ pub async fn run(args: SkylineArgs) -> Result<()> {
                     row.extend(["-".into(), "-".into(), format!("{cpu_ms:.2}"), "-".into(), "-".into(), "-".into()]);
                     row.extend([cpu_st.dominance_tests.to_string(), cpu_st.mask_tests.to_string(), "-".into(), "-".into()]);
                 }
+            }
+            if args.cpu_blocked {
+                let mut times = Vec::new();
+                for _ in 0..args.iterations.max(1) {
+                    let t = Instant::now();
+                    let (ids, _) = skyline_cpu_with(rm, 0, CpuSkylineAlgorithm::Blocked);
+                    times.push(ms(t));
+                    if ids != cpu_ids {
+                        return Err(err(format!("{dist} d={d}: the blocked CPU skyline differs")));
+                    }
+                }
+                row.push(format!("{:.2}", median(times)));
             }
             if !args.no_sql {
                 let sql = skyline_sql(d);

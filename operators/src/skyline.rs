@@ -321,6 +321,7 @@ fn prefetch_row(data: &[u32], at: usize) {
 /// returns the pass bits of the first `8 * (len / 8)` entries.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
+#[inline]
 unsafe fn packed_bits_avx2(ks: &[u32], ws: &[u32], pk: u32, nmi: u32, nqi: u32) -> u32 {
     use std::arch::x86_64::*;
     debug_assert!(ks.len() == ws.len() && ws.len() <= SCAN);
@@ -362,6 +363,7 @@ unsafe fn packed_bits_avx2(ks: &[u32], ws: &[u32], pk: u32, nmi: u32, nqi: u32) 
 /// entries of a step are announced to `pre(k)` (a prefetch of their rows, so
 /// their cache misses overlap) before `dom(k)` runs on them as in [`scan_q`].
 #[inline]
+#[allow(clippy::too_many_arguments)]
 fn scan_mq_packed(
     ks: &[u32],
     ws: &[u32],
@@ -370,25 +372,87 @@ fn scan_mq_packed(
     qi: u32,
     mask_tests: &mut u64,
     pre: impl Fn(usize),
+    dom: impl FnMut(usize) -> bool,
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2.
+        return unsafe { scan_mq_packed_avx2(ks, ws, pk, mi, qi, mask_tests, pre, dom) };
+    }
+    scan_mq_packed_body(
+        ks,
+        ws,
+        pk,
+        mi,
+        qi,
+        mask_tests,
+        pre,
+        dom,
+        |_, _, _, _, _| 0,
+        0,
+    )
+}
+
+/// [`scan_mq_packed`] compiled with AVX2 (the whole loop, so the 8-wide test
+/// inlines into it).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn scan_mq_packed_avx2(
+    ks: &[u32],
+    ws: &[u32],
+    pk: u32,
+    mi: u32,
+    qi: u32,
+    mask_tests: &mut u64,
+    pre: impl Fn(usize),
+    dom: impl FnMut(usize) -> bool,
+) -> bool {
+    scan_mq_packed_body(
+        ks,
+        ws,
+        pk,
+        mi,
+        qi,
+        mask_tests,
+        pre,
+        dom,
+        // SAFETY: this function only runs where AVX2 is present.
+        |kc, c, pk, nmi, nqi| unsafe { packed_bits_avx2(kc, c, pk, nmi, nqi) },
+        8,
+    )
+}
+
+/// The loop of [`scan_mq_packed`]: `wide(keys, words, pk, !mi, !qi)` tests the
+/// first `lanes * (len / lanes)` entries of a chunk (0 lanes: none), the rest are
+/// tested one by one.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn scan_mq_packed_body(
+    ks: &[u32],
+    ws: &[u32],
+    pk: u32,
+    mi: u32,
+    qi: u32,
+    mask_tests: &mut u64,
+    pre: impl Fn(usize),
     mut dom: impl FnMut(usize) -> bool,
+    wide: impl Fn(&[u32], &[u32], u32, u32, u32) -> u32,
+    lanes: usize,
 ) -> bool {
     let (nmi, nqi) = (!mi & 0xffff, !qi & 0xffff);
     let test = |key: u32, w: u32| {
         let (mj, qj) = (w >> 16, w & 0xffff);
         key <= pk && (mj & nmi) | (qj & (mj | nmi) & nqi) == 0
     };
-    #[cfg(target_arch = "x86_64")]
-    let avx2 = std::arch::is_x86_feature_detected!("avx2");
     let mut base = 0;
     for (kc, c) in ks.chunks(SCAN).zip(ws.chunks(SCAN)) {
         *mask_tests += c.len() as u64;
         let mut bits = 0u32;
         let mut k = 0;
-        #[cfg(target_arch = "x86_64")]
-        if avx2 {
-            // SAFETY: AVX2 is present (checked above); the chunks are equally long.
-            bits = unsafe { packed_bits_avx2(kc, c, pk, nmi, nqi) };
-            k = c.len() & !7;
+        if lanes > 0 {
+            bits = wide(kc, c, pk, nmi, nqi);
+            k = c.len() - c.len() % lanes;
         }
         while k < c.len() {
             bits |= (test(kc[k], c[k]) as u32) << k;
@@ -620,6 +684,39 @@ fn group_major(
     out
 }
 
+/// Sorts `v` by its high 32 bits, of which only the low `bits` can be set, stably
+/// (LSD radix sort, 11-bit digits; `tmp` is scratch). Short inputs are sorted
+/// whole, which is the same order when the low words ascend, as they do here.
+fn radix_sort_high(v: &mut Vec<u64>, tmp: &mut Vec<u64>, bits: u32) {
+    const DIGIT: u32 = 11;
+    if v.len() <= 64 {
+        v.sort_unstable();
+        return;
+    }
+    tmp.clear();
+    tmp.resize(v.len(), 0);
+    let mut shift = 32;
+    while shift < 32 + bits {
+        let mut cnt = [0u32; 1 << DIGIT];
+        for &x in v.iter() {
+            cnt[((x >> shift) as usize) & ((1 << DIGIT) - 1)] += 1;
+        }
+        let mut sum = 0;
+        for c in cnt.iter_mut() {
+            let t = *c;
+            *c = sum;
+            sum += t;
+        }
+        for &x in v.iter() {
+            let c = &mut cnt[((x >> shift) as usize) & ((1 << DIGIT) - 1)];
+            tmp[*c as usize] = x;
+            *c += 1;
+        }
+        std::mem::swap(v, tmp);
+        shift += DIGIT;
+    }
+}
+
 /// Most bytes of sorted per-dimension lists [`cpu_sorted_grid`] may allocate
 /// (12 bytes per kept row and dimension); larger inputs run the blocked path.
 const SORTED_GRID_MAX_BYTES: usize = 1 << 30;
@@ -674,7 +771,10 @@ fn cpu_sorted_grid(
             (mk & low, mk, qk, r)
         })
         .collect();
-    keyed.par_sort_unstable();
+    let t_k0 = tp.elapsed().as_secs_f64() * 1e3;
+    // Order inside a group does not matter (its lists are sorted below).
+    keyed.par_sort_unstable_by_key(|t| t.0);
+    let t_k1 = tp.elapsed().as_secs_f64() * 1e3;
     let n = keyed.len();
     let mut data = vec![0u32; n * d];
     data.par_chunks_mut(d)
@@ -697,6 +797,23 @@ fn cpu_sorted_grid(
     }
     // Per dimension k and group g, the group's entries sorted by rank k: list k
     // occupies [k * n, (k + 1) * n), group g [k * n + gstart[g], k * n + gstart[g + 1]).
+    let maxes = data
+        .par_chunks(d)
+        .with_min_len(4096)
+        .fold(
+            || vec![0u32; d],
+            |mut a, row| {
+                a.iter_mut().zip(row).for_each(|(a, &v)| *a = (*a).max(v));
+                a
+            },
+        )
+        .reduce(
+            || vec![0u32; d],
+            |mut a, b| {
+                a.iter_mut().zip(b).for_each(|(a, v)| *a = (*a).max(v));
+                a
+            },
+        );
     let mut key = vec![0u32; n * d];
     let mut qs = vec![0u32; n * d];
     let mut pos = vec![0u32; n * d];
@@ -719,19 +836,28 @@ fn cpu_sorted_grid(
                 pr = h;
             }
         }
-        segs.par_iter_mut().for_each(|(k, g, ks, qv, ps)| {
-            let s = gstart[*g] as usize;
-            let mut tmp: Vec<u64> = (0..ks.len())
-                .map(|j| ((data[(s + j) * d + *k] as u64) << 32) | (s + j) as u64)
-                .collect();
-            tmp.sort_unstable();
-            for (j, &t) in tmp.iter().enumerate() {
-                let i = t as u32 as usize;
-                ks[j] = (t >> 32) as u32;
-                qv[j] = (keyed[i].1 << 16) | keyed[i].2;
-                ps[j] = i as u32;
-            }
-        });
+        // One task per group, its d lists in turn (the group's rows stay in cache).
+        segs.sort_unstable_by_key(|t| (t.1, t.0));
+        segs.par_chunks_mut(d).for_each_init(
+            || (Vec::new(), Vec::new()),
+            |(tmp, scratch), group| {
+                for (k, g, ks, qv, ps) in group.iter_mut() {
+                    let s = gstart[*g] as usize;
+                    tmp.clear();
+                    tmp.extend(
+                        (0..ks.len())
+                            .map(|j| ((data[(s + j) * d + *k] as u64) << 32) | (s + j) as u64),
+                    );
+                    radix_sort_high(tmp, scratch, 32 - maxes[*k].leading_zeros());
+                    for (j, &t) in tmp.iter().enumerate() {
+                        let i = t as u32 as usize;
+                        ks[j] = (t >> 32) as u32;
+                        qv[j] = (keyed[i].1 << 16) | keyed[i].2;
+                        ps[j] = i as u32;
+                    }
+                }
+            },
+        );
     }
     let t_lists = tp.elapsed().as_secs_f64() * 1e3;
     let t_dir;
@@ -741,23 +867,6 @@ fn cpu_sorted_grid(
     // len / 8 buckets (a power of two, at most `SG_BUCKETS`; none below 16 rows,
     // whose segment is searched whole), so the directories stay a small fraction
     // of the lists.
-    let maxes = data
-        .par_chunks(d)
-        .with_min_len(4096)
-        .fold(
-            || vec![0u32; d],
-            |mut a, row| {
-                a.iter_mut().zip(row).for_each(|(a, &v)| *a = (*a).max(v));
-                a
-            },
-        )
-        .reduce(
-            || vec![0u32; d],
-            |mut a, b| {
-                a.iter_mut().zip(b).for_each(|(a, v)| *a = (*a).max(v));
-                a
-            },
-        );
     let shift: Vec<u32> = maxes
         .iter()
         .map(|mx| (32 - mx.leading_zeros()).saturating_sub(SG_BUCKETS.trailing_zeros()))
@@ -834,8 +943,14 @@ fn cpu_sorted_grid(
             (keyed[i].0, k as u32, data[i * d + k], i as u32)
         })
         .collect();
+    let t_v0 = tp.elapsed().as_secs_f64() * 1e3;
     visit.par_sort_unstable();
     let t_index = tp.elapsed().as_secs_f64() * 1e3;
+    if profile {
+        eprintln!(
+            "cpu skyline profile (sorted grid): index steps end at: masks {t_k0:.1}, group sort {t_k1:.1}, gather {t_keyed:.1}, lists {t_lists:.1}, directories {t_dir:.1}, visit order {t_v0:.1}, sorted {t_index:.1} ms"
+        );
+    }
     let _ = (t_keyed, t_lists, t_dir);
     let tq = Instant::now();
     let (dead_rows, dts, mts): (Vec<(u32, bool)>, Vec<u64>, Vec<u64>) = {
@@ -2025,7 +2140,29 @@ pub fn skyline_gpu_with(
 
 #[cfg(test)]
 mod tests {
-    use super::bits_to_rows;
+    use super::{bits_to_rows, radix_sort_high};
+
+    /// The lists' radix sort is stable by the high word, for every length class
+    /// (below and above the cut-over to the comparison sort) and key width.
+    #[test]
+    fn radix_sort_is_stable_by_key() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for (len, bits) in [(0usize, 1u32), (1, 5), (64, 3), (65, 1), (1000, 11), (5000, 12), (5000, 20), (3000, 32)] {
+            let mut v: Vec<u64> = (0..len)
+                .map(|i| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let key = if bits == 32 { x as u32 } else { (x as u32) & ((1u32 << bits) - 1) };
+                    ((key as u64) << 32) | i as u64
+                })
+                .collect();
+            let mut want = v.clone();
+            want.sort_by_key(|t| t >> 32);
+            radix_sort_high(&mut v, &mut Vec::new(), bits);
+            assert_eq!(v, want, "len {len} bits {bits}");
+        }
+    }
 
     #[test]
     fn bitmap_rows() {

@@ -1021,6 +1021,20 @@ fn cpu_sorted_grid(
     st.dominance_tests = dts.iter().sum();
     st.mask_tests = mts.iter().sum();
     st.chunks = 1;
+    if profile {
+        let (mut md, mut ma, mut dd, mut da, mut nd) = (0u64, 0u64, 0u64, 0u64, 0u64);
+        for (j, t) in dead_rows.iter().enumerate() {
+            if t.1 {
+                md += mts[j];
+                dd += dts[j];
+                nd += 1;
+            } else {
+                ma += mts[j];
+                da += dts[j];
+            }
+        }
+        eprintln!("cpu skyline profile (sorted grid): dominated rows {nd}: mask tests {md}, dominance tests {dd}; skyline rows: mask tests {ma}, dominance tests {da}");
+    }
     let mut out: Vec<u32> = dead_rows
         .iter()
         .filter(|t| !t.1)
@@ -2147,13 +2161,26 @@ mod tests {
     #[test]
     fn radix_sort_is_stable_by_key() {
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        for (len, bits) in [(0usize, 1u32), (1, 5), (64, 3), (65, 1), (1000, 11), (5000, 12), (5000, 20), (3000, 32)] {
+        for (len, bits) in [
+            (0usize, 1u32),
+            (1, 5),
+            (64, 3),
+            (65, 1),
+            (1000, 11),
+            (5000, 12),
+            (5000, 20),
+            (3000, 32),
+        ] {
             let mut v: Vec<u64> = (0..len)
                 .map(|i| {
                     x ^= x << 13;
                     x ^= x >> 7;
                     x ^= x << 17;
-                    let key = if bits == 32 { x as u32 } else { (x as u32) & ((1u32 << bits) - 1) };
+                    let key = if bits == 32 {
+                        x as u32
+                    } else {
+                        (x as u32) & ((1u32 << bits) - 1)
+                    };
                     ((key as u64) << 32) | i as u64
                 })
                 .collect();

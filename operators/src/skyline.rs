@@ -944,7 +944,17 @@ fn cpu_sorted_grid(
         })
         .collect();
     let t_v0 = tp.elapsed().as_secs_f64() * 1e3;
-    visit.par_sort_unstable();
+    // `visit` is already in group order (as `keyed`): sort each group's range.
+    {
+        let mut ranges: Vec<&mut [(u32, u32, u32, u32)]> = Vec::with_capacity(ng);
+        let mut rest = &mut visit[..];
+        for g in 0..ng {
+            let (a, b) = std::mem::take(&mut rest).split_at_mut((gstart[g + 1] - gstart[g]) as usize);
+            ranges.push(a);
+            rest = b;
+        }
+        ranges.par_iter_mut().for_each(|r| r.sort_unstable());
+    }
     let t_index = tp.elapsed().as_secs_f64() * 1e3;
     if profile {
         eprintln!(

@@ -13,12 +13,22 @@
 //! # Algorithms
 //!
 //! * [`skyline_reference`]: brute force, O(n^2) dominance tests (tests only).
-//! * [`skyline_cpu`]: a Hybrid-style (Chester et al., ICDE 2015) multithreaded
-//!   skyline: SkyAlign's tau pre-filter, rows sorted by Manhattan norm (sum of
-//!   ranks) so that only earlier rows can dominate, then blocks of rows tested in
-//!   parallel (rayon) first against the confirmed skyline (grouped by median mask,
-//!   one mask test skips a whole group, quartile mask tests before dominance tests),
-//!   then against the block's earlier survivors; survivors join the skyline.
+//! * [`skyline_cpu`]: multithreaded (rayon), after SkyAlign's tau pre-filter and
+//!   per-dimension quartiles:
+//!   - for d <= 16, the **sorted grid** (`cpu_sorted_grid`): every row is tested on
+//!     its own, in parallel, against the rows of its median-mask subset groups
+//!     (Eq. 1), reading only the prefix of each group's list sorted by the row's
+//!     best dimension up to the row's rank there (a dominator is no worse in that
+//!     dimension: about a tenth of the group on anticorrelated data), with the
+//!     mask tests (Eq. 1 on the remaining bits, Eq. 4/5) on packed masks, 8 at a
+//!     time with AVX2, before dominance tests;
+//!   - otherwise a Hybrid-style (Chester et al., ICDE 2015) **blocked** algorithm:
+//!     rows sorted by Manhattan norm (sum of ranks) so that only earlier rows can
+//!     dominate, then blocks of rows tested in parallel first against the confirmed
+//!     skyline (grouped by median mask, one mask test skips a whole group, quartile
+//!     mask tests before dominance tests), then against the block's earlier
+//!     survivors; survivors join the skyline.
+//!   [`skyline_cpu_with`] picks either ([`CpuSkylineAlgorithm`]).
 //! * [`skyline_gpu`]: SkyAlign (Bøgh, Chester & Assent, VLDB 2015) in WGSL
 //!   (shaders/skyline.wgsl), per chunk of at most one storage binding:
 //!   1. `minmax`: tau = min over rows of the row maximum (atomic min). As Section
@@ -478,10 +488,12 @@ fn scan_mq_packed_body(
 /// Points per block of the CPU algorithm.
 const CPU_BLOCK: usize = 2048;
 
-/// The CPU skyline (multithreaded; `threads` = 0 means rayon's pool size).
+/// The CPU skyline (multithreaded; `threads` = 0 means rayon's pool size): the
+/// sorted grid (`cpu_sorted_grid`) for d <= 16 while its lists fit
+/// `SORTED_GRID_MAX_BYTES`, else the blocked algorithm described here.
 ///
-/// In the spirit of Hybrid (Chester et al., ICDE 2015), with SkyAlign's static
-/// median/quartile masks in place of Hybrid's pivot masks:
+/// The blocked algorithm, in the spirit of Hybrid (Chester et al., ICDE 2015),
+/// with SkyAlign's static median/quartile masks in place of Hybrid's pivot masks:
 ///
 /// 1. SkyAlign's pre-filter (tau = min over rows of the row maximum) drops rows
 ///    that the tau row dominates, in parallel.

@@ -186,6 +186,63 @@ pub fn skyline_reference(m: RankMatrix<'_>) -> Vec<u32> {
         .collect()
 }
 
+/// Dense ranks of order-preserving 64-bit keys: 0 for the smallest key, equal keys
+/// equal ranks, each larger distinct key the next rank. An LSD radix sort of
+/// (key, row) pairs with 11-bit digits; digits on which every key agrees are
+/// skipped (doubles in [0, 1), say, share their top bits). The caller maps its
+/// values to keys (e.g. floats by their total order, a MAX direction by `!key`).
+pub fn dense_ranks_u64(keys: &[u64]) -> Vec<u32> {
+    const DIGIT: u32 = 11;
+    const B: usize = 1 << DIGIT;
+    let n = keys.len();
+    let mut ranks = vec![0u32; n];
+    if n == 0 {
+        return ranks;
+    }
+    let mut k: Vec<u64> = keys.to_vec();
+    let mut ix: Vec<u32> = (0..n as u32).collect();
+    let (mut k2, mut ix2) = (vec![0u64; n], vec![0u32; n]);
+    // All digit histograms in one pass.
+    let passes = 64usize.div_ceil(DIGIT as usize);
+    let mut hist = vec![0u32; passes * B];
+    for &x in &k {
+        for p in 0..passes {
+            hist[p * B + ((x >> (p as u32 * DIGIT)) as usize & (B - 1))] += 1;
+        }
+    }
+    for p in 0..passes {
+        let h = &mut hist[p * B..(p + 1) * B];
+        if h.iter().any(|&c| c as usize == n) {
+            continue; // every key has the same digit here
+        }
+        let mut sum = 0u32;
+        for c in h.iter_mut() {
+            let t = *c;
+            *c = sum;
+            sum += t;
+        }
+        let shift = p as u32 * DIGIT;
+        for j in 0..n {
+            let x = k[j];
+            let c = &mut h[(x >> shift) as usize & (B - 1)];
+            k2[*c as usize] = x;
+            ix2[*c as usize] = ix[j];
+            *c += 1;
+        }
+        std::mem::swap(&mut k, &mut k2);
+        std::mem::swap(&mut ix, &mut ix2);
+    }
+    let mut r = 0u32;
+    ranks[ix[0] as usize] = 0;
+    for j in 1..n {
+        if k[j] != k[j - 1] {
+            r += 1;
+        }
+        ranks[ix[j] as usize] = r;
+    }
+    ranks
+}
+
 // ---------------------------------------------------------------------------------
 // Shared: quartile masks
 // ---------------------------------------------------------------------------------
@@ -961,7 +1018,8 @@ fn cpu_sorted_grid(
         let mut ranges: Vec<&mut [(u32, u32, u32, u32)]> = Vec::with_capacity(ng);
         let mut rest = &mut visit[..];
         for g in 0..ng {
-            let (a, b) = std::mem::take(&mut rest).split_at_mut((gstart[g + 1] - gstart[g]) as usize);
+            let (a, b) =
+                std::mem::take(&mut rest).split_at_mut((gstart[g + 1] - gstart[g]) as usize);
             ranges.push(a);
             rest = b;
         }
@@ -1074,7 +1132,10 @@ fn cpu_sorted_grid(
     // another thread: unmapping it took 15-20 ms at 1M rows, d = 12, which the
     // caller need not wait for.
     let big = (key, qs, pos, data, dir, keyed, visit, dead_rows, dts, mts);
-    if let Err(e) = std::thread::Builder::new().name("skyline-free".into()).spawn(move || drop(big)) {
+    if let Err(e) = std::thread::Builder::new()
+        .name("skyline-free".into())
+        .spawn(move || drop(big))
+    {
         drop(e);
     }
     out
@@ -2183,7 +2244,43 @@ pub fn skyline_gpu_with(
 
 #[cfg(test)]
 mod tests {
-    use super::{bits_to_rows, radix_sort_high};
+    use super::{bits_to_rows, dense_ranks_u64, radix_sort_high};
+
+    #[test]
+    fn dense_ranks_of_keys() {
+        assert!(dense_ranks_u64(&[]).is_empty());
+        assert_eq!(dense_ranks_u64(&[7]), vec![0]);
+        assert_eq!(dense_ranks_u64(&[5, 5, 5]), vec![0, 0, 0]);
+        assert_eq!(
+            dense_ranks_u64(&[u64::MAX, 0, 1 << 63, 0, 3]),
+            vec![3, 0, 2, 0, 1]
+        );
+        // Random keys in a few widths, ties included, against a comparison sort.
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for (n, mask) in [
+            (1000usize, 0xffu64),
+            (5000, u64::MAX),
+            (3000, 0xffff_0000_0000),
+            (4097, 0x7ff),
+        ] {
+            let keys: Vec<u64> = (0..n)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x & mask
+                })
+                .collect();
+            let mut sorted = keys.clone();
+            sorted.sort_unstable();
+            sorted.dedup();
+            let want: Vec<u32> = keys
+                .iter()
+                .map(|k| sorted.binary_search(k).unwrap() as u32)
+                .collect();
+            assert_eq!(dense_ranks_u64(&keys), want, "n {n} mask {mask:x}");
+        }
+    }
 
     /// The lists' radix sort is stable by the high word, for every length class
     /// (below and above the cut-over to the comparison sort) and key width.

@@ -10,7 +10,10 @@ use crate::{GpuMode, Ridgeline};
 use arrow::array::RecordBatch;
 use datafusion::error::{DataFusionError, Result};
 use rayon::prelude::*;
-use ridgeline_operators::skyline::{skyline_cpu, skyline_cpu_with, skyline_gpu_with, CpuSkylineAlgorithm, RankMatrix, SkylineGpuOptions, SkylineKernel, SkylineStats};
+use ridgeline_operators::skyline::{
+    skyline_cpu, skyline_cpu_with, skyline_gpu_with, CpuSkylineAlgorithm, RankMatrix,
+    SkylineGpuOptions, SkylineKernel, SkylineStats,
+};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -60,8 +63,11 @@ fn ms(t: Instant) -> f64 {
 fn rank_matrix(batch: &RecordBatch) -> Result<Vec<u32>> {
     let d = batch.num_columns();
     let n = batch.num_rows();
-    let ranks: Vec<Vec<u32>> =
-        batch.columns().par_iter().map(|c| dense_ranks(c, SkylineDirection::Min)).collect::<Result<_>>()?;
+    let ranks: Vec<Vec<u32>> = batch
+        .columns()
+        .par_iter()
+        .map(|c| dense_ranks(c, SkylineDirection::Min))
+        .collect::<Result<_>>()?;
     let mut m = vec![0u32; n * d];
     m.par_chunks_mut(d.max(1)).enumerate().for_each(|(i, row)| {
         for (j, r) in ranks.iter().enumerate() {
@@ -73,7 +79,10 @@ fn rank_matrix(batch: &RecordBatch) -> Result<Vec<u32>> {
 
 fn skyline_sql(dims: usize) -> String {
     let d: Vec<String> = (0..dims).map(|j| format!("d{j} MIN")).collect();
-    format!("SELECT count(*) FROM (SELECT * FROM pts SKYLINE OF {})", d.join(", "))
+    format!(
+        "SELECT count(*) FROM (SELECT * FROM pts SKYLINE OF {})",
+        d.join(", ")
+    )
 }
 
 fn not_exists_sql(dims: usize) -> String {
@@ -86,7 +95,12 @@ fn not_exists_sql(dims: usize) -> String {
     )
 }
 
-async fn time_sql(mode: GpuMode, batch: &RecordBatch, sql: &str, iterations: usize) -> Result<(f64, i64)> {
+async fn time_sql(
+    mode: GpuMode,
+    batch: &RecordBatch,
+    sql: &str,
+    iterations: usize,
+) -> Result<(f64, i64)> {
     let rl = Ridgeline::builder().gpu_mode(mode).build()?;
     rl.register_batches("pts", batch.schema(), vec![batch.clone()])?;
     let mut times = Vec::new();
@@ -96,7 +110,11 @@ async fn time_sql(mode: GpuMode, batch: &RecordBatch, sql: &str, iterations: usi
         let t = Instant::now();
         let b = rl.sql(sql).await?.collect().await?;
         times.push(ms(t));
-        count = b[0].column(0).as_any().downcast_ref::<arrow::array::Int64Array>().map_or(-1, |a| a.value(0));
+        count = b[0]
+            .column(0)
+            .as_any()
+            .downcast_ref::<arrow::array::Int64Array>()
+            .map_or(-1, |a| a.value(0));
     }
     Ok((median(times), count))
 }
@@ -119,7 +137,12 @@ timer.cancel()
 print(json.dumps(out))
 "#;
 
-fn duckdb_run(python: &std::path::Path, batch: &RecordBatch, dims: usize, timeout: u64) -> Result<String> {
+fn duckdb_run(
+    python: &std::path::Path,
+    batch: &RecordBatch,
+    dims: usize,
+    timeout: u64,
+) -> Result<String> {
     let dir = std::env::temp_dir().join(format!("ridgeline-sky-duckdb-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| err(e.to_string()))?;
     let path = dir.join("pts.parquet");
@@ -136,34 +159,71 @@ fn duckdb_run(python: &std::path::Path, batch: &RecordBatch, dims: usize, timeou
         .output()
         .map_err(|e| err(e.to_string()))?;
     let _ = std::fs::remove_dir_all(&dir);
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .map_err(|e| err(format!("DuckDB: {e}: {}", String::from_utf8_lossy(&out.stderr))))?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| {
+        err(format!(
+            "DuckDB: {e}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    })?;
     Ok(match v["error"].as_str() {
         Some(e) if e.to_lowercase().contains("interrupt") => format!(">{timeout}000"),
         Some(e) => format!("error: {e}"),
-        None => format!("{:.1} ({} rows)", v["ms"].as_f64().unwrap_or(f64::NAN), v["count"]),
+        None => format!(
+            "{:.1} ({} rows)",
+            v["ms"].as_f64().unwrap_or(f64::NAN),
+            v["count"]
+        ),
     })
 }
 
 /// Runs the benchmark and prints one table.
 pub async fn run(args: SkylineArgs) -> Result<()> {
-    let dists: Vec<SkylineDist> = args.dist.split(',').map(|s| s.trim().parse()).collect::<Result<_>>()?;
+    let dists: Vec<SkylineDist> = args
+        .dist
+        .split(',')
+        .map(|s| s.trim().parse())
+        .collect::<Result<_>>()?;
     let dims: Vec<usize> = args
         .dims
         .split(',')
-        .map(|s| s.trim().parse().map_err(|_| err(format!("--dims: not a number: {s}"))))
+        .map(|s| {
+            s.trim()
+                .parse()
+                .map_err(|_| err(format!("--dims: not a number: {s}")))
+        })
         .collect::<Result<_>>()?;
-    let rows = if args.duckdb { args.rows.min(args.duckdb_rows) } else { args.rows };
-    let py = if args.duckdb { Some(duckdb_python(args.duckdb_wheel.as_deref())?) } else { None };
+    let rows = if args.duckdb {
+        args.rows.min(args.duckdb_rows)
+    } else {
+        args.rows
+    };
+    let py = if args.duckdb {
+        Some(duckdb_python(args.duckdb_wheel.as_deref())?)
+    } else {
+        None
+    };
     let dev = ridgeline_operators::context::global().ok();
     println!(
         "bench skyline: {rows} rows, {} threads, GPU: {}",
         rayon::current_num_threads(),
-        dev.as_ref().map_or("none".to_string(), |d| d.info().name.clone())
+        dev.as_ref()
+            .map_or("none".to_string(), |d| d.info().name.clone())
     );
     let mut header = vec![
-        "dist", "d", "skyline", "rank ms", "GPU ms", "GPU per-invocation ms", "CPU ms", "CPU/GPU", "GPU dom tests",
-        "GPU mask tests", "CPU dom tests", "CPU mask tests", "dev MiB", "dev/ranks",
+        "dist",
+        "d",
+        "skyline",
+        "rank ms",
+        "GPU ms",
+        "GPU per-invocation ms",
+        "CPU ms",
+        "CPU/GPU",
+        "GPU dom tests",
+        "GPU mask tests",
+        "CPU dom tests",
+        "CPU mask tests",
+        "dev MiB",
+        "dev/ranks",
     ];
     if args.cpu_blocked {
         header.push("CPU blocked ms");
@@ -203,16 +263,27 @@ pub async fn run(args: SkylineArgs) -> Result<()> {
                 Some(dev) => {
                     // The default kernel, then the per-invocation one (the paper's
                     // layout) in the same process; each answer checked.
-                    let time_gpu = |kernel: Option<SkylineKernel>, what: &str| -> Result<(f64, SkylineStats)> {
-                        let opts = SkylineGpuOptions { kernel, ..Default::default() };
-                        ridgeline_operators::timing::warm_up(ridgeline_operators::timing::WARM_UP_MS, || {
-                            skyline_gpu_with(dev, rm, &opts).map(|_| ()).map_err(|e| err(e.to_string()))
-                        })?;
+                    let time_gpu = |kernel: Option<SkylineKernel>,
+                                    what: &str|
+                     -> Result<(f64, SkylineStats)> {
+                        let opts = SkylineGpuOptions {
+                            kernel,
+                            ..Default::default()
+                        };
+                        ridgeline_operators::timing::warm_up(
+                            ridgeline_operators::timing::WARM_UP_MS,
+                            || {
+                                skyline_gpu_with(dev, rm, &opts)
+                                    .map(|_| ())
+                                    .map_err(|e| err(e.to_string()))
+                            },
+                        )?;
                         let mut times = Vec::new();
                         let mut stats = SkylineStats::default();
                         for _ in 0..args.iterations.max(1) {
                             let t = Instant::now();
-                            let (ids, st) = skyline_gpu_with(dev, rm, &opts).map_err(|e| err(e.to_string()))?;
+                            let (ids, st) =
+                                skyline_gpu_with(dev, rm, &opts).map_err(|e| err(e.to_string()))?;
                             times.push(ms(t));
                             if ids != cpu_ids {
                                 return Err(err(format!(
@@ -226,7 +297,8 @@ pub async fn run(args: SkylineArgs) -> Result<()> {
                         Ok((median(times), stats))
                     };
                     let (gms, gst) = time_gpu(None, "GPU")?;
-                    let (tms, _) = time_gpu(Some(SkylineKernel::Thread), "the per-invocation kernel's")?;
+                    let (tms, _) =
+                        time_gpu(Some(SkylineKernel::Thread), "the per-invocation kernel's")?;
                     let bytes = (rows * d * 4) as f64;
                     row.extend([
                         format!("{gms:.2}"),
@@ -236,12 +308,30 @@ pub async fn run(args: SkylineArgs) -> Result<()> {
                         gst.dominance_tests.to_string(),
                         gst.mask_tests.to_string(),
                     ]);
-                    row.extend([cpu_st.dominance_tests.to_string(), cpu_st.mask_tests.to_string()]);
-                    row.extend([format!("{:.1}", gst.device_bytes as f64 / (1 << 20) as f64), format!("{:.2}", gst.device_bytes as f64 / bytes)]);
+                    row.extend([
+                        cpu_st.dominance_tests.to_string(),
+                        cpu_st.mask_tests.to_string(),
+                    ]);
+                    row.extend([
+                        format!("{:.1}", gst.device_bytes as f64 / (1 << 20) as f64),
+                        format!("{:.2}", gst.device_bytes as f64 / bytes),
+                    ]);
                 }
                 None => {
-                    row.extend(["-".into(), "-".into(), format!("{cpu_ms:.2}"), "-".into(), "-".into(), "-".into()]);
-                    row.extend([cpu_st.dominance_tests.to_string(), cpu_st.mask_tests.to_string(), "-".into(), "-".into()]);
+                    row.extend([
+                        "-".into(),
+                        "-".into(),
+                        format!("{cpu_ms:.2}"),
+                        "-".into(),
+                        "-".into(),
+                        "-".into(),
+                    ]);
+                    row.extend([
+                        cpu_st.dominance_tests.to_string(),
+                        cpu_st.mask_tests.to_string(),
+                        "-".into(),
+                        "-".into(),
+                    ]);
                 }
             }
             if args.cpu_blocked {
@@ -251,7 +341,9 @@ pub async fn run(args: SkylineArgs) -> Result<()> {
                     let (ids, _) = skyline_cpu_with(rm, 0, CpuSkylineAlgorithm::Blocked);
                     times.push(ms(t));
                     if ids != cpu_ids {
-                        return Err(err(format!("{dist} d={d}: the blocked CPU skyline differs")));
+                        return Err(err(format!(
+                            "{dist} d={d}: the blocked CPU skyline differs"
+                        )));
                     }
                 }
                 row.push(format!("{:.2}", median(times)));
@@ -261,7 +353,10 @@ pub async fn run(args: SkylineArgs) -> Result<()> {
                 let gpu = if dev.is_some() {
                     let (t, c) = time_sql(GpuMode::On, &batch, &sql, args.iterations).await?;
                     if c != cpu_ids.len() as i64 {
-                        return Err(err(format!("SQL in GPU mode counted {c}, expected {}", cpu_ids.len())));
+                        return Err(err(format!(
+                            "SQL in GPU mode counted {c}, expected {}",
+                            cpu_ids.len()
+                        )));
                     }
                     format!("{t:.1}")
                 } else {
@@ -269,7 +364,10 @@ pub async fn run(args: SkylineArgs) -> Result<()> {
                 };
                 let (t, c) = time_sql(GpuMode::Off, &batch, &sql, args.iterations).await?;
                 if c != cpu_ids.len() as i64 {
-                    return Err(err(format!("SQL in CPU mode counted {c}, expected {}", cpu_ids.len())));
+                    return Err(err(format!(
+                        "SQL in CPU mode counted {c}, expected {}",
+                        cpu_ids.len()
+                    )));
                 }
                 row.extend([gpu, format!("{t:.1}")]);
             }

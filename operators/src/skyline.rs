@@ -187,58 +187,65 @@ pub fn skyline_reference(m: RankMatrix<'_>) -> Vec<u32> {
 }
 
 /// Dense ranks of order-preserving 64-bit keys: 0 for the smallest key, equal keys
-/// equal ranks, each larger distinct key the next rank. An LSD radix sort of
-/// (key, row) pairs with 11-bit digits; digits on which every key agrees are
-/// skipped (doubles in [0, 1), say, share their top bits). The caller maps its
-/// values to keys (e.g. floats by their total order, a MAX direction by `!key`).
+/// equal ranks, each larger distinct key the next rank. One counting-sort pass
+/// on the 16 highest bits that vary between keys (bits every key shares are
+/// skipped: doubles in [0, 1) share their sign and top exponent bits), then each
+/// bucket sorted on its own, the buckets in parallel. The caller maps its values
+/// to keys (e.g. floats by their total order, a MAX direction by `!key`).
 pub fn dense_ranks_u64(keys: &[u64]) -> Vec<u32> {
-    const DIGIT: u32 = 11;
-    const B: usize = 1 << DIGIT;
+    const BITS: u32 = 16;
     let n = keys.len();
     let mut ranks = vec![0u32; n];
     if n == 0 {
         return ranks;
     }
-    let mut k: Vec<u64> = keys.to_vec();
-    let mut ix: Vec<u32> = (0..n as u32).collect();
-    let (mut k2, mut ix2) = (vec![0u64; n], vec![0u32; n]);
-    // All digit histograms in one pass.
-    let passes = 64usize.div_ceil(DIGIT as usize);
-    let mut hist = vec![0u32; passes * B];
-    for &x in &k {
-        for p in 0..passes {
-            hist[p * B + ((x >> (p as u32 * DIGIT)) as usize & (B - 1))] += 1;
-        }
+    let (or, and) = keys
+        .iter()
+        .fold((0u64, u64::MAX), |(o, a), &k| (o | k, a & k));
+    let diff = or ^ and;
+    if diff == 0 {
+        return ranks; // all equal
     }
-    for p in 0..passes {
-        let h = &mut hist[p * B..(p + 1) * B];
-        if h.iter().any(|&c| c as usize == n) {
-            continue; // every key has the same digit here
+    let top = 64 - diff.leading_zeros(); // bits 0..top vary
+    let shift = top.saturating_sub(BITS);
+    let nb = 1usize << (top - shift);
+    let bucket = |k: u64| ((k >> shift) as usize) & (nb - 1);
+    let mut start = vec![0u32; nb + 1];
+    for &k in keys {
+        start[bucket(k) + 1] += 1;
+    }
+    for b in 0..nb {
+        start[b + 1] += start[b];
+    }
+    let mut cur = start.clone();
+    let mut pairs = vec![(0u64, 0u32); n];
+    for (i, &k) in keys.iter().enumerate() {
+        let c = &mut cur[bucket(k)];
+        pairs[*c as usize] = (k, i as u32);
+        *c += 1;
+    }
+    {
+        let mut slices: Vec<&mut [(u64, u32)]> = Vec::with_capacity(nb);
+        let mut rest = &mut pairs[..];
+        for b in 0..nb {
+            let (x, y) = std::mem::take(&mut rest).split_at_mut((start[b + 1] - start[b]) as usize);
+            if x.len() > 1 {
+                slices.push(x);
+            }
+            rest = y;
         }
-        let mut sum = 0u32;
-        for c in h.iter_mut() {
-            let t = *c;
-            *c = sum;
-            sum += t;
-        }
-        let shift = p as u32 * DIGIT;
-        for j in 0..n {
-            let x = k[j];
-            let c = &mut h[(x >> shift) as usize & (B - 1)];
-            k2[*c as usize] = x;
-            ix2[*c as usize] = ix[j];
-            *c += 1;
-        }
-        std::mem::swap(&mut k, &mut k2);
-        std::mem::swap(&mut ix, &mut ix2);
+        slices
+            .par_iter_mut()
+            .with_min_len(64)
+            .for_each(|s| s.sort_unstable());
     }
     let mut r = 0u32;
-    ranks[ix[0] as usize] = 0;
+    ranks[pairs[0].1 as usize] = 0;
     for j in 1..n {
-        if k[j] != k[j - 1] {
+        if pairs[j].0 != pairs[j - 1].0 {
             r += 1;
         }
-        ranks[ix[j] as usize] = r;
+        ranks[pairs[j].1 as usize] = r;
     }
     ranks
 }

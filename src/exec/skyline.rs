@@ -242,6 +242,7 @@ impl ExecutionPlan for SkylineExec {
             let batches: Vec<RecordBatch> = input.try_collect().await?;
             let out = tokio::task::spawn_blocking(move || -> Result<RecordBatch> {
                 let _t = elapsed.timer();
+                let tq = std::time::Instant::now();
                 let batch = concat_batches(&s2, &batches)?;
                 let arrays = dims
                     .iter()
@@ -257,7 +258,14 @@ impl ExecutionPlan for SkylineExec {
                 if on_gpu {
                     gpu_rows.add(batch.num_rows());
                 }
-                Ok(take_record_batch(&batch, &UInt32Array::from(rows))?)
+                let out = take_record_batch(&batch, &UInt32Array::from(rows))?;
+                if std::env::var_os("RIDGELINE_SKYLINE_PROFILE").is_some() {
+                    eprintln!(
+                        "skyline query profile: the whole node {:.1} ms",
+                        tq.elapsed().as_secs_f64() * 1e3
+                    );
+                }
+                Ok(out)
             })
             .await
             .map_err(super::blocking_err)??;
@@ -499,11 +507,14 @@ pub fn skyline_rows(
         .iter()
         .filter(|c| c.1 != SkylineDirection::Diff)
         .collect();
+    let profile = std::env::var_os("RIDGELINE_SKYLINE_PROFILE").is_some();
+    let t0 = std::time::Instant::now();
     let (gid, groups) = group_ids(&diff, n)?;
     let ranks: Vec<Vec<u32>> = ranked
         .par_iter()
         .map(|(a, d)| dense_ranks(a, *d))
         .collect::<Result<_>>()?;
+    let t_ranks = t0.elapsed().as_secs_f64() * 1e3;
     let mut stats = SkylineStats::default();
     let mut on_gpu = false;
     let mut rows: Vec<u32> = match ranks.len() {
@@ -535,6 +546,7 @@ pub fn skyline_rows(
                 }
             });
             let rm = RankMatrix::new(n, d, &m);
+            let t_matrix = t0.elapsed().as_secs_f64() * 1e3;
             let (ids, st) = match gpu_for(placement, n, d)? {
                 Some(dev) => match skyline_gpu(&dev, rm) {
                     Ok(r) => {
@@ -549,6 +561,14 @@ pub fn skyline_rows(
                 None => skyline_cpu(rm, 0),
             };
             stats = st;
+            if profile {
+                eprintln!(
+                    "skyline query profile: {n} rows, {d} rank columns: groups and ranks {t_ranks:.1} ms, matrix {:.1} ms, algorithm ({}) {:.1} ms",
+                    t_matrix - t_ranks,
+                    stats.algorithm,
+                    t0.elapsed().as_secs_f64() * 1e3 - t_matrix
+                );
+            }
             ids
         }
     };

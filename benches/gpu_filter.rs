@@ -18,9 +18,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::scalar::ScalarValue;
 use ridgeline::gpu_batch::{ColumnData, GpuBatch};
 use ridgeline::gpu_expr::{Caps, RowProgram};
-use ridgeline_operators::compact::{
-    compact_with, Column as CCol, CompactAlgo, CompactOptions, Selection,
-};
+use ridgeline_operators::compact::{compact_with, Column as CCol, CompactAlgo, CompactOptions, Selection};
 use ridgeline_operators::scan::{scan, ScanKind, ScanType};
 use ridgeline_operators::DeviceArray;
 
@@ -38,9 +36,7 @@ fn gpu(c: &mut Criterion) {
     g.throughput(Throughput::Elements(N as u64));
     g.sample_size(20);
 
-    let data: Vec<u32> = (0..N as u32)
-        .map(|i| i.wrapping_mul(2_654_435_761) >> 8)
-        .collect();
+    let data: Vec<u32> = (0..N as u32).map(|i| i.wrapping_mul(2_654_435_761) >> 8).collect();
     let input = DeviceArray::upload(&ctx, &data).unwrap();
     g.bench_function("exclusive scan u32 2^22", |b| {
         b.iter(|| {
@@ -50,37 +46,21 @@ fn gpu(c: &mut Criterion) {
         })
     });
 
-    let words: Vec<u32> = (0..N.div_ceil(32))
-        .map(|i| (i as u32).wrapping_mul(2_654_435_761))
-        .collect();
+    let words: Vec<u32> = (0..N.div_ceil(32)).map(|i| (i as u32).wrapping_mul(2_654_435_761)).collect();
     let bits = DeviceArray::upload_segmented(&ctx, &words, ctx.segment_rows() / 32).unwrap();
     g.bench_function("stable compaction by bitmap 2^22 ~50%", |b| {
         b.iter(|| {
-            let sel = Selection::Bitmap {
-                bits: &bits,
-                rows: N,
-            };
-            let out = compact_with(
-                &ctx,
-                sel,
-                &[CCol::new(&input)],
-                &CompactOptions::with_algo(CompactAlgo::Stable),
-            )
-            .unwrap();
+            let sel = Selection::Bitmap { bits: &bits, rows: N };
+            let out = compact_with(&ctx, sel, &[CCol::new(&input)], &CompactOptions::with_algo(CompactAlgo::Stable)).unwrap();
             ctx.wait().unwrap();
             black_box(out.count);
         })
     });
 
-    let keys: Vec<i32> = (0..N as u32)
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 2) as i32 % 1_000_000)
-        .collect();
+    let keys: Vec<i32> = (0..N as u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 2) as i32 % 1_000_000).collect();
     let batch = RecordBatch::try_from_iter([
         ("k", Arc::new(Int32Array::from(keys)) as ArrayRef),
-        (
-            "v",
-            Arc::new(Int64Array::from_iter_values(0..N as i64)) as ArrayRef,
-        ),
+        ("v", Arc::new(Int64Array::from_iter_values(0..N as i64)) as ArrayRef),
     ])
     .unwrap();
     let pred: Arc<dyn PhysicalExpr> = Arc::new(BinaryExpr::new(
@@ -89,42 +69,24 @@ fn gpu(c: &mut Criterion) {
         Arc::new(Literal::new(ScalarValue::Int32(Some(500_000)))),
     ));
     let dev = GpuBatch::upload(&ctx, &batch).unwrap();
-    let program =
-        RowProgram::try_new(batch.schema(), Some(pred.clone()), vec![], Caps::of(&ctx)).unwrap();
-    let ColumnData::Device {
-        values: payload, ..
-    } = &dev.columns[1].data
-    else {
-        panic!("payload on the device")
-    };
+    let program = RowProgram::try_new(batch.schema(), Some(pred.clone()), vec![], Caps::of(&ctx)).unwrap();
+    let ColumnData::Device { values: payload, .. } = &dev.columns[1].data else { panic!("payload on the device") };
     g.bench_function("filter k < X, gather v, 2^22 50% (GPU, resident)", |b| {
         b.iter(|| {
             let eval = program.evaluate(&ctx, &dev).unwrap();
-            let sel = Selection::Bitmap {
-                bits: eval.selection.as_ref().unwrap(),
-                rows: N,
-            };
-            let out = compact_with(
-                &ctx,
-                sel,
-                &[CCol::new(payload)],
-                &CompactOptions::with_algo(CompactAlgo::Stable),
-            )
-            .unwrap();
+            let sel = Selection::Bitmap { bits: eval.selection.as_ref().unwrap(), rows: N };
+            let out = compact_with(&ctx, sel, &[CCol::new(payload)], &CompactOptions::with_algo(CompactAlgo::Stable)).unwrap();
             ctx.wait().unwrap();
             black_box(out.count);
         })
     });
-    g.bench_function(
-        "filter k < X, gather v, 2^22 50% (DataFusion, 1 thread)",
-        |b| {
-            b.iter(|| {
-                let mask = pred.evaluate(&batch).unwrap().into_array(N).unwrap();
-                let out = arrow::compute::filter(batch.column(1), mask.as_boolean()).unwrap();
-                black_box(out.len());
-            })
-        },
-    );
+    g.bench_function("filter k < X, gather v, 2^22 50% (DataFusion, 1 thread)", |b| {
+        b.iter(|| {
+            let mask = pred.evaluate(&batch).unwrap().into_array(N).unwrap();
+            let out = arrow::compute::filter(batch.column(1), mask.as_boolean()).unwrap();
+            black_box(out.len());
+        })
+    });
     g.finish();
 }
 

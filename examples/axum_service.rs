@@ -22,11 +22,7 @@ async fn main() -> datafusion::error::Result<()> {
     // Limits every query gets, whichever route it comes from.
     let sql = QueryService::new(
         rl,
-        ServiceOptions {
-            token: Some("demo".into()),
-            query_timeout: Some(Duration::from_secs(10)),
-            ..Default::default()
-        },
+        ServiceOptions { token: Some("demo".into()), query_timeout: Some(Duration::from_secs(10)), ..Default::default() },
     );
     let app = Router::new()
         // Your own endpoint, answering from the same engine.
@@ -41,10 +37,7 @@ async fn main() -> datafusion::error::Result<()> {
 }
 
 /// The `n` customers with the largest order totals, as JSON.
-async fn top_customers(
-    State(sql): State<QueryService>,
-    Path(n): Path<u32>,
-) -> Result<Json<serde_json::Value>, String> {
+async fn top_customers(State(sql): State<QueryService>, Path(n): Path<u32>) -> Result<Json<serde_json::Value>, String> {
     let q = format!(
         "SELECT c_name, sum(o_totalprice) AS total FROM orders JOIN customer ON o_custkey = c_custkey \
          GROUP BY c_name ORDER BY total DESC LIMIT {n}"
@@ -52,18 +45,10 @@ async fn top_customers(
     let (_, batches) = sql.collect(&q).await.map_err(|e| e.to_string())?;
     let mut rows = Vec::new();
     for b in &batches {
-        let names = arrow::compute::cast(b.column(0), &arrow::datatypes::DataType::Utf8)
-            .map_err(|e| e.to_string())?;
-        let names = names
-            .as_any()
-            .downcast_ref::<arrow::array::StringArray>()
-            .ok_or("names")?;
-        let totals = arrow::compute::cast(b.column(1), &arrow::datatypes::DataType::Float64)
-            .map_err(|e| e.to_string())?;
-        let totals = totals
-            .as_any()
-            .downcast_ref::<arrow::array::Float64Array>()
-            .ok_or("totals")?;
+        let names = arrow::compute::cast(b.column(0), &arrow::datatypes::DataType::Utf8).map_err(|e| e.to_string())?;
+        let names = names.as_any().downcast_ref::<arrow::array::StringArray>().ok_or("names")?;
+        let totals = arrow::compute::cast(b.column(1), &arrow::datatypes::DataType::Float64).map_err(|e| e.to_string())?;
+        let totals = totals.as_any().downcast_ref::<arrow::array::Float64Array>().ok_or("totals")?;
         for i in 0..b.num_rows() {
             rows.push(serde_json::json!({"customer": names.value(i), "total": totals.value(i)}));
         }

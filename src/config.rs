@@ -31,10 +31,7 @@ impl ConfigExtension for RidgelineOptions {
 impl RidgelineOptions {
     /// The options of a session (defaults when Ridgeline is not installed).
     pub fn from_config(cfg: &ConfigOptions) -> RidgelineOptions {
-        cfg.extensions
-            .get::<RidgelineOptions>()
-            .cloned()
-            .unwrap_or_default()
+        cfg.extensions.get::<RidgelineOptions>().cloned().unwrap_or_default()
     }
     /// The GPU mode.
     pub fn mode(&self) -> Result<GpuMode> {
@@ -66,9 +63,7 @@ impl RidgelineOptions {
 /// What a GPU optimizer rule works with: the session's options, its mode and the
 /// device; `None` when the rule has nothing to do (mode off, or mode auto without
 /// an adapter); an error in mode on without an adapter.
-pub fn rule_device(
-    config: &ConfigOptions,
-) -> Result<Option<(RidgelineOptions, GpuMode, Arc<GpuContext>)>> {
+pub fn rule_device(config: &ConfigOptions) -> Result<Option<(RidgelineOptions, GpuMode, Arc<GpuContext>)>> {
     let opts = RidgelineOptions::from_config(config);
     let mode = opts.mode()?;
     if mode == GpuMode::Off {

@@ -77,9 +77,7 @@ pub fn gpu_err(e: GpuError) -> DataFusionError {
 /// Whether a DataFusion error came from the GPU (and the work may be retried on the CPU).
 pub fn is_gpu_error(e: &DataFusionError) -> bool {
     match e {
-        DataFusionError::External(b) => b
-            .downcast_ref::<GpuError>()
-            .is_some_and(|g| g.should_fall_back()),
+        DataFusionError::External(b) => b.downcast_ref::<GpuError>().is_some_and(|g| g.should_fall_back()),
         DataFusionError::Context(_, inner) => is_gpu_error(inner),
         DataFusionError::Shared(inner) => is_gpu_error(inner),
         _ => false,
@@ -120,9 +118,7 @@ impl GpuColumn {
     /// Device bytes held.
     pub fn device_bytes(&self) -> u64 {
         match &self.data {
-            ColumnData::Device {
-                values, validity, ..
-            } => values.device_bytes() + validity.as_ref().map_or(0, |v| v.device_bytes()),
+            ColumnData::Device { values, validity, .. } => values.device_bytes() + validity.as_ref().map_or(0, |v| v.device_bytes()),
             ColumnData::Host(_) => 0,
         }
     }
@@ -164,26 +160,14 @@ impl GpuBatch {
             .iter()
             .map(|c| upload_column(ctx, c).map(Arc::new))
             .collect::<Result<Vec<_>>>()?;
-        Ok(GpuBatch {
-            schema: batch.schema(),
-            columns,
-            num_rows: batch.num_rows(),
-        })
+        Ok(GpuBatch { schema: batch.schema(), columns, num_rows: batch.num_rows() })
     }
 
     /// Downloads the whole batch.
     pub fn download(&self, ctx: &GpuContext) -> Result<RecordBatch> {
-        let arrays = self
-            .columns
-            .iter()
-            .map(|c| download_column(ctx, c))
-            .collect::<Result<Vec<_>>>()?;
+        let arrays = self.columns.iter().map(|c| download_column(ctx, c)).collect::<Result<Vec<_>>>()?;
         let opts = arrow::array::RecordBatchOptions::new().with_row_count(Some(self.num_rows));
-        Ok(RecordBatch::try_new_with_options(
-            self.schema.clone(),
-            arrays,
-            &opts,
-        )?)
+        Ok(RecordBatch::try_new_with_options(self.schema.clone(), arrays, &opts)?)
     }
 }
 
@@ -194,9 +178,7 @@ struct Convert<'a, S, D, F: Fn(S) -> D + Sync> {
     _d: std::marker::PhantomData<D>,
 }
 
-impl<S: Copy + Sync, D: bytemuck::Pod + Default + Sync, F: Fn(S) -> D + Sync> UploadSource
-    for Convert<'_, S, D, F>
-{
+impl<S: Copy + Sync, D: bytemuck::Pod + Default + Sync, F: Fn(S) -> D + Sync> UploadSource for Convert<'_, S, D, F> {
     fn len_bytes(&self) -> u64 {
         (self.src.len() * std::mem::size_of::<D>()) as u64
     }
@@ -214,11 +196,7 @@ fn convert<'a, S: Copy + Sync, D: bytemuck::Pod + Default + Sync>(
     src: &'a [S],
     f: impl Fn(S) -> D + Sync + 'a,
 ) -> Convert<'a, S, D, impl Fn(S) -> D + Sync + 'a> {
-    Convert {
-        src,
-        f,
-        _d: std::marker::PhantomData,
-    }
+    Convert { src, f, _d: std::marker::PhantomData }
 }
 
 fn upload_bitmap(ctx: &GpuContext, bits: &BooleanBuffer) -> Result<DeviceArray> {
@@ -228,25 +206,13 @@ fn upload_bitmap(ctx: &GpuContext, bits: &BooleanBuffer) -> Result<DeviceArray> 
     // BytesSource pads the bitmap's bytes with zeros up to whole words.
     let bytes = &buf.as_slice()[..bits.len().div_ceil(8)];
     let seg = ctx.segment_rows() / 32;
-    DeviceArray::upload_from(
-        ctx,
-        words,
-        4,
-        seg,
-        &ridgeline_operators::transfer::BytesSource(bytes),
-    )
-    .map_err(gpu_err)
+    DeviceArray::upload_from(ctx, words, 4, seg, &ridgeline_operators::transfer::BytesSource(bytes)).map_err(gpu_err)
 }
 
 /// Uploads one Arrow array; types without a device layout stay on the host.
 pub fn upload_column(ctx: &GpuContext, array: &ArrayRef) -> Result<GpuColumn> {
     if Storage::of(array.data_type()).is_none() {
-        return Ok(GpuColumn {
-            data_type: array.data_type().clone(),
-            len: array.len(),
-            null_count: array.null_count(),
-            data: ColumnData::Host(array.clone()),
-        });
+        return Ok(GpuColumn { data_type: array.data_type().clone(), len: array.len(), null_count: array.null_count(), data: ColumnData::Host(array.clone()) });
     }
     upload_array(ctx, array.as_ref())
 }
@@ -267,31 +233,13 @@ pub fn upload_array(ctx: &GpuContext, array: &dyn Array) -> Result<GpuColumn> {
         // SAFETY: Arrow native types are plain old data.
         unsafe { std::slice::from_raw_parts(s.as_ptr() as *const u8, std::mem::size_of_val(s)) }
     }
-    let up = |src: &dyn UploadSource, es: usize| {
-        DeviceArray::upload_from(ctx, len, es, seg, src).map_err(gpu_err)
-    };
+    let up = |src: &dyn UploadSource, es: usize| DeviceArray::upload_from(ctx, len, es, seg, src).map_err(gpu_err);
     let raw = |bytes: &[u8], es: usize| up(&ridgeline_operators::transfer::BytesSource(bytes), es);
     let values = match &dt {
-        DataType::Int8 => up(
-            &convert(array.as_primitive::<Int8Type>().values(), |v: i8| v as i32),
-            4,
-        )?,
-        DataType::Int16 => up(
-            &convert(array.as_primitive::<Int16Type>().values(), |v: i16| {
-                v as i32
-            }),
-            4,
-        )?,
-        DataType::UInt8 => up(
-            &convert(array.as_primitive::<UInt8Type>().values(), |v: u8| v as u32),
-            4,
-        )?,
-        DataType::UInt16 => up(
-            &convert(array.as_primitive::<UInt16Type>().values(), |v: u16| {
-                v as u32
-            }),
-            4,
-        )?,
+        DataType::Int8 => up(&convert(array.as_primitive::<Int8Type>().values(), |v: i8| v as i32), 4)?,
+        DataType::Int16 => up(&convert(array.as_primitive::<Int16Type>().values(), |v: i16| v as i32), 4)?,
+        DataType::UInt8 => up(&convert(array.as_primitive::<UInt8Type>().values(), |v: u8| v as u32), 4)?,
+        DataType::UInt16 => up(&convert(array.as_primitive::<UInt16Type>().values(), |v: u16| v as u32), 4)?,
         DataType::Int32 => raw(bytes_of::<Int32Type>(array), 4)?,
         DataType::Date32 => raw(bytes_of::<Date32Type>(array), 4)?,
         DataType::UInt32 => raw(bytes_of::<UInt32Type>(array), 4)?,
@@ -313,34 +261,15 @@ pub fn upload_array(ctx: &GpuContext, array: &dyn Array) -> Result<GpuColumn> {
             TimeUnit::Nanosecond => raw(bytes_of::<DurationNanosecondType>(array), 8)?,
         },
         // Precision <= 18 fits an i64 exactly (|v| < 10^18 < 2^63).
-        DataType::Decimal128(_, _) => up(
-            &convert(
-                array.as_primitive::<Decimal128Type>().values(),
-                |v: i128| v as i64,
-            ),
-            8,
-        )?,
+        DataType::Decimal128(_, _) => up(&convert(array.as_primitive::<Decimal128Type>().values(), |v: i128| v as i64), 8)?,
         DataType::Boolean => upload_bitmap(ctx, array.as_boolean().values())?,
-        other => {
-            return Err(DataFusionError::NotImplemented(format!(
-                "GPU columns of type {other}"
-            )))
-        }
+        other => return Err(DataFusionError::NotImplemented(format!("GPU columns of type {other}"))),
     };
     let validity = match array.logical_nulls() {
         Some(n) if n.null_count() > 0 => Some(upload_bitmap(ctx, n.inner())?),
         _ => None,
     };
-    Ok(GpuColumn {
-        data_type: dt,
-        data: ColumnData::Device {
-            storage,
-            values,
-            validity,
-        },
-        len,
-        null_count: array.null_count(),
-    })
+    Ok(GpuColumn { data_type: dt, data: ColumnData::Device { storage, values, validity }, len, null_count: array.null_count() })
 }
 
 fn download_vec<T: bytemuck::Pod + Default>(ctx: &GpuContext, a: &DeviceArray) -> Result<Vec<T>> {
@@ -357,65 +286,26 @@ pub fn download_column(ctx: &GpuContext, col: &GpuColumn) -> Result<ArrayRef> {
     let len = col.len;
     let (storage, values, validity) = match &col.data {
         ColumnData::Host(a) => return Ok(a.clone()),
-        ColumnData::Device {
-            storage,
-            values,
-            validity,
-        } => (*storage, values, validity),
+        ColumnData::Device { storage, values, validity } => (*storage, values, validity),
     };
     let nulls = match validity {
         Some(v) => Some(NullBuffer::new(bitmap(ctx, v, len)?)),
         None => None,
     };
     let values: Buffer = match (&col.data_type, storage) {
-        (DataType::Int8, _) => Buffer::from_vec(
-            download_vec::<i32>(ctx, values)?
-                .into_iter()
-                .map(|v| v as i8)
-                .collect::<Vec<_>>(),
-        ),
-        (DataType::Int16, _) => Buffer::from_vec(
-            download_vec::<i32>(ctx, values)?
-                .into_iter()
-                .map(|v| v as i16)
-                .collect::<Vec<_>>(),
-        ),
-        (DataType::UInt8, _) => Buffer::from_vec(
-            download_vec::<u32>(ctx, values)?
-                .into_iter()
-                .map(|v| v as u8)
-                .collect::<Vec<_>>(),
-        ),
-        (DataType::UInt16, _) => Buffer::from_vec(
-            download_vec::<u32>(ctx, values)?
-                .into_iter()
-                .map(|v| v as u16)
-                .collect::<Vec<_>>(),
-        ),
-        (DataType::Decimal128(_, _), _) => Buffer::from_vec(
-            download_vec::<i64>(ctx, values)?
-                .into_iter()
-                .map(|v| v as i128)
-                .collect::<Vec<_>>(),
-        ),
+        (DataType::Int8, _) => Buffer::from_vec(download_vec::<i32>(ctx, values)?.into_iter().map(|v| v as i8).collect::<Vec<_>>()),
+        (DataType::Int16, _) => Buffer::from_vec(download_vec::<i32>(ctx, values)?.into_iter().map(|v| v as i16).collect::<Vec<_>>()),
+        (DataType::UInt8, _) => Buffer::from_vec(download_vec::<u32>(ctx, values)?.into_iter().map(|v| v as u8).collect::<Vec<_>>()),
+        (DataType::UInt16, _) => Buffer::from_vec(download_vec::<u32>(ctx, values)?.into_iter().map(|v| v as u16).collect::<Vec<_>>()),
+        (DataType::Decimal128(_, _), _) => Buffer::from_vec(download_vec::<i64>(ctx, values)?.into_iter().map(|v| v as i128).collect::<Vec<_>>()),
         (DataType::Boolean, _) => {
             let bits = bitmap(ctx, values, len)?;
-            let data = ArrayData::builder(DataType::Boolean)
-                .len(len)
-                .add_buffer(bits.into_inner())
-                .nulls(nulls)
-                .build()?;
+            let data = ArrayData::builder(DataType::Boolean).len(len).add_buffer(bits.into_inner()).nulls(nulls).build()?;
             return Ok(make_array(data));
         }
-        (_, Storage::I32 | Storage::U32 | Storage::F32) => {
-            Buffer::from_vec(download_vec::<u32>(ctx, values)?)
-        }
+        (_, Storage::I32 | Storage::U32 | Storage::F32) => Buffer::from_vec(download_vec::<u32>(ctx, values)?),
         (_, _) => Buffer::from_vec(download_vec::<u64>(ctx, values)?),
     };
-    let data = ArrayData::builder(col.data_type.clone())
-        .len(len)
-        .add_buffer(values)
-        .nulls(nulls)
-        .build()?;
+    let data = ArrayData::builder(col.data_type.clone()).len(len).add_buffer(values).nulls(nulls).build()?;
     Ok(make_array(data))
 }

@@ -29,6 +29,6 @@ pub mod sql_ext;
 
 pub use config::RidgelineOptions;
 pub use logical::{SkylineDataFrameExt, SkylineDim};
+pub use sql_ext::skyline::SkylineDirection;
 pub use ridgeline_operators::{GpuContext, GpuError, GpuMode};
 pub use session::{Ridgeline, RidgelineBuilder, RidgelineSessionExt};
-pub use sql_ext::skyline::SkylineDirection;

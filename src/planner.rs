@@ -1,9 +1,7 @@
 //! Ridgeline's query planner: DataFusion's physical planner with extension
 //! planners for Ridgeline's logical nodes (the skyline).
 use crate::config::RidgelineOptions;
-use crate::exec::skyline::{
-    placement_for, PhysicalSkylineDim, SkylineExec, SkylinePlacement, SkylineStage,
-};
+use crate::exec::skyline::{placement_for, PhysicalSkylineDim, SkylinePlacement, SkylineExec, SkylineStage};
 use crate::logical::SkylineNode;
 use async_trait::async_trait;
 use datafusion::catalog::Session;
@@ -22,11 +20,7 @@ pub struct RidgelineQueryPlanner;
 
 #[async_trait]
 impl QueryPlanner for RidgelineQueryPlanner {
-    async fn create_physical_plan(
-        &self,
-        logical_plan: &LogicalPlan,
-        session: &dyn Session,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
+    async fn create_physical_plan(&self, logical_plan: &LogicalPlan, session: &dyn Session) -> Result<Arc<dyn ExecutionPlan>> {
         DefaultPhysicalPlanner::with_extension_planners(vec![Arc::new(SkylinePlanner)])
             .create_physical_plan(logical_plan, session)
             .await
@@ -50,21 +44,14 @@ impl ExtensionPlanner for SkylinePlanner {
         session: &dyn Session,
         planning_ctx: &PhysicalPlanningContext,
     ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
-        let Some(sky) = node.as_any().downcast_ref::<SkylineNode>() else {
-            return Ok(None);
-        };
+        let Some(sky) = node.as_any().downcast_ref::<SkylineNode>() else { return Ok(None) };
         let input_schema = logical_inputs[0].schema();
         let dims = sky
             .dims
             .iter()
             .map(|d| {
                 Ok(PhysicalSkylineDim {
-                    expr: planner.create_physical_expr(
-                        &d.expr,
-                        input_schema,
-                        session,
-                        planning_ctx,
-                    )?,
+                    expr: planner.create_physical_expr(&d.expr, input_schema, session, planning_ctx)?,
                     direction: d.direction,
                     name: match &d.expr {
                         datafusion::logical_expr::Expr::Column(c) => c.name.clone(),
@@ -78,34 +65,12 @@ impl ExtensionPlanner for SkylinePlanner {
         let input = physical_inputs[0].clone();
         let parts = input.output_partitioning().partition_count();
         let plan: Arc<dyn ExecutionPlan> = if parts > 1 && placement == SkylinePlacement::Cpu {
-            let partial = Arc::new(SkylineExec::new(
-                input,
-                dims.clone(),
-                sky.distinct,
-                SkylineStage::Partial,
-                placement.clone(),
-            ));
+            let partial = Arc::new(SkylineExec::new(input, dims.clone(), sky.distinct, SkylineStage::Partial, placement.clone()));
             let merged = Arc::new(CoalescePartitionsExec::new(partial));
-            Arc::new(SkylineExec::new(
-                merged,
-                dims,
-                sky.distinct,
-                SkylineStage::Final,
-                placement,
-            ))
+            Arc::new(SkylineExec::new(merged, dims, sky.distinct, SkylineStage::Final, placement))
         } else {
-            let input: Arc<dyn ExecutionPlan> = if parts > 1 {
-                Arc::new(CoalescePartitionsExec::new(input))
-            } else {
-                input
-            };
-            Arc::new(SkylineExec::new(
-                input,
-                dims,
-                sky.distinct,
-                SkylineStage::Single,
-                placement,
-            ))
+            let input: Arc<dyn ExecutionPlan> = if parts > 1 { Arc::new(CoalescePartitionsExec::new(input)) } else { input };
+            Arc::new(SkylineExec::new(input, dims, sky.distinct, SkylineStage::Single, placement))
         };
         Ok(Some(plan))
     }

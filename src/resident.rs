@@ -8,21 +8,21 @@
 use crate::exec::{GpuScanExec, HostScanExec};
 use crate::gpu_batch::{ColumnData, GpuBatch, GpuColumn, Storage};
 use arrow::array::{ArrayRef, RecordBatch};
+use ridgeline_operators::DeviceArray;
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
 use arrow::compute::concat_batches;
 use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use datafusion::catalog::Session;
+use datafusion::datasource::{TableProvider, TableType};
 use datafusion::common::stats::Precision;
 use datafusion::common::ColumnStatistics;
-use datafusion::datasource::{TableProvider, TableType};
 use datafusion::error::Result;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
-use ridgeline_operators::DeviceArray;
 use ridgeline_operators::GpuContext;
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::Mutex;
 
 /// The device data of a resident table.
 #[derive(Debug)]
@@ -86,10 +86,7 @@ fn at_extreme(v: &datafusion::common::ScalarValue) -> bool {
 }
 
 /// Exact NULL counts, and min / max for the types with a device layout.
-pub(crate) fn column_statistics(
-    schema: &SchemaRef,
-    batches: &[RecordBatch],
-) -> Result<Vec<ColumnStatistics>> {
+pub(crate) fn column_statistics(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Vec<ColumnStatistics>> {
     use datafusion::functions_aggregate::min_max::{MaxAccumulator, MinAccumulator};
     use datafusion::logical_expr::Accumulator;
     use rayon::prelude::*;
@@ -98,11 +95,8 @@ pub(crate) fn column_statistics(
         .into_par_iter()
         .map(|(i, f)| {
             let mut cs = ColumnStatistics::new_unknown();
-            cs.null_count =
-                Precision::Exact(batches.iter().map(|b| b.column(i).null_count()).sum());
-            if crate::gpu_batch::Storage::of(f.data_type()).is_some()
-                && f.data_type() != &arrow::datatypes::DataType::Boolean
-            {
+            cs.null_count = Precision::Exact(batches.iter().map(|b| b.column(i).null_count()).sum());
+            if crate::gpu_batch::Storage::of(f.data_type()).is_some() && f.data_type() != &arrow::datatypes::DataType::Boolean {
                 let mut lo = MinAccumulator::try_new(f.data_type())?;
                 let mut hi = MaxAccumulator::try_new(f.data_type())?;
                 for b in batches {
@@ -126,16 +120,9 @@ pub(crate) fn column_statistics(
 /// `batches` cut and joined into chunks of at most `chunk_rows` rows (and at least
 /// `min_chunks` chunks when there are enough rows, so scans can run in parallel):
 /// the chunks of a resident table, and of a [`HostTable`] of the same rows.
-pub(crate) fn table_chunks(
-    schema: &SchemaRef,
-    batches: &[RecordBatch],
-    chunk_rows: usize,
-    min_chunks: usize,
-) -> Result<Vec<RecordBatch>> {
+pub(crate) fn table_chunks(schema: &SchemaRef, batches: &[RecordBatch], chunk_rows: usize, min_chunks: usize) -> Result<Vec<RecordBatch>> {
     let num_rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-    let per = chunk_rows
-        .min(num_rows.div_ceil(min_chunks.max(1)).max(8192))
-        .max(1);
+    let per = chunk_rows.min(num_rows.div_ceil(min_chunks.max(1)).max(8192)).max(1);
     let mut out = Vec::new();
     let mut pending: Vec<RecordBatch> = Vec::new();
     let mut rows = 0;
@@ -162,25 +149,10 @@ pub(crate) fn table_chunks(
 impl ResidentData {
     /// Uploads `batches` as chunks of at most `chunk_rows` rows (and at least
     /// `min_chunks` chunks when there are enough rows, so scans can run in parallel).
-    pub fn upload(
-        ctx: &GpuContext,
-        name: &str,
-        schema: SchemaRef,
-        batches: &[RecordBatch],
-        chunk_rows: usize,
-        min_chunks: usize,
-    ) -> Result<ResidentData> {
+    pub fn upload(ctx: &GpuContext, name: &str, schema: SchemaRef, batches: &[RecordBatch], chunk_rows: usize, min_chunks: usize) -> Result<ResidentData> {
         let table = HostData::new(name, schema, batches, chunk_rows, min_chunks)?;
-        let chunks = table
-            .host
-            .iter()
-            .map(|b| GpuBatch::upload(ctx, b))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(ResidentData {
-            table,
-            chunks,
-            dicts: Mutex::default(),
-        })
+        let chunks = table.host.iter().map(|b| GpuBatch::upload(ctx, b)).collect::<Result<Vec<_>>>()?;
+        Ok(ResidentData { table, chunks, dicts: Mutex::default() })
     }
 
     /// The dictionary of string column `col` (built once, in parallel over the
@@ -193,11 +165,7 @@ impl ResidentData {
             return Ok(d.clone());
         }
         let columns: Vec<&ArrayRef> = self.table.host.iter().map(|b| b.column(col)).collect();
-        if strings(self.table.host.first().map(|b| b.column(col)).unwrap_or(
-            &arrow::array::new_empty_array(self.table.schema.field(col).data_type()),
-        ))
-        .is_none()
-        {
+        if strings(self.table.host.first().map(|b| b.column(col)).unwrap_or(&arrow::array::new_empty_array(self.table.schema.field(col).data_type()))).is_none() {
             dicts.insert(col, None);
             return Ok(None);
         }
@@ -215,50 +183,28 @@ impl ResidentData {
             })
             .collect();
         let mut all: Vec<&str> = match sets {
-            Some(sets) => sets
-                .into_iter()
-                .flatten()
-                .collect::<HashSet<&str>>()
-                .into_iter()
-                .collect(),
+            Some(sets) => sets.into_iter().flatten().collect::<HashSet<&str>>().into_iter().collect(),
             None => Vec::new(),
         };
-        if all.len() > MAX_DICT_VALUES
-            || (all.is_empty()
-                && self.table.column_stats[col].null_count != Precision::Exact(self.table.num_rows))
-        {
+        if all.len() > MAX_DICT_VALUES || (all.is_empty() && self.table.column_stats[col].null_count != Precision::Exact(self.table.num_rows)) {
             dicts.insert(col, None);
             return Ok(None);
         }
         all.sort_unstable();
-        let index: HashMap<&str, u32> = all
-            .iter()
-            .enumerate()
-            .map(|(i, v)| (*v, i as u32))
-            .collect();
+        let index: HashMap<&str, u32> = all.iter().enumerate().map(|(i, v)| (*v, i as u32)).collect();
         let null_code = all.len() as u32;
         let codes: Vec<Vec<u32>> = columns
             .par_iter()
-            .map(|a| {
-                strings(a)
-                    .expect("string column")
-                    .map(|v| v.map_or(null_code, |v| index[v]))
-                    .collect()
-            })
+            .map(|a| strings(a).expect("string column").map(|v| v.map_or(null_code, |v| index[v])).collect())
             .collect();
         let seg = ctx.segment_rows();
         let codes = codes
             .iter()
             .map(|c| {
-                let values = DeviceArray::upload_segmented(ctx, c, seg)
-                    .map_err(crate::gpu_batch::gpu_err)?;
+                let values = DeviceArray::upload_segmented(ctx, c, seg).map_err(crate::gpu_batch::gpu_err)?;
                 Ok(Arc::new(GpuColumn {
                     data_type: arrow::datatypes::DataType::UInt32,
-                    data: ColumnData::Device {
-                        storage: Storage::U32,
-                        values,
-                        validity: None,
-                    },
+                    data: ColumnData::Device { storage: Storage::U32, values, validity: None },
                     len: c.len(),
                     null_count: 0,
                 }))
@@ -308,43 +254,20 @@ pub struct HostData {
 
 impl HostData {
     /// Chunks `batches` (see [`table_chunks`]) and computes their statistics.
-    pub fn new(
-        name: &str,
-        schema: SchemaRef,
-        batches: &[RecordBatch],
-        chunk_rows: usize,
-        min_chunks: usize,
-    ) -> Result<Self> {
+    pub fn new(name: &str, schema: SchemaRef, batches: &[RecordBatch], chunk_rows: usize, min_chunks: usize) -> Result<Self> {
         let num_rows: usize = batches.iter().map(|b| b.num_rows()).sum();
         let host_bytes: usize = batches.iter().map(|b| b.get_array_memory_size()).sum();
         let host = table_chunks(&schema, batches, chunk_rows, min_chunks)?;
         let column_stats = column_statistics(&schema, &host)?;
-        Ok(HostData {
-            name: name.to_string(),
-            schema,
-            num_rows,
-            host_bytes,
-            host,
-            column_stats,
-        })
+        Ok(HostData { name: name.to_string(), schema, num_rows, host_bytes, host, column_stats })
     }
 }
 
 impl HostTable {
     /// Chunks `batches` like a resident table with `chunk_rows` rows a chunk and at
     /// least `min_chunks` chunks, and computes their statistics.
-    pub fn try_new(
-        name: &str,
-        schema: SchemaRef,
-        batches: &[RecordBatch],
-        chunk_rows: usize,
-        min_chunks: usize,
-    ) -> Result<Self> {
-        Ok(HostTable {
-            data: Arc::new(HostData::new(
-                name, schema, batches, chunk_rows, min_chunks,
-            )?),
-        })
+    pub fn try_new(name: &str, schema: SchemaRef, batches: &[RecordBatch], chunk_rows: usize, min_chunks: usize) -> Result<Self> {
+        Ok(HostTable { data: Arc::new(HostData::new(name, schema, batches, chunk_rows, min_chunks)?) })
     }
     /// The rows.
     pub fn data(&self) -> &Arc<HostData> {
@@ -368,11 +291,7 @@ impl TableProvider for HostTable {
         _limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let parts = state.config().target_partitions();
-        Ok(Arc::new(HostScanExec::try_new(
-            self.data.clone(),
-            projection.cloned(),
-            parts,
-        )?))
+        Ok(Arc::new(HostScanExec::try_new(self.data.clone(), projection.cloned(), parts)?))
     }
 }
 
@@ -385,9 +304,7 @@ pub struct ResidentTable {
 impl ResidentTable {
     /// Wraps uploaded data.
     pub fn new(data: ResidentData) -> Self {
-        ResidentTable {
-            data: Arc::new(data),
-        }
+        ResidentTable { data: Arc::new(data) }
     }
     /// The device data.
     pub fn data(&self) -> &Arc<ResidentData> {
@@ -411,10 +328,6 @@ impl TableProvider for ResidentTable {
         _limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let parts = state.config().target_partitions();
-        Ok(Arc::new(GpuScanExec::try_new(
-            self.data.clone(),
-            projection.cloned(),
-            parts,
-        )?))
+        Ok(Arc::new(GpuScanExec::try_new(self.data.clone(), projection.cloned(), parts)?))
     }
 }

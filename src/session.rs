@@ -8,9 +8,7 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::session_state::SessionStateBuilder;
-use datafusion::prelude::{
-    CsvReadOptions, DataFrame, ParquetReadOptions, SessionConfig, SessionContext,
-};
+use datafusion::prelude::{CsvReadOptions, DataFrame, ParquetReadOptions, SessionConfig, SessionContext};
 use ridgeline_operators::GpuMode;
 use std::sync::Arc;
 
@@ -34,12 +32,7 @@ impl RidgelineSessionExt for SessionStateBuilder {
         let mode = self
             .config()
             .as_ref()
-            .and_then(|c| {
-                c.options()
-                    .extensions
-                    .get::<RidgelineOptions>()
-                    .and_then(|o| o.mode().ok())
-            })
+            .and_then(|c| c.options().extensions.get::<RidgelineOptions>().and_then(|o| o.mode().ok()))
             .unwrap_or(GpuMode::Auto);
         let mut udafs = self.aggregate_functions().take().unwrap_or_default();
         udafs.extend(crate::functions::quantile::quantile_udafs(mode));
@@ -90,10 +83,7 @@ impl RidgelineBuilder {
             Some(m) => m,
             None => GpuMode::from_env().map_err(DataFusionError::Configuration)?,
         };
-        let mut config = self
-            .config
-            .unwrap_or_default()
-            .with_information_schema(true);
+        let mut config = self.config.unwrap_or_default().with_information_schema(true);
         let mut opts = RidgelineOptions::default();
         opts.gpu = mode.to_string();
         config.options_mut().extensions.insert(opts);
@@ -101,14 +91,8 @@ impl RidgelineBuilder {
         if let (Some(d), Some(b)) = (&dev, self.memory_budget) {
             d.pool().set_budget(b);
         }
-        let state = SessionStateBuilder::new()
-            .with_default_features()
-            .with_config(config)
-            .with_ridgeline()
-            .build();
-        Ok(Ridgeline {
-            ctx: SessionContext::new_with_state(state),
-        })
+        let state = SessionStateBuilder::new().with_default_features().with_config(config).with_ridgeline().build();
+        Ok(Ridgeline { ctx: SessionContext::new_with_state(state) })
     }
 }
 
@@ -140,27 +124,19 @@ impl Ridgeline {
         device_for(mode)?;
         let state = self.ctx.state_ref();
         let mut st = state.write();
-        st.config_mut()
-            .options_mut()
-            .set("ridgeline.gpu", mode.as_str())
+        st.config_mut().options_mut().set("ridgeline.gpu", mode.as_str())
     }
     /// Registers a CSV file (with a header line).
     pub async fn register_csv(&self, name: &str, path: &str) -> Result<()> {
-        self.ctx
-            .register_csv(name, path, CsvReadOptions::new().has_header(true))
-            .await
+        self.ctx.register_csv(name, path, CsvReadOptions::new().has_header(true)).await
     }
     /// Registers a Parquet file or directory.
     pub async fn register_parquet(&self, name: &str, path: &str) -> Result<()> {
-        self.ctx
-            .register_parquet(name, path, ParquetReadOptions::default())
-            .await
+        self.ctx.register_parquet(name, path, ParquetReadOptions::default()).await
     }
     /// Registers an Arrow IPC file.
     pub async fn register_arrow(&self, name: &str, path: &str) -> Result<()> {
-        self.ctx
-            .register_arrow(name, path, Default::default())
-            .await
+        self.ctx.register_arrow(name, path, Default::default()).await
     }
     /// Registers a file by its extension (.csv, .parquet, .arrow / .ipc / .feather).
     pub async fn register_file(&self, name: &str, path: &str) -> Result<()> {
@@ -169,10 +145,7 @@ impl Ridgeline {
             self.register_csv(name, path).await
         } else if lower.ends_with(".parquet") || std::path::Path::new(path).is_dir() {
             self.register_parquet(name, path).await
-        } else if lower.ends_with(".arrow")
-            || lower.ends_with(".ipc")
-            || lower.ends_with(".feather")
-        {
+        } else if lower.ends_with(".arrow") || lower.ends_with(".ipc") || lower.ends_with(".feather") {
             self.register_arrow(name, path).await
         } else {
             Err(DataFusionError::Plan(format!(
@@ -183,12 +156,7 @@ impl Ridgeline {
     /// Registers in-memory batches (host memory) as a [`HostTable`]: chunked and
     /// described by exact statistics (row count, NULL counts, min / max) as a
     /// resident table is, so the planner sees the same table in every mode.
-    pub fn register_batches(
-        &self,
-        name: &str,
-        schema: SchemaRef,
-        batches: Vec<RecordBatch>,
-    ) -> Result<()> {
+    pub fn register_batches(&self, name: &str, schema: SchemaRef, batches: Vec<RecordBatch>) -> Result<()> {
         let opts = RidgelineOptions::from_config(self.ctx.state().config().options());
         let parts = self.ctx.state().config().target_partitions().max(1);
         let table = HostTable::try_new(name, schema, &batches, opts.chunk_rows(None), parts)?;
@@ -198,12 +166,7 @@ impl Ridgeline {
     /// Registers batches as a GPU-resident table: the columns are uploaded once and
     /// stay on the device. Without a GPU (mode off, or auto without an adapter) the
     /// table is kept in host memory instead. Returns whether it is on the GPU.
-    pub async fn register_resident(
-        &self,
-        name: &str,
-        schema: SchemaRef,
-        batches: Vec<RecordBatch>,
-    ) -> Result<bool> {
+    pub async fn register_resident(&self, name: &str, schema: SchemaRef, batches: Vec<RecordBatch>) -> Result<bool> {
         let opts = RidgelineOptions::from_config(self.ctx.state().config().options());
         let Some(dev) = device_for(opts.mode()?)? else {
             self.register_batches(name, schema, batches)?;
@@ -213,15 +176,12 @@ impl Ridgeline {
         let parts = self.ctx.state().config().target_partitions();
         let n = name.to_string();
         let (s2, b2) = (schema.clone(), batches.clone());
-        let data = tokio::task::spawn_blocking(move || {
-            ResidentData::upload(&dev, &n, s2, &b2, chunk_rows, parts)
-        })
-        .await
-        .map_err(crate::exec::blocking_err)?;
+        let data = tokio::task::spawn_blocking(move || ResidentData::upload(&dev, &n, s2, &b2, chunk_rows, parts))
+            .await
+            .map_err(crate::exec::blocking_err)?;
         match data {
             Ok(d) => {
-                self.ctx
-                    .register_table(name, Arc::new(ResidentTable::new(d)))?;
+                self.ctx.register_table(name, Arc::new(ResidentTable::new(d)))?;
                 Ok(true)
             }
             // Out of device memory (or budget), lost device: keep the table on the host.

@@ -47,96 +47,47 @@ fn table(n: usize, seed: u64) -> RecordBatch {
     let c = |j: usize| cols.iter().map(move |r| r[j]);
     let arrays: Vec<ArrayRef> = vec![
         Arc::new(Int64Array::from_iter_values(0..n as i64)),
-        Arc::new(
-            c(0).map(|x| opt(x, 9).map(|x| words[(x >> 8) as usize % words.len()]))
-                .collect::<StringArray>(),
-        ),
+        Arc::new(c(0).map(|x| opt(x, 9).map(|x| words[(x >> 8) as usize % words.len()])).collect::<StringArray>()),
         Arc::new(StringArray::from_iter_values((0..n).map(|_| "x"))),
         Arc::new((0..n).map(|_| None::<&str>).collect::<StringArray>()),
-        Arc::new(StringArray::from_iter_values(
-            (0..n).map(|i| format!("row{i}")),
-        )),
-        Arc::new(
-            c(1).map(|x| opt(x, 5).map(|x| ((x >> 8) % 7) as i8 - 3))
-                .collect::<Int8Array>(),
-        ),
-        Arc::new(
-            c(2).map(|x| 1000 + ((x >> 8) % 1000) as i32)
-                .collect::<Int32Array>(),
-        ),
+        Arc::new(StringArray::from_iter_values((0..n).map(|i| format!("row{i}")))),
+        Arc::new(c(1).map(|x| opt(x, 5).map(|x| ((x >> 8) % 7) as i8 - 3)).collect::<Int8Array>()),
+        Arc::new(c(2).map(|x| 1000 + ((x >> 8) % 1000) as i32).collect::<Int32Array>()),
         Arc::new((0..n).map(|i| (i % 40_000) as i32).collect::<Int32Array>()),
         Arc::new(c(3).map(|x| x as i64).collect::<Int64Array>()),
-        Arc::new(
-            c(4).map(|x| opt(x, 6).map(|x| (x % 2_000_000_000_000) as i64 - 1_000_000_000_000))
-                .collect::<Int64Array>(),
-        ),
-        Arc::new(
-            c(5).map(|x| i64::MAX / 4 + (x % 1000) as i64)
-                .collect::<Int64Array>(),
-        ),
-        Arc::new(
-            c(6).map(|x| opt(x, 4).map(|x| (x % 2001) as i32 - 1000))
-                .collect::<Int32Array>(),
-        ),
+        Arc::new(c(4).map(|x| opt(x, 6).map(|x| (x % 2_000_000_000_000) as i64 - 1_000_000_000_000)).collect::<Int64Array>()),
+        Arc::new(c(5).map(|x| i64::MAX / 4 + (x % 1000) as i64).collect::<Int64Array>()),
+        Arc::new(c(6).map(|x| opt(x, 4).map(|x| (x % 2001) as i32 - 1000)).collect::<Int32Array>()),
         Arc::new(
             c(7).map(|x| opt(x, 7).map(|x| (x % 2_000_000_000) as i128 - 1_000_000_000))
                 .collect::<Decimal128Array>()
                 .with_precision_and_scale(15, 2)
                 .unwrap(),
         ),
-        Arc::new(
-            c(8).map(|x| Some(900_000_000_000_000_000i128 + (x % 1000) as i128))
-                .collect::<Decimal128Array>()
-                .with_precision_and_scale(18, 0)
-                .unwrap(),
-        ),
-        Arc::new(
-            c(9).map(|x| opt(x, 8).map(|x| (x % 10_000) as f64 / 16.0))
-                .collect::<Float64Array>(),
-        ),
-        Arc::new(
-            c(10)
-                .map(|x| opt(x, 3).map(|x| (x % 1_000_000_000_000) as i64 - 500_000_000_000))
-                .collect::<TimestampMicrosecondArray>(),
-        ),
+        Arc::new(c(8).map(|x| Some(900_000_000_000_000_000i128 + (x % 1000) as i128)).collect::<Decimal128Array>().with_precision_and_scale(18, 0).unwrap()),
+        Arc::new(c(9).map(|x| opt(x, 8).map(|x| (x % 10_000) as f64 / 16.0)).collect::<Float64Array>()),
+        Arc::new(c(10).map(|x| opt(x, 3).map(|x| (x % 1_000_000_000_000) as i64 - 500_000_000_000)).collect::<TimestampMicrosecondArray>()),
     ];
     RecordBatch::try_new(schema, arrays).unwrap()
 }
 
 async fn engine(mode: GpuMode, b: &RecordBatch) -> Ridgeline {
     let rl = Ridgeline::builder().gpu_mode(mode).build().unwrap();
-    let parts: Vec<RecordBatch> = (0..b.num_rows())
-        .step_by(7000)
-        .map(|o| b.slice(o, 7000.min(b.num_rows() - o)))
-        .collect();
-    rl.register_resident("agg", b.schema(), parts.clone())
-        .await
-        .unwrap();
-    rl.register_resident("empty", b.schema(), vec![])
-        .await
-        .unwrap();
+    let parts: Vec<RecordBatch> = (0..b.num_rows()).step_by(7000).map(|o| b.slice(o, 7000.min(b.num_rows() - o))).collect();
+    rl.register_resident("agg", b.schema(), parts.clone()).await.unwrap();
+    rl.register_resident("empty", b.schema(), vec![]).await.unwrap();
     rl
 }
 
 async fn run(rl: &Ridgeline, q: &str) -> Result<String, String> {
     let df = rl.sql(q).await.map_err(|e| e.to_string())?;
     let b = df.collect().await.map_err(|e| e.to_string())?;
-    Ok(arrow::util::pretty::pretty_format_batches(&b)
-        .unwrap()
-        .to_string())
+    Ok(arrow::util::pretty::pretty_format_batches(&b).unwrap().to_string())
 }
 
 async fn plan(rl: &Ridgeline, q: &str) -> String {
-    let b = rl
-        .sql(&format!("EXPLAIN {q}"))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
-    arrow::util::pretty::pretty_format_batches(&b)
-        .unwrap()
-        .to_string()
+    let b = rl.sql(&format!("EXPLAIN {q}")).await.unwrap().collect().await.unwrap();
+    arrow::util::pretty::pretty_format_batches(&b).unwrap().to_string()
 }
 
 /// (query, whether the GPU aggregation answers it in mode on)
@@ -233,28 +184,14 @@ async fn plan_uses_gpu_aggregate_in_mode_on() {
     // result above it.
     let rl = common::engine(GpuMode::On).await;
     for q in [1, 6] {
-        let sql =
-            std::fs::read_to_string(format!("{}/sql/tpch/q{q}.sql", env!("CARGO_MANIFEST_DIR")))
-                .unwrap();
+        let sql = std::fs::read_to_string(format!("{}/sql/tpch/q{q}.sql", env!("CARGO_MANIFEST_DIR"))).unwrap();
         let p = plan(&rl, &sql).await;
         assert!(p.contains("GpuAggregateExec"), "q{q}\n{p}");
-        assert!(
-            !p.contains("GpuFilterExec") && !p.contains("AggregateExec: mode"),
-            "q{q}\n{p}"
-        );
+        assert!(!p.contains("GpuFilterExec") && !p.contains("AggregateExec: mode"), "q{q}\n{p}");
     }
     // So does the grouped median over resident lineitem (quantile.slt checks its answers).
-    let p = plan(
-        &rl,
-        "SELECT l_returnflag, median(l_extendedprice) FROM lineitem GROUP BY l_returnflag",
-    )
-    .await;
-    assert!(
-        p.contains("GpuAggregateExec")
-            && p.contains("median(l_extendedprice")
-            && !p.contains("mode=Partial"),
-        "{p}"
-    );
+    let p = plan(&rl, "SELECT l_returnflag, median(l_extendedprice) FROM lineitem GROUP BY l_returnflag").await;
+    assert!(p.contains("GpuAggregateExec") && p.contains("median(l_extendedprice") && !p.contains("mode=Partial"), "{p}");
 }
 
 /// A partitioned hash join on the group keys needs the aggregation's output hash
@@ -281,10 +218,6 @@ async fn join_on_the_group_keys_stays_co_partitioned() {
         }
         answers.push(run(&rl, q).await.unwrap());
     }
-    assert!(
-        answers[0].lines().count() > 900,
-        "{}",
-        answers[0].lines().count()
-    );
+    assert!(answers[0].lines().count() > 900, "{}", answers[0].lines().count());
     assert_eq!(answers[0], answers[1]);
 }

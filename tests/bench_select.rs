@@ -16,11 +16,7 @@ fn gpu_expected() -> bool {
 
 fn ok(o: Output, what: &str) -> String {
     let out = String::from_utf8_lossy(&o.stdout).to_string();
-    assert!(
-        o.status.success(),
-        "{what} failed:\n{out}\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(o.status.success(), "{what} failed:\n{out}\n{}", String::from_utf8_lossy(&o.stderr));
     out
 }
 
@@ -41,21 +37,8 @@ fn table_and_approximate_variants() {
         eprintln!("skipped: RIDGELINE_GPU=on runs it (bench select needs an adapter)");
         return;
     }
-    let args = [
-        "bench",
-        "select",
-        "--min-log2",
-        "12",
-        "--max-log2",
-        "12",
-        "--iterations",
-        "1",
-        "--approx-variants",
-    ];
-    let out = ok(
-        bin().args(args).output().unwrap(),
-        "bench select --approx-variants",
-    );
+    let args = ["bench", "select", "--min-log2", "12", "--max-log2", "12", "--iterations", "1", "--approx-variants"];
+    let out = ok(bin().args(args).output().unwrap(), "bench select --approx-variants");
     let r = row(&out, "2^12");
     assert_eq!(r.len(), 17, "{out}");
     // Times are numbers; without --duckdb its column is '-'.
@@ -65,10 +48,7 @@ fn table_and_approximate_variants() {
     assert_eq!(r[16], "-", "{out}");
     // Every variant: min and median ms, a rank error within its bound (the bench
     // fails otherwise) and the algorithm that answered.
-    assert!(
-        out.contains("approximate median variants at n = 4096"),
-        "{out}"
-    );
+    assert!(out.contains("approximate median variants at n = 4096"), "{out}");
     for v in [
         "cells of key space, 4 keys an invocation",
         "splitters, 4 keys an invocation, windows of 3 sd",
@@ -94,32 +74,11 @@ fn duckdb_quantile_cont_column() {
         eprintln!("skipped: no python that can import duckdb (set RIDGELINE_PYTHON, or create .venv-duckdb)");
         return;
     };
-    let args = [
-        "bench",
-        "select",
-        "--min-log2",
-        "12",
-        "--max-log2",
-        "13",
-        "--iterations",
-        "1",
-        "--duckdb",
-    ];
-    let out = ok(
-        bin()
-            .args(args)
-            .env("RIDGELINE_PYTHON", &py)
-            .output()
-            .unwrap(),
-        "bench select --duckdb",
-    );
+    let args = ["bench", "select", "--min-log2", "12", "--max-log2", "13", "--iterations", "1", "--duckdb"];
+    let out = ok(bin().args(args).env("RIDGELINE_PYTHON", &py).output().unwrap(), "bench select --duckdb");
     for n in ["2^12", "2^13"] {
         let r = row(&out, n);
         // The bench checks DuckDB's answer against the CPU path's interpolated median.
-        assert!(
-            r[16].parse::<f64>().is_ok_and(|ms| ms > 0.0),
-            "{n}: DuckDB column '{}':\n{out}",
-            r[16]
-        );
+        assert!(r[16].parse::<f64>().is_ok_and(|ms| ms > 0.0), "{n}: DuckDB column '{}':\n{out}", r[16]);
     }
 }

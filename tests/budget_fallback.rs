@@ -12,64 +12,28 @@ async fn resident_table_over_budget_falls_back_to_host() {
     let Some(ctx) = test_context() else { return };
     ctx.pool().trim();
     ctx.pool().set_budget(1 << 20); // 1 MiB
-    let rl = ridgeline::Ridgeline::builder()
-        .gpu_mode(ridgeline::GpuMode::On)
-        .build()
-        .unwrap();
+    let rl = ridgeline::Ridgeline::builder().gpu_mode(ridgeline::GpuMode::On).build().unwrap();
     let rows = 1_000_000usize; // 8 MB of i64
     let a: ArrayRef = Arc::new(Int64Array::from_iter_values(0..rows as i64));
     let b = RecordBatch::try_from_iter([("x", a)]).unwrap();
-    let on_gpu = rl
-        .register_resident("big", b.schema(), vec![b.clone()])
-        .await
-        .unwrap();
-    assert!(
-        !on_gpu,
-        "a table larger than the budget must stay on the host"
-    );
-    let n = rl
-        .sql("SELECT count(*), sum(x) FROM big")
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
-    assert_eq!(
-        n[0].column(0).as_primitive::<Int64Type>().value(0),
-        rows as i64
-    );
-    assert_eq!(
-        n[0].column(1).as_primitive::<Int64Type>().value(0),
-        (rows as i64 - 1) * rows as i64 / 2
-    );
+    let on_gpu = rl.register_resident("big", b.schema(), vec![b.clone()]).await.unwrap();
+    assert!(!on_gpu, "a table larger than the budget must stay on the host");
+    let n = rl.sql("SELECT count(*), sum(x) FROM big").await.unwrap().collect().await.unwrap();
+    assert_eq!(n[0].column(0).as_primitive::<Int64Type>().value(0), rows as i64);
+    assert_eq!(n[0].column(1).as_primitive::<Int64Type>().value(0), (rows as i64 - 1) * rows as i64 / 2);
     // a small table still fits
     let small = b.slice(0, 1000);
-    assert!(rl
-        .register_resident("small", small.schema(), vec![small])
-        .await
-        .unwrap());
+    assert!(rl.register_resident("small", small.schema(), vec![small]).await.unwrap());
 
     // A GPU filter whose input cannot be uploaded within the budget re-runs on the
     // CPU (with a warning) and answers correctly.
-    rl.register_batches("host", b.schema(), vec![b.clone()])
-        .unwrap();
-    let df = rl
-        .sql("SELECT count(*), sum(x) FROM host WHERE x % 3 = 1")
-        .await
-        .unwrap();
+    rl.register_batches("host", b.schema(), vec![b.clone()]).unwrap();
+    let df = rl.sql("SELECT count(*), sum(x) FROM host WHERE x % 3 = 1").await.unwrap();
     let plan = df.clone().create_physical_plan().await.unwrap();
-    assert!(
-        ridgeline::exec::gpu_operator_names(&plan)
-            .iter()
-            .any(|n| n == "GpuFilterExec"),
-        "the filter is planned on the GPU"
-    );
+    assert!(ridgeline::exec::gpu_operator_names(&plan).iter().any(|n| n == "GpuFilterExec"), "the filter is planned on the GPU");
     let n = df.collect().await.unwrap();
     let want: i64 = (0..rows as i64).filter(|x| x % 3 == 1).sum();
-    assert_eq!(
-        n[0].column(0).as_primitive::<Int64Type>().value(0),
-        (rows as i64 + 1) / 3
-    );
+    assert_eq!(n[0].column(0).as_primitive::<Int64Type>().value(0), (rows as i64 + 1) / 3);
     assert_eq!(n[0].column(1).as_primitive::<Int64Type>().value(0), want);
     ctx.pool().set_budget(4 << 30);
 }

@@ -22,11 +22,7 @@ fn ctx() -> Option<Arc<GpuContext>> {
         unsafe { std::env::set_var("RIDGELINE_MAX_SEGMENT_BYTES", "64K") };
     });
     let c = ridgeline_operators::testing::test_context()?;
-    assert!(
-        c.segment_rows() <= 8192,
-        "segment rows {} (the env var came too late)",
-        c.segment_rows()
-    );
+    assert!(c.segment_rows() <= 8192, "segment rows {} (the env var came too late)", c.segment_rows());
     Some(c)
 }
 
@@ -62,12 +58,8 @@ fn batch(n: usize, seed: u64) -> RecordBatch {
             })
         })
         .collect();
-    let i8s: Int8Array = (0..n)
-        .map(|_| (!isnull(&mut rng)).then(|| rng.random::<i8>()))
-        .collect();
-    let u16s: UInt16Array = (0..n)
-        .map(|_| (!isnull(&mut rng)).then(|| rng.random::<u16>()))
-        .collect();
+    let i8s: Int8Array = (0..n).map(|_| (!isnull(&mut rng)).then(|| rng.random::<i8>())).collect();
+    let u16s: UInt16Array = (0..n).map(|_| (!isnull(&mut rng)).then(|| rng.random::<u16>())).collect();
     let f64s: Float64Array = (0..n)
         .map(|_| {
             if isnull(&mut rng) {
@@ -86,18 +78,7 @@ fn batch(n: usize, seed: u64) -> RecordBatch {
     let f32s: Float32Array = (0..n)
         .map(|_| {
             (!isnull(&mut rng)).then(|| {
-                [
-                    f32::NAN,
-                    -0.0,
-                    0.0,
-                    1.5,
-                    -2.5,
-                    f32::INFINITY,
-                    1e-40,
-                    -3e-45,
-                    f32::MIN_POSITIVE,
-                    rng.random::<f32>() * 1e30,
-                ][rng.random_range(0..10)]
+                [f32::NAN, -0.0, 0.0, 1.5, -2.5, f32::INFINITY, 1e-40, -3e-45, f32::MIN_POSITIVE, rng.random::<f32>() * 1e30][rng.random_range(0..10)]
             })
         })
         .collect();
@@ -106,12 +87,8 @@ fn batch(n: usize, seed: u64) -> RecordBatch {
         .collect::<Decimal128Array>()
         .with_precision_and_scale(15, 2)
         .unwrap();
-    let dates: Date32Array = (0..n)
-        .map(|_| (!isnull(&mut rng)).then(|| rng.random_range(-800_000..100_000)))
-        .collect();
-    let bools: BooleanArray = (0..n)
-        .map(|_| (!isnull(&mut rng)).then(|| rng.random_bool(0.5)))
-        .collect();
+    let dates: Date32Array = (0..n).map(|_| (!isnull(&mut rng)).then(|| rng.random_range(-800_000..100_000))).collect();
+    let bools: BooleanArray = (0..n).map(|_| (!isnull(&mut rng)).then(|| rng.random_bool(0.5))).collect();
     let all_null: Int32Array = (0..n).map(|_| None).collect();
     let all_eq: Int32Array = (0..n).map(|_| Some(7)).collect();
     let cols: Vec<(&str, ArrayRef)> = vec![
@@ -127,15 +104,8 @@ fn batch(n: usize, seed: u64) -> RecordBatch {
         ("nul", Arc::new(all_null)),
         ("eq", Arc::new(all_eq)),
     ];
-    let fields: Vec<Field> = cols
-        .iter()
-        .map(|(n, a)| Field::new(*n, a.data_type().clone(), true))
-        .collect();
-    RecordBatch::try_new(
-        Arc::new(Schema::new(fields)),
-        cols.into_iter().map(|(_, a)| a).collect(),
-    )
-    .unwrap()
+    let fields: Vec<Field> = cols.iter().map(|(n, a)| Field::new(*n, a.data_type().clone(), true)).collect();
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), cols.into_iter().map(|(_, a)| a).collect()).unwrap()
 }
 
 /// The physical predicate (`filter`) or output expression DataFusion plans for
@@ -145,23 +115,12 @@ fn planned(batch: &RecordBatch, sql: &str, filter: bool) -> (Arc<dyn PhysicalExp
     use datafusion::physical_plan::filter::FilterExec;
     use datafusion::physical_plan::projection::ProjectionExec;
     use datafusion::physical_plan::ExecutionPlan;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
     let sc = SessionContext::new();
     sc.register_batch("t", batch.clone()).unwrap();
-    let q = if filter {
-        format!("SELECT * FROM t WHERE {sql}")
-    } else {
-        format!("SELECT {sql} FROM t")
-    };
-    let plan = rt
-        .block_on(async { sc.sql(&q).await?.create_physical_plan().await })
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    fn find(
-        p: &Arc<dyn ExecutionPlan>,
-        filter: bool,
-    ) -> Option<(Arc<dyn PhysicalExpr>, Arc<dyn ExecutionPlan>)> {
+    let q = if filter { format!("SELECT * FROM t WHERE {sql}") } else { format!("SELECT {sql} FROM t") };
+    let plan = rt.block_on(async { sc.sql(&q).await?.create_physical_plan().await }).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    fn find(p: &Arc<dyn ExecutionPlan>, filter: bool) -> Option<(Arc<dyn PhysicalExpr>, Arc<dyn ExecutionPlan>)> {
         if filter {
             if let Some(f) = p.downcast_ref::<FilterExec>() {
                 return Some((f.predicate().clone(), f.input().clone()));
@@ -171,25 +130,17 @@ fn planned(batch: &RecordBatch, sql: &str, filter: bool) -> (Arc<dyn PhysicalExp
         }
         p.children().into_iter().find_map(|c| find(c, filter))
     }
-    let (e, input) =
-        find(&plan, filter).unwrap_or_else(|| panic!("{sql}: no operator in {plan:?}"));
+    let (e, input) = find(&plan, filter).unwrap_or_else(|| panic!("{sql}: no operator in {plan:?}"));
     let s = input.schema();
-    let idx: Vec<usize> = s
-        .fields()
-        .iter()
-        .map(|f| batch.schema().index_of(f.name()).unwrap())
-        .collect();
+    let idx: Vec<usize> = s.fields().iter().map(|f| batch.schema().index_of(f.name()).unwrap()).collect();
     (e, batch.project(&idx).unwrap())
 }
 
 fn physical(batch: &RecordBatch, sql: &str) -> Arc<dyn PhysicalExpr> {
     let sc = SessionContext::new();
     let df_schema = DFSchema::try_from(batch.schema().as_ref().clone()).unwrap();
-    let e = sc
-        .parse_sql_expr(sql, &df_schema)
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    sc.create_physical_expr(e, &df_schema)
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    let e = sc.parse_sql_expr(sql, &df_schema).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    sc.create_physical_expr(e, &df_schema).unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
 /// Filters `batch` by `pred` on the GPU and checks the selection against
@@ -201,9 +152,7 @@ fn check_filter(dev: &GpuContext, batch: &RecordBatch, pred: &str) {
         Ok(p) => p,
         Err(why) => panic!("{pred} ({e}) does not compile: {why}"),
     };
-    let cpu = e
-        .evaluate(batch)
-        .and_then(|v| v.into_array(batch.num_rows()));
+    let cpu = e.evaluate(batch).and_then(|v| v.into_array(batch.num_rows()));
     let g = GpuBatch::upload(dev, batch).unwrap();
     let eval = prog.evaluate(dev, &g).unwrap();
     let gpu_err = eval.check_errors(dev);
@@ -217,23 +166,14 @@ fn check_filter(dev: &GpuContext, batch: &RecordBatch, pred: &str) {
             for i in 0..batch.num_rows() {
                 let want = c.is_valid(i) && c.value(i);
                 let got = bits[i / 32] >> (i % 32) & 1 == 1;
-                assert_eq!(
-                    got,
-                    want,
-                    "{pred}: row {i} of {} ({:?})",
-                    batch.num_rows(),
-                    batch.slice(i, 1)
-                );
+                assert_eq!(got, want, "{pred}: row {i} of {} ({:?})", batch.num_rows(), batch.slice(i, 1));
             }
         }
         (Ok(_), Err(g)) => panic!("{pred}: GPU raised {g}, DataFusion did not"),
         (Err(c), Ok(())) => {
             // DataFusion evaluates whole batches; the GPU skips the right side of AND/OR
             // where the left decides, and CASE branches: fewer errors are allowed there.
-            assert!(
-                pred.contains("AND") || pred.contains("OR") || pred.contains("CASE"),
-                "{pred}: DataFusion raised {c}, the GPU did not"
-            );
+            assert!(pred.contains("AND") || pred.contains("OR") || pred.contains("CASE"), "{pred}: DataFusion raised {c}, the GPU did not");
         }
     }
 }
@@ -244,9 +184,7 @@ fn check_output(dev: &GpuContext, batch: &RecordBatch, expr: &str) {
     let batch = &batch;
     let prog = RowProgram::try_new(batch.schema(), None, vec![e.clone()], Caps::of(dev))
         .unwrap_or_else(|why| panic!("{expr} does not compile: {why}"));
-    let cpu = e
-        .evaluate(batch)
-        .and_then(|v| v.into_array(batch.num_rows()));
+    let cpu = e.evaluate(batch).and_then(|v| v.into_array(batch.num_rows()));
     let g = GpuBatch::upload(dev, batch).unwrap();
     let eval = prog.evaluate(dev, &g).unwrap();
     let gpu_err = eval.check_errors(dev);
@@ -255,27 +193,15 @@ fn check_output(dev: &GpuContext, batch: &RecordBatch, expr: &str) {
             let got = download_column(dev, &eval.outputs[0]).unwrap();
             assert_eq!(got.data_type(), c.data_type(), "{expr}");
             for i in 0..batch.num_rows() {
-                assert_eq!(
-                    got.is_valid(i),
-                    c.is_valid(i),
-                    "{expr}: validity of row {i}"
-                );
+                assert_eq!(got.is_valid(i), c.is_valid(i), "{expr}: validity of row {i}");
                 if c.is_valid(i) {
-                    assert_eq!(
-                        got.slice(i, 1).to_data(),
-                        c.slice(i, 1).to_data(),
-                        "{expr}: row {i} ({:?})",
-                        batch.slice(i, 1)
-                    );
+                    assert_eq!(got.slice(i, 1).to_data(), c.slice(i, 1).to_data(), "{expr}: row {i} ({:?})", batch.slice(i, 1));
                 }
             }
         }
         (Err(_), Err(_)) => {}
         (Ok(_), Err(g)) => panic!("{expr}: GPU raised {g}, DataFusion did not"),
-        (Err(c), Ok(())) => assert!(
-            expr.contains("CASE"),
-            "{expr}: DataFusion raised {c}, the GPU did not"
-        ),
+        (Err(c), Ok(())) => assert!(expr.contains("CASE"), "{expr}: DataFusion raised {c}, the GPU did not"),
     }
 }
 
@@ -335,12 +261,7 @@ const PREDICATES: &[&str] = &[
     "d + d > 0.00",
 ];
 
-const ERRORING: &[&str] = &[
-    "a / (a - a) > 0",
-    "b % (b - b) > 0",
-    "a / CAST(-1 AS INT) > 0",
-    "CAST(b AS INT) * 2 > 0",
-];
+const ERRORING: &[&str] = &["a / (a - a) > 0", "b % (b - b) > 0", "a / CAST(-1 AS INT) > 0", "CAST(b AS INT) * 2 > 0"];
 
 const OUTPUTS: &[&str] = &[
     "a + 1",
@@ -362,18 +283,7 @@ const OUTPUTS: &[&str] = &[
 #[test]
 fn predicates_match_datafusion() {
     let Some(dev) = ctx() else { return };
-    for (n, seed) in [
-        (0usize, 1u64),
-        (1, 2),
-        (31, 3),
-        (32, 4),
-        (33, 5),
-        (255, 6),
-        (257, 7),
-        (4095, 8),
-        (8193, 9),
-        (100_000, 10),
-    ] {
+    for (n, seed) in [(0usize, 1u64), (1, 2), (31, 3), (32, 4), (33, 5), (255, 6), (257, 7), (4095, 8), (8193, 9), (100_000, 10)] {
         let b = batch(n, seed);
         for p in PREDICATES {
             check_filter(&dev, &b, p);
@@ -408,10 +318,7 @@ fn outputs_match_datafusion() {
 fn unsupported_forms_say_why() {
     let Some(dev) = ctx() else { return };
     let b = batch(4, 30);
-    for (sql, why) in [
-        ("x + 1.0 > 0", "float arithmetic"),
-        ("d * d * d > 0", "precision above 18"),
-    ] {
+    for (sql, why) in [("x + 1.0 > 0", "float arithmetic"), ("d * d * d > 0", "precision above 18")] {
         let e = physical(&b, sql);
         let err = RowProgram::try_new(b.schema(), Some(e), vec![], Caps::of(&dev)).unwrap_err();
         assert!(err.contains(why), "{sql}: {err}");
@@ -419,9 +326,7 @@ fn unsupported_forms_say_why() {
     let s = Arc::new(Schema::new(vec![Field::new("s", DataType::Utf8, true)]));
     let sb = RecordBatch::try_new(s.clone(), vec![Arc::new(StringArray::from(vec!["a"]))]).unwrap();
     let e = physical(&sb, "s = 'a'");
-    assert!(RowProgram::try_new(s, Some(e), vec![], Caps::of(&dev))
-        .unwrap_err()
-        .contains("Utf8"));
+    assert!(RowProgram::try_new(s, Some(e), vec![], Caps::of(&dev)).unwrap_err().contains("Utf8"));
 }
 
 #[test]
@@ -430,13 +335,7 @@ fn checked_arithmetic_stays_on_the_cpu() {
     use datafusion::logical_expr::Operator;
     use datafusion::physical_expr::expressions::{BinaryExpr, Column, Literal};
     let b = batch(4, 40);
-    let plus = BinaryExpr::new(
-        Arc::new(Column::new("a", 0)),
-        Operator::Plus,
-        Arc::new(Literal::new(datafusion::scalar::ScalarValue::Int32(Some(
-            1,
-        )))),
-    );
+    let plus = BinaryExpr::new(Arc::new(Column::new("a", 0)), Operator::Plus, Arc::new(Literal::new(datafusion::scalar::ScalarValue::Int32(Some(1)))));
     let wrapping: Arc<dyn PhysicalExpr> = Arc::new(plus.clone());
     let checked: Arc<dyn PhysicalExpr> = Arc::new(plus.with_fail_on_overflow(true));
     assert!(RowProgram::try_new(b.schema(), None, vec![wrapping], Caps::of(&dev)).is_ok());

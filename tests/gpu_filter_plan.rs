@@ -4,13 +4,7 @@ use arrow::util::pretty::pretty_format_batches;
 use ridgeline::{GpuMode, Ridgeline};
 
 async fn explain(rl: &Ridgeline, sql: &str) -> String {
-    let b = rl
-        .sql(&format!("EXPLAIN {sql}"))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    let b = rl.sql(&format!("EXPLAIN {sql}")).await.unwrap().collect().await.unwrap();
     pretty_format_batches(&b).unwrap().to_string()
 }
 
@@ -32,101 +26,56 @@ async fn filters_on_the_gpu_and_notes_why_not() {
 
     // A predicate on strings stays on the CPU, and EXPLAIN says why.
     let p = explain(&rl, "SELECT id FROM types WHERE s = 'a'").await;
-    assert!(
-        p.contains("CpuNote: FilterExec stays on the CPU") && p.contains("Utf8"),
-        "{p}"
-    );
+    assert!(p.contains("CpuNote: FilterExec stays on the CPU") && p.contains("Utf8"), "{p}");
     assert!(!p.contains("GpuFilterExec"), "{p}");
 
     // A conjunction splits: the numeric part on the GPU, the string part above it.
     let p = explain(&rl, "SELECT id FROM types WHERE s <> 'a' AND i32 >= 0").await;
-    assert!(
-        p.contains("GpuFilterExec: i32@") && p.contains("FilterExec: s@"),
-        "{p}"
-    );
+    assert!(p.contains("GpuFilterExec: i32@") && p.contains("FilterExec: s@"), "{p}");
 
     // A projection above a GPU filter runs in its kernel.
-    let p = explain(
-        &rl,
-        "SELECT id, i32 * 2 AS twice FROM types WHERE i32 > -10",
-    )
-    .await;
-    assert!(
-        p.contains("GpuFilterExec") && p.contains("* 2 as twice]"),
-        "{p}"
-    );
+    let p = explain(&rl, "SELECT id, i32 * 2 AS twice FROM types WHERE i32 > -10").await;
+    assert!(p.contains("GpuFilterExec") && p.contains("* 2 as twice]"), "{p}");
     assert!(!p.contains("ProjectionExec"), "{p}");
 
     // Q6's filter on resident lineitem runs on the GPU and downloads only the surviving rows.
     let q6_rows = "SELECT l_extendedprice, l_discount FROM lineitem WHERE l_shipdate >= date '1994-01-01' \
               AND l_shipdate < date '1995-01-01' AND l_discount BETWEEN 0.05 AND 0.07 AND l_quantity < 24";
     let p = explain(&rl, q6_rows).await;
-    assert!(
-        p.contains("GpuFilterExec") && p.contains("GpuScanExec"),
-        "{p}"
-    );
+    assert!(p.contains("GpuFilterExec") && p.contains("GpuScanExec"), "{p}");
     assert_eq!(rows(&rl, q6_rows).await, rows(&cpu, q6_rows).await);
     // The whole of Q6 (filter and aggregation) is one GPU aggregation.
     let q6 = "SELECT sum(l_extendedprice * l_discount) FROM lineitem WHERE l_shipdate >= date '1994-01-01' \
               AND l_shipdate < date '1995-01-01' AND l_discount BETWEEN 0.05 AND 0.07 AND l_quantity < 24";
     let p = explain(&rl, q6).await;
-    assert!(
-        p.contains("GpuAggregateExec") && p.contains("predicate=l_shipdate"),
-        "{p}"
-    );
+    assert!(p.contains("GpuAggregateExec") && p.contains("predicate=l_shipdate"), "{p}");
     assert_eq!(rows(&rl, q6).await, rows(&cpu, q6).await);
 
     // Jumping Jack where the order is free: same rows as the stable compaction.
     let q = "SELECT l_orderkey, l_linenumber FROM lineitem WHERE l_quantity > 45";
-    rl.sql("SET ridgeline.compaction = 'jumping_jack'")
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    rl.sql("SET ridgeline.compaction = 'jumping_jack'").await.unwrap().collect().await.unwrap();
     assert!(explain(&rl, q).await.contains("compaction=jumping_jack"));
     let jj = rows(&rl, q).await;
-    rl.sql("SET ridgeline.compaction = 'stable'")
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    rl.sql("SET ridgeline.compaction = 'stable'").await.unwrap().collect().await.unwrap();
     assert!(explain(&rl, q).await.contains("compaction=stable"));
     assert_eq!(jj, rows(&rl, q).await);
     assert_eq!(jj, rows(&cpu, q).await);
-    assert!(
-        rl.sql("SET ridgeline.compaction = 'sideways'")
-            .await
-            .is_err()
-            || {
-                let r = rl.sql(q).await.unwrap().collect().await;
-                r.is_err()
-            }
-    );
+    assert!(rl.sql("SET ridgeline.compaction = 'sideways'").await.is_err() || {
+        let r = rl.sql(q).await.unwrap().collect().await;
+        r.is_err()
+    });
 
     // Auto compaction picks Jumping Jack for a filter keeping ~96% of the rows (the
     // order is free): the same rows as the CPU.
-    rl.sql("SET ridgeline.compaction = 'auto'")
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    rl.sql("SET ridgeline.compaction = 'auto'").await.unwrap().collect().await.unwrap();
     let q = "SELECT l_orderkey, l_linenumber, l_tax FROM lineitem WHERE l_quantity > 2";
     assert!(explain(&rl, q).await.contains("compaction=auto"));
     assert_eq!(rows(&rl, q).await, rows(&cpu, q).await);
 
     // In mode auto, a small host table stays on the CPU with the reason.
-    let auto = Ridgeline::builder()
-        .gpu_mode(GpuMode::Auto)
-        .build()
-        .unwrap();
+    let auto = Ridgeline::builder().gpu_mode(GpuMode::Auto).build().unwrap();
     let t = common::types_batch();
     auto.register_batches("t", t.schema(), vec![t]).unwrap();
     let p = explain(&auto, "SELECT id FROM t WHERE i32 > 0").await;
-    assert!(
-        p.contains("CpuNote") && (p.contains("min_gpu_rows") || p.contains("adapter is a CPU")),
-        "{p}"
-    );
+    assert!(p.contains("CpuNote") && (p.contains("min_gpu_rows") || p.contains("adapter is a CPU")), "{p}");
 }

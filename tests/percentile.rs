@@ -34,26 +34,13 @@ fn table(n: usize, groups: i64, shape: &str, seed: u64) -> RecordBatch {
             "sorted" => Some(k as f64 * 0.5),
             "reverse" => Some((n - k) as f64 * 0.5),
             "nulls" => None,
-            "special" => Some(
-                [
-                    0.0,
-                    -0.0,
-                    f64::INFINITY,
-                    f64::NEG_INFINITY,
-                    1e300,
-                    -1e300,
-                    5e-324,
-                    3.5,
-                ][(x % 8) as usize],
-            ),
+            "special" => Some([0.0, -0.0, f64::INFINITY, f64::NEG_INFINITY, 1e300, -1e300, 5e-324, 3.5][(x % 8) as usize]),
             "sparse_nulls" => (x % 3 != 0).then_some((x % 1000) as f64),
             other => panic!("{other}"),
         };
         f.push(v);
     }
-    let g: Vec<i64> = (0..n)
-        .map(|k| (k as i64 * 7 + (rnd() % 3) as i64) % groups.max(1))
-        .collect();
+    let g: Vec<i64> = (0..n).map(|k| (k as i64 * 7 + (rnd() % 3) as i64) % groups.max(1)).collect();
     let schema = Arc::new(Schema::new(vec![
         Field::new("g", DataType::Int64, false),
         Field::new("f", DataType::Float64, true),
@@ -68,17 +55,10 @@ fn table(n: usize, groups: i64, shape: &str, seed: u64) -> RecordBatch {
         vec![
             Arc::new(Int64Array::from(g)),
             Arc::new(Float64Array::from(f.clone())),
+            Arc::new(f.iter().map(|v| v.map(|v| v as f32)).collect::<Float32Array>()),
             Arc::new(
                 f.iter()
-                    .map(|v| v.map(|v| v as f32))
-                    .collect::<Float32Array>(),
-            ),
-            Arc::new(
-                f.iter()
-                    .map(|v| {
-                        v.filter(|x| x.is_finite())
-                            .map(|x| (clamp(x) * 100.0).round() as i128)
-                    })
+                    .map(|v| v.filter(|x| x.is_finite()).map(|x| (clamp(x) * 100.0).round() as i128))
                     .collect::<Decimal128Array>()
                     .with_precision_and_scale(12, 2)
                     .unwrap(),
@@ -86,25 +66,10 @@ fn table(n: usize, groups: i64, shape: &str, seed: u64) -> RecordBatch {
             Arc::new(
                 f.iter()
                     .enumerate()
-                    .map(|(k, v)| {
-                        v.filter(|x| x.is_finite()).map(|x| {
-                            if k % 97 == 5 {
-                                i64::MAX - (k as i64)
-                            } else {
-                                clamp(x) as i64
-                            }
-                        })
-                    })
+                    .map(|(k, v)| v.filter(|x| x.is_finite()).map(|x| if k % 97 == 5 { i64::MAX - (k as i64) } else { clamp(x) as i64 }))
                     .collect::<Int64Array>(),
             ),
-            Arc::new(
-                f.iter()
-                    .map(|v| {
-                        v.filter(|x| x.is_finite())
-                            .map(|x| (clamp(x) as i64 % 20000) as i32)
-                    })
-                    .collect::<Date32Array>(),
-            ),
+            Arc::new(f.iter().map(|v| v.filter(|x| x.is_finite()).map(|x| (clamp(x) as i64 % 20000) as i32)).collect::<Date32Array>()),
         ],
     )
     .unwrap()
@@ -126,10 +91,7 @@ async fn answers(run: impl AsyncFn(&str) -> Vec<RecordBatch>) -> Vec<String> {
     let mut out = Vec::new();
     for q in QUERIES {
         let b = run(q).await;
-        out.push(format!(
-            "{q}\n{}",
-            arrow::util::pretty::pretty_format_batches(&b).unwrap()
-        ));
+        out.push(format!("{q}\n{}", arrow::util::pretty::pretty_format_batches(&b).unwrap()));
     }
     out
 }
@@ -154,14 +116,11 @@ async fn median_and_percentile_cont_match_datafusion() {
         let batch = table(n, groups, shape, 42 + n as u64);
         let stock = SessionContext::new();
         stock.register_batch("t", batch.clone()).unwrap();
-        let expected =
-            answers(async |q: &str| stock.sql(q).await.unwrap().collect().await.unwrap()).await;
+        let expected = answers(async |q: &str| stock.sql(q).await.unwrap().collect().await.unwrap()).await;
         for mode in [GpuMode::Off, common::gpu_mode()] {
             let rl = Ridgeline::builder().gpu_mode(mode).build().unwrap();
-            rl.register_batches("t", batch.schema(), vec![batch.clone()])
-                .unwrap();
-            let got =
-                answers(async |q: &str| rl.sql(q).await.unwrap().collect().await.unwrap()).await;
+            rl.register_batches("t", batch.schema(), vec![batch.clone()]).unwrap();
+            let got = answers(async |q: &str| rl.sql(q).await.unwrap().collect().await.unwrap()).await;
             for (e, g) in expected.iter().zip(&got) {
                 assert_eq!(g, e, "{shape} n={n} groups={groups} mode {mode}");
             }
@@ -175,16 +134,8 @@ async fn the_plan_uses_ridgelines_median() {
     let b = table(10, 2, "uniform", 1);
     rl.register_batches("t", b.schema(), vec![b]).unwrap();
     let udaf = rl.session().udaf("median").unwrap();
-    assert!(
-        format!("{:?}", udaf.inner()).contains("Percentile"),
-        "{:?}",
-        udaf.inner()
-    );
+    assert!(format!("{:?}", udaf.inner()).contains("Percentile"), "{:?}", udaf.inner());
     let udaf = rl.session().udaf("percentile_cont").unwrap();
-    assert!(
-        format!("{:?}", udaf.inner()).contains("Percentile"),
-        "{:?}",
-        udaf.inner()
-    );
+    assert!(format!("{:?}", udaf.inner()).contains("Percentile"), "{:?}", udaf.inner());
     assert!(rl.session().udaf("percentile_disc").is_ok());
 }

@@ -30,23 +30,14 @@ fn batch(n: usize) -> RecordBatch {
         x ^= x << 17;
         x
     };
-    let mut cols: (
-        Vec<Option<i64>>,
-        Vec<i32>,
-        Vec<i32>,
-        Vec<Option<String>>,
-        Vec<Option<f64>>,
-        Vec<Option<bool>>,
-    ) = Default::default();
+    let mut cols: (Vec<Option<i64>>, Vec<i32>, Vec<i32>, Vec<Option<String>>, Vec<Option<f64>>, Vec<Option<bool>>) = Default::default();
     for i in 0..n {
         let r = next();
-        cols.0
-            .push((r % 11 != 0).then_some((r % 5000) as i64 - 2500));
+        cols.0.push((r % 11 != 0).then_some((r % 5000) as i64 - 2500));
         cols.1.push((r >> 20) as i32 % 7);
         cols.2.push(9000 + (i % 400) as i32);
         cols.3.push((r % 13 != 0).then(|| format!("s{}", r % 97)));
-        cols.4
-            .push((r % 17 != 0).then_some((r % 1000) as f64 / 8.0));
+        cols.4.push((r % 17 != 0).then_some((r % 1000) as f64 / 8.0));
         cols.5.push((r % 19 != 0).then_some(r % 2 == 0));
     }
     RecordBatch::try_new(
@@ -64,14 +55,8 @@ fn batch(n: usize) -> RecordBatch {
 }
 
 fn sorted_rows(batches: &[RecordBatch]) -> Vec<String> {
-    let s = arrow::util::pretty::pretty_format_batches(batches)
-        .unwrap()
-        .to_string();
-    let mut v: Vec<String> = s
-        .lines()
-        .filter(|l| l.starts_with("| "))
-        .map(str::to_string)
-        .collect();
+    let s = arrow::util::pretty::pretty_format_batches(batches).unwrap().to_string();
+    let mut v: Vec<String> = s.lines().filter(|l| l.starts_with("| ")).map(str::to_string).collect();
     v.sort();
     v
 }
@@ -84,43 +69,18 @@ async fn gpu_partitions_equal_the_cpu_hash() {
     }
     let ctx = ridgeline_operators::context::global().unwrap();
     let b = batch(70_001);
-    let parts: Vec<RecordBatch> = (0..b.num_rows())
-        .step_by(9000)
-        .map(|o| b.slice(o, 9000.min(b.num_rows() - o)))
-        .collect();
+    let parts: Vec<RecordBatch> = (0..b.num_rows()).step_by(9000).map(|o| b.slice(o, 9000.min(b.num_rows() - o))).collect();
     let data = Arc::new(ResidentData::upload(&ctx, "t", b.schema(), &parts, 1 << 14, 3).unwrap());
     let gpu_in: Arc<dyn ExecutionPlan> = Arc::new(GpuScanExec::try_new(data, None, 3).unwrap());
-    let cpu_in = datafusion::datasource::memory::MemorySourceConfig::try_new_exec(
-        &[parts.clone()],
-        b.schema(),
-        None,
-    )
-    .unwrap();
+    let cpu_in = datafusion::datasource::memory::MemorySourceConfig::try_new_exec(&[parts.clone()], b.schema(), None).unwrap();
     let rl = Ridgeline::builder().gpu_mode(GpuMode::On).build().unwrap();
-    for (keys, n) in [
-        (vec![0usize], 5usize),
-        (vec![0, 1], 8),
-        (vec![2], 3),
-        (vec![1], 1),
-    ] {
-        let exprs = keys
-            .iter()
-            .map(|&k| Arc::new(Column::new(b.schema().field(k).name(), k)) as _)
-            .collect();
+    for (keys, n) in [(vec![0usize], 5usize), (vec![0, 1], 8), (vec![2], 3), (vec![1], 1)] {
+        let exprs = keys.iter().map(|&k| Arc::new(Column::new(b.schema().field(k).name(), k)) as _).collect();
         let part = Partitioning::Hash(exprs, n);
-        let g: Arc<dyn ExecutionPlan> = Arc::new(GpuRepartitionExec::new(
-            gpu_in.clone(),
-            keys.clone(),
-            part.clone(),
-        ));
-        let c: Arc<dyn ExecutionPlan> =
-            Arc::new(GpuRepartitionExec::new(cpu_in.clone(), keys.clone(), part));
-        let gp = collect_partitioned(g, rl.session().task_ctx())
-            .await
-            .unwrap();
-        let cp = collect_partitioned(c, rl.session().task_ctx())
-            .await
-            .unwrap();
+        let g: Arc<dyn ExecutionPlan> = Arc::new(GpuRepartitionExec::new(gpu_in.clone(), keys.clone(), part.clone()));
+        let c: Arc<dyn ExecutionPlan> = Arc::new(GpuRepartitionExec::new(cpu_in.clone(), keys.clone(), part));
+        let gp = collect_partitioned(g, rl.session().task_ctx()).await.unwrap();
+        let cp = collect_partitioned(c, rl.session().task_ctx()).await.unwrap();
         assert_eq!(gp.len(), n);
         let mut total = 0;
         for p in 0..n {
@@ -156,16 +116,8 @@ async fn answer(rl: &Ridgeline, q: &str) -> Vec<String> {
 async fn partitioned_joins_match_cpu_mode() {
     let cpu = forced_partitioned(GpuMode::Off).await;
     let gpu = forced_partitioned(common::gpu_mode()).await;
-    let tpch = |q: usize| {
-        std::fs::read_to_string(format!("{}/sql/tpch/q{q}.sql", env!("CARGO_MANIFEST_DIR")))
-            .unwrap()
-    };
-    let mut queries: Vec<(String, bool)> = vec![
-        (tpch(4), true),
-        (tpch(14), true),
-        (tpch(21), false),
-        (tpch(5), false),
-    ];
+    let tpch = |q: usize| std::fs::read_to_string(format!("{}/sql/tpch/q{q}.sql", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let mut queries: Vec<(String, bool)> = vec![(tpch(4), true), (tpch(14), true), (tpch(21), false), (tpch(5), false)];
     queries.extend(
         [
             // semi and anti joins, composite keys, strings carried along
@@ -180,15 +132,7 @@ async fn partitioned_joins_match_cpu_mode() {
     for (q, expect_gpu) in &queries {
         assert_eq!(answer(&gpu, q).await, answer(&cpu, q).await, "{q}");
         if common::gpu_mode() == GpuMode::On && *expect_gpu {
-            let p = sorted_rows(
-                &gpu.sql(&format!("EXPLAIN {q}"))
-                    .await
-                    .unwrap()
-                    .collect()
-                    .await
-                    .unwrap(),
-            )
-            .join("\n");
+            let p = sorted_rows(&gpu.sql(&format!("EXPLAIN {q}")).await.unwrap().collect().await.unwrap()).join("\n");
             assert!(p.contains("GpuRepartitionExec"), "{q}\n{p}");
         }
     }

@@ -35,28 +35,14 @@ fn adbc_python() -> Result<PathBuf, String> {
         if o.status.success() {
             Ok(())
         } else {
-            Err(format!(
-                "{what} failed:\n{}",
-                String::from_utf8_lossy(&o.stderr)
-            ))
+            Err(format!("{what} failed:\n{}", String::from_utf8_lossy(&o.stderr)))
         }
     };
     if !py.exists() {
-        run(
-            Command::new("python3").args(["-m", "venv"]).arg(&venv),
-            "python3 -m venv",
-        )?;
+        run(Command::new("python3").args(["-m", "venv"]).arg(&venv), "python3 -m venv")?;
     }
     run(
-        Command::new(&py).args([
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--disable-pip-version-check",
-            "adbc-driver-flightsql",
-            "pyarrow",
-        ]),
+        Command::new(&py).args(["-m", "pip", "install", "-q", "--disable-pip-version-check", "adbc-driver-flightsql", "pyarrow"]),
         "pip install adbc-driver-flightsql pyarrow",
     )?;
     if probe(&py) {
@@ -120,9 +106,7 @@ print("ADBC OK")
 fn adbc_flight_sql_driver_queries_ridgeline_serve() {
     let py = match adbc_python() {
         Ok(p) => p,
-        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
-            panic!("CI needs the ADBC driver: {e}")
-        }
+        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => panic!("CI needs the ADBC driver: {e}"),
         Err(e) => {
             eprintln!("skipped: no ADBC Flight SQL driver ({e})");
             return;
@@ -135,10 +119,6 @@ fn adbc_flight_sql_driver_queries_ridgeline_serve() {
         .expect("run python");
     let out = String::from_utf8_lossy(&o.stdout);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        o.status.success() && out.contains("ADBC OK"),
-        "ADBC client failed:\n{out}\n{err}\nserver:\n{}",
-        s.stderr()
-    );
+    assert!(o.status.success() && out.contains("ADBC OK"), "ADBC client failed:\n{out}\n{err}\nserver:\n{}", s.stderr());
     assert!(s.alive());
 }

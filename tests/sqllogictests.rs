@@ -31,22 +31,14 @@ fn rows(batches: &[RecordBatch]) -> Result<Vec<Vec<String>>, DataFusionError> {
     let opts = FormatOptions::default().with_null("NULL");
     let mut out = Vec::new();
     for b in batches {
-        let fmts = b
-            .columns()
-            .iter()
-            .map(|c| ArrayFormatter::try_new(c.as_ref(), &opts))
-            .collect::<Result<Vec<_>, _>>()?;
+        let fmts = b.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &opts)).collect::<Result<Vec<_>, _>>()?;
         for r in 0..b.num_rows() {
             out.push(
                 fmts.iter()
                     .zip(b.columns())
                     .map(|(f, c)| {
                         let s = f.value(r).to_string();
-                        if s.is_empty() && !c.is_null(r) {
-                            "(empty)".to_string()
-                        } else {
-                            s
-                        }
+                        if s.is_empty() && !c.is_null(r) { "(empty)".to_string() } else { s }
                     })
                     .collect(),
             );
@@ -66,14 +58,7 @@ impl sqllogictest::AsyncDB for Db {
         if schema.fields().is_empty() {
             return Ok(DBOutput::StatementComplete(0));
         }
-        Ok(DBOutput::Rows {
-            types: schema
-                .fields()
-                .iter()
-                .map(|f| column_type(f.data_type()))
-                .collect(),
-            rows: rows(&batches)?,
-        })
+        Ok(DBOutput::Rows { types: schema.fields().iter().map(|f| column_type(f.data_type())).collect(), rows: rows(&batches)? })
     }
     async fn shutdown(&mut self) {}
     fn engine_name(&self) -> &str {
@@ -86,37 +71,23 @@ impl sqllogictest::AsyncDB for Db {
 
 fn slt_files() -> Vec<std::path::PathBuf> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/slt");
-    let mut v: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "slt"))
-        .collect();
+    let mut v: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "slt")).collect();
     v.sort();
     assert!(!v.is_empty(), "no .slt files");
     v
 }
 
 async fn run_all(mode: GpuMode) {
-    let complete =
-        std::env::var("RIDGELINE_SLT_COMPLETE").is_ok_and(|v| v == "1") && mode == GpuMode::Off;
+    let complete = std::env::var("RIDGELINE_SLT_COMPLETE").is_ok_and(|v| v == "1") && mode == GpuMode::Off;
     let mut failures = Vec::new();
     for file in slt_files() {
         let mut runner = sqllogictest::Runner::new(move || async move {
-            Ok::<_, DataFusionError>(Db {
-                rl: common::engine(mode).await,
-                name: format!("ridgeline-{mode}"),
-            })
+            Ok::<_, DataFusionError>(Db { rl: common::engine(mode).await, name: format!("ridgeline-{mode}") })
         });
         runner.with_column_validator(sqllogictest::default_column_validator);
         if complete {
             runner
-                .update_test_file(
-                    &file,
-                    " ",
-                    sqllogictest::default_validator,
-                    sqllogictest::default_normalizer,
-                    sqllogictest::default_column_validator,
-                )
+                .update_test_file(&file, " ", sqllogictest::default_validator, sqllogictest::default_normalizer, sqllogictest::default_column_validator)
                 .await
                 .unwrap();
             continue;

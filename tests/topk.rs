@@ -16,14 +16,7 @@ fn batch(n: usize, seed: u64) -> RecordBatch {
         s ^= s << 17;
         s
     };
-    let specials = [
-        0.0,
-        -0.0,
-        f64::NAN,
-        f64::INFINITY,
-        f64::NEG_INFINITY,
-        -f64::NAN,
-    ];
+    let specials = [0.0, -0.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -f64::NAN];
     let (mut a, mut f, mut id) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..n {
         let x = rnd();
@@ -40,33 +33,20 @@ fn batch(n: usize, seed: u64) -> RecordBatch {
         Field::new("a", DataType::Int32, true),
         Field::new("f", DataType::Float64, true),
     ]));
-    RecordBatch::try_new(
-        schema,
-        vec![
-            Arc::new(Int64Array::from(id)),
-            Arc::new(Int32Array::from(a)),
-            Arc::new(Float64Array::from(f)),
-        ],
-    )
-    .unwrap()
+    RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(id)), Arc::new(Int32Array::from(a)), Arc::new(Float64Array::from(f))]).unwrap()
 }
 
 async fn engine(mode: GpuMode, b: &RecordBatch) -> Ridgeline {
     let rl = Ridgeline::builder().gpu_mode(mode).build().unwrap();
     // Several batches, so the input has several partitions.
-    let parts: Vec<RecordBatch> = (0..b.num_rows())
-        .step_by(1000)
-        .map(|o| b.slice(o, 1000.min(b.num_rows() - o)))
-        .collect();
+    let parts: Vec<RecordBatch> = (0..b.num_rows()).step_by(1000).map(|o| b.slice(o, 1000.min(b.num_rows() - o))).collect();
     rl.register_batches("t", b.schema(), parts).unwrap();
     rl
 }
 
 async fn run(rl: &Ridgeline, q: &str) -> String {
     let b = rl.sql(q).await.unwrap().collect().await.unwrap();
-    arrow::util::pretty::pretty_format_batches(&b)
-        .unwrap()
-        .to_string()
+    arrow::util::pretty::pretty_format_batches(&b).unwrap().to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -78,16 +58,7 @@ async fn gpu_topk_matches_cpu_mode() {
     for key in ["a", "f", "a + 1", "CAST(f AS FLOAT)"] {
         for dir in ["ASC", "DESC"] {
             for nulls in ["NULLS FIRST", "NULLS LAST"] {
-                for (k, off) in [
-                    (0, 0),
-                    (1, 0),
-                    (10, 0),
-                    (100, 5),
-                    (2_000, 0),
-                    (19_999, 0),
-                    (20_000, 0),
-                    (30_000, 3),
-                ] {
+                for (k, off) in [(0, 0), (1, 0), (10, 0), (100, 5), (2_000, 0), (19_999, 0), (20_000, 0), (30_000, 3)] {
                     // Only the key is compared where ties may pick different rows;
                     // with id as a second key the whole row is.
                     let q1 = format!("SELECT {key} AS k FROM t ORDER BY {key} {dir} {nulls} LIMIT {k} OFFSET {off}");
@@ -112,21 +83,11 @@ async fn plan_uses_gpu_topk_in_mode_on() {
     let b = batch(5_000, 3);
     let gpu = engine(GpuMode::On, &b).await;
     let plan = run(&gpu, "EXPLAIN SELECT id FROM t ORDER BY f DESC LIMIT 10").await;
-    assert!(
-        plan.contains("GpuTopKExec: SampleSelect threshold, fetch=10"),
-        "{plan}"
-    );
+    assert!(plan.contains("GpuTopKExec: SampleSelect threshold, fetch=10"), "{plan}");
     let plan = run(&gpu, "EXPLAIN ANALYZE SELECT id FROM t ORDER BY a LIMIT 10").await;
-    assert!(
-        plan.contains("GpuTopKExec") && plan.contains("gpu_rows=5.00 K"),
-        "{plan}"
-    );
+    assert!(plan.contains("GpuTopKExec") && plan.contains("gpu_rows=5.00 K"), "{plan}");
     // A string key has no order-preserving key: DataFusion's sort stays.
-    let plan = run(
-        &gpu,
-        "EXPLAIN SELECT id FROM t ORDER BY CAST(a AS VARCHAR) LIMIT 10",
-    )
-    .await;
+    let plan = run(&gpu, "EXPLAIN SELECT id FROM t ORDER BY CAST(a AS VARCHAR) LIMIT 10").await;
     assert!(!plan.contains("GpuTopKExec"), "{plan}");
     let cpu = engine(GpuMode::Off, &b).await;
     let plan = run(&cpu, "EXPLAIN SELECT id FROM t ORDER BY f DESC LIMIT 10").await;
@@ -146,17 +107,12 @@ async fn resident_topk_matches_cpu_mode() {
         s ^= s << 17;
         s
     };
-    let (mut id, mut d, mut v, mut ts, mut nv) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut id, mut d, mut v, mut ts, mut nv) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for i in 0..n {
         let x = rnd();
         id.push(i as i64);
         d.push((x % 2000) as i128 - 1000);
-        v.push(if x % 5 == 0 {
-            i64::MIN + (x % 3) as i64
-        } else {
-            (x >> 8) as i64 % 40
-        });
+        v.push(if x % 5 == 0 { i64::MIN + (x % 3) as i64 } else { (x >> 8) as i64 % 40 });
         ts.push((x >> 16) as i64 % 1_000_000);
         nv.push((x % 9 != 0).then_some((x % 100) as i64));
     }
@@ -164,52 +120,31 @@ async fn resident_topk_matches_cpu_mode() {
         Field::new("id", DataType::Int64, false),
         Field::new("d", DataType::Decimal128(15, 2), false),
         Field::new("v", DataType::Int64, false),
-        Field::new(
-            "ts",
-            DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, None),
-            false,
-        ),
+        Field::new("ts", DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, None), false),
         Field::new("nv", DataType::Int64, true),
     ]));
     let b = RecordBatch::try_new(
         schema.clone(),
         vec![
             Arc::new(Int64Array::from(id)),
-            Arc::new(
-                Decimal128Array::from(d)
-                    .with_precision_and_scale(15, 2)
-                    .unwrap(),
-            ),
+            Arc::new(Decimal128Array::from(d).with_precision_and_scale(15, 2).unwrap()),
             Arc::new(Int64Array::from(v)),
             Arc::new(TimestampMicrosecondArray::from(ts)),
             Arc::new(Int64Array::from(nv)),
         ],
     )
     .unwrap();
-    let parts: Vec<RecordBatch> = (0..n)
-        .step_by(7000)
-        .map(|o| b.slice(o, 7000.min(n - o)))
-        .collect();
+    let parts: Vec<RecordBatch> = (0..n).step_by(7000).map(|o| b.slice(o, 7000.min(n - o))).collect();
     let mut engines = Vec::new();
     for mode in [GpuMode::Off, common::gpu_mode()] {
         let rl = Ridgeline::builder().gpu_mode(mode).build().unwrap();
-        rl.register_resident("r", schema.clone(), parts.clone())
-            .await
-            .unwrap();
+        rl.register_resident("r", schema.clone(), parts.clone()).await.unwrap();
         engines.push(rl);
     }
     let (cpu, gpu) = (&engines[0], &engines[1]);
     for key in ["d", "v", "ts", "nv"] {
         for dir in ["ASC", "DESC"] {
-            for (k, off) in [
-                (0, 0),
-                (1, 0),
-                (10, 0),
-                (100, 7),
-                (3_000, 0),
-                (29_999, 0),
-                (40_000, 0),
-            ] {
+            for (k, off) in [(0, 0), (1, 0), (10, 0), (100, 7), (3_000, 0), (29_999, 0), (40_000, 0)] {
                 let q1 = format!("SELECT {key} FROM r ORDER BY {key} {dir} LIMIT {k} OFFSET {off}");
                 let q2 = format!("SELECT id, {key} AS k, d AS dd FROM r ORDER BY {key} {dir}, id DESC LIMIT {k} OFFSET {off}");
                 for q in [q1, q2] {
@@ -219,20 +154,10 @@ async fn resident_topk_matches_cpu_mode() {
         }
     }
     if common::gpu_mode() == GpuMode::On {
-        let plan = run(
-            gpu,
-            "EXPLAIN ANALYZE SELECT id, d FROM r ORDER BY d DESC, id LIMIT 10",
-        )
-        .await;
-        assert!(
-            plan.contains("on the resident key") && plan.contains("gpu_rows=30.00 K"),
-            "{plan}"
-        );
+        let plan = run(gpu, "EXPLAIN ANALYZE SELECT id, d FROM r ORDER BY d DESC, id LIMIT 10").await;
+        assert!(plan.contains("on the resident key") && plan.contains("gpu_rows=30.00 K"), "{plan}");
         // NULLs in the key: the host path.
         let plan = run(gpu, "EXPLAIN SELECT id FROM r ORDER BY nv LIMIT 10").await;
-        assert!(
-            plan.contains("GpuTopKExec") && !plan.contains("on the resident key"),
-            "{plan}"
-        );
+        assert!(plan.contains("GpuTopKExec") && !plan.contains("on the resident key"), "{plan}");
     }
 }

@@ -10,12 +10,7 @@ fn main() {
     let reps: usize = a.get(2).map_or(3, |s| s.parse().unwrap());
     let ctx = ridgeline_operators::global().expect("a GPU adapter");
     let n = 1usize << lg;
-    println!(
-        "adapter: {} ({:?}), dense capacity {}",
-        ctx.info().name,
-        ctx.info().device_type,
-        dense_capacity(&ctx)
-    );
+    println!("adapter: {} ({:?}), dense capacity {}", ctx.info().name, ctx.info().device_type, dense_capacity(&ctx));
     println!("| n | groups | dense ms | sparse ms | auto ms (ran) |");
     println!("| --- | --- | --- | --- | --- |");
     for g in [1u32, 16, 256, 1024, 65_536, 1 << 20] {
@@ -23,11 +18,7 @@ fn main() {
             Ok(b) => (format!("{:.1}", b.ms), b.strategy),
             Err(e) => (format!("({e})"), s),
         };
-        let dense = if g <= dense_capacity(&ctx) {
-            cell(GroupAggStrategy::DenseTags).0
-        } else {
-            "-".into()
-        };
+        let dense = if g <= dense_capacity(&ctx) { cell(GroupAggStrategy::DenseTags).0 } else { "-".into() };
         let sparse = cell(GroupAggStrategy::SparseRegions).0;
         let (auto, ran) = cell(GroupAggStrategy::Auto);
         println!("| 2^{lg} | {g} | {dense} | {sparse} | {auto} ({ran:?}) |");

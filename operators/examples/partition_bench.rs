@@ -15,11 +15,7 @@ fn main() {
     let reps: usize = a.get(4).map_or(3, |s| s.parse().unwrap());
     let cpu = a.get(5).is_some_and(|s| s != "0");
     let ctx = ridgeline_operators::global().expect("a GPU adapter");
-    println!(
-        "adapter: {} ({:?})",
-        ctx.info().name,
-        ctx.info().device_type
-    );
+    println!("adapter: {} ({:?})", ctx.info().name, ctx.info().device_type);
     println!("| n | fan-out | passes | GPU ms | GB/s | wall ms | hist scratch | CPU ms |");
     println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
     for lg in lo..=hi {
@@ -33,12 +29,8 @@ fn main() {
                 }
             };
             let cpu_ms = if cpu {
-                let keys: Vec<u32> = (0..n as u32)
-                    .map(|i| i.wrapping_mul(2_654_435_761))
-                    .collect();
-                let pays: Vec<Vec<u32>> = (0..payload)
-                    .map(|c| (0..n as u32).map(|i| i ^ c as u32).collect())
-                    .collect();
+                let keys: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761)).collect();
+                let pays: Vec<Vec<u32>> = (0..payload).map(|c| (0..n as u32).map(|i| i ^ c as u32).collect()).collect();
                 let mut cols = vec![HostColumn::u32(&keys)];
                 cols.extend(pays.iter().map(|p| HostColumn::u32(p)));
                 let mut ts: Vec<f64> = (0..reps.max(1))

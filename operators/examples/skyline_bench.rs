@@ -27,8 +27,7 @@ fn main() {
                 "indep" => p.iter_mut().for_each(|x| *x = r.random::<f64>()),
                 "corr" => {
                     let v = normalish(&mut r, 0.5, 0.25);
-                    p.iter_mut()
-                        .for_each(|x| *x = v + normalish(&mut r, 0.0, 0.05));
+                    p.iter_mut().for_each(|x| *x = v + normalish(&mut r, 0.0, 0.05));
                 }
                 _ => {
                     let v = normalish(&mut r, 0.5, 0.05);
@@ -95,14 +94,10 @@ fn main() {
             for (side, a, b) in [("gpu only", &gs, &cs), ("cpu only", &cs, &gs)] {
                 for &r in a.difference(b).take(10) {
                     let dom = (0..n).find(|&p| dominates(m.row(p), m.row(r as usize)));
-                    println!(
-                        "{side}: row {r} {:?} dominated by {:?} {:?}",
-                        m.row(r as usize),
-                        dom,
-                        dom.map(|p| m.row(p))
-                    );
+                    println!("{side}: row {r} {:?} dominated by {:?} {:?}", m.row(r as usize), dom, dom.map(|p| m.row(p)));
                 }
             }
         }
     }
 }
+

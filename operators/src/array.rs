@@ -39,21 +39,12 @@ impl DeviceArray {
 
     /// An uninitialised array with `seg_rows` elements per segment (tests use small
     /// segments to exercise the split; validity bitmaps use `segment_rows / 32`).
-    pub fn alloc_segmented(
-        ctx: &GpuContext,
-        len: usize,
-        elem: usize,
-        seg_rows: usize,
-    ) -> GpuResult<Self> {
+    pub fn alloc_segmented(ctx: &GpuContext, len: usize, elem: usize, seg_rows: usize) -> GpuResult<Self> {
         if elem != 4 && elem != 8 {
-            return Err(GpuError::Invalid(format!(
-                "element size {elem} (expected 4 or 8)"
-            )));
+            return Err(GpuError::Invalid(format!("element size {elem} (expected 4 or 8)")));
         }
         if seg_rows == 0 || seg_rows % 4 != 0 {
-            return Err(GpuError::Invalid(format!(
-                "segment of {seg_rows} rows (expected a positive multiple of 4)"
-            )));
+            return Err(GpuError::Invalid(format!("segment of {seg_rows} rows (expected a positive multiple of 4)")));
         }
         let max_binding = (ctx.limits().max_storage_buffer_binding_size as u64).min((1 << 31) - 1);
         if (seg_rows * elem) as u64 > max_binding {
@@ -68,12 +59,7 @@ impl DeviceArray {
             segs.push(ctx.pool().alloc((rows * elem) as u64)?);
             left -= rows;
         }
-        Ok(DeviceArray {
-            segs,
-            len,
-            elem,
-            seg_rows,
-        })
+        Ok(DeviceArray { segs, len, elem, seg_rows })
     }
 
     /// Number of elements.
@@ -99,11 +85,7 @@ impl DeviceArray {
     /// Segment `i`: its buffer, first element and element count.
     pub fn segment(&self, i: usize) -> (&wgpu::Buffer, usize, usize) {
         let start = i * self.seg_rows;
-        (
-            self.segs[i].raw(),
-            start,
-            (self.len - start).min(self.seg_rows),
-        )
+        (self.segs[i].raw(), start, (self.len - start).min(self.seg_rows))
     }
     /// Device bytes held (size classes included).
     pub fn device_bytes(&self) -> u64 {
@@ -131,24 +113,14 @@ impl DeviceArray {
     }
 
     /// Uploads `data` with `seg_rows` elements per segment.
-    pub fn upload_segmented<T: bytemuck::Pod>(
-        ctx: &GpuContext,
-        data: &[T],
-        seg_rows: usize,
-    ) -> GpuResult<Self> {
+    pub fn upload_segmented<T: bytemuck::Pod>(ctx: &GpuContext, data: &[T], seg_rows: usize) -> GpuResult<Self> {
         let arr = Self::alloc_segmented(ctx, data.len(), std::mem::size_of::<T>(), seg_rows)?;
         ctx.upload_stream(&BytesSource(bytemuck::cast_slice(data)), &arr.extents())?;
         Ok(arr)
     }
 
     /// Uploads `len` elements of `elem` bytes produced by `src`.
-    pub fn upload_from(
-        ctx: &GpuContext,
-        len: usize,
-        elem: usize,
-        seg_rows: usize,
-        src: &dyn UploadSource,
-    ) -> GpuResult<Self> {
+    pub fn upload_from(ctx: &GpuContext, len: usize, elem: usize, seg_rows: usize, src: &dyn UploadSource) -> GpuResult<Self> {
         let arr = Self::alloc_segmented(ctx, len, elem, seg_rows)?;
         if src.len_bytes() != ((len * elem) as u64).div_ceil(4) * 4 {
             return Err(GpuError::Invalid(format!(
@@ -163,11 +135,7 @@ impl DeviceArray {
     /// Reads the array back into `dst` (exactly `len * elem` bytes).
     pub fn download_into(&self, ctx: &GpuContext, dst: &mut [u8]) -> GpuResult<()> {
         if dst.len() != self.len * self.elem {
-            return Err(GpuError::Invalid(format!(
-                "download into {} bytes of a {}-byte array",
-                dst.len(),
-                self.len * self.elem
-            )));
+            return Err(GpuError::Invalid(format!("download into {} bytes of a {}-byte array", dst.len(), self.len * self.elem)));
         }
         if self.len == 0 {
             return Ok(());
@@ -178,11 +146,7 @@ impl DeviceArray {
     /// Reads the array back as `T` (whose size must be the element size).
     pub fn download<T: bytemuck::Pod + Default>(&self, ctx: &GpuContext) -> GpuResult<Vec<T>> {
         if std::mem::size_of::<T>() != self.elem {
-            return Err(GpuError::Invalid(format!(
-                "download as {}-byte elements of a {}-byte array",
-                std::mem::size_of::<T>(),
-                self.elem
-            )));
+            return Err(GpuError::Invalid(format!("download as {}-byte elements of a {}-byte array", std::mem::size_of::<T>(), self.elem)));
         }
         let mut out = vec![T::default(); self.len];
         self.download_into(ctx, bytemuck::cast_slice_mut(&mut out))?;
@@ -200,18 +164,9 @@ impl DeviceArray {
 /// Copies `n` elements from `src[src_start..]` to `dst[dst_start..]` on the device
 /// with the copy kernel, splitting at segment boundaries of both arrays and at the
 /// workgroup-count limit. Both arrays must have the same element size.
-pub fn copy_elements(
-    ctx: &GpuContext,
-    src: &DeviceArray,
-    src_start: usize,
-    dst: &DeviceArray,
-    dst_start: usize,
-    n: usize,
-) -> GpuResult<()> {
+pub fn copy_elements(ctx: &GpuContext, src: &DeviceArray, src_start: usize, dst: &DeviceArray, dst_start: usize, n: usize) -> GpuResult<()> {
     if src.elem != dst.elem {
-        return Err(GpuError::Invalid(
-            "copy between arrays of different element sizes".into(),
-        ));
+        return Err(GpuError::Invalid("copy between arrays of different element sizes".into()));
     }
     if src_start + n > src.len || dst_start + n > dst.len {
         return Err(GpuError::Invalid(format!(
@@ -223,35 +178,16 @@ pub fn copy_elements(
         return Ok(());
     }
     let words_per = src.elem / 4;
-    let defs = [
-        ("WG", COPY_WG.to_string()),
-        ("ITEMS", COPY_ITEMS.to_string()),
-    ];
-    let p4 = ctx.pipeline(
-        "copy",
-        include_str!("../../shaders/copy.wgsl"),
-        "copy_vec4",
-        &defs,
-    )?;
-    let p1 = ctx.pipeline(
-        "copy_words",
-        include_str!("../../shaders/copy_words.wgsl"),
-        "copy_words",
-        &defs,
-    )?;
+    let defs = [("WG", COPY_WG.to_string()), ("ITEMS", COPY_ITEMS.to_string())];
+    let p4 = ctx.pipeline("copy", include_str!("../../shaders/copy.wgsl"), "copy_vec4", &defs)?;
+    let p1 = ctx.pipeline("copy_words", include_str!("../../shaders/copy_words.wgsl"), "copy_words", &defs)?;
     let max_dim = ctx.limits().max_compute_workgroups_per_dimension;
     let mut enc = ctx.encoder("copy");
     let mut params = Vec::new();
     let mut done = 0usize;
     while done < n {
-        let (si, so) = (
-            (src_start + done) / src.seg_rows,
-            (src_start + done) % src.seg_rows,
-        );
-        let (di, doff) = (
-            (dst_start + done) / dst.seg_rows,
-            (dst_start + done) % dst.seg_rows,
-        );
+        let (si, so) = ((src_start + done) / src.seg_rows, (src_start + done) % src.seg_rows);
+        let (di, doff) = ((dst_start + done) / dst.seg_rows, (dst_start + done) % dst.seg_rows);
         let (sbuf, _, srows) = src.segment(si);
         let (dbuf, _, drows) = dst.segment(di);
         let m = (n - done).min(srows - so).min(drows - doff);
@@ -262,35 +198,18 @@ pub fn copy_elements(
         let groups = elems.div_ceil((COPY_WG * COPY_ITEMS) as u64);
         let (x, y, z) = dispatch_dims(groups, max_dim);
         let grid = (x as u64 * y as u64 * COPY_WG as u64) as u32;
-        let ub = ctx.uniform(&CopyParams {
-            src_off: (sw / unit) as u32,
-            dst_off: (dw / unit) as u32,
-            n: elems as u32,
-            grid,
-        });
+        let ub = ctx.uniform(&CopyParams { src_off: (sw / unit) as u32, dst_off: (dw / unit) as u32, n: elems as u32, grid });
         let bg = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some("copy"),
             layout: &pipe.get_bind_group_layout(0),
             entries: &[
-                wgpu::BindGroupEntry {
-                    binding: 0,
-                    resource: sbuf.as_entire_binding(),
-                },
-                wgpu::BindGroupEntry {
-                    binding: 1,
-                    resource: dbuf.as_entire_binding(),
-                },
-                wgpu::BindGroupEntry {
-                    binding: 2,
-                    resource: ub.as_entire_binding(),
-                },
+                wgpu::BindGroupEntry { binding: 0, resource: sbuf.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 1, resource: dbuf.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 2, resource: ub.as_entire_binding() },
             ],
         });
         {
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("copy"),
-                timestamp_writes: None,
-            });
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("copy"), timestamp_writes: None });
             pass.set_pipeline(pipe);
             pass.set_bind_group(0, &bg, &[]);
             pass.dispatch_workgroups(x, y, z);

@@ -52,8 +52,7 @@ use crate::array::DeviceArray;
 use crate::context::GpuContext;
 use crate::error::{GpuError, GpuResult};
 use crate::scan::{
-    check_workgroup, elem_u32_part, wg_part, Pass, ScanAlgorithm, ScanKernel, ScanKind,
-    ScanOptions, ScanType,
+    check_workgroup, elem_u32_part, wg_part, Pass, ScanAlgorithm, ScanKernel, ScanKind, ScanOptions, ScanType,
 };
 use crate::timing::KernelTimer;
 use std::fmt::Write as _;
@@ -148,17 +147,11 @@ pub struct Column<'a> {
 impl<'a> Column<'a> {
     /// A column without NULLs.
     pub fn new(values: &'a DeviceArray) -> Self {
-        Column {
-            values,
-            validity: None,
-        }
+        Column { values, validity: None }
     }
     /// A column with a validity bitmap.
     pub fn with_validity(values: &'a DeviceArray, validity: &'a DeviceArray) -> Self {
-        Column {
-            values,
-            validity: Some(validity),
-        }
+        Column { values, validity: Some(validity) }
     }
 }
 
@@ -230,10 +223,7 @@ impl Default for CompactOptions {
 impl CompactOptions {
     /// Default options with the given algorithm.
     pub fn with_algo(algo: CompactAlgo) -> Self {
-        CompactOptions {
-            algo,
-            ..Default::default()
-        }
+        CompactOptions { algo, ..Default::default() }
     }
 }
 
@@ -264,12 +254,7 @@ pub struct Compacted {
 }
 
 /// Compacts `columns` to the rows `sel` selects, with default options and `algo`.
-pub fn compact(
-    ctx: &GpuContext,
-    sel: Selection<'_>,
-    columns: &[Column<'_>],
-    algo: CompactAlgo,
-) -> GpuResult<Compacted> {
+pub fn compact(ctx: &GpuContext, sel: Selection<'_>, columns: &[Column<'_>], algo: CompactAlgo) -> GpuResult<Compacted> {
     compact_with(ctx, sel, columns, &CompactOptions::with_algo(algo))
 }
 
@@ -322,13 +307,7 @@ pub struct CompactBench {
 /// Times the compaction of one `u32` column of `n` rows by 0/1 flags selecting a
 /// pseudo-random `selectivity` fraction of the rows (the context's segmentation):
 /// one warm-up run, then the median of `reps` (at least 1).
-pub fn bench_compact(
-    ctx: &GpuContext,
-    n: usize,
-    selectivity: f64,
-    algo: CompactAlgo,
-    reps: usize,
-) -> GpuResult<CompactBench> {
+pub fn bench_compact(ctx: &GpuContext, n: usize, selectivity: f64, algo: CompactAlgo, reps: usize) -> GpuResult<CompactBench> {
     bench_compact_with(ctx, n, selectivity, &CompactOptions::with_algo(algo), reps)
 }
 
@@ -357,9 +336,7 @@ pub fn bench_compact_sel(
     let mut state = 0x9E37_79B9_7F4A_7C15u64;
     let flags: Vec<u32> = (0..n)
         .map(|_| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             ((state >> 32) < threshold) as u32
         })
         .collect();
@@ -383,11 +360,7 @@ pub fn bench_compact_sel(
     for rep in 0..=reps.max(1) {
         let timer = KernelTimer::new(ctx, 2);
         let t0 = std::time::Instant::now();
-        let sel = if bitmap {
-            Selection::Bitmap { bits: &f, rows: n }
-        } else {
-            Selection::Flags(&f)
-        };
+        let sel = if bitmap { Selection::Bitmap { bits: &f, rows: n } } else { Selection::Flags(&f) };
         let out = compact_impl(ctx, sel, &cols, opts, timer.as_ref())?;
         ctx.wait()?;
         let w = t0.elapsed().as_secs_f64() * 1e3;
@@ -476,33 +449,20 @@ struct Counted {
 }
 
 impl Plan {
-    fn new(
-        ctx: &GpuContext,
-        sel: &Selection<'_>,
-        columns: &[Column<'_>],
-        opts: &CompactOptions,
-    ) -> GpuResult<Plan> {
+    fn new(ctx: &GpuContext, sel: &Selection<'_>, columns: &[Column<'_>], opts: &CompactOptions) -> GpuResult<Plan> {
         let n = sel.rows();
         let seg_rows = sel.seg_rows();
         let s = sel.array();
         if s.elem_size() != 4 {
-            return Err(GpuError::Invalid(format!(
-                "selection of {}-byte elements (expected u32)",
-                s.elem_size()
-            )));
+            return Err(GpuError::Invalid(format!("selection of {}-byte elements (expected u32)", s.elem_size())));
         }
         if let Selection::Bitmap { bits, rows } = sel {
             if bits.len() != rows.div_ceil(32) {
-                return Err(GpuError::Invalid(format!(
-                    "bitmap of {} words for {rows} rows",
-                    bits.len()
-                )));
+                return Err(GpuError::Invalid(format!("bitmap of {} words for {rows} rows", bits.len())));
             }
         }
         if n as u64 > u32::MAX as u64 {
-            return Err(GpuError::Invalid(format!(
-                "compaction of {n} rows (at most 2^32 - 1)"
-            )));
+            return Err(GpuError::Invalid(format!("compaction of {n} rows (at most 2^32 - 1)")));
         }
         for (i, c) in columns.iter().enumerate() {
             let v = c.values;
@@ -514,8 +474,7 @@ impl Plan {
                 )));
             }
             if let Some(b) = c.validity {
-                if b.elem_size() != 4 || b.len() != n.div_ceil(32) || b.seg_rows() * 32 != seg_rows
-                {
+                if b.elem_size() != 4 || b.len() != n.div_ceil(32) || b.seg_rows() * 32 != seg_rows {
                     return Err(GpuError::Invalid(format!(
                         "column {i}: validity of {} x {} bytes in segments of {} (expected {} words in segments of {})",
                         b.len(),
@@ -534,11 +493,7 @@ impl Plan {
             )));
         }
         let fast = opts.path == CompactPath::Fast;
-        let per_block = if fast {
-            (block as u64).max(3 * (block as u64 / 32) * 4)
-        } else {
-            3 * (block as u64 / 32) * 4
-        };
+        let per_block = if fast { (block as u64).max(3 * (block as u64 / 32) * 4) } else { 3 * (block as u64 / 32) * 4 };
         let shared = 2 * wg as u64 * 4 + per_block + 64;
         let subgroups = check_workgroup(ctx, opts.subgroups, wg, shared)?;
         let mut seg_len = Vec::new();
@@ -551,17 +506,7 @@ impl Plan {
             seg_blocks.push((b, blocks));
             blocks += b;
         }
-        Ok(Plan {
-            n,
-            seg_rows,
-            seg_len,
-            seg_blocks,
-            blocks,
-            subgroups,
-            wg,
-            block,
-            fast,
-        })
+        Ok(Plan { n, seg_rows, seg_len, seg_blocks, blocks, subgroups, wg, block, fast })
     }
 
     fn sel_part(&self, bitmap: bool) -> (&'static str, &'static str) {
@@ -589,11 +534,7 @@ impl Plan {
             if self.subgroups { "subgroup" } else { "shared" },
             gen.key
         );
-        let src = format!(
-            "{}\n{}\n{spart}\n{COMPACT_WGSL}",
-            elem_u32_part(),
-            wg_part(self.subgroups)
-        );
+        let src = format!("{}\n{}\n{spart}\n{COMPACT_WGSL}", elem_u32_part(), wg_part(self.subgroups));
         let defs = [
             ("WG", self.wg.to_string()),
             ("BLOCK", self.block.to_string()),
@@ -606,44 +547,18 @@ impl Plan {
     }
 
     /// The fast path's count kernels (compact_count.wgsl).
-    fn count_pipeline(
-        &self,
-        ctx: &GpuContext,
-        entry: &str,
-    ) -> GpuResult<std::sync::Arc<wgpu::ComputePipeline>> {
-        let name = format!(
-            "compact-count-{}",
-            if self.subgroups { "subgroup" } else { "shared" }
-        );
-        let src = format!(
-            "{}\n{}\n{COUNT_WGSL}",
-            elem_u32_part(),
-            wg_part(self.subgroups)
-        );
-        let defs = [
-            ("WG", self.wg.to_string()),
-            ("BLOCK", self.block.to_string()),
-        ];
+    fn count_pipeline(&self, ctx: &GpuContext, entry: &str) -> GpuResult<std::sync::Arc<wgpu::ComputePipeline>> {
+        let name = format!("compact-count-{}", if self.subgroups { "subgroup" } else { "shared" });
+        let src = format!("{}\n{}\n{COUNT_WGSL}", elem_u32_part(), wg_part(self.subgroups));
+        let defs = [("WG", self.wg.to_string()), ("BLOCK", self.block.to_string())];
         ctx.pipeline(&name, &src, entry, &defs)
     }
 
     /// The fast path's stable scatter (compact_stable.wgsl) for a column layout.
-    fn stable_pipeline(
-        &self,
-        ctx: &GpuContext,
-        layout: &[ColumnLayout],
-    ) -> GpuResult<std::sync::Arc<wgpu::ComputePipeline>> {
+    fn stable_pipeline(&self, ctx: &GpuContext, layout: &[ColumnLayout]) -> GpuResult<std::sync::Arc<wgpu::ComputePipeline>> {
         let gen = generate_fast(layout, self.block);
-        let name = format!(
-            "compact-stable-{}-{}",
-            if self.subgroups { "subgroup" } else { "shared" },
-            gen.key
-        );
-        let src = format!(
-            "{}\n{}\n{STABLE_WGSL}",
-            elem_u32_part(),
-            wg_part(self.subgroups)
-        );
+        let name = format!("compact-stable-{}-{}", if self.subgroups { "subgroup" } else { "shared" }, gen.key);
+        let src = format!("{}\n{}\n{STABLE_WGSL}", elem_u32_part(), wg_part(self.subgroups));
         let defs = [
             ("WG", self.wg.to_string()),
             ("BLOCK", self.block.to_string()),
@@ -673,12 +588,7 @@ impl Plan {
     /// output offsets and the count. Fast path: compact_count.wgsl (flags are also
     /// written as a bitmap) and the single-pass scan; legacy: compact.wgsl's
     /// `count_blocks` and reduce-then-scan.
-    fn count(
-        &self,
-        ctx: &GpuContext,
-        sel: &Selection<'_>,
-        timer: Option<&KernelTimer>,
-    ) -> GpuResult<Counted> {
+    fn count(&self, ctx: &GpuContext, sel: &Selection<'_>, timer: Option<&KernelTimer>) -> GpuResult<Counted> {
         let nseg = self.seg_len.len();
         if self.n == 0 {
             if let Some(t) = timer {
@@ -689,13 +599,7 @@ impl Plan {
             }
             let offs = ctx.pool().alloc(4)?;
             let scratch_bytes = offs.size();
-            return Ok(Counted {
-                offs,
-                seg_first: vec![0],
-                count: 0,
-                scratch_bytes,
-                bits: Vec::new(),
-            });
+            return Ok(Counted { offs, seg_first: vec![0], count: 0, scratch_bytes, bits: Vec::new() });
         }
         let counts = ctx.pool().alloc(self.blocks * 4)?;
         let offs = ctx.pool().alloc(self.blocks * 4)?;
@@ -705,14 +609,7 @@ impl Plan {
         let mut bits = Vec::new();
         if self.fast {
             let bitmap = sel.is_bitmap();
-            let pipe = self.count_pipeline(
-                ctx,
-                if bitmap {
-                    "count_bitmap"
-                } else {
-                    "count_flags"
-                },
-            )?;
+            let pipe = self.count_pipeline(ctx, if bitmap { "count_bitmap" } else { "count_flags" })?;
             for seg in 0..nseg {
                 let ub = ctx.uniform(&self.params(seg, 0));
                 let sbuf = sel.array().segment(seg).0;
@@ -721,45 +618,22 @@ impl Plan {
                         ctx,
                         &pipe,
                         &[
-                            wgpu::BindGroupEntry {
-                                binding: 1,
-                                resource: counts.raw().as_entire_binding(),
-                            },
-                            wgpu::BindGroupEntry {
-                                binding: 3,
-                                resource: ub.as_entire_binding(),
-                            },
-                            wgpu::BindGroupEntry {
-                                binding: 5,
-                                resource: sbuf.as_entire_binding(),
-                            },
+                            wgpu::BindGroupEntry { binding: 1, resource: counts.raw().as_entire_binding() },
+                            wgpu::BindGroupEntry { binding: 3, resource: ub.as_entire_binding() },
+                            wgpu::BindGroupEntry { binding: 5, resource: sbuf.as_entire_binding() },
                         ],
                         self.seg_blocks[seg].0,
                     )?;
                 } else {
-                    let b = ctx
-                        .pool()
-                        .alloc((self.seg_len[seg].div_ceil(32) * 4) as u64)?;
+                    let b = ctx.pool().alloc((self.seg_len[seg].div_ceil(32) * 4) as u64)?;
                     pass.dispatch(
                         ctx,
                         &pipe,
                         &[
-                            wgpu::BindGroupEntry {
-                                binding: 0,
-                                resource: sbuf.as_entire_binding(),
-                            },
-                            wgpu::BindGroupEntry {
-                                binding: 1,
-                                resource: counts.raw().as_entire_binding(),
-                            },
-                            wgpu::BindGroupEntry {
-                                binding: 2,
-                                resource: b.raw().as_entire_binding(),
-                            },
-                            wgpu::BindGroupEntry {
-                                binding: 3,
-                                resource: ub.as_entire_binding(),
-                            },
+                            wgpu::BindGroupEntry { binding: 0, resource: sbuf.as_entire_binding() },
+                            wgpu::BindGroupEntry { binding: 1, resource: counts.raw().as_entire_binding() },
+                            wgpu::BindGroupEntry { binding: 2, resource: b.raw().as_entire_binding() },
+                            wgpu::BindGroupEntry { binding: 3, resource: ub.as_entire_binding() },
                         ],
                         self.seg_blocks[seg].0,
                     )?;
@@ -774,45 +648,21 @@ impl Plan {
                     ctx,
                     &count_pipe,
                     &[
-                        wgpu::BindGroupEntry {
-                            binding: 0,
-                            resource: sel.array().segment(seg).0.as_entire_binding(),
-                        },
-                        wgpu::BindGroupEntry {
-                            binding: 1,
-                            resource: counts.raw().as_entire_binding(),
-                        },
-                        wgpu::BindGroupEntry {
-                            binding: 3,
-                            resource: ub.as_entire_binding(),
-                        },
+                        wgpu::BindGroupEntry { binding: 0, resource: sel.array().segment(seg).0.as_entire_binding() },
+                        wgpu::BindGroupEntry { binding: 1, resource: counts.raw().as_entire_binding() },
+                        wgpu::BindGroupEntry { binding: 3, resource: ub.as_entire_binding() },
                     ],
                     self.seg_blocks[seg].0,
                 )?;
             }
         }
-        let algorithm = if self.fast {
-            ScanAlgorithm::SinglePass
-        } else {
-            ScanAlgorithm::ReduceThenScan
-        };
+        let algorithm = if self.fast { ScanAlgorithm::SinglePass } else { ScanAlgorithm::ReduceThenScan };
         let sk = ScanKernel::new(
             ctx,
             ScanType::U32,
-            &ScanOptions {
-                subgroups: self.subgroups,
-                workgroup_size: self.wg,
-                algorithm,
-                ..Default::default()
-            },
+            &ScanOptions { subgroups: self.subgroups, workgroup_size: self.wg, algorithm, ..Default::default() },
         )?;
-        sk.record(
-            ctx,
-            &mut pass,
-            &[(counts.raw(), offs.raw(), self.blocks)],
-            ScanKind::Exclusive,
-            total.raw(),
-        )?;
+        sk.record(ctx, &mut pass, &[(counts.raw(), offs.raw(), self.blocks)], ScanKind::Exclusive, total.raw())?;
         let mut enc = ctx.encoder("compact-count");
         pass.encode(&mut enc, timer.and_then(|t| t.writes(0)));
         let pb = probe.segment(0).0;
@@ -821,11 +671,7 @@ impl Plan {
         }
         enc.copy_buffer_to_buffer(total.raw(), 0, pb, nseg as u64 * 4, 4);
         ctx.submit(enc)?;
-        let seg_first: Vec<u64> = probe
-            .download::<u32>(ctx)?
-            .into_iter()
-            .map(u64::from)
-            .collect();
+        let seg_first: Vec<u64> = probe.download::<u32>(ctx)?.into_iter().map(u64::from).collect();
         let count = seg_first[nseg] as usize;
         let scratch_bytes = counts.size()
             + offs.size()
@@ -833,13 +679,7 @@ impl Plan {
             + probe.device_bytes()
             + pass.keep.iter().map(|b| b.size()).sum::<u64>()
             + bits.iter().map(|b| b.size()).sum::<u64>();
-        Ok(Counted {
-            offs,
-            seg_first,
-            count,
-            scratch_bytes,
-            bits,
-        })
+        Ok(Counted { offs, seg_first, count, scratch_bytes, bits })
     }
 }
 
@@ -884,15 +724,7 @@ const FIRST_COLUMN_BINDING: u32 = 4;
 
 /// Three bindings from `b`: the input array `input` (read) and the two output
 /// segments `lo` and `hi` (read-write).
-fn column_decls(
-    decls: &mut String,
-    b: u32,
-    input: &str,
-    in_ty: &str,
-    lo: &str,
-    hi: &str,
-    out_ty: &str,
-) {
+fn column_decls(decls: &mut String, b: u32, input: &str, in_ty: &str, lo: &str, hi: &str, out_ty: &str) {
     let _ = writeln!(
         decls,
         "@group(0) @binding({b}) var<storage, read> {input}: array<{in_ty}>;\n\
@@ -907,42 +739,20 @@ fn column_decls(
 /// values of the input segment and of the two output segments) and, with validity,
 /// `vin`, `vlo`, `vhi`; the per-row copy and the per-word validity flush.
 fn generate_columns(cols: &[ColumnLayout], block: u32) -> Generated {
-    let mut g = Generated {
-        key: String::new(),
-        decls: String::new(),
-        copy: String::new(),
-        flush: String::new(),
-        vb_words: 1,
-    };
+    let mut g = Generated { key: String::new(), decls: String::new(), copy: String::new(), flush: String::new(), vb_words: 1 };
     let mut b = FIRST_COLUMN_BINDING;
     let mut k = 0u32;
     for (c, col) in cols.iter().enumerate() {
         let ty = if col.wide { "vec2<u32>" } else { "u32" };
         g.key.push(col.key());
-        column_decls(
-            &mut g.decls,
-            b,
-            &format!("in{c}"),
-            ty,
-            &format!("lo{c}"),
-            &format!("hi{c}"),
-            ty,
-        );
+        column_decls(&mut g.decls, b, &format!("in{c}"), ty, &format!("lo{c}"), &format!("hi{c}"), ty);
         let _ = writeln!(
             g.copy,
             "    {{ let v = in{c}[row]; if (in_lo) {{ lo{c}[idx] = v; }} else {{ hi{c}[idx] = v; }} }}"
         );
         b += 3;
         if col.validity {
-            column_decls(
-                &mut g.decls,
-                b,
-                &format!("vin{c}"),
-                "u32",
-                &format!("vlo{c}"),
-                &format!("vhi{c}"),
-                "atomic<u32>",
-            );
+            column_decls(&mut g.decls, b, &format!("vin{c}"), "u32", &format!("vlo{c}"), &format!("vhi{c}"), "atomic<u32>");
             let _ = writeln!(
                 g.copy,
                 "    if (((vin{c}[row / 32u] >> (row % 32u)) & 1u) != 0u) {{ atomicOr(&vb[{k}u * VBW + q / 32u], 1u << (q % 32u)); }}"
@@ -965,13 +775,7 @@ fn generate_columns(cols: &[ColumnLayout], block: u32) -> Generated {
 /// with selection nibble `nib`, the stores of its selected rows (rank `q` in the
 /// block, output row `boff + q`), and the per-word validity flush.
 fn generate_fast(cols: &[ColumnLayout], block: u32) -> Generated {
-    let mut g = Generated {
-        key: String::new(),
-        decls: String::new(),
-        copy: String::new(),
-        flush: String::new(),
-        vb_words: 1,
-    };
+    let mut g = Generated { key: String::new(), decls: String::new(), copy: String::new(), flush: String::new(), vb_words: 1 };
     let mut loads = String::new();
     let mut lanes: [String; 4] = Default::default();
     let mut b = FIRST_COLUMN_BINDING;
@@ -979,15 +783,7 @@ fn generate_fast(cols: &[ColumnLayout], block: u32) -> Generated {
     for (c, col) in cols.iter().enumerate() {
         let oty = if col.wide { "vec2<u32>" } else { "u32" };
         g.key.push(col.key());
-        column_decls(
-            &mut g.decls,
-            b,
-            &format!("in{c}"),
-            "vec4<u32>",
-            &format!("lo{c}"),
-            &format!("hi{c}"),
-            oty,
-        );
+        column_decls(&mut g.decls, b, &format!("in{c}"), "vec4<u32>", &format!("lo{c}"), &format!("hi{c}"), oty);
         b += 3;
         let exprs: [String; 4] = if col.wide {
             let _ = writeln!(
@@ -996,41 +792,17 @@ fn generate_fast(cols: &[ColumnLayout], block: u32) -> Generated {
                  if ((nib & 3u) != 0u) {{ a{c} = in{c}[2u * v]; }}\n        \
                  if ((nib & 12u) != 0u) {{ b{c} = in{c}[2u * v + 1u]; }}"
             );
-            [
-                format!("a{c}.xy"),
-                format!("a{c}.zw"),
-                format!("b{c}.xy"),
-                format!("b{c}.zw"),
-            ]
+            [format!("a{c}.xy"), format!("a{c}.zw"), format!("b{c}.xy"), format!("b{c}.zw")]
         } else {
             let _ = writeln!(loads, "        let x{c} = in{c}[v];");
-            [
-                format!("x{c}.x"),
-                format!("x{c}.y"),
-                format!("x{c}.z"),
-                format!("x{c}.w"),
-            ]
+            [format!("x{c}.x"), format!("x{c}.y"), format!("x{c}.z"), format!("x{c}.w")]
         };
         for (lane, e) in exprs.iter().enumerate() {
-            let _ = writeln!(
-                lanes[lane],
-                "            if (in_lo) {{ lo{c}[idx] = {e}; }} else {{ hi{c}[idx] = {e}; }}"
-            );
+            let _ = writeln!(lanes[lane], "            if (in_lo) {{ lo{c}[idx] = {e}; }} else {{ hi{c}[idx] = {e}; }}");
         }
         if col.validity {
-            column_decls(
-                &mut g.decls,
-                b,
-                &format!("vin{c}"),
-                "u32",
-                &format!("vlo{c}"),
-                &format!("vhi{c}"),
-                "atomic<u32>",
-            );
-            let _ = writeln!(
-                loads,
-                "        let vn{c} = vin{c}[v / 8u] >> ((v % 8u) * 4u);"
-            );
+            column_decls(&mut g.decls, b, &format!("vin{c}"), "u32", &format!("vlo{c}"), &format!("vhi{c}"), "atomic<u32>");
+            let _ = writeln!(loads, "        let vn{c} = vin{c}[v / 8u] >> ((v % 8u) * 4u);");
             for (lane, l) in lanes.iter_mut().enumerate() {
                 let _ = writeln!(
                     l,
@@ -1062,12 +834,7 @@ fn generate_fast(cols: &[ColumnLayout], block: u32) -> Generated {
 
 /// Splits the columns into launches that fit the adapter's storage-binding and
 /// workgroup-memory limits.
-fn group_columns(
-    ctx: &GpuContext,
-    layout: &[ColumnLayout],
-    block: u32,
-    wg: u32,
-) -> GpuResult<Vec<std::ops::Range<usize>>> {
+fn group_columns(ctx: &GpuContext, layout: &[ColumnLayout], block: u32, wg: u32) -> GpuResult<Vec<std::ops::Range<usize>>> {
     let max_bind = ctx.limits().max_storage_buffers_per_shader_stage;
     let max_shared = ctx.limits().max_compute_workgroup_storage_size as u64;
     let base_shared = 2 * wg as u64 * 4 + 3 * (block as u64 / 32) * 4 + 64;
@@ -1110,20 +877,13 @@ fn compact_impl(
     let input_bytes = (sel.array().len() * 4) as u64
         + columns
             .iter()
-            .map(|c| {
-                (c.values.len() * c.values.elem_size() + c.validity.map_or(0, |v| v.len() * 4))
-                    as u64
-            })
+            .map(|c| (c.values.len() * c.values.elem_size() + c.validity.map_or(0, |v| v.len() * 4)) as u64)
             .sum::<u64>();
     let counted = plan.count(ctx, &sel, timer)?;
     let count = counted.count;
     let algo = match opts.algo {
         CompactAlgo::Auto => {
-            let s = if plan.n == 0 {
-                0.0
-            } else {
-                count as f64 / plan.n as f64
-            };
+            let s = if plan.n == 0 { 0.0 } else { count as f64 / plan.n as f64 };
             if s >= opts.jj_min_selectivity && s <= opts.jj_max_selectivity {
                 CompactAlgo::JumpingJack
             } else {
@@ -1137,12 +897,7 @@ fn compact_impl(
     for c in columns {
         let values = DeviceArray::alloc_segmented(ctx, count, c.values.elem_size(), s)?;
         let validity = match c.validity {
-            Some(_) => Some(DeviceArray::alloc_segmented(
-                ctx,
-                count.div_ceil(32),
-                4,
-                s / 32,
-            )?),
+            Some(_) => Some(DeviceArray::alloc_segmented(ctx, count.div_ceil(32), 4, s / 32)?),
             None => None,
         };
         outputs.push(CompactedColumn { values, validity });
@@ -1159,10 +914,7 @@ fn compact_impl(
         }
         let layout: Vec<ColumnLayout> = columns
             .iter()
-            .map(|c| ColumnLayout {
-                wide: c.values.elem_size() == 8,
-                validity: c.validity.is_some(),
-            })
+            .map(|c| ColumnLayout { wide: c.values.elem_size() == 8, validity: c.validity.is_some() })
             .collect();
         let fast_stable = plan.fast && algo == CompactAlgo::Stable;
         // The fast path's scatter reads the selection as a bitmap: the selection's
@@ -1175,11 +927,7 @@ fn compact_impl(
                 sel.array().segment(seg).0
             }
         };
-        let entry = if algo == CompactAlgo::JumpingJack {
-            "scatter_jj"
-        } else {
-            "scatter_stable"
-        };
+        let entry = if algo == CompactAlgo::JumpingJack { "scatter_jj" } else { "scatter_stable" };
         let groups = group_columns(ctx, &layout, plan.block, plan.wg)?;
         let pipes = groups
             .iter()
@@ -1197,49 +945,26 @@ fn compact_impl(
                 continue; // nothing selected in this segment
             }
             let lo = (first / s as u64) as usize;
-            let hi = if (end - 1) / s as u64 > lo as u64 {
-                lo + 1
-            } else {
-                lo
-            };
+            let hi = if (end - 1) / s as u64 > lo as u64 { lo + 1 } else { lo };
             let ub = ctx.uniform(&plan.params(seg, lo as u64 * s as u64));
             for (g, pipe) in groups.iter().zip(&pipes) {
                 let mut entries = vec![
-                    wgpu::BindGroupEntry {
-                        binding: 0,
-                        resource: sel_buf(seg).as_entire_binding(),
-                    },
-                    wgpu::BindGroupEntry {
-                        binding: 2,
-                        resource: counted.offs.raw().as_entire_binding(),
-                    },
-                    wgpu::BindGroupEntry {
-                        binding: 3,
-                        resource: ub.as_entire_binding(),
-                    },
+                    wgpu::BindGroupEntry { binding: 0, resource: sel_buf(seg).as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: 2, resource: counted.offs.raw().as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: 3, resource: ub.as_entire_binding() },
                 ];
                 let mut b = FIRST_COLUMN_BINDING;
                 for ci in g.clone() {
                     let (col, out) = (&columns[ci], &outputs[ci]);
-                    let trio = [
-                        col.values.segment(seg).0,
-                        out.values.segment(lo).0,
-                        out.values.segment(hi).0,
-                    ];
+                    let trio = [col.values.segment(seg).0, out.values.segment(lo).0, out.values.segment(hi).0];
                     for buf in trio {
-                        entries.push(wgpu::BindGroupEntry {
-                            binding: b,
-                            resource: buf.as_entire_binding(),
-                        });
+                        entries.push(wgpu::BindGroupEntry { binding: b, resource: buf.as_entire_binding() });
                         b += 1;
                     }
                     if let (Some(vin), Some(vout)) = (col.validity, &out.validity) {
                         let trio = [vin.segment(seg).0, vout.segment(lo).0, vout.segment(hi).0];
                         for buf in trio {
-                            entries.push(wgpu::BindGroupEntry {
-                                binding: b,
-                                resource: buf.as_entire_binding(),
-                            });
+                            entries.push(wgpu::BindGroupEntry { binding: b, resource: buf.as_entire_binding() });
                             b += 1;
                         }
                     }

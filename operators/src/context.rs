@@ -55,8 +55,7 @@ impl WaitMode {
             "spin" => Some(WaitMode::Spin(SPIN_WAIT)),
             v => {
                 let ms: f64 = v.strip_prefix("spin:")?.trim().parse().ok()?;
-                (ms.is_finite() && ms >= 0.0)
-                    .then(|| WaitMode::Spin(std::time::Duration::from_secs_f64(ms / 1e3)))
+                (ms.is_finite() && ms >= 0.0).then(|| WaitMode::Spin(std::time::Duration::from_secs_f64(ms / 1e3)))
             }
         }
     }
@@ -127,39 +126,16 @@ impl std::fmt::Display for AdapterReport {
         writeln!(f, "device type:        {}", self.device_type)?;
         writeln!(f, "driver:             {}", self.driver)?;
         writeln!(f, "max buffer size:    {} MiB", l.max_buffer_size >> 20)?;
-        writeln!(
-            f,
-            "max storage binding:{} MiB",
-            (l.max_storage_buffer_binding_size as u64) >> 20
-        )?;
-        writeln!(
-            f,
-            "workgroup storage:  {} KiB",
-            l.max_compute_workgroup_storage_size >> 10
-        )?;
-        writeln!(
-            f,
-            "invocations/group:  {}",
-            l.max_compute_invocations_per_workgroup
-        )?;
-        writeln!(
-            f,
-            "workgroups/dim:     {}",
-            l.max_compute_workgroups_per_dimension
-        )?;
-        writeln!(
-            f,
-            "subgroup size:      {}..{}",
-            self.subgroup_sizes.0, self.subgroup_sizes.1
-        )?;
+        writeln!(f, "max storage binding:{} MiB", (l.max_storage_buffer_binding_size as u64) >> 20)?;
+        writeln!(f, "workgroup storage:  {} KiB", l.max_compute_workgroup_storage_size >> 10)?;
+        writeln!(f, "invocations/group:  {}", l.max_compute_invocations_per_workgroup)?;
+        writeln!(f, "workgroups/dim:     {}", l.max_compute_workgroups_per_dimension)?;
+        writeln!(f, "subgroup size:      {}..{}", self.subgroup_sizes.0, self.subgroup_sizes.1)?;
         writeln!(f, "segment rows:       {}", self.segment_rows)?;
         writeln!(f, "memory budget:      {} MiB", self.memory_budget >> 20)?;
-        let names: Vec<String> = self
-            .features
-            .iter_names()
-            .map(|(n, _)| n.to_string())
-            .filter(|n| WANTED_FEATURES.iter_names().any(|(w, _)| w == n))
-            .collect();
+        let names: Vec<String> = self.features.iter_names().map(|(n, _)| n.to_string()).filter(|n| {
+            WANTED_FEATURES.iter_names().any(|(w, _)| w == n)
+        }).collect();
         write!(f, "features:           {}", names.join(", "))
     }
 }
@@ -275,9 +251,7 @@ impl GpuContext {
         let max_binding = (limits.max_storage_buffer_binding_size as u64)
             .min(limits.max_buffer_size)
             .min(WGPU_MAX_BINDING);
-        let seg_bytes = opts
-            .max_segment_bytes
-            .map_or(max_binding, |c| c.min(max_binding));
+        let seg_bytes = opts.max_segment_bytes.map_or(max_binding, |c| c.min(max_binding));
         // Rows per segment: every column type (at most 8 bytes a value) fits one
         // binding, and segments start on a multiple of 4096 rows so validity words
         // and vector loads stay aligned.
@@ -287,12 +261,7 @@ impl GpuContext {
             _ => 16u64 << 30,
         };
         let budget = opts.memory_budget.unwrap_or(default_budget);
-        let pool = BufferPool::new(
-            device.clone(),
-            budget,
-            limits.max_buffer_size,
-            (limits.max_storage_buffer_binding_size as u64).min(WGPU_MAX_BINDING) / 4 * 4,
-        );
+        let pool = BufferPool::new(device.clone(), budget, limits.max_buffer_size, (limits.max_storage_buffer_binding_size as u64).min(WGPU_MAX_BINDING) / 4 * 4);
         let staging = StagingPool::new(info.device_type == wgpu::DeviceType::Cpu);
         let trusted_shaders = !cfg!(debug_assertions)
             && std::env::var("RIDGELINE_SHADER_CHECKS").map_or(true, |v| v == "0");
@@ -307,11 +276,7 @@ impl GpuContext {
             None if info.device_type == wgpu::DeviceType::Cpu => None,
             None => Some(SPIN_WAIT),
         };
-        log::info!(
-            "GPU adapter {} ({:?}), segment rows {segment_rows}",
-            info.name,
-            info.backend
-        );
+        log::info!("GPU adapter {} ({:?}), segment rows {segment_rows}", info.name, info.backend);
         Ok(GpuContext {
             device,
             queue,
@@ -377,9 +342,7 @@ impl GpuContext {
             name: self.info.name.clone(),
             backend: format!("{:?}", self.info.backend),
             device_type: format!("{:?}", self.info.device_type),
-            driver: format!("{} {}", self.info.driver, self.info.driver_info)
-                .trim()
-                .to_string(),
+            driver: format!("{} {}", self.info.driver, self.info.driver_info).trim().to_string(),
             limits: self.limits.clone(),
             features: self.features,
             segment_rows: self.segment_rows,
@@ -413,20 +376,13 @@ impl GpuContext {
         if let Some(limit) = self.spin_wait {
             let t = std::time::Instant::now();
             while t.elapsed() < limit {
-                if self
-                    .device
-                    .poll(wgpu::PollType::Poll)
-                    .map_err(lost)?
-                    .is_queue_empty()
-                {
+                if self.device.poll(wgpu::PollType::Poll).map_err(lost)?.is_queue_empty() {
                     return Ok(());
                 }
                 std::hint::spin_loop();
             }
         }
-        self.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(lost)?;
+        self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(lost)?;
         Ok(())
     }
 
@@ -480,10 +436,7 @@ impl GpuContext {
         for (k, v) in defs {
             src = src.replace(&format!("{{{{{k}}}}}"), v);
         }
-        let shader_err = |e: GpuError| GpuError::Shader {
-            shader: format!("{name}::{entry}"),
-            message: e.to_string(),
-        };
+        let shader_err = |e: GpuError| GpuError::Shader { shader: format!("{name}::{entry}"), message: e.to_string() };
         let module = self
             .scoped(|| {
                 let desc = wgpu::ShaderModuleDescriptor {
@@ -493,10 +446,8 @@ impl GpuContext {
                 if self.trusted_shaders {
                     // SAFETY: Ridgeline's kernels guard every index against their lengths.
                     unsafe {
-                        self.device.create_shader_module_trusted(
-                            desc,
-                            wgpu::ShaderRuntimeChecks::unchecked(),
-                        )
+                        self.device
+                            .create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked())
                     }
                 } else {
                     self.device.create_shader_module(desc)
@@ -505,15 +456,14 @@ impl GpuContext {
             .map_err(shader_err)?;
         let pipeline = self
             .scoped(|| {
-                self.device
-                    .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                        label: Some(name),
-                        layout: None,
-                        module: &module,
-                        entry_point: Some(entry),
-                        compilation_options: Default::default(),
-                        cache: None,
-                    })
+                self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                    label: Some(name),
+                    layout: None,
+                    module: &module,
+                    entry_point: Some(entry),
+                    compilation_options: Default::default(),
+                    cache: None,
+                })
             })
             .map_err(shader_err)?;
         let p = Arc::new(pipeline);
@@ -565,8 +515,7 @@ impl GpuContext {
 
     /// A fresh command encoder.
     pub fn encoder(&self, label: &str) -> wgpu::CommandEncoder {
-        self.device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) })
+        self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) })
     }
 }
 
@@ -581,10 +530,7 @@ pub fn dispatch_dims(groups: u64, max_per_dim: u32) -> (u32, u32, u32) {
         (groups as u32, 1, 1)
     } else {
         let y = groups.div_ceil(max);
-        assert!(
-            y <= max,
-            "dispatch of {groups} workgroups exceeds two dimensions"
-        );
+        assert!(y <= max, "dispatch of {groups} workgroups exceeds two dimensions");
         (max as u32, y as u32, 1)
     }
 }
@@ -603,18 +549,9 @@ mod tests {
     fn wait_parse() {
         use std::time::Duration;
         assert_eq!(WaitMode::parse("block"), Some(WaitMode::Block));
-        assert_eq!(
-            WaitMode::parse(" spin "),
-            Some(WaitMode::Spin(Duration::from_millis(20)))
-        );
-        assert_eq!(
-            WaitMode::parse("spin:5"),
-            Some(WaitMode::Spin(Duration::from_millis(5)))
-        );
-        assert_eq!(
-            WaitMode::parse("spin:0.5"),
-            Some(WaitMode::Spin(Duration::from_micros(500)))
-        );
+        assert_eq!(WaitMode::parse(" spin "), Some(WaitMode::Spin(Duration::from_millis(20))));
+        assert_eq!(WaitMode::parse("spin:5"), Some(WaitMode::Spin(Duration::from_millis(5))));
+        assert_eq!(WaitMode::parse("spin:0.5"), Some(WaitMode::Spin(Duration::from_micros(500))));
         assert_eq!(WaitMode::parse("spin:-1"), None);
         assert_eq!(WaitMode::parse("spin:x"), None);
         assert_eq!(WaitMode::parse("busy"), None);

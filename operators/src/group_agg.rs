@@ -60,7 +60,9 @@ use crate::array::DeviceArray;
 use crate::compact::Column;
 use crate::context::GpuContext;
 use crate::error::{GpuError, GpuResult};
-use crate::partition::{partition_cpu, partition_gpu, HostColumn, OwnedValues, PartitionFn};
+use crate::partition::{
+    partition_cpu, partition_gpu, HostColumn, OwnedValues, PartitionFn,
+};
 use crate::scan::Pass;
 use crate::select::{key_f64, key_i64, unkey_f64, unkey_i64};
 use rayon::prelude::*;
@@ -121,8 +123,7 @@ impl HostAggColumn<'_> {
         }
     }
     fn valid(&self, i: usize) -> bool {
-        self.validity
-            .is_none_or(|b| (b[i / 32] >> (i % 32)) & 1 != 0)
+        self.validity.is_none_or(|b| (b[i / 32] >> (i % 32)) & 1 != 0)
     }
     fn bits(&self) -> &[u64] {
         match self.values {
@@ -168,19 +169,7 @@ impl PartialEq for F64Agg {
     /// MIN and MAX return one of the input values, bit for bit.
     fn eq(&self, o: &Self) -> bool {
         let bits = |v: &[Option<f64>]| v.iter().map(|x| x.map(f64::to_bits)).collect::<Vec<_>>();
-        let sums = |v: &[Option<f64>]| {
-            v.iter()
-                .map(|x| {
-                    x.map(|f| {
-                        if f.is_nan() {
-                            f64::NAN.to_bits()
-                        } else {
-                            f.to_bits()
-                        }
-                    })
-                })
-                .collect::<Vec<_>>()
-        };
+        let sums = |v: &[Option<f64>]| v.iter().map(|x| x.map(|f| if f.is_nan() { f64::NAN.to_bits() } else { f.to_bits() })).collect::<Vec<_>>();
         self.count == o.count
             && sums(&self.sum) == sums(&o.sum)
             && bits(&self.min) == bits(&o.min)
@@ -256,13 +245,7 @@ pub struct GroupAggOptions {
 
 impl Default for GroupAggOptions {
     fn default() -> Self {
-        GroupAggOptions {
-            strategy: GroupAggStrategy::Auto,
-            workgroup_size: 256,
-            tile_rows: 16384,
-            min_max: true,
-            checked_sums: true,
-        }
+        GroupAggOptions { strategy: GroupAggStrategy::Auto, workgroup_size: 256, tile_rows: 16384, min_max: true, checked_sums: true }
     }
 }
 
@@ -282,13 +265,7 @@ struct Acc {
 
 impl Default for Acc {
     fn default() -> Self {
-        Acc {
-            count: 0,
-            isum: 0,
-            fsum: 0.0,
-            min: u64::MAX,
-            max: 0,
-        }
+        Acc { count: 0, isum: 0, fsum: 0.0, min: u64::MAX, max: 0 }
     }
 }
 
@@ -328,46 +305,18 @@ fn finish(kind: AggKind, accs: &[Acc], column: usize) -> Result<ColumnAgg, Group
                 if a.count == 0 {
                     sum.push(None);
                 } else {
-                    let s = i64::try_from(a.isum).map_err(|_| GroupAggError::Overflow {
-                        column,
-                        group: g as u32,
-                    })?;
+                    let s = i64::try_from(a.isum).map_err(|_| GroupAggError::Overflow { column, group: g as u32 })?;
                     sum.push(Some(s));
                 }
             }
-            let opt = |f: fn(&Acc) -> u64| {
-                accs.iter()
-                    .map(|a| (a.count > 0).then(|| unkey_i64(f(a))))
-                    .collect()
-            };
-            let sum128 = accs
-                .iter()
-                .map(|a| (a.count > 0).then_some(a.isum))
-                .collect();
-            ColumnAgg::I64(I64Agg {
-                count,
-                sum,
-                sum128,
-                min: opt(|a| a.min),
-                max: opt(|a| a.max),
-            })
+            let opt = |f: fn(&Acc) -> u64| accs.iter().map(|a| (a.count > 0).then(|| unkey_i64(f(a)))).collect();
+            let sum128 = accs.iter().map(|a| (a.count > 0).then_some(a.isum)).collect();
+            ColumnAgg::I64(I64Agg { count, sum, sum128, min: opt(|a| a.min), max: opt(|a| a.max) })
         }
         AggKind::F64 => {
-            let opt = |f: fn(&Acc) -> u64| {
-                accs.iter()
-                    .map(|a| (a.count > 0).then(|| unkey_f64(f(a))))
-                    .collect()
-            };
-            let sum = accs
-                .iter()
-                .map(|a| (a.count > 0).then_some(a.fsum))
-                .collect();
-            ColumnAgg::F64(F64Agg {
-                count,
-                sum,
-                min: opt(|a| a.min),
-                max: opt(|a| a.max),
-            })
+            let opt = |f: fn(&Acc) -> u64| accs.iter().map(|a| (a.count > 0).then(|| unkey_f64(f(a)))).collect();
+            let sum = accs.iter().map(|a| (a.count > 0).then_some(a.fsum)).collect();
+            ColumnAgg::F64(F64Agg { count, sum, min: opt(|a| a.min), max: opt(|a| a.max) })
         }
     })
 }
@@ -376,21 +325,14 @@ fn check_host(groups: &[u32], g: u32, columns: &[HostAggColumn<'_>]) {
     for c in columns {
         assert_eq!(c.len(), groups.len(), "value column of a different length");
         if let Some(v) = c.validity {
-            assert!(
-                v.len() >= groups.len().div_ceil(32),
-                "validity bitmap too short"
-            );
+            assert!(v.len() >= groups.len().div_ceil(32), "validity bitmap too short");
         }
     }
     assert!(groups.iter().all(|&x| x < g), "group id >= G");
 }
 
 /// The sequential reference: one pass over the rows with a table of all groups.
-pub fn group_agg_reference(
-    groups: &[u32],
-    g: u32,
-    columns: &[HostAggColumn<'_>],
-) -> Result<GroupAggOutput, GroupAggError> {
+pub fn group_agg_reference(groups: &[u32], g: u32, columns: &[HostAggColumn<'_>]) -> Result<GroupAggOutput, GroupAggError> {
     check_host(groups, g, columns);
     let mut rows = vec![0u64; g as usize];
     for &x in groups {
@@ -408,21 +350,13 @@ pub fn group_agg_reference(
         }
         out.push(finish(kind, &accs, ci)?);
     }
-    Ok(GroupAggOutput {
-        rows,
-        columns: out,
-        strategy: GroupAggStrategy::DenseTags,
-    })
+    Ok(GroupAggOutput { rows, columns: out, strategy: GroupAggStrategy::DenseTags })
 }
 
 /// The CPU fast path: a stable parallel partition of the value columns by group id,
 /// then every group's region reduced in parallel, in row order (bit-identical to
 /// the reference).
-pub fn group_agg_cpu(
-    groups: &[u32],
-    g: u32,
-    columns: &[HostAggColumn<'_>],
-) -> Result<GroupAggOutput, GroupAggError> {
+pub fn group_agg_cpu(groups: &[u32], g: u32, columns: &[HostAggColumn<'_>]) -> Result<GroupAggOutput, GroupAggError> {
     check_host(groups, g, columns);
     let mut host = vec![HostColumn::u32(groups)];
     for c in columns {
@@ -439,9 +373,7 @@ pub fn group_agg_cpu(
     for (ci, c) in columns.iter().enumerate() {
         let kind = kind_of(c);
         let pc = &part.columns[ci + 1];
-        let OwnedValues::U64(bits) = &pc.values else {
-            unreachable!("8-byte column")
-        };
+        let OwnedValues::U64(bits) = &pc.values else { unreachable!("8-byte column") };
         let valid = pc.validity.as_deref();
         let accs: Vec<Acc> = (0..g as usize)
             .into_par_iter()
@@ -457,11 +389,7 @@ pub fn group_agg_cpu(
             .collect();
         out.push(finish(kind, &accs, ci)?);
     }
-    Ok(GroupAggOutput {
-        rows,
-        columns: out,
-        strategy: GroupAggStrategy::SparseRegions,
-    })
+    Ok(GroupAggOutput { rows, columns: out, strategy: GroupAggStrategy::SparseRegions })
 }
 
 // ---------------------------------------------------------------------------------
@@ -488,12 +416,7 @@ pub fn dense_capacity(ctx: &GpuContext) -> u32 {
 }
 
 /// The strategy [`GroupAggStrategy::Auto`] picks for `rows` rows in `g` groups.
-pub fn choose_strategy(
-    ctx: &GpuContext,
-    rows: usize,
-    g: u32,
-    workgroup_size: u32,
-) -> GroupAggStrategy {
+pub fn choose_strategy(ctx: &GpuContext, rows: usize, g: u32, workgroup_size: u32) -> GroupAggStrategy {
     let avg = rows as f64 / g.max(1) as f64;
     if g <= dense_capacity(ctx) && avg >= workgroup_size as f64 / 8.0 {
         GroupAggStrategy::DenseTags
@@ -503,19 +426,11 @@ pub fn choose_strategy(
 }
 
 fn entry(binding: u32, buf: &wgpu::Buffer) -> wgpu::BindGroupEntry<'_> {
-    wgpu::BindGroupEntry {
-        binding,
-        resource: buf.as_entire_binding(),
-    }
+    wgpu::BindGroupEntry { binding, resource: buf.as_entire_binding() }
 }
 
 /// Aggregates `columns` by the group ids `groups` (`g` groups) with default options.
-pub fn group_agg_gpu(
-    ctx: &GpuContext,
-    groups: &DeviceArray,
-    g: u32,
-    columns: &[AggColumn<'_>],
-) -> Result<GroupAggOutput, GroupAggError> {
+pub fn group_agg_gpu(ctx: &GpuContext, groups: &DeviceArray, g: u32, columns: &[AggColumn<'_>]) -> Result<GroupAggOutput, GroupAggError> {
     group_agg_gpu_with(ctx, groups, g, columns, &GroupAggOptions::default())
 }
 
@@ -534,13 +449,8 @@ pub fn group_agg_gpu_with(
         return Err(inv("group ids must be u32".into()));
     }
     for c in columns {
-        if c.column.values.elem_size() != 8
-            || c.column.values.len() != n
-            || c.column.values.seg_rows() != seg
-        {
-            return Err(inv(
-                "value columns must be 8-byte arrays shaped like the group ids".into(),
-            ));
+        if c.column.values.elem_size() != 8 || c.column.values.len() != n || c.column.values.seg_rows() != seg {
+            return Err(inv("value columns must be 8-byte arrays shaped like the group ids".into()));
         }
         if let Some(v) = c.column.validity {
             if v.len() != n.div_ceil(32) || v.seg_rows() * 32 != seg {
@@ -559,45 +469,24 @@ pub fn group_agg_gpu_with(
                 AggKind::F64 => ColumnAgg::F64(F64Agg::default()),
             })
             .collect();
-        return Ok(GroupAggOutput {
-            rows: vec![],
-            columns: cols,
-            strategy: GroupAggStrategy::SparseRegions,
-        });
+        return Ok(GroupAggOutput { rows: vec![], columns: cols, strategy: GroupAggStrategy::SparseRegions });
     }
     if g > crate::partition::MAX_FANOUT {
-        return Err(inv(format!(
-            "{g} groups (at most {})",
-            crate::partition::MAX_FANOUT
-        )));
+        return Err(inv(format!("{g} groups (at most {})", crate::partition::MAX_FANOUT)));
     }
     let wg = opts.workgroup_size;
     if ![64, 128, 256].contains(&wg) || opts.tile_rows == 0 || opts.tile_rows % wg != 0 {
-        return Err(inv(format!(
-            "workgroup size {wg} / tile of {} rows",
-            opts.tile_rows
-        )));
+        return Err(inv(format!("workgroup size {wg} / tile of {} rows", opts.tile_rows)));
     }
     let strategy = match opts.strategy {
         GroupAggStrategy::Auto => choose_strategy(ctx, n, g, wg),
         s => s,
     };
     if strategy == GroupAggStrategy::DenseTags && g > dense_capacity(ctx) {
-        return Err(inv(format!(
-            "{g} groups exceed the dense capacity {}",
-            dense_capacity(ctx)
-        )));
+        return Err(inv(format!("{g} groups exceed the dense capacity {}", dense_capacity(ctx))));
     }
-    let gmax = if strategy == GroupAggStrategy::DenseTags {
-        g.div_ceil(64) * 64
-    } else {
-        64
-    };
-    let defs = [
-        ("WG", wg.to_string()),
-        ("TILE", opts.tile_rows.to_string()),
-        ("GMAX", gmax.to_string()),
-    ];
+    let gmax = if strategy == GroupAggStrategy::DenseTags { g.div_ceil(64) * 64 } else { 64 };
+    let defs = [("WG", wg.to_string()), ("TILE", opts.tile_rows.to_string()), ("GMAX", gmax.to_string())];
     let pipe = |e: &str| ctx.pipeline("group_agg", GROUP_AGG_WGSL, e, &defs);
     let init = pipe("init_table")?;
     // one table (8 words a group) for COUNT(*) and one per value column
@@ -605,17 +494,9 @@ pub fn group_agg_gpu_with(
         .map(|_| ctx.pool().alloc(g as u64 * 32))
         .collect::<GpuResult<Vec<_>>>()?;
     let mut pass = Pass::default();
-    let ub = ctx.uniform(&Params {
-        groups: g,
-        ..Default::default()
-    });
+    let ub = ctx.uniform(&Params { groups: g, ..Default::default() });
     for t in &tables {
-        pass.dispatch(
-            ctx,
-            &init,
-            &[entry(3, t.raw()), entry(5, &ub)],
-            (g as u64 * 8).div_ceil(wg as u64),
-        )?;
+        pass.dispatch(ctx, &init, &[entry(3, t.raw()), entry(5, &ub)], (g as u64 * 8).div_ceil(wg as u64))?;
     }
     let mut f64_sums: Vec<Option<Vec<Option<f64>>>> = vec![None; columns.len()];
     let mut rows: Vec<u64>;
@@ -627,67 +508,25 @@ pub fn group_agg_gpu_with(
             for s in 0..groups.num_segments() {
                 let (gb, _, nrows) = groups.segment(s);
                 let tiles = nrows.div_ceil(tile) as u32;
-                let ub = ctx.uniform(&Params {
-                    n: nrows as u32,
-                    groups: g,
-                    flags: F_ROWS,
-                    tiles,
-                    ..Default::default()
-                });
-                pass.dispatch(
-                    ctx,
-                    &main,
-                    &[
-                        entry(0, gb),
-                        entry(1, gb),
-                        entry(2, gb),
-                        entry(3, tables[0].raw()),
-                        entry(5, &ub),
-                    ],
-                    tiles as u64,
-                )?;
+                let ub = ctx.uniform(&Params { n: nrows as u32, groups: g, flags: F_ROWS, tiles, ..Default::default() });
+                pass.dispatch(ctx, &main, &[entry(0, gb), entry(1, gb), entry(2, gb), entry(3, tables[0].raw()), entry(5, &ub)], tiles as u64)?;
             }
             for (ci, c) in columns.iter().enumerate() {
                 let t = tables[ci + 1].raw();
-                let mut flags = if c.column.validity.is_some() {
-                    F_VALID
-                } else {
-                    0
-                };
+                let mut flags = if c.column.validity.is_some() { F_VALID } else { 0 };
                 flags |= match c.kind {
                     AggKind::I64 => F_SUM,
                     AggKind::F64 => F_F64,
                 };
-                let kernels = if opts.min_max {
-                    vec![&main, &lo]
-                } else {
-                    vec![&main]
-                };
+                let kernels = if opts.min_max { vec![&main, &lo] } else { vec![&main] };
                 for k in kernels {
                     for s in 0..groups.num_segments() {
                         let (gb, _, nrows) = groups.segment(s);
                         let vb = c.column.values.segment(s).0;
                         let vv = c.column.validity.map_or(gb, |v| v.segment(s).0);
                         let tiles = nrows.div_ceil(tile) as u32;
-                        let ub = ctx.uniform(&Params {
-                            n: nrows as u32,
-                            groups: g,
-                            flags,
-                            tiles,
-                            ..Default::default()
-                        });
-                        pass.dispatch(
-                            ctx,
-                            k,
-                            &[
-                                entry(0, gb),
-                                entry(1, vb),
-                                entry(2, vv),
-                                entry(3, t),
-                                entry(5, &ub),
-                            ],
-                            tiles as u64,
-                        )?;
+                        let ub = ctx.uniform(&Params { n: nrows as u32, groups: g, flags, tiles, ..Default::default() });
+                        pass.dispatch(ctx, k, &[entry(0, gb), entry(1, vb), entry(2, vv), entry(3, t), entry(5, &ub)], tiles as u64)?;
                     }
                 }
             }
@@ -696,9 +535,7 @@ pub fn group_agg_gpu_with(
             ctx.submit(enc)?;
             rows = Vec::new();
             // f64 sums: partition the f64 columns by group id, sum regions on the CPU
-            let f64_cols: Vec<usize> = (0..columns.len())
-                .filter(|&i| columns[i].kind == AggKind::F64)
-                .collect();
+            let f64_cols: Vec<usize> = (0..columns.len()).filter(|&i| columns[i].kind == AggKind::F64).collect();
             if !f64_cols.is_empty() {
                 let mut cols = vec![Column::new(groups)];
                 cols.extend(f64_cols.iter().map(|&i| columns[i].column));
@@ -712,9 +549,7 @@ pub fn group_agg_gpu_with(
             let mut cols = vec![Column::new(groups)];
             cols.extend(columns.iter().map(|c| c.column));
             let part = partition_gpu(ctx, &cols, &[0], &PartitionFn::Direct { fanout: g })?;
-            rows = (0..g as usize)
-                .map(|x| part.offsets[x + 1] - part.offsets[x])
-                .collect();
+            rows = (0..g as usize).map(|x| part.offsets[x + 1] - part.offsets[x]).collect();
             // pieces of at most SPARSE_PIECE_ROWS rows, never crossing a segment
             let offs = &part.offsets;
             let mut pieces: Vec<u32> = Vec::new();
@@ -723,9 +558,7 @@ pub fn group_agg_gpu_with(
                 poffs.push((pieces.len() / 2) as u32);
                 let (mut a, e) = (offs[x], offs[x + 1]);
                 while a < e {
-                    let b = (a + SPARSE_PIECE_ROWS)
-                        .min(e)
-                        .min((a / seg as u64 + 1) * seg as u64);
+                    let b = (a + SPARSE_PIECE_ROWS).min(e).min((a / seg as u64 + 1) * seg as u64);
                     pieces.extend([a as u32, b as u32]);
                     a = b;
                 }
@@ -744,8 +577,7 @@ pub fn group_agg_gpu_with(
             if pieces.is_empty() {
                 pieces.extend([0, 0]);
             }
-            let pieces_dev =
-                DeviceArray::upload_segmented(ctx, &pieces, pieces.len().div_ceil(4) * 4)?;
+            let pieces_dev = DeviceArray::upload_segmented(ctx, &pieces, pieces.len().div_ceil(4) * 4)?;
             let roffs = DeviceArray::upload_segmented(ctx, &poffs, poffs.len().div_ceil(4) * 4)?;
             let ptbl = ctx.pool().alloc(np.max(1) as u64 * 32)?;
             let red = pipe("piece_reduce")?;
@@ -772,29 +604,15 @@ pub fn group_agg_gpu_with(
                     pass.dispatch(
                         ctx,
                         &red,
-                        &[
-                            entry(1, vb),
-                            entry(2, vv),
-                            entry(5, &ub),
-                            entry(6, pieces_dev.segment(0).0),
-                            entry(7, ptbl.raw()),
-                        ],
+                        &[entry(1, vb), entry(2, vv), entry(5, &ub), entry(6, pieces_dev.segment(0).0), entry(7, ptbl.raw())],
                         (cnt as u64).div_ceil(wg as u64),
                     )?;
                 }
-                let ub = ctx.uniform(&Params {
-                    groups: g,
-                    ..Default::default()
-                });
+                let ub = ctx.uniform(&Params { groups: g, ..Default::default() });
                 pass.dispatch(
                     ctx,
                     &merge,
-                    &[
-                        entry(3, t),
-                        entry(4, roffs.segment(0).0),
-                        entry(5, &ub),
-                        entry(7, ptbl.raw()),
-                    ],
+                    &[entry(3, t), entry(4, roffs.segment(0).0), entry(5, &ub), entry(7, ptbl.raw())],
                     (g as u64).div_ceil(wg as u64),
                 )?;
                 if c.kind == AggKind::F64 {
@@ -809,21 +627,10 @@ pub fn group_agg_gpu_with(
     }
     // read the tables back
     let words = g as usize * 8;
-    let read = DeviceArray::alloc_segmented(
-        ctx,
-        words * tables.len(),
-        4,
-        (words * tables.len()).div_ceil(4) * 4,
-    )?;
+    let read = DeviceArray::alloc_segmented(ctx, words * tables.len(), 4, (words * tables.len()).div_ceil(4) * 4)?;
     let mut enc = ctx.encoder("group-agg-read");
     for (i, t) in tables.iter().enumerate() {
-        enc.copy_buffer_to_buffer(
-            t.raw(),
-            0,
-            read.segment(0).0,
-            (i * words * 4) as u64,
-            (words * 4) as u64,
-        );
+        enc.copy_buffer_to_buffer(t.raw(), 0, read.segment(0).0, (i * words * 4) as u64, (words * 4) as u64);
     }
     ctx.submit(enc)?;
     let all = read.download::<u32>(ctx)?;
@@ -835,8 +642,7 @@ pub fn group_agg_gpu_with(
     for (ci, c) in columns.iter().enumerate() {
         let tbl = &all[(ci + 1) * words..(ci + 2) * words];
         let mut count = Vec::with_capacity(g as usize);
-        let (mut mins, mut maxs, mut sums, mut sums128) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut mins, mut maxs, mut sums, mut sums128) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for x in 0..g as usize {
             let e = &tbl[x * 8..x * 8 + 8];
             let cnt = e[0] as u64;
@@ -847,14 +653,9 @@ pub fn group_agg_gpu_with(
             maxs.push((cnt > 0 && opts.min_max).then_some(mx));
             if c.kind == AggKind::I64 && cnt > 0 {
                 // 96-bit two's complement sum, sign-extended to 128 bits
-                let wide = ((((e[3] as u128) << 64) | ((e[2] as u128) << 32) | e[1] as u128) << 32)
-                    as i128
-                    >> 32;
+                let wide = ((((e[3] as u128) << 64) | ((e[2] as u128) << 32) | e[1] as u128) << 32) as i128 >> 32;
                 if opts.checked_sums && i64::try_from(wide).is_err() {
-                    return Err(GroupAggError::Overflow {
-                        column: ci,
-                        group: x as u32,
-                    });
+                    return Err(GroupAggError::Overflow { column: ci, group: x as u32 });
                 }
                 sums.push(Some(wide as i64));
                 sums128.push(Some(wide));
@@ -879,25 +680,12 @@ pub fn group_agg_gpu_with(
             }),
         });
     }
-    Ok(GroupAggOutput {
-        rows,
-        columns: out,
-        strategy,
-    })
+    Ok(GroupAggOutput { rows, columns: out, strategy })
 }
 
 /// Row-order sums of each group's region of a partitioned f64 column, on the CPU.
-fn region_f64_sums(
-    ctx: &GpuContext,
-    offsets: &[u64],
-    col: &crate::compact::CompactedColumn,
-) -> GpuResult<Vec<Option<f64>>> {
-    let vals: Vec<f64> = col
-        .values
-        .download::<u64>(ctx)?
-        .into_iter()
-        .map(f64::from_bits)
-        .collect();
+fn region_f64_sums(ctx: &GpuContext, offsets: &[u64], col: &crate::compact::CompactedColumn) -> GpuResult<Vec<Option<f64>>> {
+    let vals: Vec<f64> = col.values.download::<u64>(ctx)?.into_iter().map(f64::from_bits).collect();
     let valid = match &col.validity {
         Some(v) => Some(v.download::<u32>(ctx)?),
         None => None,
@@ -909,10 +697,7 @@ fn region_f64_sums(
             let mut s = 0.0f64;
             let mut any = false;
             for r in offsets[x] as usize..offsets[x + 1] as usize {
-                if valid
-                    .as_ref()
-                    .is_none_or(|b| (b[r / 32] >> (r % 32)) & 1 != 0)
-                {
+                if valid.as_ref().is_none_or(|b| (b[r / 32] >> (r % 32)) & 1 != 0) {
                     s += vals[r];
                     any = true;
                 }
@@ -939,44 +724,25 @@ pub struct GroupAggBench {
 /// Times the aggregation of one i64 column (pseudo-random values, no NULLs) over
 /// `n` rows with pseudo-random group ids in `0 .. g`, GPU-resident, with
 /// `strategy`: one warm-up run, then the median of `reps` (at least 1).
-pub fn bench_group_agg(
-    ctx: &GpuContext,
-    n: usize,
-    g: u32,
-    strategy: GroupAggStrategy,
-    reps: usize,
-) -> Result<GroupAggBench, GroupAggError> {
+pub fn bench_group_agg(ctx: &GpuContext, n: usize, g: u32, strategy: GroupAggStrategy, reps: usize) -> Result<GroupAggBench, GroupAggError> {
     let mut state = 0x2545_F491_4F6C_DD1Du64;
     let mut next = || {
-        state = state
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         state
     };
-    let gids: Vec<u32> = (0..n)
-        .map(|_| ((next() >> 32) % g.max(1) as u64) as u32)
-        .collect();
+    let gids: Vec<u32> = (0..n).map(|_| ((next() >> 32) % g.max(1) as u64) as u32).collect();
     let vals: Vec<i64> = (0..n).map(|_| (next() >> 24) as i64 - (1 << 39)).collect();
     let gd = DeviceArray::upload(ctx, &gids)?;
     let vd = DeviceArray::upload(ctx, &vals)?;
-    let cols = [AggColumn {
-        kind: AggKind::I64,
-        column: Column::new(&vd),
-    }];
-    let opts = GroupAggOptions {
-        strategy,
-        ..Default::default()
-    };
+    let cols = [AggColumn { kind: AggKind::I64, column: Column::new(&vd) }];
+    let opts = GroupAggOptions { strategy, ..Default::default() };
     let mut times = Vec::new();
     let mut ran = strategy;
-    crate::timing::warm_up(
-        crate::timing::WARM_UP_MS,
-        || -> Result<(), GroupAggError> {
-            group_agg_gpu_with(ctx, &gd, g, &cols, &opts)?;
-            ctx.wait()?;
-            Ok(())
-        },
-    )?;
+    crate::timing::warm_up(crate::timing::WARM_UP_MS, || -> Result<(), GroupAggError> {
+        group_agg_gpu_with(ctx, &gd, g, &cols, &opts)?;
+        ctx.wait()?;
+        Ok(())
+    })?;
     for _ in 0..reps.max(1) {
         ctx.wait()?;
         let t0 = std::time::Instant::now();
@@ -986,10 +752,5 @@ pub fn bench_group_agg(
         times.push(t0.elapsed().as_secs_f64() * 1e3);
     }
     times.sort_by(|a, b| a.total_cmp(b));
-    Ok(GroupAggBench {
-        n,
-        groups: g,
-        strategy: ran,
-        ms: times[times.len() / 2],
-    })
+    Ok(GroupAggBench { n, groups: g, strategy: ran, ms: times[times.len() / 2] })
 }

@@ -40,9 +40,7 @@ impl FromStr for GpuMode {
             "off" | "false" | "0" | "cpu" => Ok(GpuMode::Off),
             "auto" => Ok(GpuMode::Auto),
             "on" | "true" | "1" | "gpu" => Ok(GpuMode::On),
-            other => Err(format!(
-                "invalid GPU mode '{other}': expected off, auto or on"
-            )),
+            other => Err(format!("invalid GPU mode '{other}': expected off, auto or on")),
         }
     }
 }

@@ -106,12 +106,7 @@ pub fn mix32(mut h: u32) -> u32 {
 /// Folds the word `w` into the hash `h` (same as shaders/partition.wgsl).
 #[inline]
 pub fn hash_combine(h: u32, w: u32) -> u32 {
-    mix32(
-        h ^ w
-            .wrapping_add(0x9e37_79b9)
-            .wrapping_add(h << 6)
-            .wrapping_add(h >> 2),
-    )
+    mix32(h ^ w.wrapping_add(0x9e37_79b9).wrapping_add(h << 6).wrapping_add(h >> 2))
 }
 
 /// How rows map to partitions.
@@ -164,11 +159,7 @@ impl PartitionFn {
                     return Err("radix partitioning takes one key column".into());
                 }
                 if bits > 24 || shift + bits > 8 * key_widths[0] as u32 {
-                    return Err(format!(
-                        "radix bits {shift}..{} of a {}-byte key",
-                        shift + bits,
-                        key_widths[0]
-                    ));
+                    return Err(format!("radix bits {shift}..{} of a {}-byte key", shift + bits, key_widths[0]));
                 }
             }
             PartitionFn::Direct { .. } => {
@@ -232,17 +223,11 @@ pub struct HostColumn<'a> {
 impl<'a> HostColumn<'a> {
     /// A u32 column without NULLs.
     pub fn u32(v: &'a [u32]) -> Self {
-        HostColumn {
-            values: HostValues::U32(v),
-            validity: None,
-        }
+        HostColumn { values: HostValues::U32(v), validity: None }
     }
     /// A u64 column without NULLs.
     pub fn u64(v: &'a [u64]) -> Self {
-        HostColumn {
-            values: HostValues::U64(v),
-            validity: None,
-        }
+        HostColumn { values: HostValues::U64(v), validity: None }
     }
     /// The same column with a validity bitmap.
     pub fn with_validity(mut self, bits: &'a [u32]) -> Self {
@@ -250,8 +235,7 @@ impl<'a> HostColumn<'a> {
         self
     }
     fn valid(&self, i: usize) -> bool {
-        self.validity
-            .is_none_or(|b| (b[i / 32] >> (i % 32)) & 1 != 0)
+        self.validity.is_none_or(|b| (b[i / 32] >> (i % 32)) & 1 != 0)
     }
 }
 
@@ -330,11 +314,7 @@ fn row_id(columns: &[HostColumn<'_>], keys: &[usize], func: &PartitionFn, i: usi
             for &k in keys {
                 let c = &columns[k];
                 let wide = c.values.width() == 8;
-                let (lo, hi) = if c.valid(i) {
-                    word(c)
-                } else {
-                    (NULL_TAG, NULL_TAG)
-                };
+                let (lo, hi) = if c.valid(i) { word(c) } else { (NULL_TAG, NULL_TAG) };
                 h = hash_combine(h, lo);
                 if wide {
                     h = hash_combine(h, hi);
@@ -349,13 +329,11 @@ fn row_id(columns: &[HostColumn<'_>], keys: &[usize], func: &PartitionFn, i: usi
 pub fn partition_ids(columns: &[HostColumn<'_>], keys: &[usize], func: &PartitionFn) -> Vec<u32> {
     let n = check_host(columns, keys, func);
     let mut ids = vec![0u32; n];
-    ids.par_chunks_mut(1 << 16)
-        .enumerate()
-        .for_each(|(c, out)| {
-            for (j, o) in out.iter_mut().enumerate() {
-                *o = row_id(columns, keys, func, c * (1 << 16) + j);
-            }
-        });
+    ids.par_chunks_mut(1 << 16).enumerate().for_each(|(c, out)| {
+        for (j, o) in out.iter_mut().enumerate() {
+            *o = row_id(columns, keys, func, c * (1 << 16) + j);
+        }
+    });
     ids
 }
 
@@ -378,11 +356,7 @@ fn gather_column(c: &HostColumn<'_>, order: &[u32]) -> OwnedColumn {
 
 /// The sequential reference: a stable counting sort by partition id. Panics on
 /// invalid arguments (mismatched lengths, a bad [`PartitionFn`]).
-pub fn partition_reference(
-    columns: &[HostColumn<'_>],
-    keys: &[usize],
-    func: &PartitionFn,
-) -> HostPartitioned {
+pub fn partition_reference(columns: &[HostColumn<'_>], keys: &[usize], func: &PartitionFn) -> HostPartitioned {
     let n = check_host(columns, keys, func);
     let f = func.fanout() as usize;
     let ids: Vec<u32> = (0..n).map(|i| row_id(columns, keys, func, i)).collect();
@@ -399,10 +373,7 @@ pub fn partition_reference(
         order[next[id as usize] as usize] = i as u32;
         next[id as usize] += 1;
     }
-    HostPartitioned {
-        offsets,
-        columns: columns.iter().map(|c| gather_column(c, &order)).collect(),
-    }
+    HostPartitioned { offsets, columns: columns.iter().map(|c| gather_column(c, &order)).collect() }
 }
 
 struct SyncPtr<T>(*mut T);
@@ -420,11 +391,7 @@ impl<T> SyncPtr<T> {
 /// (partition-major) prefix-summed by [`crate::cpu_scan::exclusive_scan`], a
 /// parallel stable scatter of the row numbers, then every column gathered in
 /// parallel. Same output as [`partition_reference`].
-pub fn partition_cpu(
-    columns: &[HostColumn<'_>],
-    keys: &[usize],
-    func: &PartitionFn,
-) -> HostPartitioned {
+pub fn partition_cpu(columns: &[HostColumn<'_>], keys: &[usize], func: &PartitionFn) -> HostPartitioned {
     let n = check_host(columns, keys, func);
     let f = func.fanout() as usize;
     let threads = rayon::current_num_threads().max(1);
@@ -464,14 +431,8 @@ pub fn partition_cpu(
             *d += 1;
         }
     });
-    let cols = columns
-        .par_iter()
-        .map(|c| gather_column_par(c, &order))
-        .collect();
-    HostPartitioned {
-        offsets,
-        columns: cols,
-    }
+    let cols = columns.par_iter().map(|c| gather_column_par(c, &order)).collect();
+    HostPartitioned { offsets, columns: cols }
 }
 
 fn gather_column_par(c: &HostColumn<'_>, order: &[u32]) -> OwnedColumn {
@@ -482,11 +443,7 @@ fn gather_column_par(c: &HostColumn<'_>, order: &[u32]) -> OwnedColumn {
     let validity = c.validity.map(|_| {
         order
             .par_chunks(32)
-            .map(|ch| {
-                ch.iter()
-                    .enumerate()
-                    .fold(0u32, |w, (k, &i)| w | ((c.valid(i as usize) as u32) << k))
-            })
+            .map(|ch| ch.iter().enumerate().fold(0u32, |w, (k, &i)| w | ((c.valid(i as usize) as u32) << k)))
             .collect()
     });
     OwnedColumn { values, validity }
@@ -509,10 +466,7 @@ impl Default for PartitionOptions {
     /// 256 invocations, 16384-row tiles (histogram scratch 1/16 of a u32 column
     /// per 256 digits, see the module documentation).
     fn default() -> Self {
-        PartitionOptions {
-            workgroup_size: 256,
-            tile_rows: 16384,
-        }
+        PartitionOptions { workgroup_size: 256, tile_rows: 16384 }
     }
 }
 
@@ -573,34 +527,17 @@ struct Kernels {
 }
 
 impl Kernels {
-    fn pipe(
-        &self,
-        ctx: &GpuContext,
-        wide: bool,
-        entry: &str,
-    ) -> GpuResult<std::sync::Arc<wgpu::ComputePipeline>> {
+    fn pipe(&self, ctx: &GpuContext, wide: bool, entry: &str) -> GpuResult<std::sync::Arc<wgpu::ComputePipeline>> {
         self.build(ctx, wide, wide, false, entry)
     }
 
     /// A digit kernel (`histogram`, `rank`) computing each row's id from the one
     /// key column itself.
-    fn pipe_inline(
-        &self,
-        ctx: &GpuContext,
-        key_wide: bool,
-        entry: &str,
-    ) -> GpuResult<std::sync::Arc<wgpu::ComputePipeline>> {
+    fn pipe_inline(&self, ctx: &GpuContext, key_wide: bool, entry: &str) -> GpuResult<std::sync::Arc<wgpu::ComputePipeline>> {
         self.build(ctx, key_wide, false, true, entry)
     }
 
-    fn build(
-        &self,
-        ctx: &GpuContext,
-        key_wide: bool,
-        val_wide: bool,
-        inline: bool,
-        entry: &str,
-    ) -> GpuResult<std::sync::Arc<wgpu::ComputePipeline>> {
+    fn build(&self, ctx: &GpuContext, key_wide: bool, val_wide: bool, inline: bool, entry: &str) -> GpuResult<std::sync::Arc<wgpu::ComputePipeline>> {
         let word = |wide: bool| if wide { "vec2<u32>" } else { "u32" };
         let fns = if key_wide {
             "fn klo(k: vec2<u32>) -> u32 { return k.x; }\nfn khi(k: vec2<u32>) -> u32 { return k.y; }\nconst KWIDE: bool = true;"
@@ -613,15 +550,7 @@ impl Kernels {
             ("KEY_FNS", fns.to_string()),
             ("WG", self.wg.to_string()),
             ("CHUNKS", self.chunks.to_string()),
-            (
-                "ROW_PID",
-                if inline {
-                    "return key_pid(r);"
-                } else {
-                    "return pid_in[r];"
-                }
-                .to_string(),
-            ),
+            ("ROW_PID", if inline { "return key_pid(r);" } else { "return pid_in[r];" }.to_string()),
         ];
         ctx.pipeline("partition", PARTITION_WGSL, entry, &defs)
     }
@@ -629,28 +558,18 @@ impl Kernels {
 
 /// Where the digit kernels read segment `s`'s ids: the ids array, or the key
 /// column (and its validity) with the id computed inline.
-fn id_entries<'a>(
-    ids: Option<&'a DeviceArray>,
-    key: &Column<'a>,
-    s: usize,
-) -> Vec<wgpu::BindGroupEntry<'a>> {
+fn id_entries<'a>(ids: Option<&'a DeviceArray>, key: &Column<'a>, s: usize) -> Vec<wgpu::BindGroupEntry<'a>> {
     match ids {
         Some(a) => vec![entry(3, a.segment(s).0)],
         None => {
             let kb = key.values.segment(s).0;
-            vec![
-                entry(0, kb),
-                entry(1, key.validity.map_or(kb, |v| v.segment(s).0)),
-            ]
+            vec![entry(0, kb), entry(1, key.validity.map_or(kb, |v| v.segment(s).0))]
         }
     }
 }
 
 fn entry(binding: u32, buf: &wgpu::Buffer) -> wgpu::BindGroupEntry<'_> {
-    wgpu::BindGroupEntry {
-        binding,
-        resource: buf.as_entire_binding(),
-    }
+    wgpu::BindGroupEntry { binding, resource: buf.as_entire_binding() }
 }
 
 /// A segmented `u32` scratch array plus its bytes.
@@ -671,15 +590,7 @@ fn record_move(
     out: &DeviceArray,
 ) -> GpuResult<()> {
     let wide = src.is_some_and(|s| s.elem_size() == 8);
-    let pipe = k.pipe(
-        ctx,
-        wide,
-        if src.is_some() {
-            "move_values"
-        } else {
-            "move_iota"
-        },
-    )?;
+    let pipe = k.pipe(ctx, wide, if src.is_some() { "move_values" } else { "move_iota" })?;
     for s in 0..idx.num_segments() {
         let (ib, row_base, rows) = idx.segment(s);
         for t in 0..out.num_segments() {
@@ -701,14 +612,7 @@ fn record_move(
     Ok(())
 }
 
-fn record_move_validity(
-    ctx: &GpuContext,
-    k: &Kernels,
-    pass: &mut Pass,
-    idx: &DeviceArray,
-    vin: &DeviceArray,
-    vout: &DeviceArray,
-) -> GpuResult<()> {
+fn record_move_validity(ctx: &GpuContext, k: &Kernels, pass: &mut Pass, idx: &DeviceArray, vin: &DeviceArray, vout: &DeviceArray) -> GpuResult<()> {
     let pipe = k.pipe(ctx, false, "move_validity")?;
     let seg = idx.seg_rows();
     for s in 0..idx.num_segments() {
@@ -717,21 +621,11 @@ fn record_move_validity(
             let (ob, _, _) = vout.segment(t);
             let out_first = t * seg;
             let out_rows = (idx.len() - out_first).min(seg);
-            let ub = ctx.uniform(&Params {
-                n: rows as u32,
-                out_first: out_first as u32,
-                out_rows: out_rows as u32,
-                ..Default::default()
-            });
+            let ub = ctx.uniform(&Params { n: rows as u32, out_first: out_first as u32, out_rows: out_rows as u32, ..Default::default() });
             pass.dispatch(
                 ctx,
                 &pipe,
-                &[
-                    entry(7, ib),
-                    entry(10, vin.segment(s).0),
-                    entry(11, ob),
-                    entry(15, &ub),
-                ],
+                &[entry(7, ib), entry(10, vin.segment(s).0), entry(11, ob), entry(15, &ub)],
                 (rows as u64).div_ceil(k.wg as u64),
             )?;
         }
@@ -741,12 +635,7 @@ fn record_move_validity(
 
 /// Partitions `columns` by the key columns `keys` (indices into `columns`) with
 /// the default options. All columns must have the same length and `seg_rows`.
-pub fn partition_gpu(
-    ctx: &GpuContext,
-    columns: &[Column<'_>],
-    keys: &[usize],
-    func: &PartitionFn,
-) -> GpuResult<Partitioned> {
+pub fn partition_gpu(ctx: &GpuContext, columns: &[Column<'_>], keys: &[usize], func: &PartitionFn) -> GpuResult<Partitioned> {
     partition_gpu_with(ctx, columns, keys, func, &PartitionOptions::default())
 }
 
@@ -786,9 +675,7 @@ fn partition_impl(
     let seg = columns[0].values.seg_rows();
     for c in columns {
         if c.values.len() != n || c.values.seg_rows() != seg {
-            return Err(inv(
-                "partition columns of different lengths or segmentations".into(),
-            ));
+            return Err(inv("partition columns of different lengths or segmentations".into()));
         }
         if let Some(v) = c.validity {
             if v.len() != n.div_ceil(32) || v.seg_rows() * 32 != seg {
@@ -799,58 +686,34 @@ fn partition_impl(
     if keys.iter().any(|&k| k >= columns.len()) {
         return Err(inv("key column index out of range".into()));
     }
-    let widths: Vec<usize> = keys
-        .iter()
-        .map(|&k| columns[k].values.elem_size())
-        .collect();
+    let widths: Vec<usize> = keys.iter().map(|&k| columns[k].values.elem_size()).collect();
     func.check(&widths).map_err(inv)?;
     if n as u64 >= u32::MAX as u64 {
         return Err(inv(format!("partition of {n} rows (at most 2^32 - 2)")));
     }
     let wg = opts.workgroup_size;
     if ![32, 64, 128, 256].contains(&wg) || opts.tile_rows == 0 || opts.tile_rows % wg != 0 {
-        return Err(inv(format!(
-            "workgroup size {wg} / tile of {} rows",
-            opts.tile_rows
-        )));
+        return Err(inv(format!("workgroup size {wg} / tile of {} rows", opts.tile_rows)));
     }
-    let k = Kernels {
-        wg,
-        chunks: opts.tile_rows / wg,
-    };
+    let k = Kernels { wg, chunks: opts.tile_rows / wg };
     let fanout = func.fanout();
     let passes = func.passes();
     let input_bytes = columns
         .iter()
-        .map(|c| {
-            (c.values.len() * c.values.elem_size() + c.validity.map_or(0, |v| v.len() * 4)) as u64
-        })
+        .map(|c| (c.values.len() * c.values.elem_size() + c.validity.map_or(0, |v| v.len() * 4)) as u64)
         .sum::<u64>();
     let mut outputs = Vec::with_capacity(columns.len());
     for c in columns {
         let values = DeviceArray::alloc_segmented(ctx, n, c.values.elem_size(), seg)?;
         let validity = match c.validity {
-            Some(_) => Some(DeviceArray::alloc_segmented(
-                ctx,
-                n.div_ceil(32),
-                4,
-                seg / 32,
-            )?),
+            Some(_) => Some(DeviceArray::alloc_segmented(ctx, n.div_ceil(32), 4, seg / 32)?),
             None => None,
         };
         outputs.push(CompactedColumn { values, validity });
     }
-    let mut stats = PartitionStats {
-        passes,
-        input_bytes,
-        ..Default::default()
-    };
+    let mut stats = PartitionStats { passes, input_bytes, ..Default::default() };
     if n == 0 {
-        return Ok(Partitioned {
-            offsets: vec![0; fanout as usize + 1],
-            columns: outputs,
-            stats,
-        });
+        return Ok(Partitioned { offsets: vec![0; fanout as usize + 1], columns: outputs, stats });
     }
     let mut pass = Pass::default();
     let mut enc = ctx.encoder("partition");
@@ -871,20 +734,10 @@ fn partition_impl(
         PartitionFn::Direct { .. } => (0, 0, F_DIRECT),
         PartitionFn::Hash { .. } => (0, 0, F_HASH),
     };
-    let key_pid = Params {
-        shift,
-        mask,
-        fanout,
-        flags: fflags | if kc0.validity.is_some() { F_VALID } else { 0 },
-        ..Default::default()
-    };
+    let key_pid = Params { shift, mask, fanout, flags: fflags | if kc0.validity.is_some() { F_VALID } else { 0 }, ..Default::default() };
     let inline = passes == 1 && keys.len() == 1;
     let groups = |rows: usize| (rows as u64).div_ceil(wg as u64);
-    let ids = if inline {
-        None
-    } else {
-        Some(scratch(ctx, n, seg, &mut row_bytes)?)
-    };
+    let ids = if inline { None } else { Some(scratch(ctx, n, seg, &mut row_bytes)?) };
     pass.label = "ids";
     match (&ids, *func) {
         (None, _) => {}
@@ -893,17 +746,9 @@ fn partition_impl(
             for s in 0..ids.num_segments() {
                 let (ib, _, rows) = ids.segment(s);
                 let kb = kc0.values.segment(s).0;
-                let ub = ctx.uniform(&Params {
-                    n: rows as u32,
-                    ..key_pid
-                });
+                let ub = ctx.uniform(&Params { n: rows as u32, ..key_pid });
                 let vb = kc0.validity.map_or(kb, |v| v.segment(s).0);
-                pass.dispatch(
-                    ctx,
-                    &pipe,
-                    &[entry(0, kb), entry(1, vb), entry(2, ib), entry(15, &ub)],
-                    groups(rows),
-                )?;
+                pass.dispatch(ctx, &pipe, &[entry(0, kb), entry(1, vb), entry(2, ib), entry(15, &ub)], groups(rows))?;
             }
         }
         (Some(ids), PartitionFn::Hash { .. }) => {
@@ -921,18 +766,8 @@ fn partition_impl(
                     let (ib, _, rows) = ids.segment(s);
                     let kb = kc.values.segment(s).0;
                     let vb = kc.validity.map_or(kb, |v| v.segment(s).0);
-                    let ub = ctx.uniform(&Params {
-                        n: rows as u32,
-                        fanout,
-                        flags,
-                        ..Default::default()
-                    });
-                    pass.dispatch(
-                        ctx,
-                        &pipe,
-                        &[entry(0, kb), entry(1, vb), entry(2, ib), entry(15, &ub)],
-                        groups(rows),
-                    )?;
+                    let ub = ctx.uniform(&Params { n: rows as u32, fanout, flags, ..Default::default() });
+                    pass.dispatch(ctx, &pipe, &[entry(0, kb), entry(1, vb), entry(2, ib), entry(15, &ub)], groups(rows))?;
                 }
             }
         }
@@ -940,23 +775,15 @@ fn partition_impl(
     // 2. digit passes
     let tile = opts.tile_rows as usize;
     let nsegs = kc0.values.num_segments();
-    let seg_tiles: Vec<usize> = (0..nsegs)
-        .map(|s| kc0.values.segment(s).2.div_ceil(tile))
-        .collect();
+    let seg_tiles: Vec<usize> = (0..nsegs).map(|s| kc0.values.segment(s).2.div_ceil(tile)).collect();
     let total_tiles: usize = seg_tiles.iter().sum();
     stats.tiles = total_tiles as u64;
     let sk = ScanKernel::new(ctx, ScanType::U32, &ScanOptions::default())?;
     let (hist_pipe, rank_pipe) = if inline {
         let wide = kc0.values.elem_size() == 8;
-        (
-            k.pipe_inline(ctx, wide, "histogram")?,
-            k.pipe_inline(ctx, wide, "rank")?,
-        )
+        (k.pipe_inline(ctx, wide, "histogram")?, k.pipe_inline(ctx, wide, "rank")?)
     } else {
-        (
-            k.pipe(ctx, false, "histogram")?,
-            k.pipe(ctx, false, "rank")?,
-        )
+        (k.pipe(ctx, false, "histogram")?, k.pipe(ctx, false, "rank")?)
     };
     let mut cur_ids = ids;
     let mut src: Option<DeviceArray> = None; // position -> input row, after the passes so far
@@ -966,11 +793,7 @@ fn partition_impl(
     let mut dest: Option<DeviceArray> = None;
     for ps in 0..passes {
         let dshift = 8 * ps;
-        let nb = if fanout <= 1 {
-            1
-        } else {
-            (((fanout - 1) >> dshift) + 1).min(256)
-        };
+        let nb = if fanout <= 1 { 1 } else { (((fanout - 1) >> dshift) + 1).min(256) };
         let m = nb as u64 * total_tiles as u64;
         let counts = ctx.pool().alloc(m.div_ceil(4) * 16)?;
         let offs = ctx.pool().alloc(m.div_ceil(4) * 16)?;
@@ -997,13 +820,7 @@ fn partition_impl(
         }
         let before = pass.keep.len();
         pass.label = "scan";
-        sk.record(
-            ctx,
-            &mut pass,
-            &[(counts.raw(), offs.raw(), m)],
-            ScanKind::Exclusive,
-            total.raw(),
-        )?;
+        sk.record(ctx, &mut pass, &[(counts.raw(), offs.raw(), m)], ScanKind::Exclusive, total.raw())?;
         hist_bytes += pass.keep[before..].iter().map(|b| b.size()).sum::<u64>();
         let dst = scratch(ctx, n, seg, &mut row_bytes)?;
         let mut tb = 0usize;
@@ -1012,11 +829,7 @@ fn partition_impl(
             let rows = kc0.values.segment(s).2;
             let ub = ctx.uniform(&tile_params(s, tb, rows));
             let mut e = id_entries(cur_ids.as_ref(), kc0, s);
-            e.extend([
-                entry(5, offs.raw()),
-                entry(6, dst.segment(s).0),
-                entry(15, &ub),
-            ]);
+            e.extend([entry(5, offs.raw()), entry(6, dst.segment(s).0), entry(15, &ub)]);
             pass.dispatch(ctx, &rank_pipe, &e, seg_tiles[s] as u64)?;
             tb += seg_tiles[s];
         }
@@ -1043,43 +856,22 @@ fn partition_impl(
         keep_bufs.extend([counts, offs, total]);
     }
     // 3. offsets
-    let poffs = ctx
-        .pool()
-        .alloc(((fanout as u64 + 1) * 4).div_ceil(16) * 16)?;
+    let poffs = ctx.pool().alloc(((fanout as u64 + 1) * 4).div_ceil(16) * 16)?;
     hist_bytes += poffs.size();
     let fgroups = (fanout as u64 + 1).div_ceil(wg as u64);
     pass.label = "offsets";
     let dest = match dest {
         Some(d) => {
             let pipe = k.pipe(ctx, false, "gather_offsets")?;
-            let ub = ctx.uniform(&Params {
-                fanout,
-                total_tiles: total_tiles as u32,
-                total: n as u32,
-                ..Default::default()
-            });
+            let ub = ctx.uniform(&Params { fanout, total_tiles: total_tiles as u32, total: n as u32, ..Default::default() });
             let offs = last_offs.as_ref().expect("single pass keeps its offsets");
-            pass.dispatch(
-                ctx,
-                &pipe,
-                &[entry(5, offs.raw()), entry(12, poffs.raw()), entry(15, &ub)],
-                fgroups,
-            )?;
+            pass.dispatch(ctx, &pipe, &[entry(5, offs.raw()), entry(12, poffs.raw()), entry(15, &ub)], fgroups)?;
             d
         }
         None => {
             let fill = k.pipe(ctx, false, "fill_offsets")?;
-            let ub = ctx.uniform(&Params {
-                fanout,
-                total: n as u32,
-                ..Default::default()
-            });
-            pass.dispatch(
-                ctx,
-                &fill,
-                &[entry(12, poffs.raw()), entry(15, &ub)],
-                fgroups,
-            )?;
+            let ub = ctx.uniform(&Params { fanout, total: n as u32, ..Default::default() });
+            pass.dispatch(ctx, &fill, &[entry(12, poffs.raw()), entry(15, &ub)], fgroups)?;
             let bp = k.pipe(ctx, false, "bounds")?;
             let cur_ids = cur_ids.as_ref().expect("several passes keep an ids array");
             for s in 0..cur_ids.num_segments() {
@@ -1098,17 +890,7 @@ fn partition_impl(
                     fanout,
                     ..Default::default()
                 });
-                pass.dispatch(
-                    ctx,
-                    &bp,
-                    &[
-                        entry(3, pb),
-                        entry(13, prev),
-                        entry(12, poffs.raw()),
-                        entry(15, &ub),
-                    ],
-                    groups(rows),
-                )?;
+                pass.dispatch(ctx, &bp, &[entry(3, pb), entry(13, prev), entry(12, poffs.raw()), entry(15, &ub)], groups(rows))?;
             }
             // invert the composed permutation: dest[src[j]] = j
             pass.label = "invert";
@@ -1148,28 +930,13 @@ fn partition_impl(
             }
         },
     };
-    let read = DeviceArray::alloc_segmented(
-        ctx,
-        fanout as usize + 1,
-        4,
-        (fanout as usize + 1).div_ceil(4) * 4,
-    )?;
-    enc.copy_buffer_to_buffer(
-        poffs.raw(),
-        0,
-        read.segment(0).0,
-        0,
-        (fanout as u64 + 1) * 4,
-    );
+    let read = DeviceArray::alloc_segmented(ctx, fanout as usize + 1, 4, (fanout as usize + 1).div_ceil(4) * 4)?;
+    enc.copy_buffer_to_buffer(poffs.raw(), 0, read.segment(0).0, 0, (fanout as u64 + 1) * 4);
     if let Some(t) = timer {
         t.resolve(&mut enc);
     }
     ctx.submit(enc)?;
-    let offsets: Vec<u64> = read
-        .download::<u32>(ctx)?
-        .into_iter()
-        .map(u64::from)
-        .collect();
+    let offsets: Vec<u64> = read.download::<u32>(ctx)?.into_iter().map(u64::from).collect();
     if let (Timing::Each(out), Some(t)) = (timing, &each) {
         for (label, ms) in pass.labels().zip(t.read_ms(ctx)?) {
             match out.iter_mut().find(|(l, _)| *l == label) {
@@ -1181,11 +948,7 @@ fn partition_impl(
     drop((pass, keep_arrays, keep_bufs, last_offs, cur_ids, dest));
     stats.histogram_bytes = hist_bytes;
     stats.row_scratch_bytes = row_bytes;
-    Ok(Partitioned {
-        offsets,
-        columns: outputs,
-        stats,
-    })
+    Ok(Partitioned { offsets, columns: outputs, stats })
 }
 
 /// A partition benchmark result (see [`bench_partition`]).
@@ -1217,19 +980,11 @@ pub struct PartitionBench {
 /// Times the hash partition of `n` rows of one pseudo-random u32 key plus
 /// `payload_columns` u32 columns into `fanout` partitions (GPU-resident input, the
 /// context's segmentation): one warm-up run, then the median of `reps` (at least 1).
-pub fn bench_partition(
-    ctx: &GpuContext,
-    n: usize,
-    fanout: u32,
-    payload_columns: usize,
-    reps: usize,
-) -> GpuResult<PartitionBench> {
+pub fn bench_partition(ctx: &GpuContext, n: usize, fanout: u32, payload_columns: usize, reps: usize) -> GpuResult<PartitionBench> {
     let mut state = 0x9E37_79B9_7F4A_7C15u64;
     let keys: Vec<u32> = (0..n)
         .map(|_| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             (state >> 33) as u32
         })
         .collect();
@@ -1269,23 +1024,10 @@ pub fn bench_partition(
     times.sort_by(|a, b| a.total_cmp(b));
     walls.sort_by(|a, b| a.total_cmp(b));
     let ms = times[times.len() / 2];
-    let gb_per_s = if ms > 0.0 {
-        2.0 * stats.input_bytes as f64 / (ms * 1e-3) / 1e9
-    } else {
-        0.0
-    };
+    let gb_per_s = if ms > 0.0 { 2.0 * stats.input_bytes as f64 / (ms * 1e-3) / 1e9 } else { 0.0 };
     let mut profile = Vec::new();
     if std::env::var("RIDGELINE_PARTITION_PROFILE").is_ok_and(|v| v == "1") {
         partition_impl(ctx, &cols, &[0], &func, &opts, Timing::Each(&mut profile))?;
     }
-    Ok(PartitionBench {
-        n,
-        fanout,
-        payload_columns,
-        ms,
-        wall_ms: walls[walls.len() / 2],
-        gb_per_s,
-        stats,
-        profile,
-    })
+    Ok(PartitionBench { n, fanout, payload_columns, ms, wall_ms: walls[walls.len() / 2], gb_per_s, stats, profile })
 }

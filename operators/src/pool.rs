@@ -107,22 +107,13 @@ impl PoolInner {
 }
 
 impl BufferPool {
-    pub(crate) fn new(
-        device: wgpu::Device,
-        budget: u64,
-        max_buffer: u64,
-        max_binding: u64,
-    ) -> Self {
+    pub(crate) fn new(device: wgpu::Device, budget: u64, max_buffer: u64, max_binding: u64) -> Self {
         BufferPool {
             inner: Arc::new(PoolInner {
                 device,
                 max_buffer,
                 max_binding,
-                state: Mutex::new(PoolState {
-                    free: BTreeMap::new(),
-                    stats: PoolStats::default(),
-                    budget,
-                }),
+                state: Mutex::new(PoolState { free: BTreeMap::new(), stats: PoolStats::default(), budget }),
             }),
         }
     }
@@ -155,15 +146,9 @@ impl BufferPool {
     }
 
     fn evict(st: &mut PoolState, need: u64) {
-        while st.stats.live_bytes + st.stats.cached_bytes + need > st.budget
-            && st.stats.cached_bytes > 0
-        {
+        while st.stats.live_bytes + st.stats.cached_bytes + need > st.budget && st.stats.cached_bytes > 0 {
             // Largest first: frees the most with the fewest destroys.
-            let (&class, list) = st
-                .free
-                .iter_mut()
-                .next_back()
-                .expect("cached bytes imply a free buffer");
+            let (&class, list) = st.free.iter_mut().next_back().expect("cached bytes imply a free buffer");
             let b = list.pop().expect("free lists are never empty");
             if list.is_empty() {
                 st.free.remove(&class);
@@ -183,9 +168,7 @@ impl BufferPool {
     pub fn alloc(&self, bytes: u64) -> GpuResult<GpuBuffer> {
         let max = self.inner.max_buffer / 4 * 4;
         if bytes > max {
-            return Err(GpuError::Invalid(format!(
-                "buffer of {bytes} bytes exceeds the adapter's max_buffer_size {max}"
-            )));
+            return Err(GpuError::Invalid(format!("buffer of {bytes} bytes exceeds the adapter's max_buffer_size {max}")));
         }
         let mut class = size_class(bytes).min(max);
         // A buffer that fits one binding must stay bindable whole: its size class
@@ -204,18 +187,10 @@ impl BufferPool {
                 st.stats.live_bytes += class;
                 st.stats.peak_live_bytes = st.stats.peak_live_bytes.max(st.stats.live_bytes);
                 st.stats.reused += 1;
-                return Ok(GpuBuffer {
-                    buffer: Some(b),
-                    class,
-                    pool: self.inner.clone(),
-                });
+                return Ok(GpuBuffer { buffer: Some(b), class, pool: self.inner.clone() });
             }
             if st.stats.live_bytes + class > st.budget {
-                return Err(GpuError::BudgetExceeded {
-                    requested: class,
-                    in_use: st.stats.live_bytes,
-                    budget: st.budget,
-                });
+                return Err(GpuError::BudgetExceeded { requested: class, in_use: st.stats.live_bytes, budget: st.budget });
             }
             Self::evict(&mut st, class);
             // Reserve before creating so concurrent allocations see it.
@@ -239,11 +214,7 @@ impl BufferPool {
             buffer.destroy();
             return Err(wgpu_error(e));
         }
-        Ok(GpuBuffer {
-            buffer: Some(buffer),
-            class,
-            pool: self.inner.clone(),
-        })
+        Ok(GpuBuffer { buffer: Some(buffer), class, pool: self.inner.clone() })
     }
 }
 
@@ -262,10 +233,7 @@ mod tests {
         for n in [1u64, 5, 255, 257, 4095, 4097, 123_456_789] {
             let c = size_class(n);
             assert!(c >= n && c % 4 == 0, "{n} -> {c}");
-            assert!(
-                c <= n.max(256) + n.max(256) / 4 + 64,
-                "{n} -> {c} too much slack"
-            );
+            assert!(c <= n.max(256) + n.max(256) / 4 + 64, "{n} -> {c} too much slack");
         }
     }
 }

@@ -26,14 +26,12 @@
 //!
 //! [`region_select_reference`] is the sort-based reference the tests compare with.
 use crate::array::{copy_elements, DeviceArray};
+use rayon::prelude::*;
 use crate::compact::Column;
 use crate::context::GpuContext;
 use crate::error::{GpuError, GpuResult};
 use crate::partition::{partition_gpu, PartitionFn};
-use crate::select::{
-    key_f64, key_i64, select_cpu, select_regions_gpu_device, to_order_keys_gpu, RawKind,
-};
-use rayon::prelude::*;
+use crate::select::{key_f64, key_i64, select_cpu, select_regions_gpu_device, to_order_keys_gpu, RawKind};
 
 /// CPU regions up to this size are sorted whole; larger ones use the parallel selection.
 const SORT_MAX: usize = 1 << 12;
@@ -77,18 +75,9 @@ impl RegionSelect {
     }
 
     /// [`RegionSelect::new`] with `seg_rows` rows per buffer segment (tests).
-    pub fn new_segmented(
-        ctx: &GpuContext,
-        groups: u32,
-        kind: RawKind,
-        rows: usize,
-        seg_rows: usize,
-    ) -> GpuResult<Self> {
+    pub fn new_segmented(ctx: &GpuContext, groups: u32, kind: RawKind, rows: usize, seg_rows: usize) -> GpuResult<Self> {
         if groups == 0 || groups >= crate::partition::MAX_FANOUT {
-            return Err(GpuError::Invalid(format!(
-                "{groups} groups (expected 1..{})",
-                crate::partition::MAX_FANOUT
-            )));
+            return Err(GpuError::Invalid(format!("{groups} groups (expected 1..{})", crate::partition::MAX_FANOUT)));
         }
         Ok(RegionSelect {
             groups,
@@ -101,31 +90,16 @@ impl RegionSelect {
 
     /// Adds a chunk: `tags` (`u32`) and `values` (8 bytes each) of the same rows.
     /// Rows tagged `groups` or above are dropped.
-    pub fn add(
-        &mut self,
-        ctx: &GpuContext,
-        tags: &DeviceArray,
-        values: &DeviceArray,
-    ) -> GpuResult<()> {
+    pub fn add(&mut self, ctx: &GpuContext, tags: &DeviceArray, values: &DeviceArray) -> GpuResult<()> {
         if tags.elem_size() != 4 || values.elem_size() != 8 {
-            return Err(GpuError::Invalid(
-                "region select takes u32 tags and 8-byte values".into(),
-            ));
+            return Err(GpuError::Invalid("region select takes u32 tags and 8-byte values".into()));
         }
         if tags.len() != values.len() {
-            return Err(GpuError::Invalid(format!(
-                "{} tags for {} values",
-                tags.len(),
-                values.len()
-            )));
+            return Err(GpuError::Invalid(format!("{} tags for {} values", tags.len(), values.len())));
         }
         let n = tags.len();
         if self.filled + n > self.tags.len() {
-            return Err(GpuError::Invalid(format!(
-                "{} rows added to a region select of {}",
-                self.filled + n,
-                self.tags.len()
-            )));
+            return Err(GpuError::Invalid(format!("{} rows added to a region select of {}", self.filled + n, self.tags.len())));
         }
         copy_elements(ctx, tags, 0, &self.tags, self.filled, n)?;
         copy_elements(ctx, values, 0, &self.values, self.filled, n)?;
@@ -144,11 +118,7 @@ impl RegionSelect {
     ) -> GpuResult<(Vec<(usize, Vec<u64>)>, RegionSelectStats)> {
         let g = self.groups as usize;
         if self.filled != self.tags.len() {
-            return Err(GpuError::Invalid(format!(
-                "region select of {} rows finished after {}",
-                self.tags.len(),
-                self.filled
-            )));
+            return Err(GpuError::Invalid(format!("region select of {} rows finished after {}", self.tags.len(), self.filled)));
         }
         let mut stats = RegionSelectStats::default();
         if self.filled == 0 {
@@ -156,35 +126,17 @@ impl RegionSelect {
         }
         let (offsets, values) = {
             let cols = [Column::new(&self.tags), Column::new(&self.values)];
-            let mut p = partition_gpu(
-                ctx,
-                &cols,
-                &[0],
-                &PartitionFn::Direct {
-                    fanout: self.groups + 1,
-                },
-            )?;
+            let mut p = partition_gpu(ctx, &cols, &[0], &PartitionFn::Direct { fanout: self.groups + 1 })?;
             (p.offsets, p.columns.pop().expect("two columns").values)
         };
         drop(self.tags);
         drop(self.values);
         let sizes: Vec<u64> = (0..g).map(|x| offsets[x + 1] - offsets[x]).collect();
         stats.rows = offsets[g];
-        let ranks: Vec<Vec<u64>> = sizes
-            .iter()
-            .map(|&n| {
-                if n == 0 {
-                    Vec::new()
-                } else {
-                    ranks_of(n as usize)
-                }
-            })
-            .collect();
+        let ranks: Vec<Vec<u64>> = sizes.iter().map(|&n| if n == 0 { Vec::new() } else { ranks_of(n as usize) }).collect();
         for (r, &n) in ranks.iter().zip(&sizes) {
             if let Some(x) = r.iter().find(|&&x| x >= n) {
-                return Err(GpuError::Invalid(format!(
-                    "rank {x} out of range for a group of {n}"
-                )));
+                return Err(GpuError::Invalid(format!("rank {x} out of range for a group of {n}")));
             }
         }
         let nonempty = sizes.iter().filter(|&&n| n > 0).count();
@@ -204,10 +156,7 @@ impl RegionSelect {
                     if sizes[x] == 0 {
                         return Vec::new();
                     }
-                    let mut keys: Vec<u64> = raw[offsets[x] as usize..offsets[x + 1] as usize]
-                        .iter()
-                        .map(|&b| raw_key(kind, b))
-                        .collect();
+                    let mut keys: Vec<u64> = raw[offsets[x] as usize..offsets[x + 1] as usize].iter().map(|&b| raw_key(kind, b)).collect();
                     if keys.len() <= SORT_MAX {
                         keys.sort_unstable();
                         return ranks[x].iter().map(|&r| keys[r as usize]).collect();
@@ -216,21 +165,11 @@ impl RegionSelect {
                     uniq.sort_unstable();
                     uniq.dedup();
                     let v = select_cpu(&keys, &uniq);
-                    ranks[x]
-                        .iter()
-                        .map(|r| v[uniq.binary_search(r).expect("a rank")])
-                        .collect()
+                    ranks[x].iter().map(|r| v[uniq.binary_search(r).expect("a rank")]).collect()
                 })
                 .collect()
         };
-        Ok((
-            sizes
-                .iter()
-                .zip(got)
-                .map(|(&n, v)| (n as usize, v))
-                .collect(),
-            stats,
-        ))
+        Ok((sizes.iter().zip(got).map(|(&n, v)| (n as usize, v)).collect(), stats))
     }
 }
 

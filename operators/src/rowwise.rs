@@ -77,14 +77,10 @@ pub fn run_rowwise(
     arrays: &[RowArray<'_>],
 ) -> GpuResult<RowwiseRun> {
     if seg_rows == 0 || seg_rows % 32 != 0 {
-        return Err(GpuError::Invalid(format!(
-            "row-wise kernel over segments of {seg_rows} rows (expected a multiple of 32)"
-        )));
+        return Err(GpuError::Invalid(format!("row-wise kernel over segments of {seg_rows} rows (expected a multiple of 32)")));
     }
     if rows > u32::MAX as usize {
-        return Err(GpuError::Invalid(format!(
-            "row-wise kernel over {rows} rows (at most 2^32 - 1)"
-        )));
+        return Err(GpuError::Invalid(format!("row-wise kernel over {rows} rows (at most 2^32 - 1)")));
     }
     let segments = rows.div_ceil(seg_rows);
     for (i, a) in arrays.iter().enumerate() {
@@ -122,34 +118,18 @@ pub fn run_rowwise(
                 row0_hi: (start as u64 >> 32) as u32,
             });
             let mut entries = vec![
-                wgpu::BindGroupEntry {
-                    binding: 0,
-                    resource: ub.as_entire_binding(),
-                },
-                wgpu::BindGroupEntry {
-                    binding: 1,
-                    resource: err_buf.as_entire_binding(),
-                },
+                wgpu::BindGroupEntry { binding: 0, resource: ub.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 1, resource: err_buf.as_entire_binding() },
             ];
             for (i, a) in arrays.iter().enumerate() {
                 let (buf, _, _) = a.array().segment(s);
-                entries.push(wgpu::BindGroupEntry {
-                    binding: 2 + i as u32,
-                    resource: buf.as_entire_binding(),
-                });
+                entries.push(wgpu::BindGroupEntry { binding: 2 + i as u32, resource: buf.as_entire_binding() });
             }
             let bg = ctx.scoped(|| {
-                ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                    label: Some(name),
-                    layout: &layout,
-                    entries: &entries,
-                })
+                ctx.device.create_bind_group(&wgpu::BindGroupDescriptor { label: Some(name), layout: &layout, entries: &entries })
             })?;
             {
-                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                    label: Some(name),
-                    timestamp_writes: None,
-                });
+                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(name), timestamp_writes: None });
                 pass.set_pipeline(&pipe);
                 pass.set_bind_group(0, &bg, &[]);
                 pass.dispatch_workgroups(x, y, z);

@@ -231,10 +231,7 @@ impl Default for ScanOptions {
 impl ScanOptions {
     /// Default options with the given algorithm.
     pub fn with_algorithm(algorithm: ScanAlgorithm) -> Self {
-        ScanOptions {
-            algorithm,
-            ..Default::default()
-        }
+        ScanOptions { algorithm, ..Default::default() }
     }
 }
 
@@ -275,24 +272,14 @@ pub fn read_scalar<T: bytemuck::Pod + Default>(ctx: &GpuContext, a: &DeviceArray
     let (buf, _, _) = a.segment(0);
     let mut out = T::default();
     ctx.download_stream(
-        &[crate::transfer::Extent {
-            buffer: buf,
-            offset: 0,
-            stream_offset: 0,
-            len: 4.max(a.elem_size() as u64),
-        }],
+        &[crate::transfer::Extent { buffer: buf, offset: 0, stream_offset: 0, len: 4.max(a.elem_size() as u64) }],
         bytemuck::bytes_of_mut(&mut out),
     )?;
     Ok(out)
 }
 
 /// Prefix sums of `input` (elements of `ty`) with the default options.
-pub fn scan(
-    ctx: &GpuContext,
-    input: &DeviceArray,
-    ty: ScanType,
-    kind: ScanKind,
-) -> GpuResult<ScanOutput> {
+pub fn scan(ctx: &GpuContext, input: &DeviceArray, ty: ScanType, kind: ScanKind) -> GpuResult<ScanOutput> {
     scan_with(ctx, input, ty, kind, &ScanOptions::default())
 }
 
@@ -307,8 +294,7 @@ pub fn scan_with(
 ) -> GpuResult<ScanOutput> {
     let k = ScanKernel::new(ctx, ty, opts)?;
     check_input(input, ty)?;
-    let values =
-        DeviceArray::alloc_segmented(ctx, input.len(), input.elem_size(), input.seg_rows())?;
+    let values = DeviceArray::alloc_segmented(ctx, input.len(), input.elem_size(), input.seg_rows())?;
     let total = DeviceArray::alloc_segmented(ctx, 1, input.elem_size(), 4)?;
     let mut enc = ctx.encoder("scan");
     let pass = build_array_scan(ctx, &k, input, &values, &total, kind)?;
@@ -327,12 +313,7 @@ pub fn total(ctx: &GpuContext, input: &DeviceArray, ty: ScanType) -> GpuResult<D
 }
 
 /// [`total`] with explicit options.
-pub fn total_with(
-    ctx: &GpuContext,
-    input: &DeviceArray,
-    ty: ScanType,
-    opts: &ScanOptions,
-) -> GpuResult<DeviceArray> {
+pub fn total_with(ctx: &GpuContext, input: &DeviceArray, ty: ScanType, opts: &ScanOptions) -> GpuResult<DeviceArray> {
     let k = ScanKernel::new(ctx, ty, opts)?;
     check_input(input, ty)?;
     let total = DeviceArray::alloc_segmented(ctx, 1, input.elem_size(), 4)?;
@@ -371,18 +352,7 @@ pub fn total_with(
         n = t;
     }
     let scratch = ctx.pool().alloc(n * k.elem_bytes())?;
-    k.downsweep(
-        ctx,
-        &mut pass,
-        cur.raw(),
-        scratch.raw(),
-        n,
-        1,
-        0,
-        None,
-        Some(tb),
-        F_EXCLUSIVE,
-    )?;
+    k.downsweep(ctx, &mut pass, cur.raw(), scratch.raw(), n, 1, 0, None, Some(tb), F_EXCLUSIVE)?;
     pass.keep.push(cur);
     pass.keep.push(scratch);
     pass.encode(&mut enc, None);
@@ -429,12 +399,7 @@ pub fn bench_scan(ctx: &GpuContext, n: usize, reps: usize) -> GpuResult<ScanBenc
 }
 
 /// [`bench_scan`] with explicit options.
-pub fn bench_scan_with(
-    ctx: &GpuContext,
-    n: usize,
-    reps: usize,
-    opts: &ScanOptions,
-) -> GpuResult<ScanBench> {
+pub fn bench_scan_with(ctx: &GpuContext, n: usize, reps: usize, opts: &ScanOptions) -> GpuResult<ScanBench> {
     let k = ScanKernel::new(ctx, ScanType::U32, opts)?;
     let data: Vec<u32> = (0..n as u32).map(|i| i % 7).collect();
     let input = DeviceArray::upload(ctx, &data)?;
@@ -470,22 +435,14 @@ pub fn bench_scan_with(
     walls.sort_by(|a, b| a.total_cmp(b));
     let wall_ms = walls[walls.len() / 2];
     let ms = times[times.len() / 2];
-    let gb_per_s = if ms > 0.0 {
-        (2 * n * 4) as f64 / (ms * 1e-3) / 1e9
-    } else {
-        0.0
-    };
+    let gb_per_s = if ms > 0.0 { (2 * n * 4) as f64 / (ms * 1e-3) / 1e9 } else { 0.0 };
     Ok(ScanBench {
         n,
         ms,
         gb_per_s,
         gpu_timed: ctx.has_timestamps(),
         subgroups: k.subgroups,
-        algorithm: if k.single_pass {
-            ScanAlgorithm::SinglePass
-        } else {
-            ScanAlgorithm::ReduceThenScan
-        },
+        algorithm: if k.single_pass { ScanAlgorithm::SinglePass } else { ScanAlgorithm::ReduceThenScan },
         workgroup_size: k.wg,
         tile_elems: k.tile(),
         dispatches,
@@ -514,10 +471,7 @@ fn check_input(input: &DeviceArray, ty: ScanType) -> GpuResult<()> {
         )));
     }
     if input.len() as u64 > u32::MAX as u64 {
-        return Err(GpuError::Invalid(format!(
-            "scan of {} elements (at most 2^32 - 1)",
-            input.len()
-        )));
+        return Err(GpuError::Invalid(format!("scan of {} elements (at most 2^32 - 1)", input.len())));
     }
     Ok(())
 }
@@ -525,12 +479,7 @@ fn check_input(input: &DeviceArray, ty: ScanType) -> GpuResult<()> {
 /// Dispatches recorded for one compute pass, plus the scratch they use (kept alive,
 /// and out of the pool, until the pass is submitted).
 /// One recorded dispatch: pipeline, bind group, workgroup counts.
-type Dispatch = (
-    Arc<wgpu::ComputePipeline>,
-    wgpu::BindGroup,
-    (u32, u32, u32),
-    &'static str,
-);
+type Dispatch = (Arc<wgpu::ComputePipeline>, wgpu::BindGroup, (u32, u32, u32), &'static str);
 
 #[derive(Default)]
 pub(crate) struct Pass {
@@ -555,9 +504,7 @@ impl Pass {
         }
         let max = ctx.limits().max_compute_workgroups_per_dimension.max(1) as u64;
         if groups > max * max {
-            return Err(GpuError::Invalid(format!(
-                "dispatch of {groups} workgroups exceeds two dimensions"
-            )));
+            return Err(GpuError::Invalid(format!("dispatch of {groups} workgroups exceeds two dimensions")));
         }
         let bg = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some("ridgeline-kernel"),
@@ -565,25 +512,17 @@ impl Pass {
             entries,
         });
         let dims = dispatch_dims(groups, ctx.limits().max_compute_workgroups_per_dimension);
-        self.dispatches
-            .push((pipeline.clone(), bg, dims, self.label));
+        self.dispatches.push((pipeline.clone(), bg, dims, self.label));
         Ok(())
     }
 
     /// Encodes the dispatches as one compute pass (wgpu synchronizes dispatches
     /// inside a pass), optionally timed.
-    pub(crate) fn encode(
-        &self,
-        enc: &mut wgpu::CommandEncoder,
-        timestamps: Option<wgpu::ComputePassTimestampWrites<'_>>,
-    ) {
+    pub(crate) fn encode(&self, enc: &mut wgpu::CommandEncoder, timestamps: Option<wgpu::ComputePassTimestampWrites<'_>>) {
         if self.dispatches.is_empty() && timestamps.is_none() {
             return;
         }
-        let mut cp = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: Some("ridgeline"),
-            timestamp_writes: timestamps,
-        });
+        let mut cp = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("ridgeline"), timestamp_writes: timestamps });
         for d in &self.dispatches {
             Self::record(&mut cp, d);
         }
@@ -605,10 +544,7 @@ impl Pass {
     /// boundaries).
     pub(crate) fn encode_each(&self, enc: &mut wgpu::CommandEncoder, timer: &KernelTimer) {
         for (i, d) in self.dispatches.iter().enumerate() {
-            let mut cp = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("ridgeline"),
-                timestamp_writes: timer.writes(i as u32),
-            });
+            let mut cp = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("ridgeline"), timestamp_writes: timer.writes(i as u32) });
             Self::record(&mut cp, d);
         }
     }
@@ -661,21 +597,11 @@ pub(crate) fn elem_u32_part() -> String {
 
 /// Checks workgroup-size options against the adapter; returns whether subgroups
 /// will be used.
-pub(crate) fn check_workgroup(
-    ctx: &GpuContext,
-    want_subgroups: bool,
-    wg: u32,
-    shared_bytes: u64,
-) -> GpuResult<bool> {
+pub(crate) fn check_workgroup(ctx: &GpuContext, want_subgroups: bool, wg: u32, shared_bytes: u64) -> GpuResult<bool> {
     let l = ctx.limits();
-    let max = l
-        .max_compute_invocations_per_workgroup
-        .min(l.max_compute_workgroup_size_x)
-        .min(1024);
+    let max = l.max_compute_invocations_per_workgroup.min(l.max_compute_workgroup_size_x).min(1024);
     if !wg.is_power_of_two() || wg < 32 || wg > max {
-        return Err(GpuError::Invalid(format!(
-            "workgroup size {wg} (expected a power of two in 32..={max})"
-        )));
+        return Err(GpuError::Invalid(format!("workgroup size {wg} (expected a power of two in 32..={max})")));
     }
     if shared_bytes > l.max_compute_workgroup_storage_size as u64 {
         return Err(GpuError::Invalid(format!(
@@ -720,37 +646,25 @@ impl ScanKernel {
                 Int64Path::Auto | Int64Path::Emulated => Elem::U64Emu,
                 Int64Path::Native if ctx.has_int64() => Elem::U64,
                 Int64Path::Native => {
-                    return Err(GpuError::Invalid(
-                        "native 64-bit scan without SHADER_INT64 on this device".into(),
-                    ))
+                    return Err(GpuError::Invalid("native 64-bit scan without SHADER_INT64 on this device".into()))
                 }
             },
         };
         if !(1..=16).contains(&opts.vectors_per_thread) {
-            return Err(GpuError::Invalid(format!(
-                "{} vectors per thread (expected 1..=16)",
-                opts.vectors_per_thread
-            )));
+            return Err(GpuError::Invalid(format!("{} vectors per thread (expected 1..=16)", opts.vectors_per_thread)));
         }
-        let eb = if matches!(elem, Elem::U32 | Elem::F32) {
-            4
-        } else {
-            8
-        };
+        let eb = if matches!(elem, Elem::U32 | Elem::F32) { 4 } else { 8 };
         let mut wg = opts.workgroup_size;
         if wg == DEFAULT_SCAN_WORKGROUP {
             let l = ctx.limits();
-            let max = l
-                .max_compute_invocations_per_workgroup
-                .min(l.max_compute_workgroup_size_x);
+            let max = l.max_compute_invocations_per_workgroup.min(l.max_compute_workgroup_size_x);
             if max < wg && max >= 32 {
                 wg = 1 << max.ilog2();
             }
         }
         let shared = 2 * wg as u64 * eb + 16;
         let subgroups = check_workgroup(ctx, opts.subgroups, wg, shared)?;
-        let single_pass =
-            opts.algorithm == ScanAlgorithm::SinglePass && matches!(elem, Elem::U32 | Elem::F32);
+        let single_pass = opts.algorithm == ScanAlgorithm::SinglePass && matches!(elem, Elem::U32 | Elem::F32);
         let tile_bytes = wg as u64 * opts.vectors_per_thread as u64 * 16 * 9 / 8 + 16;
         let striped = single_pass && subgroups && opts.striped;
         let transpose = single_pass
@@ -794,16 +708,9 @@ impl ScanKernel {
             Elem::U64 => ("u64", ELEM_U64_WGSL, ""),
             Elem::U64Emu => ("u64emu", ELEM_U64EMU_WGSL, ""),
         };
-        let name = format!(
-            "scan-{ename}-{}",
-            if self.subgroups { "subgroup" } else { "shared" }
-        );
+        let name = format!("scan-{ename}-{}", if self.subgroups { "subgroup" } else { "shared" });
         let src = format!("{elem_src}\n{}\n{SCAN_WGSL}", wg_part(self.subgroups));
-        let defs = [
-            ("T", t.to_string()),
-            ("WG", self.wg.to_string()),
-            ("VPT", self.vpt.to_string()),
-        ];
+        let defs = [("T", t.to_string()), ("WG", self.wg.to_string()), ("VPT", self.vpt.to_string())];
         ctx.pipeline(&name, &src, entry, &defs)
     }
 
@@ -811,30 +718,11 @@ impl ScanKernel {
     fn lb_pipeline(&self, ctx: &GpuContext, entry: &str) -> GpuResult<Arc<wgpu::ComputePipeline>> {
         let t = if self.elem == Elem::F32 { "f32" } else { "u32" };
         let layout = if self.striped { "striped" } else { "blocked" };
-        let name = format!(
-            "scanlb-{t}-{}-{layout}-{}",
-            if self.subgroups { "subgroup" } else { "shared" },
-            self.transpose
-        );
-        let lb = if self.subgroups {
-            LB_SUBGROUP_WGSL
-        } else {
-            LB_SHARED_WGSL
-        };
-        let tile = if self.striped {
-            TILE_STRIPED_WGSL
-        } else {
-            TILE_BLOCKED_WGSL
-        };
-        let src = format!(
-            "{ELEM_VEC4_WGSL}\n{}\n{LOOKBACK_WGSL}\n{lb}\n{tile}",
-            wg_part(self.subgroups)
-        );
-        let xv = if self.transpose {
-            self.wg * self.vpt * 9 / 8 + 1
-        } else {
-            1
-        };
+        let name = format!("scanlb-{t}-{}-{layout}-{}", if self.subgroups { "subgroup" } else { "shared" }, self.transpose);
+        let lb = if self.subgroups { LB_SUBGROUP_WGSL } else { LB_SHARED_WGSL };
+        let tile = if self.striped { TILE_STRIPED_WGSL } else { TILE_BLOCKED_WGSL };
+        let src = format!("{ELEM_VEC4_WGSL}\n{}\n{LOOKBACK_WGSL}\n{lb}\n{tile}", wg_part(self.subgroups));
+        let xv = if self.transpose { self.wg * self.vpt * 9 / 8 + 1 } else { 1 };
         let defs = [
             ("T", t.to_string()),
             ("WG", self.wg.to_string()),
@@ -871,39 +759,20 @@ impl ScanKernel {
         }
         let state = ctx.pool().alloc(words * 4)?;
         let init = self.lb_pipeline(ctx, "init_state")?;
-        let ub = ctx.uniform(&LbParams {
-            n: words as u32,
-            nvec: 0,
-            tiles: 0,
-            tile_base: 0,
-            flags: 0,
-            ctr: 0,
-            spins: 0,
-            pad: 0,
-        });
+        let ub = ctx.uniform(&LbParams { n: words as u32, nvec: 0, tiles: 0, tile_base: 0, flags: 0, ctr: 0, spins: 0, pad: 0 });
         pass.dispatch(
             ctx,
             &init,
             &[
-                wgpu::BindGroupEntry {
-                    binding: 2,
-                    resource: state.raw().as_entire_binding(),
-                },
-                wgpu::BindGroupEntry {
-                    binding: 4,
-                    resource: ub.as_entire_binding(),
-                },
+                wgpu::BindGroupEntry { binding: 2, resource: state.raw().as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 4, resource: ub.as_entire_binding() },
             ],
             words.div_ceil(self.wg as u64),
         )?;
         let pipe = self.lb_pipeline(ctx, "scan_lookback")?;
         let mut base = 0u64;
         for (i, (&(src, dst, n), &t)) in parts.iter().zip(&tiles).enumerate() {
-            let mut flags = if kind == ScanKind::Exclusive {
-                F_EXCLUSIVE
-            } else {
-                0
-            };
+            let mut flags = if kind == ScanKind::Exclusive { F_EXCLUSIVE } else { 0 };
             if i + 1 == parts.len() {
                 flags |= F_TOTAL;
             }
@@ -924,26 +793,11 @@ impl ScanKernel {
                 ctx,
                 &pipe,
                 &[
-                    wgpu::BindGroupEntry {
-                        binding: 0,
-                        resource: src.as_entire_binding(),
-                    },
-                    wgpu::BindGroupEntry {
-                        binding: 1,
-                        resource: dst.as_entire_binding(),
-                    },
-                    wgpu::BindGroupEntry {
-                        binding: 2,
-                        resource: state.raw().as_entire_binding(),
-                    },
-                    wgpu::BindGroupEntry {
-                        binding: 3,
-                        resource: total.as_entire_binding(),
-                    },
-                    wgpu::BindGroupEntry {
-                        binding: 4,
-                        resource: ub.as_entire_binding(),
-                    },
+                    wgpu::BindGroupEntry { binding: 0, resource: src.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: 1, resource: dst.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: 2, resource: state.raw().as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: 3, resource: total.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: 4, resource: ub.as_entire_binding() },
                 ],
                 t,
             )?;
@@ -965,14 +819,7 @@ impl ScanKernel {
         Ok(())
     }
 
-    fn params(
-        &self,
-        ctx: &GpuContext,
-        n: u64,
-        tiles: u64,
-        tile_base: u64,
-        flags: u32,
-    ) -> wgpu::Buffer {
+    fn params(&self, ctx: &GpuContext, n: u64, tiles: u64, tile_base: u64, flags: u32) -> wgpu::Buffer {
         ctx.uniform(&Params {
             n: n as u32,
             nvec: n.div_ceil(self.vec()) as u32,
@@ -1003,18 +850,9 @@ impl ScanKernel {
             ctx,
             &pipe,
             &[
-                wgpu::BindGroupEntry {
-                    binding: 0,
-                    resource: src.as_entire_binding(),
-                },
-                wgpu::BindGroupEntry {
-                    binding: 3,
-                    resource: sums.as_entire_binding(),
-                },
-                wgpu::BindGroupEntry {
-                    binding: 4,
-                    resource: ub.as_entire_binding(),
-                },
+                wgpu::BindGroupEntry { binding: 0, resource: src.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 3, resource: sums.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 4, resource: ub.as_entire_binding() },
             ],
             tiles,
         )
@@ -1053,26 +891,11 @@ impl ScanKernel {
             ctx,
             &pipe,
             &[
-                wgpu::BindGroupEntry {
-                    binding: 0,
-                    resource: src.as_entire_binding(),
-                },
-                wgpu::BindGroupEntry {
-                    binding: 1,
-                    resource: dst.as_entire_binding(),
-                },
-                wgpu::BindGroupEntry {
-                    binding: 2,
-                    resource: offs.unwrap_or(src).as_entire_binding(),
-                },
-                wgpu::BindGroupEntry {
-                    binding: 3,
-                    resource: total.unwrap_or(dst).as_entire_binding(),
-                },
-                wgpu::BindGroupEntry {
-                    binding: 4,
-                    resource: ub.as_entire_binding(),
-                },
+                wgpu::BindGroupEntry { binding: 0, resource: src.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 1, resource: dst.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 2, resource: offs.unwrap_or(src).as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 3, resource: total.unwrap_or(dst).as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 4, resource: ub.as_entire_binding() },
             ],
             tiles,
         )
@@ -1094,11 +917,7 @@ impl ScanKernel {
         if self.single_pass {
             return self.record_single_pass(ctx, pass, parts, kind, total);
         }
-        let flags = if kind == ScanKind::Exclusive {
-            F_EXCLUSIVE
-        } else {
-            0
-        };
+        let flags = if kind == ScanKind::Exclusive { F_EXCLUSIVE } else { 0 };
         let tile = self.tile();
         let tiles: Vec<u64> = parts.iter().map(|p| p.2.div_ceil(tile)).collect();
         let nt: u64 = tiles.iter().sum();
@@ -1116,27 +935,10 @@ impl ScanKernel {
             self.reduce(ctx, pass, src, n, t, base, sums.raw())?;
             base += t;
         }
-        self.record(
-            ctx,
-            pass,
-            &[(sums.raw(), offs.raw(), nt)],
-            ScanKind::Exclusive,
-            total,
-        )?;
+        self.record(ctx, pass, &[(sums.raw(), offs.raw(), nt)], ScanKind::Exclusive, total)?;
         let mut base = 0;
         for (&(src, dst, n), &t) in parts.iter().zip(&tiles) {
-            self.downsweep(
-                ctx,
-                pass,
-                src,
-                dst,
-                n,
-                t,
-                base,
-                Some(offs.raw()),
-                None,
-                flags,
-            )?;
+            self.downsweep(ctx, pass, src, dst, n, t, base, Some(offs.raw()), None, flags)?;
             base += t;
         }
         pass.keep.push(sums);

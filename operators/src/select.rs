@@ -248,19 +248,11 @@ pub fn unkey_i64(k: u64) -> i64 {
 }
 /// Inverse of [`key_f32`] (NaN keys give the canonical NaN).
 pub fn unkey_f32(k: u32) -> f32 {
-    f32::from_bits(if k & 0x8000_0000 != 0 {
-        k & 0x7fff_ffff
-    } else {
-        !k
-    })
+    f32::from_bits(if k & 0x8000_0000 != 0 { k & 0x7fff_ffff } else { !k })
 }
 /// Inverse of [`key_f64`] (NaN keys give the canonical NaN).
 pub fn unkey_f64(k: u64) -> f64 {
-    f64::from_bits(if k & (1 << 63) != 0 {
-        k & !(1 << 63)
-    } else {
-        !k
-    })
+    f64::from_bits(if k & (1 << 63) != 0 { k & !(1 << 63) } else { !k })
 }
 
 const BULK_MIN: usize = 1 << 16;
@@ -269,10 +261,7 @@ fn bulk<T: Copy + Sync, K: Send>(xs: &[T], f: impl Fn(T) -> K + Sync + Send) -> 
     if xs.len() < BULK_MIN {
         xs.iter().map(|&x| f(x)).collect()
     } else {
-        xs.par_iter()
-            .with_min_len(BULK_MIN / 4)
-            .map(|&x| f(x))
-            .collect()
+        xs.par_iter().with_min_len(BULK_MIN / 4).map(|&x| f(x)).collect()
     }
 }
 
@@ -294,9 +283,7 @@ pub fn keys_i64(xs: &[i64]) -> Vec<u64> {
 }
 
 /// A selection key: `u32` or `u64`, ordered as unsigned integers.
-pub trait SelectKey:
-    bytemuck::Pod + Ord + Copy + Send + Sync + Default + std::fmt::Debug + 'static
-{
+pub trait SelectKey: bytemuck::Pod + Ord + Copy + Send + Sync + Default + std::fmt::Debug + 'static {
     /// Bytes per key (4 or 8).
     const BYTES: usize;
     /// The largest key.
@@ -524,9 +511,7 @@ pub fn select_cpu<K: SelectKey>(keys: &[K], ranks: &[u64]) -> Vec<K> {
             .map(|i| keys[(splitmix(i ^ 0x9e37_79b9) % n as u64) as usize])
             .collect();
         sample.sort_unstable();
-        let spl: Vec<K> = (0..ns)
-            .map(|j| sample[(j + 1) * sample.len() / (ns + 1)])
-            .collect();
+        let spl: Vec<K> = (0..ns).map(|j| sample[(j + 1) * sample.len() / (ns + 1)]).collect();
         let nb = 2 * ns + 1;
         let chunk = (n / (rayon::current_num_threads() * 4)).max(1 << 16);
         let counts = keys
@@ -538,23 +523,16 @@ pub fn select_cpu<K: SelectKey>(keys: &[K], ranks: &[u64]) -> Vec<K> {
                 }
                 h
             })
-            .reduce(
-                || vec![0usize; nb],
-                |mut a, b| {
-                    a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
-                    a
-                },
-            );
+            .reduce(|| vec![0usize; nb], |mut a, b| {
+                a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+                a
+            });
         let mut start = vec![0usize; nb + 1];
         for b in 0..nb {
             start[b + 1] = start[b] + counts[b];
         }
         let bucket_of_rank = |r: usize| start.partition_point(|&s| s <= r) - 1;
-        let mut targets: Vec<usize> = uniq
-            .iter()
-            .map(|&r| bucket_of_rank(r))
-            .filter(|b| b % 2 == 0)
-            .collect();
+        let mut targets: Vec<usize> = uniq.iter().map(|&r| bucket_of_rank(r)).filter(|b| b % 2 == 0).collect();
         targets.dedup();
         let is_target = {
             let mut t = vec![false; nb];
@@ -575,10 +553,7 @@ pub fn select_cpu<K: SelectKey>(keys: &[K], ranks: &[u64]) -> Vec<K> {
                     .collect()
             })
             .collect();
-        let mut buckets: Vec<Vec<K>> = targets
-            .iter()
-            .map(|&b| Vec::with_capacity(counts[b]))
-            .collect();
+        let mut buckets: Vec<Vec<K>> = targets.iter().map(|&b| Vec::with_capacity(counts[b])).collect();
         for p in parts {
             for (b, x) in p {
                 let i = targets.binary_search(&b).expect("target bucket");
@@ -587,17 +562,9 @@ pub fn select_cpu<K: SelectKey>(keys: &[K], ranks: &[u64]) -> Vec<K> {
         }
         let per: Vec<Vec<usize>> = targets
             .iter()
-            .map(|&b| {
-                uniq.iter()
-                    .filter(|&&r| bucket_of_rank(r) == b)
-                    .map(|&r| r - start[b])
-                    .collect()
-            })
+            .map(|&b| uniq.iter().filter(|&&r| bucket_of_rank(r) == b).map(|&r| r - start[b]).collect())
             .collect();
-        buckets
-            .par_iter_mut()
-            .zip(per.par_iter())
-            .for_each(|(v, rs)| multiselect(v, rs));
+        buckets.par_iter_mut().zip(per.par_iter()).for_each(|(v, rs)| multiselect(v, rs));
         uniq.iter()
             .map(|&r| {
                 let b = bucket_of_rank(r);
@@ -610,23 +577,14 @@ pub fn select_cpu<K: SelectKey>(keys: &[K], ranks: &[u64]) -> Vec<K> {
             })
             .collect()
     };
-    ranks
-        .iter()
-        .map(|&r| answers[uniq.binary_search(&(r as usize)).expect("rank")])
-        .collect()
+    ranks.iter().map(|&r| answers[uniq.binary_search(&(r as usize)).expect("rank")]).collect()
 }
 
 /// Approximate selection on the CPU: answers exactly (error bound 0), which meets
 /// any approximate contract; the CPU has no cheaper one-level variant that pays.
 pub fn approx_select_cpu<K: SelectKey>(keys: &[K], ranks: &[u64]) -> (Vec<K>, SelectStats) {
     let v = select_cpu(keys, ranks);
-    (
-        v,
-        SelectStats {
-            algorithm: "cpu-exact",
-            ..Default::default()
-        },
-    )
+    (v, SelectStats { algorithm: "cpu-exact", ..Default::default() })
 }
 
 fn splitmix(x: u64) -> u64 {
@@ -661,11 +619,7 @@ pub fn topk_cpu<K: SelectKey>(keys: &[K], k: usize) -> Vec<u32> {
     let chunk = (n / (rayon::current_num_threads() * 4)).max(1 << 14);
     let counts: Vec<(usize, usize)> = keys
         .par_chunks(chunk)
-        .map(|c| {
-            c.iter().fold((0, 0), |(l, e), &x| {
-                (l + usize::from(x < t), e + usize::from(x == t))
-            })
-        })
+        .map(|c| c.iter().fold((0, 0), |(l, e), &x| (l + usize::from(x < t), e + usize::from(x == t))))
         .collect();
     let lt: usize = counts.iter().map(|c| c.0).sum();
     let need = k - lt;
@@ -799,21 +753,13 @@ impl Kern {
             (8, Int64Path::Auto) | (8, Int64Path::Emulated) => Repr::U64Emu,
             (8, Int64Path::Native) if ctx.has_int64() => Repr::U64,
             (8, Int64Path::Native) => {
-                return Err(GpuError::Invalid(
-                    "native 64-bit selection without SHADER_INT64 on this device".into(),
-                ))
+                return Err(GpuError::Invalid("native 64-bit selection without SHADER_INT64 on this device".into()))
             }
-            _ => {
-                return Err(GpuError::Invalid(format!(
-                    "key of {kb} bytes (expected 4 or 8)"
-                )))
-            }
+            _ => return Err(GpuError::Invalid(format!("key of {kb} bytes (expected 4 or 8)"))),
         };
         let l = ctx.limits();
         if l.max_compute_invocations_per_workgroup < WG || l.max_compute_workgroup_size_x < WG {
-            return Err(GpuError::Invalid(format!(
-                "selection needs workgroups of {WG} invocations"
-            )));
+            return Err(GpuError::Invalid(format!("selection needs workgroups of {WG} invocations")));
         }
         let mem = l.max_compute_workgroup_storage_size as usize;
         let mut s = opts.max_sample.clamp(64, 4096).next_power_of_two();
@@ -829,21 +775,10 @@ impl Kern {
             b /= 2;
         }
         if s as usize * kb > mem || need(b as usize) > mem {
-            return Err(GpuError::Invalid(format!(
-                "workgroup memory of {mem} bytes is too small for selection"
-            )));
+            return Err(GpuError::Invalid(format!("workgroup memory of {mem} bytes is too small for selection")));
         }
-        let sg_sort = opts.subgroup_sort
-            && ctx.has_subgroups()
-            && s / 4 <= l.max_compute_invocations_per_workgroup
-            && s / 4 <= l.max_compute_workgroup_size_x;
-        Ok(Kern {
-            repr,
-            kb,
-            s,
-            ns: b - 1,
-            sg_sort,
-        })
+        let sg_sort = opts.subgroup_sort && ctx.has_subgroups() && s / 4 <= l.max_compute_invocations_per_workgroup && s / 4 <= l.max_compute_workgroup_size_x;
+        Ok(Kern { repr, kb, s, ns: b - 1, sg_sort })
     }
 
     fn nb(&self) -> u32 {
@@ -859,31 +794,15 @@ impl Kern {
             Repr::U32 | Repr::U64Emu => "return subgroupShuffleXor(a, m);",
             Repr::U64 => "let v = subgroupShuffleXor(vec2<u32>(u32(a & 0xfffffffflu), u32(a >> 32u)), m); return u64(v.x) | (u64(v.y) << 32u);",
         };
-        self.pipe_with(
-            ctx,
-            "bitonic+sort+sortsg",
-            "sort_sample_sg",
-            &[("SWG", (self.s / 4).to_string()), ("KSHX", shx.to_string())],
-        )
+        self.pipe_with(ctx, "bitonic+sort+sortsg", "sort_sample_sg", &[("SWG", (self.s / 4).to_string()), ("KSHX", shx.to_string())])
     }
 
-    fn pipe(
-        &self,
-        ctx: &GpuContext,
-        section: &str,
-        entry: &str,
-    ) -> GpuResult<Arc<wgpu::ComputePipeline>> {
+    fn pipe(&self, ctx: &GpuContext, section: &str, entry: &str) -> GpuResult<Arc<wgpu::ComputePipeline>> {
         self.pipe_with(ctx, section, entry, &[])
     }
 
     /// [`Kern::pipe`] with further placeholder values (`NWIN` of section window).
-    fn pipe_with(
-        &self,
-        ctx: &GpuContext,
-        section: &str,
-        entry: &str,
-        extra: &[(&str, String)],
-    ) -> GpuResult<Arc<wgpu::ComputePipeline>> {
+    fn pipe_with(&self, ctx: &GpuContext, section: &str, entry: &str, extra: &[(&str, String)]) -> GpuResult<Arc<wgpu::ComputePipeline>> {
         let (key, kname) = match self.repr {
             Repr::U32 => (KEY_U32, "u32"),
             Repr::U64 => (KEY_U64, "u64"),
@@ -896,9 +815,9 @@ impl Kern {
             let mut src = format!("{key}{}", &SELECT_WGSL[..first]);
             for part in section.split('+') {
                 let marker = format!("\n//@@ {part}");
-                let start = SELECT_WGSL.find(&marker).ok_or_else(|| {
-                    GpuError::Invalid(format!("select.wgsl has no section {part}"))
-                })?;
+                let start = SELECT_WGSL
+                    .find(&marker)
+                    .ok_or_else(|| GpuError::Invalid(format!("select.wgsl has no section {part}")))?;
                 let rest = &SELECT_WGSL[start + marker.len()..];
                 src.push_str("\n//");
                 src.push_str(&rest[..rest.find("\n//@@ ").unwrap_or(rest.len())]);
@@ -918,17 +837,10 @@ impl Kern {
     }
 }
 
-fn bind(
-    ctx: &GpuContext,
-    pipe: &wgpu::ComputePipeline,
-    entries: &[(u32, &wgpu::Buffer)],
-) -> wgpu::BindGroup {
+fn bind(ctx: &GpuContext, pipe: &wgpu::ComputePipeline, entries: &[(u32, &wgpu::Buffer)]) -> wgpu::BindGroup {
     let e: Vec<wgpu::BindGroupEntry<'_>> = entries
         .iter()
-        .map(|(b, buf)| wgpu::BindGroupEntry {
-            binding: *b,
-            resource: buf.as_entire_binding(),
-        })
+        .map(|(b, buf)| wgpu::BindGroupEntry { binding: *b, resource: buf.as_entire_binding() })
         .collect();
     ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
         label: Some("select"),
@@ -955,29 +867,15 @@ struct Rec<'a> {
 
 impl<'a> Rec<'a> {
     fn new(ctx: &'a GpuContext) -> Self {
-        Rec {
-            ctx,
-            list: Vec::new(),
-        }
+        Rec { ctx, list: Vec::new() }
     }
-    fn dispatch(
-        &mut self,
-        pipe: &Arc<wgpu::ComputePipeline>,
-        entries: &[(u32, &wgpu::Buffer)],
-        groups: u64,
-    ) -> GpuResult<()> {
+    fn dispatch(&mut self, pipe: &Arc<wgpu::ComputePipeline>, entries: &[(u32, &wgpu::Buffer)], groups: u64) -> GpuResult<()> {
         if groups == 0 {
             return Ok(());
         }
-        let max = self
-            .ctx
-            .limits()
-            .max_compute_workgroups_per_dimension
-            .max(1) as u64;
+        let max = self.ctx.limits().max_compute_workgroups_per_dimension.max(1) as u64;
         if groups > max * max {
-            return Err(GpuError::Invalid(format!(
-                "dispatch of {groups} workgroups exceeds two dimensions"
-            )));
+            return Err(GpuError::Invalid(format!("dispatch of {groups} workgroups exceeds two dimensions")));
         }
         let bg = lap("bind group", || bind(self.ctx, pipe, entries));
         let (x, y, z) = dispatch_dims(groups, max as u32);
@@ -988,18 +886,11 @@ impl<'a> Rec<'a> {
     fn push(&mut self, pipe: &Arc<wgpu::ComputePipeline>, bg: &wgpu::BindGroup, dims: Dims) {
         self.list.push((pipe.clone(), bg.clone(), dims));
     }
-    fn encode(
-        &self,
-        enc: &mut wgpu::CommandEncoder,
-        timestamps: Option<wgpu::ComputePassTimestampWrites<'_>>,
-    ) {
+    fn encode(&self, enc: &mut wgpu::CommandEncoder, timestamps: Option<wgpu::ComputePassTimestampWrites<'_>>) {
         if self.list.is_empty() && timestamps.is_none() {
             return;
         }
-        let mut cp = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: Some("select"),
-            timestamp_writes: timestamps,
-        });
+        let mut cp = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("select"), timestamp_writes: timestamps });
         for (p, bg, dims) in &self.list {
             cp.set_pipeline(p);
             cp.set_bind_group(0, bg, &[]);
@@ -1055,8 +946,7 @@ impl GpuClock {
             // request; the GPU idles meanwhile and its clock drops, so kernel times
             // taken this way run up to 4x the normal (BENCHMARKS.md, session 12):
             // compare variants by wall time without it.
-            timed: ctx.has_timestamps()
-                && std::env::var_os("RIDGELINE_SELECT_TIMESTAMPS").is_some(),
+            timed: ctx.has_timestamps() && std::env::var_os("RIDGELINE_SELECT_TIMESTAMPS").is_some(),
             profile: profiling().then(Instant::now),
         }
     }
@@ -1065,26 +955,14 @@ impl GpuClock {
     fn mark(&mut self, ctx: &GpuContext, what: std::fmt::Arguments<'_>) -> GpuResult<()> {
         if let Some(t) = self.profile {
             ctx.wait()?;
-            eprintln!(
-                "select-profile {what}: {:.3} ms",
-                t.elapsed().as_secs_f64() * 1e3
-            );
+            eprintln!("select-profile {what}: {:.3} ms", t.elapsed().as_secs_f64() * 1e3);
             self.profile = Some(Instant::now());
         }
         Ok(())
     }
     /// Encodes `recs` as one compute pass each (timed), submits `enc`.
-    fn submit(
-        &mut self,
-        ctx: &GpuContext,
-        mut enc: wgpu::CommandEncoder,
-        recs: &[&Rec<'_>],
-    ) -> GpuResult<()> {
-        let timer = if self.timed {
-            crate::timing::KernelTimer::new(ctx, recs.len() as u32)
-        } else {
-            None
-        };
+    fn submit(&mut self, ctx: &GpuContext, mut enc: wgpu::CommandEncoder, recs: &[&Rec<'_>]) -> GpuResult<()> {
+        let timer = if self.timed { crate::timing::KernelTimer::new(ctx, recs.len() as u32) } else { None };
         for (i, r) in recs.iter().enumerate() {
             r.encode(&mut enc, timer.as_ref().and_then(|t| t.writes(i as u32)));
         }
@@ -1107,32 +985,16 @@ impl GpuClock {
 }
 
 /// Reads `count` elements of `T` from the start of `buf`.
-fn read_buf<T: bytemuck::Pod + Default>(
-    ctx: &GpuContext,
-    buf: &wgpu::Buffer,
-    count: usize,
-) -> GpuResult<Vec<T>> {
+fn read_buf<T: bytemuck::Pod + Default>(ctx: &GpuContext, buf: &wgpu::Buffer, count: usize) -> GpuResult<Vec<T>> {
     let mut v = vec![T::default(); count];
     let bytes = (count * std::mem::size_of::<T>()) as u64;
     if bytes == 0 {
         return Ok(v);
     }
     if !bytes.is_multiple_of(4) {
-        return Err(GpuError::Invalid(
-            "readback of a size that is not a multiple of 4".into(),
-        ));
+        return Err(GpuError::Invalid("readback of a size that is not a multiple of 4".into()));
     }
-    lap("download", || {
-        ctx.download_stream(
-            &[Extent {
-                buffer: buf,
-                offset: 0,
-                stream_offset: 0,
-                len: bytes,
-            }],
-            bytemuck::cast_slice_mut(&mut v),
-        )
-    })?;
+    lap("download", || ctx.download_stream(&[Extent { buffer: buf, offset: 0, stream_offset: 0, len: bytes }], bytemuck::cast_slice_mut(&mut v)))?;
     Ok(v)
 }
 
@@ -1144,9 +1006,7 @@ struct Scratch<'a> {
 
 impl Scratch<'_> {
     fn alloc(&mut self, bytes: u64) -> GpuResult<GpuBuffer> {
-        let b = lap("alloc", || {
-            self.ctx.pool().alloc(bytes.max(4).div_ceil(4) * 4)
-        })?;
+        let b = lap("alloc", || self.ctx.pool().alloc(bytes.max(4).div_ceil(4) * 4))?;
         self.bytes += b.size();
         Ok(b)
     }
@@ -1186,12 +1046,7 @@ struct Task {
 }
 
 /// The pieces of a task's keys, one per buffer: (buffer, first element, count).
-fn pieces<'a>(
-    input: &'a DeviceArray,
-    len: usize,
-    bufs: &'a [GpuBuffer],
-    t: &Task,
-) -> Vec<(&'a wgpu::Buffer, u32, u32)> {
+fn pieces<'a>(input: &'a DeviceArray, len: usize, bufs: &'a [GpuBuffer], t: &Task) -> Vec<(&'a wgpu::Buffer, u32, u32)> {
     match t.src {
         Src::Input => (0..input.num_segments())
             .filter_map(|i| {
@@ -1204,21 +1059,14 @@ fn pieces<'a>(
         Src::Range { start } => (0..input.num_segments())
             .filter_map(|i| {
                 let (buf, s0, rows) = input.segment(i);
-                let (a, b) = (
-                    (s0 as u64).max(start),
-                    ((s0 + rows) as u64).min(start + t.n),
-                );
+                let (a, b) = ((s0 as u64).max(start), ((s0 + rows) as u64).min(start + t.n));
                 (a < b).then(|| (buf, (a - s0 as u64) as u32, (b - a) as u32))
             })
             .collect(),
     }
 }
 
-fn check_device_input<K: SelectKey>(
-    ctx: &GpuContext,
-    keys: &DeviceArray,
-    len: usize,
-) -> GpuResult<()> {
+fn check_device_input<K: SelectKey>(ctx: &GpuContext, keys: &DeviceArray, len: usize) -> GpuResult<()> {
     if keys.elem_size() != K::BYTES {
         return Err(GpuError::Invalid(format!(
             "selection of {}-byte keys from an array of {}-byte elements",
@@ -1227,15 +1075,10 @@ fn check_device_input<K: SelectKey>(
         )));
     }
     if len > keys.len() {
-        return Err(GpuError::Invalid(format!(
-            "selection of {len} keys from an array of {}",
-            keys.len()
-        )));
+        return Err(GpuError::Invalid(format!("selection of {len} keys from an array of {}", keys.len())));
     }
     if len as u64 >= u32::MAX as u64 {
-        return Err(GpuError::Invalid(format!(
-            "selection of {len} keys (at most 2^32 - 2)"
-        )));
+        return Err(GpuError::Invalid(format!("selection of {len} keys (at most 2^32 - 2)")));
     }
     ctx.check()
 }
@@ -1272,10 +1115,7 @@ fn sample_select<K: SelectKey>(
         stats.gpu_ms += st.gpu_ms;
         stats.algorithm = st.algorithm;
     }
-    let out = ranks
-        .iter()
-        .map(|r| vals[uniq.binary_search(r).expect("rank in its batch")])
-        .collect();
+    let out = ranks.iter().map(|r| vals[uniq.binary_search(r).expect("rank in its batch")]).collect();
     Ok((out, stats))
 }
 
@@ -1292,23 +1132,11 @@ fn sample_select_once<K: SelectKey>(
     let mut clock = GpuClock::new(ctx);
     check_device_input::<K>(ctx, input, len)?;
     if let Some(r) = ranks.iter().find(|&&r| r >= len as u64) {
-        return Err(GpuError::Invalid(format!(
-            "rank {r} out of range for {len} keys"
-        )));
+        return Err(GpuError::Invalid(format!("rank {r} out of range for {len} keys")));
     }
     if ranks.is_empty() {
-        let algorithm = if approx.is_some() {
-            "gpu-sampleselect-approx"
-        } else {
-            "gpu-sampleselect"
-        };
-        return Ok((
-            Vec::new(),
-            SelectStats {
-                algorithm,
-                ..Default::default()
-            },
-        ));
+        let algorithm = if approx.is_some() { "gpu-sampleselect-approx" } else { "gpu-sampleselect" };
+        return Ok((Vec::new(), SelectStats { algorithm, ..Default::default() }));
     }
     let whole = Task {
         src: Src::Input,
@@ -1329,31 +1157,12 @@ fn sample_select_once<K: SelectKey>(
         let mut found = None;
         for cells in [true, false] {
             if found.is_none() && (opts.approx_key_cells || !cells) {
-                found = approx_hist::<K>(
-                    ctx,
-                    input,
-                    len,
-                    &uniq,
-                    allowed,
-                    cells,
-                    opts,
-                    &mut clock,
-                    &mut scratch,
-                )?;
+                found = approx_hist::<K>(ctx, input, len, &uniq, allowed, cells, opts, &mut clock, &mut scratch)?;
             }
         }
         if let Some((vals, bound, algorithm)) = found {
-            let out = ranks
-                .iter()
-                .map(|r| vals[uniq.binary_search(r).expect("a rank")])
-                .collect();
-            let stats = SelectStats {
-                levels: 1,
-                device_bytes: scratch.bytes,
-                algorithm,
-                rank_error_bound: bound,
-                gpu_ms: clock.ms(),
-            };
+            let out = ranks.iter().map(|r| vals[uniq.binary_search(r).expect("a rank")]).collect();
+            let stats = SelectStats { levels: 1, device_bytes: scratch.bytes, algorithm, rank_error_bound: bound, gpu_ms: clock.ms() };
             return Ok((out, stats));
         }
     }
@@ -1361,71 +1170,26 @@ fn sample_select_once<K: SelectKey>(
     // approximate level of the descent (1.8 against 2.5 ms at 2^28, session 10), so
     // approximate calls take it too (bound 0).
     {
-        let (rlo, rhi) = (
-            ranks.iter().copied().min().unwrap_or(0),
-            ranks.iter().copied().max().unwrap_or(0),
-        );
+        let (rlo, rhi) = (ranks.iter().copied().min().unwrap_or(0), ranks.iter().copied().max().unwrap_or(0));
         let mut scratch = Scratch { ctx, bytes: 0 };
-        if let Some((end, levels)) = chain::<K>(
-            ctx,
-            input,
-            len,
-            rlo,
-            rhi,
-            false,
-            opts,
-            &mut clock,
-            &mut scratch,
-        )? {
+        if let Some((end, levels)) = chain::<K>(ctx, input, len, rlo, rhi, false, opts, &mut clock, &mut scratch)? {
             let out = match end {
                 ChainEnd::One(v) => vec![v; ranks.len()],
-                ChainEnd::Region(keys, shift, _) => {
-                    ranks.iter().map(|&r| keys[(r - shift) as usize]).collect()
-                }
+                ChainEnd::Region(keys, shift, _) => ranks.iter().map(|&r| keys[(r - shift) as usize]).collect(),
             };
-            let stats = SelectStats {
-                levels,
-                device_bytes: scratch.bytes,
-                algorithm: "gpu-sampleselect+chain",
-                rank_error_bound: 0,
-                gpu_ms: clock.ms(),
-            };
+            let stats = SelectStats { levels, device_bytes: scratch.bytes, algorithm: "gpu-sampleselect+chain", rank_error_bound: 0, gpu_ms: clock.ms() };
             return Ok((out, stats));
         }
     }
     // Approximate selection needs one bucketing level over the keys (1.3 ms at 2^28
     // on the H100), less than the bracketing level and the level after it.
-    let bracketed = if approx.is_none() {
-        bracket::<K>(ctx, input, len, &whole, opts, &mut clock)?
-    } else {
-        None
-    };
+    let bracketed = if approx.is_none() { bracket::<K>(ctx, input, len, &whole, opts, &mut clock)? } else { None };
     if let Some((tasks, start)) = bracketed {
-        let (out, mut stats) = sample_select_tasks(
-            ctx,
-            input,
-            len,
-            tasks,
-            ranks.len(),
-            approx,
-            opts,
-            clock,
-            start,
-        )?;
+        let (out, mut stats) = sample_select_tasks(ctx, input, len, tasks, ranks.len(), approx, opts, clock, start)?;
         stats.algorithm = "gpu-sampleselect+bracket";
         return Ok((out, stats));
     }
-    sample_select_tasks(
-        ctx,
-        input,
-        len,
-        vec![whole],
-        ranks.len(),
-        approx,
-        opts,
-        clock,
-        Start::default(),
-    )
+    sample_select_tasks(ctx, input, len, vec![whole], ranks.len(), approx, opts, clock, Start::default())
 }
 
 /// Where a descent starts when a bracketing level ran before it.
@@ -1499,12 +1263,7 @@ fn bracket_windows(n: u64, s: u64, ranks: &[u64], sigmas: f64) -> Vec<Window> {
             // them, standard deviation about sqrt(m) / (s + 1); 4 deviations of slack.
             let m = (b - a) as f64;
             let cap = (((m + 4.0 * m.sqrt() + 8.0) / (s as f64 + 1.0)) * n as f64).ceil() as u64;
-            Window {
-                a: (a >= 0).then_some(a as u64),
-                b: (b < s as i64).then_some(b as u64),
-                ranks,
-                cap: cap.min(n),
-            }
+            Window { a: (a >= 0).then_some(a as u64), b: (b < s as i64).then_some(b as u64), ranks, cap: cap.min(n) }
         })
         .collect();
     if out.iter().map(|w| w.cap).sum::<u64>() as f64 > BRACKET_MAX_SHARE * n as f64 {
@@ -1537,10 +1296,7 @@ fn bracket<K: SelectKey>(
     uniq.dedup();
     let windows = bracket_windows(n, s, &uniq, opts.bracket_sigmas);
     let total_cap: u64 = windows.iter().map(|w| w.cap).sum();
-    let max_binding = ctx
-        .limits()
-        .max_storage_buffer_binding_size
-        .min((1 << 31) - 1);
+    let max_binding = ctx.limits().max_storage_buffer_binding_size.min((1 << 31) - 1);
     if windows.is_empty() || total_cap * kb > max_binding {
         return Ok(None);
     }
@@ -1575,34 +1331,14 @@ fn bracket<K: SelectKey>(
     lay_out(&mut wp, &mut windows.iter().map(|w| w.cap));
     let mut enc = ctx.encoder("select-bracket");
     enc.clear_buffer(counts.raw(), 0, None);
-    let (mut r_sample, mut r_sort, mut r_count, mut r_copy) =
-        (Rec::new(ctx), Rec::new(ctx), Rec::new(ctx), Rec::new(ctx));
+    let (mut r_sample, mut r_sort, mut r_count, mut r_copy) = (Rec::new(ctx), Rec::new(ctx), Rec::new(ctx), Rec::new(ctx));
     // The copy pass over every piece, with the windows' regions of `wp` in `out`.
     let copy_dispatches = |r: &mut Rec<'_>, wp: &WinParams, out: &GpuBuffer| -> GpuResult<()> {
         let mut wg_base = 0u64;
         for &(buf, off, pn) in &ps {
             let groups = (pn as u64).div_ceil(CHUNK as u64);
-            let ub = uni(
-                ctx,
-                &WinParams {
-                    off,
-                    n: pn,
-                    wg_base: wg_base as u32,
-                    ..*wp
-                },
-            );
-            r.dispatch(
-                &p_copy,
-                &[
-                    (0, buf),
-                    (1, sorted.raw()),
-                    (2, counts.raw()),
-                    (3, &ub),
-                    (4, out.raw()),
-                    (5, per_group.raw()),
-                ],
-                groups,
-            )?;
+            let ub = uni(ctx, &WinParams { off, n: pn, wg_base: wg_base as u32, ..*wp });
+            r.dispatch(&p_copy, &[(0, buf), (1, sorted.raw()), (2, counts.raw()), (3, &ub), (4, out.raw()), (5, per_group.raw())], groups)?;
             wg_base += groups;
         }
         Ok(())
@@ -1610,85 +1346,26 @@ fn bracket<K: SelectKey>(
     let mut taken = 0u64;
     let mut wg_base = 0u64;
     for (pi, &(buf, off, pn)) in ps.iter().enumerate() {
-        let cnt = if pi + 1 == ps.len() {
-            s - taken
-        } else {
-            s * pn as u64 / n
-        };
+        let cnt = if pi + 1 == ps.len() { s - taken } else { s * pn as u64 / n };
         let seed = opts.seed ^ 0x5bd1_e995 ^ (pi as u32);
-        let ub = uni(
-            ctx,
-            &Params {
-                off,
-                n: pn,
-                cnt: cnt as u32,
-                dst_off: taken as u32,
-                seed,
-                task: 0,
-                mode: 0,
-                pad: 0,
-            },
-        );
-        r_sample.dispatch(
-            &p_gather,
-            &[(0, buf), (1, samples.raw()), (2, &ub)],
-            cnt.div_ceil(WG as u64),
-        )?;
+        let ub = uni(ctx, &Params { off, n: pn, cnt: cnt as u32, dst_off: taken as u32, seed, task: 0, mode: 0, pad: 0 });
+        r_sample.dispatch(&p_gather, &[(0, buf), (1, samples.raw()), (2, &ub)], cnt.div_ceil(WG as u64))?;
         taken += cnt;
         let groups = (pn as u64).div_ceil(CHUNK as u64);
-        let ub = uni(
-            ctx,
-            &WinParams {
-                off,
-                n: pn,
-                wg_base: wg_base as u32,
-                ..wp
-            },
-        );
+        let ub = uni(ctx, &WinParams { off, n: pn, wg_base: wg_base as u32, ..wp });
         // The count pass does not use binding 4 (not in its layout).
-        r_count.dispatch(
-            &p_count,
-            &[
-                (0, buf),
-                (1, sorted.raw()),
-                (2, counts.raw()),
-                (3, &ub),
-                (5, per_group.raw()),
-            ],
-            groups,
-        )?;
+        r_count.dispatch(&p_count, &[(0, buf), (1, sorted.raw()), (2, counts.raw()), (3, &ub), (5, per_group.raw())], groups)?;
         wg_base += groups;
     }
     copy_dispatches(&mut r_copy, &wp, &wout)?;
-    let ub = uni(
-        ctx,
-        &Params {
-            off: 0,
-            n: s as u32,
-            cnt: s as u32,
-            dst_off: 0,
-            seed: 0,
-            task: 0,
-            mode: 0,
-            pad: 0,
-        },
-    );
-    r_sort.dispatch(
-        &p_sort,
-        &[(0, samples.raw()), (1, sorted.raw()), (2, &ub)],
-        1,
-    )?;
+    let ub = uni(ctx, &Params { off: 0, n: s as u32, cnt: s as u32, dst_off: 0, seed: 0, task: 0, mode: 0, pad: 0 });
+    r_sort.dispatch(&p_sort, &[(0, samples.raw()), (1, sorted.raw()), (2, &ub)], 1)?;
     clock.submit(ctx, enc, &[&r_sample, &r_sort, &r_count, &r_copy])?;
-    clock.mark(
-        ctx,
-        format_args!("bracket sample+sort+window ({} windows)", windows.len()),
-    )?;
+    clock.mark(ctx, format_args!("bracket sample+sort+window ({} windows)", windows.len()))?;
     let c: Vec<u32> = read_buf(ctx, counts.raw(), 8 * BRACKET_WINDOWS)?;
     clock.mark(ctx, format_args!("bracket read counts"))?;
 
-    let word = |w: usize, at: usize| {
-        K::from_u64(c[8 * w + at] as u64 | ((c[8 * w + at + 1] as u64) << 32))
-    };
+    let word = |w: usize, at: usize| K::from_u64(c[8 * w + at] as u64 | ((c[8 * w + at + 1] as u64) << 32));
     let mut answered = Vec::new();
     // Per window: Some(ranks to descend into) when its keys are needed.
     let mut needed: Vec<Option<Vec<(usize, u64)>>> = vec![None; nwin];
@@ -1702,16 +1379,8 @@ fn bracket<K: SelectKey>(
                 return Ok(None);
             }
         }
-        let mine: Vec<(usize, u64)> = whole
-            .ranks
-            .iter()
-            .copied()
-            .filter(|x| w.ranks.contains(&x.1))
-            .collect();
-        if mine
-            .iter()
-            .any(|&(_, r)| !(below <= r && r < below + inside))
-        {
+        let mine: Vec<(usize, u64)> = whole.ranks.iter().copied().filter(|x| w.ranks.contains(&x.1)).collect();
+        if mine.iter().any(|&(_, r)| !(below <= r && r < below + inside)) {
             // The sample missed: a rank lies outside its window.
             return Ok(None);
         }
@@ -1729,9 +1398,7 @@ fn bracket<K: SelectKey>(
     } else {
         // Ties at the bounds made a window larger than its region: copy again into
         // regions of the exact sizes (the counts stay valid), unless that is too much.
-        let sizes: Vec<u64> = (0..nwin)
-            .map(|wi| if needed[wi].is_some() { inside(wi) } else { 0 })
-            .collect();
+        let sizes: Vec<u64> = (0..nwin).map(|wi| if needed[wi].is_some() { inside(wi) } else { 0 }).collect();
         let total: u64 = sizes.iter().sum();
         if total as f64 > BRACKET_MAX_SHARE * n as f64 || total * kb > max_binding {
             return Ok(None);
@@ -1755,31 +1422,13 @@ fn bracket<K: SelectKey>(
     for (wi, ranks) in needed.into_iter().enumerate() {
         if let Some(ranks) = ranks {
             let below = c[8 * wi] as u64;
-            tasks.push(Task {
-                src: Src::Buf {
-                    buf: 0,
-                    off: wp.woff[wi] as u64,
-                },
-                n: inside(wi),
-                lo: below,
-                ranks,
-                below: None,
-                above: None,
-            });
+            tasks.push(Task { src: Src::Buf { buf: 0, off: wp.woff[wi] as u64 }, n: inside(wi), lo: below, ranks, below: None, above: None });
         }
     }
     let bytes = scratch.bytes;
     drop((samples, sorted, counts, per_group));
     BRACKETED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    Ok(Some((
-        tasks,
-        Start {
-            bufs: vec![wout],
-            level: 1,
-            bytes,
-            answered,
-        },
-    )))
+    Ok(Some((tasks, Start { bufs: vec![wout], level: 1, bytes, answered })))
 }
 
 // ---------------------------------------------------------------------------------
@@ -1834,15 +1483,7 @@ pub fn chained_total() -> u64 {
 /// region's size, and is at least `s2` so a region the device copies whole fits.
 /// The last is `s2` (the final sort's size). `None` when that takes more than
 /// [`CHAIN_MAX_LEVELS`] levels or a level would not shrink its region.
-fn chain_caps(
-    n: u64,
-    s1: u64,
-    s2: u64,
-    rlo: u64,
-    rhi: u64,
-    topk: bool,
-    sig: f64,
-) -> Option<Vec<u64>> {
+fn chain_caps(n: u64, s1: u64, s2: u64, rlo: u64, rhi: u64, topk: bool, sig: f64) -> Option<Vec<u64>> {
     let mut caps = Vec::new();
     let mut m = n;
     while m > s2 {
@@ -1873,29 +1514,12 @@ fn chain_caps(
 /// The parameters of a first level's input pieces (`ps`, of `n` keys in all), one
 /// buffer each: offsets, first rows, each piece's share of the `s` samples, and its
 /// first workgroup (of CHUNK keys) among all pieces'.
-fn piece_params(
-    ps: &[(&wgpu::Buffer, u32, u32)],
-    s: u64,
-    n: u64,
-    scratch: &mut Scratch<'_>,
-) -> GpuResult<Vec<GpuBuffer>> {
+fn piece_params(ps: &[(&wgpu::Buffer, u32, u32)], s: u64, n: u64, scratch: &mut Scratch<'_>) -> GpuResult<Vec<GpuBuffer>> {
     let mut bufs = Vec::with_capacity(ps.len());
     let (mut row0, mut taken, mut wg_base) = (0u64, 0u64, 0u64);
     for (pi, &(_, off, pn)) in ps.iter().enumerate() {
-        let cnt = if pi + 1 == ps.len() {
-            s - taken
-        } else {
-            s * pn as u64 / n
-        };
-        let pu = PieceU {
-            off,
-            n: pn,
-            row0: row0 as u32,
-            dst: taken as u32,
-            cnt: cnt as u32,
-            wg_base: wg_base as u32,
-            pad: [0; 2],
-        };
+        let cnt = if pi + 1 == ps.len() { s - taken } else { s * pn as u64 / n };
+        let pu = PieceU { off, n: pn, row0: row0 as u32, dst: taken as u32, cnt: cnt as u32, wg_base: wg_base as u32, pad: [0; 2] };
         bufs.push(scratch.with_data(bytemuck::bytes_of(&pu))?);
         row0 += pn as u64;
         taken += cnt;
@@ -1941,32 +1565,14 @@ fn chain<K: SelectKey>(
     // percent of the input) sample fewer, whose sorts are cheaper.
     let kern = Kern::new(ctx, K::BYTES, opts)?;
     // (A top-k's last region holds k keys and more, so large k keep S.)
-    let later = if pack && rhi + 1 > (CHAIN_LATER_SAMPLE / 4) as u64 {
-        opts.max_sample
-    } else {
-        opts.max_sample.min(CHAIN_LATER_SAMPLE)
-    };
-    let kern2 = Kern::new(
-        ctx,
-        K::BYTES,
-        &SelectOptions {
-            max_sample: later,
-            ..*opts
-        },
-    )?;
+    let later = if pack && rhi + 1 > (CHAIN_LATER_SAMPLE / 4) as u64 { opts.max_sample } else { opts.max_sample.min(CHAIN_LATER_SAMPLE) };
+    let kern2 = Kern::new(ctx, K::BYTES, &SelectOptions { max_sample: later, ..*opts })?;
     let (s, s2, kb) = (kern.s as u64, kern2.s as u64, kern.kb as u64);
     let n = len as u64;
     if len < opts.chain_min || n <= 2 * s || rhi < rlo || rhi - rlo > CHAIN_MAX_SPAN || rhi >= n {
         return Ok(None);
     }
-    let whole = Task {
-        src: Src::Input,
-        n,
-        lo: 0,
-        ranks: Vec::new(),
-        below: None,
-        above: None,
-    };
+    let whole = Task { src: Src::Input, n, lo: 0, ranks: Vec::new(), below: None, above: None };
     let ps = pieces(input, len, &[], &whole);
     if pack && input.elem_size() != 4 {
         return Ok(None);
@@ -1974,10 +1580,7 @@ fn chain<K: SelectKey>(
     let Some(caps) = chain_caps(n, s, s2, rlo, rhi, pack, opts.bracket_sigmas) else {
         return Ok(None);
     };
-    let max_binding = ctx
-        .limits()
-        .max_storage_buffer_binding_size
-        .min((1 << 31) - 1);
+    let max_binding = ctx.limits().max_storage_buffer_binding_size.min((1 << 31) - 1);
     if caps[0] * kb > max_binding {
         return Ok(None);
     }
@@ -1987,11 +1590,7 @@ fn chain<K: SelectKey>(
         (true, Repr::U64Emu) => ("u32", "return vec2<u32>(row, x);"),
         (true, Repr::U32) => return Ok(None),
     };
-    let defs = [
-        ("SRC", src_ty.to_string()),
-        ("SRCKEY", src_key.to_string()),
-        ("SLOT", s.to_string()),
-    ];
+    let defs = [("SRC", src_ty.to_string()), ("SRCKEY", src_key.to_string()), ("SLOT", s.to_string())];
     let pipe = |sections: &str, entry: &str| kern.pipe_with(ctx, sections, entry, &defs);
     let pipe2 = |sections: &str, entry: &str| kern2.pipe_with(ctx, sections, entry, &defs);
     let p_gather1 = pipe("chain+chfirst+chgather", "ch_gather")?;
@@ -2011,10 +1610,7 @@ fn chain<K: SelectKey>(
     let p_first = if std::env::var_os("RIDGELINE_CHAIN_FUSED").is_none_or(|v| v != "0") {
         FirstPipes::Fused(pipe("chain+chfirst+chwindow", "ch_window")?)
     } else {
-        FirstPipes::TwoPass(
-            pipe("chain+chfirst+chwindow", "ch_count1")?,
-            pipe("chain+chfirst+chwindow", "ch_copy1")?,
-        )
+        FirstPipes::TwoPass(pipe("chain+chfirst+chwindow", "ch_count1")?, pipe("chain+chfirst+chwindow", "ch_copy1")?)
     };
     let p_check = pipe2("chain+chnext+chwindow", "ch_check")?;
     let p_pad = pipe2("chain+chnext+chwindow", "ch_pad")?;
@@ -2041,25 +1637,13 @@ fn chain<K: SelectKey>(
     bounds[kb as usize..].fill(0xff);
     ctx.write_small(smp.raw(), s * kb, &bounds)?;
     let args = scratch.alloc(16)?;
-    let regions = [
-        scratch.alloc(caps[0] * kb)?,
-        scratch.alloc(caps.get(1).copied().unwrap_or(1).max(s2) * kb)?,
-    ];
+    let regions = [scratch.alloc(caps[0] * kb)?, scratch.alloc(caps.get(1).copied().unwrap_or(1).max(s2) * kb)?];
     let groups1: u64 = ps.iter().map(|p| (p.2 as u64).div_ceil(CHUNK as u64)).sum();
     let per_group = scratch.alloc(groups1 * 4)?;
 
     let t_bufs = t0.elapsed();
-    let bg = |p: &Arc<wgpu::ComputePipeline>, e: &[(u32, &wgpu::Buffer)]| {
-        lap("bind group", || bind(ctx, p, e))
-    };
-    let (stb, smpb, rawb, ub, argb, wgb) = (
-        st.raw(),
-        smp.raw(),
-        raw_smp.raw(),
-        ubuf.raw(),
-        args.raw(),
-        per_group.raw(),
-    );
+    let bg = |p: &Arc<wgpu::ComputePipeline>, e: &[(u32, &wgpu::Buffer)]| lap("bind group", || bind(ctx, p, e));
+    let (stb, smpb, rawb, ub, argb, wgb) = (st.raw(), smp.raw(), raw_smp.raw(), ubuf.raw(), args.raw(), per_group.raw());
     // Per input piece: its parameters, and the first level's gather and passes.
     let piece_bufs = piece_params(&ps, s, n, scratch)?;
     struct First {
@@ -2074,83 +1658,26 @@ fn chain<K: SelectKey>(
         .map(|(&(inbuf, _, pn), pb)| {
             let (pb, r0) = (pb.raw(), regions[0].raw());
             First {
-                gather: bg(
-                    &p_gather1,
-                    &[(0, inbuf), (3, stb), (4, rawb), (5, ub), (7, pb)],
-                ),
+                gather: bg(&p_gather1, &[(0, inbuf), (3, stb), (4, rawb), (5, ub), (7, pb)]),
                 passes: match &p_first {
-                    FirstPipes::Fused(p) => vec![bg(
-                        p,
-                        &[(0, inbuf), (2, r0), (3, stb), (4, smpb), (5, ub), (7, pb)],
-                    )],
+                    FirstPipes::Fused(p) => vec![bg(p, &[(0, inbuf), (2, r0), (3, stb), (4, smpb), (5, ub), (7, pb)])],
                     FirstPipes::TwoPass(count, copy) => vec![
                         bg(count, &[(0, inbuf), (3, stb), (4, smpb), (7, pb), (8, wgb)]),
-                        bg(
-                            copy,
-                            &[
-                                (0, inbuf),
-                                (2, r0),
-                                (3, stb),
-                                (4, smpb),
-                                (5, ub),
-                                (7, pb),
-                                (8, wgb),
-                            ],
-                        ),
+                        bg(copy, &[(0, inbuf), (2, r0), (3, stb), (4, smpb), (5, ub), (7, pb), (8, wgb)]),
                     ],
                 },
                 n: pn as u64,
             }
         })
         .collect();
-    let g_gather = [0, 1].map(|i| {
-        bg(
-            &p_gather,
-            &[(1, regions[i].raw()), (3, stb), (4, rawb), (5, ub)],
-        )
-    });
-    let sort_u1 = uni(
-        ctx,
-        &Params {
-            off: 0,
-            n: s as u32,
-            cnt: s as u32,
-            dst_off: 0,
-            seed: 0,
-            task: 0,
-            mode: 0,
-            pad: 0,
-        },
-    );
+    let g_gather = [0, 1].map(|i| bg(&p_gather, &[(1, regions[i].raw()), (3, stb), (4, rawb), (5, ub)]));
+    let sort_u1 = uni(ctx, &Params { off: 0, n: s as u32, cnt: s as u32, dst_off: 0, seed: 0, task: 0, mode: 0, pad: 0 });
     let g_sort1 = bg(&p_sort1, &[(0, rawb), (1, smpb), (2, &sort_u1)]);
-    let sort_u = uni(
-        ctx,
-        &Params {
-            off: 0,
-            n: s2 as u32,
-            cnt: s2 as u32,
-            dst_off: 0,
-            seed: 0,
-            task: 0,
-            mode: 0,
-            pad: 0,
-        },
-    );
+    let sort_u = uni(ctx, &Params { off: 0, n: s2 as u32, cnt: s2 as u32, dst_off: 0, seed: 0, task: 0, mode: 0, pad: 0 });
     let g_sort = bg(&p_sort, &[(0, rawb), (1, smpb), (2, &sort_u)]);
     let g_plan1 = bg(&p_plan1, &[(3, stb), (4, smpb), (5, ub), (6, argb)]);
     let g_plan = bg(&p_plan, &[(3, stb), (4, smpb), (5, ub), (6, argb)]);
-    let g_window = [0, 1].map(|i| {
-        bg(
-            &p_window,
-            &[
-                (1, regions[i].raw()),
-                (2, regions[1 - i].raw()),
-                (3, stb),
-                (4, smpb),
-                (5, ub),
-            ],
-        )
-    });
+    let g_window = [0, 1].map(|i| bg(&p_window, &[(1, regions[i].raw()), (2, regions[1 - i].raw()), (3, stb), (4, smpb), (5, ub)]));
     let g_check = bg(&p_check, &[(3, stb), (4, smpb), (5, ub)]);
     let gather_groups1 = Dims::Direct((s as u32).div_ceil(WG), 1, 1);
     let gather_groups = Dims::Direct((s2 as u32).div_ceil(WG), 1, 1);
@@ -2171,22 +1698,12 @@ fn chain<K: SelectKey>(
         // (l - 1) % 2, and writes region l % 2.
         if l == 0 {
             for f in &first {
-                push(
-                    format!("{l} gather"),
-                    &p_gather1,
-                    &f.gather,
-                    gather_groups1.clone(),
-                );
+                push(format!("{l} gather"), &p_gather1, &f.gather, gather_groups1.clone());
             }
             push(format!("{l} sort"), &p_sort1, &g_sort1, one.clone());
             push(format!("{l} plan"), &p_plan1, &g_plan1, one.clone());
         } else {
-            push(
-                format!("{l} gather"),
-                &p_gather,
-                &g_gather[(l - 1) % 2],
-                gather_groups.clone(),
-            );
+            push(format!("{l} gather"), &p_gather, &g_gather[(l - 1) % 2], gather_groups.clone());
             push(format!("{l} sort"), &p_sort, &g_sort, one.clone());
             push(format!("{l} plan"), &p_plan, &g_plan, one.clone());
         }
@@ -2206,12 +1723,7 @@ fn chain<K: SelectKey>(
                 }
             }
         } else {
-            push(
-                format!("{l} window"),
-                &p_window,
-                &g_window[(l - 1) % 2],
-                Dims::Indirect(argb.clone(), 0),
-            );
+            push(format!("{l} window"), &p_window, &g_window[(l - 1) % 2], Dims::Indirect(argb.clone(), 0));
         }
         push(format!("{l} check"), &p_check, &g_check, one.clone());
     }
@@ -2219,19 +1731,7 @@ fn chain<K: SelectKey>(
     let last = regions[(caps.len() - 1) % 2].raw();
     let g_pad = bg(&p_pad, &[(2, last), (3, stb)]);
     push("pad".into(), &p_pad, &g_pad, gather_groups.clone());
-    let final_u = uni(
-        ctx,
-        &Params {
-            off: 0,
-            n: s2 as u32,
-            cnt: s2 as u32,
-            dst_off: (s + 2) as u32,
-            seed: 0,
-            task: 0,
-            mode: 0,
-            pad: 0,
-        },
-    );
+    let final_u = uni(ctx, &Params { off: 0, n: s2 as u32, cnt: s2 as u32, dst_off: (s + 2) as u32, seed: 0, task: 0, mode: 0, pad: 0 });
     let g_final = bg(&p_sort, &[(0, last), (1, smpb), (2, &final_u)]);
     push("final sort".into(), &p_sort, &g_final, one);
     if profiling() {
@@ -2245,20 +1745,14 @@ fn chain<K: SelectKey>(
     clock.mark(ctx, format_args!("chain record ({} levels)", caps.len()))?;
     if passes {
         let mut enc = ctx.encoder("select-chain");
-        let timer = crate::timing::KernelTimer::new(ctx, recs.len() as u32)
-            .ok_or_else(|| GpuError::Invalid("no timer".into()))?;
+        let timer = crate::timing::KernelTimer::new(ctx, recs.len() as u32).ok_or_else(|| GpuError::Invalid("no timer".into()))?;
         for (i, (_, r)) in recs.iter().enumerate() {
             r.encode(&mut enc, timer.writes(i as u32));
         }
         timer.resolve(&mut enc);
         ctx.submit(enc)?;
         let ms = timer.read_ms(ctx)?;
-        let line: Vec<String> = recs
-            .iter()
-            .zip(&ms)
-            .skip(1)
-            .map(|((w, _), t)| format!("{w} {t:.3}"))
-            .collect();
+        let line: Vec<String> = recs.iter().zip(&ms).skip(1).map(|((w, _), t)| format!("{w} {t:.3}")).collect();
         eprintln!("chain passes (n {n}, ms): {}", line.join(", "));
     } else {
         let all: Vec<&Rec<'_>> = recs.iter().map(|r| &r.1).collect();
@@ -2272,28 +1766,15 @@ fn chain<K: SelectKey>(
     lap("download", || {
         ctx.download_stream(
             &[
-                Extent {
-                    buffer: stb,
-                    offset: 0,
-                    stream_offset: 0,
-                    len: st_bytes,
-                },
-                Extent {
-                    buffer: smpb,
-                    offset: s * kb,
-                    stream_offset: st_bytes,
-                    len: tail,
-                },
+                Extent { buffer: stb, offset: 0, stream_offset: 0, len: st_bytes },
+                Extent { buffer: smpb, offset: s * kb, stream_offset: st_bytes, len: tail },
             ],
             bytemuck::cast_slice_mut(&mut raw),
         )
     })?;
     clock.mark(ctx, format_args!("chain readback"))?;
     let (m, shift, fail, done, levels) = (raw[0] as u64, raw[1] as u64, raw[2], raw[3], raw[4]);
-    let keys: Vec<K> = bytemuck::cast_slice::<u32, u8>(&raw[8..])
-        .chunks_exact(K::BYTES)
-        .map(bytemuck::pod_read_unaligned)
-        .collect();
+    let keys: Vec<K> = bytemuck::cast_slice::<u32, u8>(&raw[8..]).chunks_exact(K::BYTES).map(bytemuck::pod_read_unaligned).collect();
     let (lo, hi) = (keys[0], keys[1]);
     if fail != 0 {
         return Ok(None);
@@ -2303,15 +1784,10 @@ fn chain<K: SelectKey>(
         return Ok(Some((ChainEnd::One(lo), levels + 1)));
     }
     if m > s2 || shift > rlo || rhi - shift >= m {
-        return Err(GpuError::Validation(format!(
-            "chain ended with {m} keys above {shift} for ranks {rlo}..={rhi}"
-        )));
+        return Err(GpuError::Validation(format!("chain ended with {m} keys above {shift} for ranks {rlo}..={rhi}")));
     }
     let hi = (hi.to_u64() != K::MAX.to_u64()).then_some(hi);
-    Ok(Some((
-        ChainEnd::Region(keys[2..2 + m as usize].to_vec(), shift, hi),
-        levels + 1,
-    )))
+    Ok(Some((ChainEnd::Region(keys[2..2 + m as usize].to_vec(), shift, hi), levels + 1)))
 }
 
 /// Most windows of a one-pass approximate selection (select.wgsl section approx).
@@ -2383,16 +1859,12 @@ fn cells_answer<K: SelectKey>(
             pre.push(acc);
         }
         if acc > n {
-            return Err(GpuError::Validation(format!(
-                "approximate selection counted {acc} keys of {n}"
-            )));
+            return Err(GpuError::Validation(format!("approximate selection counted {acc} keys of {n}")));
         }
         for y in &sample[a as usize..=b as usize] {
             let c = ((y.to_u64() as u32).wrapping_sub(lo) >> sh) as usize;
             if pre[c + 1] == pre[c] {
-                return Err(GpuError::Validation(format!(
-                    "sample key {y:?} missing from its cell's count"
-                )));
+                return Err(GpuError::Validation(format!("sample key {y:?} missing from its cell's count")));
             }
             cands.push((*y, pre[c], pre[c + 1] - 1, sh == 0));
         }
@@ -2464,16 +1936,7 @@ fn approx_hist<K: SelectKey>(
     if len < opts.approx_hist_min || n <= 4 * s || uniq.is_empty() {
         return Ok(None);
     }
-    let wins = approx_windows(
-        n,
-        s,
-        uniq,
-        if cells && K::BYTES == 4 {
-            opts.approx_cell_sigmas
-        } else {
-            opts.approx_sigmas
-        },
-    );
+    let wins = approx_windows(n, s, uniq, if cells && K::BYTES == 4 { opts.approx_cell_sigmas } else { opts.approx_sigmas });
     let total: u64 = wins.iter().map(|w| w.1 - w.0 + 1).sum();
     if wins.len() > APPROX_MAX_WINDOWS {
         return Ok(None);
@@ -2487,13 +1950,7 @@ fn approx_hist<K: SelectKey>(
     let cells = cells && K::BYTES == 4 && (wins.len() as u64 * cw) * 4 + 64 <= mem;
     // Keys per invocation and chunk, and the most workgroups (a diagnosis aid:
     // RIDGELINE_APPROX_ITEMS, RIDGELINE_APPROX_GROUPS).
-    let env = |name: &str, dflt: u64| {
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .filter(|&v| v > 0)
-            .unwrap_or(dflt)
-    };
+    let env = |name: &str, dflt: u64| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok()).filter(|&v| v > 0).unwrap_or(dflt);
     let items = match opts.approx_hist_items {
         0 => env("RIDGELINE_APPROX_ITEMS", APPROX_ITEMS as u64),
         i => i as u64,
@@ -2510,17 +1967,8 @@ fn approx_hist<K: SelectKey>(
     if wg_mem > mem {
         return Ok(None);
     }
-    let sg = opts.approx_hist_subgroups
-        && ctx.has_subgroup_barriers()
-        && wg_mem + 3 * WG as u64 * kb <= mem;
-    let whole = Task {
-        src: Src::Input,
-        n,
-        lo: 0,
-        ranks: Vec::new(),
-        below: None,
-        above: None,
-    };
+    let sg = opts.approx_hist_subgroups && ctx.has_subgroup_barriers() && wg_mem + 3 * WG as u64 * kb <= mem;
+    let whole = Task { src: Src::Input, n, lo: 0, ranks: Vec::new(), below: None, above: None };
     let ps = pieces(input, len, &[], &whole);
     let defs = [
         ("SRC", "K".to_string()),
@@ -2529,14 +1977,7 @@ fn approx_hist<K: SelectKey>(
         ("NW", wins.len().to_string()),
         ("AW", aw.to_string()),
         ("AITEMS", items.to_string()),
-        (
-            "SGW",
-            ctx.info()
-                .subgroup_max_size
-                .div_ceil(32)
-                .clamp(1, 4)
-                .to_string(),
-        ),
+        ("SGW", ctx.info().subgroup_max_size.div_ceil(32).clamp(1, 4).to_string()),
     ];
     let p_gather = kern.pipe_with(ctx, "chain+chfirst+chgather", "ch_gather", &defs[..3])?;
     let p_sort = kern.sort_pipe(ctx)?;
@@ -2568,44 +2009,16 @@ fn approx_hist<K: SelectKey>(
     let st = scratch.with_data(bytemuck::cast_slice(&st0))?;
     let raw_smp = scratch.alloc(s * kb)?;
     let smp = scratch.alloc(s * kb)?;
-    let ncnt = APPROX_MAX_WINDOWS as u64
-        + if cells {
-            wins.len() as u64 * cw
-        } else {
-            2 * aw
-        };
+    let ncnt = APPROX_MAX_WINDOWS as u64 + if cells { wins.len() as u64 * cw } else { 2 * aw };
     let cnt = scratch.with_data(&vec![0u8; (ncnt * 4) as usize])?;
-    let (stb, smpb, rawb, ub, chb, cntb) = (
-        st.raw(),
-        smp.raw(),
-        raw_smp.raw(),
-        ubuf.raw(),
-        chbuf.raw(),
-        cnt.raw(),
-    );
+    let (stb, smpb, rawb, ub, chb, cntb) = (st.raw(), smp.raw(), raw_smp.raw(), ubuf.raw(), chbuf.raw(), cnt.raw());
     let mut rec = Rec::new(ctx);
     let piece_bufs = piece_params(&ps, s, n, scratch)?;
     for (&(inbuf, _, _), pb) in ps.iter().zip(&piece_bufs) {
-        let g = bind(
-            ctx,
-            &p_gather,
-            &[(0, inbuf), (3, stb), (4, rawb), (5, chb), (7, pb.raw())],
-        );
+        let g = bind(ctx, &p_gather, &[(0, inbuf), (3, stb), (4, rawb), (5, chb), (7, pb.raw())]);
         rec.push(&p_gather, &g, Dims::Direct((s as u32).div_ceil(WG), 1, 1));
     }
-    let sort_u = uni(
-        ctx,
-        &Params {
-            off: 0,
-            n: s as u32,
-            cnt: s as u32,
-            dst_off: 0,
-            seed: 0,
-            task: 0,
-            mode: 0,
-            pad: 0,
-        },
-    );
+    let sort_u = uni(ctx, &Params { off: 0, n: s as u32, cnt: s as u32, dst_off: 0, seed: 0, task: 0, mode: 0, pad: 0 });
     let g_sort = bind(ctx, &p_sort, &[(0, rawb), (1, smpb), (2, &sort_u)]);
     rec.push(&p_sort, &g_sort, Dims::Direct(1, 1, 1));
     if profiling() {
@@ -2620,21 +2033,10 @@ fn approx_hist<K: SelectKey>(
     // per-workgroup histogram flushes stay a small part of the pass.
     for (&(inbuf, _, pn), pb) in ps.iter().zip(&piece_bufs) {
         let chunks = (pn as u64).div_ceil((WG * items) as u64);
-        let g = bind(
-            ctx,
-            &p_hist,
-            &[(0, inbuf), (4, smpb), (7, pb.raw()), (9, ub), (10, cntb)],
-        );
-        rec.push(
-            &p_hist,
-            &g,
-            Dims::Direct(chunks.clamp(1, max_groups) as u32, 1, 1),
-        );
+        let g = bind(ctx, &p_hist, &[(0, inbuf), (4, smpb), (7, pb.raw()), (9, ub), (10, cntb)]);
+        rec.push(&p_hist, &g, Dims::Direct(chunks.clamp(1, max_groups) as u32, 1, 1));
     }
-    clock.mark(
-        ctx,
-        format_args!("approx record ({} windows, {total} splitters)", wins.len()),
-    )?;
+    clock.mark(ctx, format_args!("approx record ({} windows, {total} splitters)", wins.len()))?;
     clock.submit(ctx, ctx.encoder("select-approx"), &[&rec])?;
     clock.mark(ctx, format_args!("approx kernels"))?;
     let cnt_bytes = ncnt * 4;
@@ -2642,31 +2044,17 @@ fn approx_hist<K: SelectKey>(
     lap("download", || {
         ctx.download_stream(
             &[
-                Extent {
-                    buffer: cntb,
-                    offset: 0,
-                    stream_offset: 0,
-                    len: cnt_bytes,
-                },
-                Extent {
-                    buffer: smpb,
-                    offset: 0,
-                    stream_offset: cnt_bytes,
-                    len: s * kb,
-                },
+                Extent { buffer: cntb, offset: 0, stream_offset: 0, len: cnt_bytes },
+                Extent { buffer: smpb, offset: 0, stream_offset: cnt_bytes, len: s * kb },
             ],
             bytemuck::cast_slice_mut(&mut raw),
         )
     })?;
     clock.mark(ctx, format_args!("approx readback"))?;
     let (counts, rest) = raw.split_at(ncnt as usize);
-    let sample: Vec<K> = bytemuck::cast_slice::<u32, u8>(rest)
-        .chunks_exact(K::BYTES)
-        .map(bytemuck::pod_read_unaligned)
-        .collect();
+    let sample: Vec<K> = bytemuck::cast_slice::<u32, u8>(rest).chunks_exact(K::BYTES).map(bytemuck::pod_read_unaligned).collect();
     if cells {
-        return Ok(cells_answer(n, &wins, counts, cw, &sample, uniq, allowed)?
-            .map(|(v, e)| (v, e, "gpu-sampleselect-approx-1pass-cells")));
+        return Ok(cells_answer(n, &wins, counts, cw, &sample, uniq, allowed)?.map(|(v, e)| (v, e, "gpu-sampleselect-approx-1pass-cells")));
     }
     // Rank ranges of the windows' distinct keys: (key, first rank, last rank).
     let bins = &counts[APPROX_MAX_WINDOWS..];
@@ -2692,21 +2080,13 @@ fn approx_hist<K: SelectKey>(
             lt += eq;
         }
         if lt > n {
-            return Err(GpuError::Validation(format!(
-                "approximate selection counted {lt} keys of {n}"
-            )));
+            return Err(GpuError::Validation(format!("approximate selection counted {lt} keys of {n}")));
         }
     }
     let mut out = Vec::with_capacity(uniq.len());
     let mut worst = 0u64;
     for &r in uniq {
-        let dist = |c: &(K, u64, u64)| {
-            if r < c.1 {
-                c.1 - r
-            } else {
-                r.saturating_sub(c.2)
-            }
-        };
+        let dist = |c: &(K, u64, u64)| if r < c.1 { c.1 - r } else { r.saturating_sub(c.2) };
         let Some(best) = cands.iter().min_by_key(|c| dist(c)) else {
             return Ok(None);
         };
@@ -2717,11 +2097,7 @@ fn approx_hist<K: SelectKey>(
         worst = worst.max(d);
         out.push(best.0);
     }
-    let algorithm = if sg {
-        "gpu-sampleselect-approx-1pass-subgroup"
-    } else {
-        "gpu-sampleselect-approx-1pass"
-    };
+    let algorithm = if sg { "gpu-sampleselect-approx-1pass-subgroup" } else { "gpu-sampleselect-approx-1pass" };
     Ok(Some((out, worst, algorithm)))
 }
 
@@ -2739,65 +2115,41 @@ fn sample_select_tasks<K: SelectKey>(
     mut clock: GpuClock,
     start: Start,
 ) -> GpuResult<(Vec<K>, SelectStats)> {
-    let algorithm = if approx.is_some() {
-        "gpu-sampleselect-approx"
-    } else {
-        "gpu-sampleselect"
-    };
-    let mut stats = SelectStats {
-        algorithm,
-        ..Default::default()
-    };
+    let algorithm = if approx.is_some() { "gpu-sampleselect-approx" } else { "gpu-sampleselect" };
+    let mut stats = SelectStats { algorithm, ..Default::default() };
     let mut out = vec![K::default(); nout];
     for &(i, v) in &start.answered {
         out[i] = K::from_u64(v);
     }
     let kern = Kern::new(ctx, K::BYTES, opts)?;
-    let (s, ns, nb, kb) = (
-        kern.s as u64,
-        kern.ns as u64,
-        kern.nb() as u64,
-        kern.kb as u64,
-    );
+    let (s, ns, nb, kb) = (kern.s as u64, kern.ns as u64, kern.nb() as u64, kern.kb as u64);
     let p_gather = kern.pipe(ctx, "gather", "gather")?;
     let p_sort = kern.sort_pipe(ctx)?;
     let p_count = kern.pipe(ctx, "bucket", "count")?;
     let p_filter = kern.pipe(ctx, "bucket", "filter_buckets")?;
     let (p_count_o, p_filter_o) = if opts.oracle {
-        (
-            Some(kern.pipe(ctx, "bucket+oracle", "count_oracle")?),
-            Some(kern.pipe(ctx, "bucket+oracle", "filter_oracle")?),
-        )
+        (Some(kern.pipe(ctx, "bucket+oracle", "count_oracle")?), Some(kern.pipe(ctx, "bucket+oracle", "filter_oracle")?))
     } else {
         (None, None)
     };
-    let mut max_binding = ctx
-        .limits()
-        .max_storage_buffer_binding_size
-        .min((1 << 31) - 1);
+    let mut max_binding = ctx.limits().max_storage_buffer_binding_size.min((1 << 31) - 1);
     if opts.max_filter_bytes > 0 {
         max_binding = max_binding.min(opts.max_filter_bytes);
     }
 
-    let mut scratch = Scratch {
-        ctx,
-        bytes: start.bytes,
-    };
+    let mut scratch = Scratch { ctx, bytes: start.bytes };
     let mut bufs: Vec<GpuBuffer> = start.bufs;
     let mut max_err = 0u64;
     let mut level = start.level;
     while !tasks.is_empty() {
         level += 1;
         if level > 64 {
-            return Err(GpuError::Invalid(
-                "selection made no progress after 64 levels".into(),
-            ));
+            return Err(GpuError::Invalid("selection made no progress after 64 levels".into()));
         }
         // Base cases: at most S keys in one buffer (a small input spread over several
         // segments takes one bucketing level first).
-        let (small, big): (Vec<Task>, Vec<Task>) = tasks
-            .into_iter()
-            .partition(|t| t.n <= s && pieces(input, len, &bufs, t).len() == 1);
+        let (small, big): (Vec<Task>, Vec<Task>) =
+            tasks.into_iter().partition(|t| t.n <= s && pieces(input, len, &bufs, t).len() == 1);
         let nbig = big.len() as u64;
         let samples = scratch.alloc(nbig * s * kb)?;
         let spl = scratch.alloc(nbig * ns * kb)?;
@@ -2824,85 +2176,42 @@ fn sample_select_tasks<K: SelectKey>(
             let mut task_oracles = Vec::new();
             let mut taken = 0u64;
             for (pi, &(buf, off, n)) in ps.iter().enumerate() {
-                let cnt = if pi + 1 == ps.len() {
-                    s - taken
-                } else {
-                    s * n as u64 / t.n
-                };
-                let seed = opts.seed
-                    ^ (level.wrapping_mul(0x9e37_79b9))
-                    ^ ((ti as u32) << 8)
-                    ^ (pi as u32);
-                let ub = uni(
-                    ctx,
-                    &Params {
-                        off,
-                        n,
-                        cnt: cnt as u32,
-                        dst_off: (ti as u64 * s + taken) as u32,
-                        seed,
-                        task: ti as u32,
-                        mode: 0,
-                        pad: 0,
-                    },
-                );
-                r_sample.dispatch(
-                    &p_gather,
-                    &[(0, buf), (1, samples.raw()), (2, &ub)],
-                    cnt.div_ceil(WG as u64),
-                )?;
+                let cnt = if pi + 1 == ps.len() { s - taken } else { s * n as u64 / t.n };
+                let seed = opts.seed ^ (level.wrapping_mul(0x9e37_79b9)) ^ ((ti as u32) << 8) ^ (pi as u32);
+                let ub = uni(ctx, &Params {
+                    off,
+                    n,
+                    cnt: cnt as u32,
+                    dst_off: (ti as u64 * s + taken) as u32,
+                    seed,
+                    task: ti as u32,
+                    mode: 0,
+                    pad: 0,
+                });
+                r_sample.dispatch(&p_gather, &[(0, buf), (1, samples.raw()), (2, &ub)], cnt.div_ceil(WG as u64))?;
                 taken += cnt;
-                let ub = uni(
-                    ctx,
-                    &Params {
-                        off,
-                        n,
-                        cnt: 0,
-                        dst_off: 0,
-                        seed: 0,
-                        task: ti as u32,
-                        mode: 0,
-                        pad: 0,
-                    },
-                );
+                let ub = uni(ctx, &Params { off, n, cnt: 0, dst_off: 0, seed: 0, task: ti as u32, mode: 0, pad: 0 });
                 let groups = (n as u64).div_ceil(CCHUNK as u64);
                 if let (true, Some(pc)) = (use_oracle, &p_count_o) {
                     // Whole blocks of WG words (the oracle's layout, select.wgsl).
                     let ob = scratch.alloc((n as u64).div_ceil(8 * WG as u64) * WG as u64 * 4)?;
-                    r_count.dispatch(
-                        pc,
-                        &[
-                            (0, buf),
-                            (1, spl.raw()),
-                            (2, counts.raw()),
-                            (3, &ub),
-                            (7, ob.raw()),
-                        ],
-                        groups,
-                    )?;
+                    r_count.dispatch(pc, &[(0, buf), (1, spl.raw()), (2, counts.raw()), (3, &ub), (7, ob.raw())], groups)?;
                     task_oracles.push(ob);
                 } else {
-                    r_count.dispatch(
-                        &p_count,
-                        &[(0, buf), (1, spl.raw()), (2, counts.raw()), (3, &ub)],
-                        groups,
-                    )?;
+                    r_count.dispatch(&p_count, &[(0, buf), (1, spl.raw()), (2, counts.raw()), (3, &ub)], groups)?;
                 }
             }
             oracles.push(task_oracles);
-            let ub = uni(
-                ctx,
-                &Params {
-                    off: (ti as u64 * s) as u32,
-                    n: s as u32,
-                    cnt: s as u32,
-                    dst_off: (ti as u64 * ns) as u32,
-                    seed: 0,
-                    task: ti as u32,
-                    mode: 1,
-                    pad: 0,
-                },
-            );
+            let ub = uni(ctx, &Params {
+                off: (ti as u64 * s) as u32,
+                n: s as u32,
+                cnt: s as u32,
+                dst_off: (ti as u64 * ns) as u32,
+                seed: 0,
+                task: ti as u32,
+                mode: 1,
+                pad: 0,
+            });
             r_sort.dispatch(&p_sort, &[(0, samples.raw()), (1, spl.raw()), (2, &ub)], 1)?;
         }
         let mut small_off = Vec::with_capacity(small.len());
@@ -2911,31 +2220,14 @@ fn sample_select_tasks<K: SelectKey>(
             small_off.push(acc);
             let ps = pieces(input, len, &bufs, t);
             if ps.len() != 1 {
-                return Err(GpuError::Invalid(
-                    "a base-case task spans several segments".into(),
-                ));
+                return Err(GpuError::Invalid("a base-case task spans several segments".into()));
             }
             let (buf, off, n) = ps[0];
-            let ub = uni(
-                ctx,
-                &Params {
-                    off,
-                    n,
-                    cnt: n,
-                    dst_off: acc as u32,
-                    seed: 0,
-                    task: 0,
-                    mode: 0,
-                    pad: 0,
-                },
-            );
+            let ub = uni(ctx, &Params { off, n, cnt: n, dst_off: acc as u32, seed: 0, task: 0, mode: 0, pad: 0 });
             r_sort.dispatch(&p_sort, &[(0, buf), (1, sorted.raw()), (2, &ub)], 1)?;
             acc += t.n;
         }
-        clock.mark(
-            ctx,
-            format_args!("level {level} record ({} tasks)", big.len() + small.len()),
-        )?;
+        clock.mark(ctx, format_args!("level {level} record ({} tasks)", big.len() + small.len()))?;
         clock.submit(ctx, enc, &[&r_sample, &r_sort, &r_count])?;
         clock.mark(ctx, format_args!("level {level} sample+sort+count"))?;
 
@@ -2958,17 +2250,13 @@ fn sample_select_tasks<K: SelectKey>(
         // Host: each rank's bucket; children for the range buckets still to descend.
         let mut children: Vec<Task> = Vec::new();
         let mut child_of: Vec<(usize, u64)> = Vec::new(); // (parent task, bucket)
-        let mut child_index: std::collections::HashMap<(usize, u64), usize> =
-            std::collections::HashMap::new();
+        let mut child_index: std::collections::HashMap<(usize, u64), usize> = std::collections::HashMap::new();
         for (ti, t) in big.iter().enumerate() {
             let c = &cnt[ti * nb as usize..(ti + 1) * nb as usize];
             let sp = &spl_keys[ti * ns as usize..(ti + 1) * ns as usize];
             let total: u64 = c.iter().map(|&x| x as u64).sum();
             if total != t.n {
-                return Err(GpuError::Validation(format!(
-                    "bucket counts sum to {total}, expected {}",
-                    t.n
-                )));
+                return Err(GpuError::Validation(format!("bucket counts sum to {total}, expected {}", t.n)));
             }
             let mut start = vec![0u64; nb as usize + 1];
             for b in 0..nb as usize {
@@ -2983,16 +2271,8 @@ fn sample_select_tasks<K: SelectKey>(
                 }
                 let j = b / 2;
                 let size = c[b] as u64;
-                let below = if j > 0 {
-                    Some(sp[j - 1].to_u64())
-                } else {
-                    t.below
-                };
-                let above = if j < ns as usize {
-                    Some(sp[j].to_u64())
-                } else {
-                    t.above
-                };
+                let below = if j > 0 { Some(sp[j - 1].to_u64()) } else { t.below };
+                let above = if j < ns as usize { Some(sp[j].to_u64()) } else { t.above };
                 if let Some(allowed) = approx {
                     let bound = match (below, above) {
                         (Some(_), Some(_)) => size.div_ceil(2),
@@ -3004,13 +2284,7 @@ fn sample_select_tasks<K: SelectKey>(
                         let d_below = local - start[b] + 1;
                         let d_above = start[b] + size - local;
                         let pick = match (below, above) {
-                            (Some(lo), Some(hi)) => {
-                                if d_below <= d_above {
-                                    lo
-                                } else {
-                                    hi
-                                }
-                            }
+                            (Some(lo), Some(hi)) => if d_below <= d_above { lo } else { hi },
                             (Some(lo), None) => lo,
                             (None, Some(hi)) => hi,
                             (None, None) => unreachable!("bound is finite"),
@@ -3074,10 +2348,7 @@ fn sample_select_tasks<K: SelectKey>(
                 let (p, b) = child_of[ci];
                 slot[p * nb as usize + b as usize] = si as u32;
                 outoff.push(acc as u32);
-                children[ci].src = Src::Buf {
-                    buf: bufs.len() + new_bufs.len(),
-                    off: acc,
-                };
+                children[ci].src = Src::Buf { buf: bufs.len() + new_bufs.len(), off: acc };
                 acc += children[ci].n;
             }
             let slot_buf = scratch.with_data(bytemuck::cast_slice(&slot))?;
@@ -3090,19 +2361,7 @@ fn sample_select_tasks<K: SelectKey>(
                     continue;
                 }
                 for (pi, (buf, off, n)) in ps.into_iter().enumerate() {
-                    let ub = uni(
-                        ctx,
-                        &Params {
-                            off,
-                            n,
-                            cnt: 0,
-                            dst_off: 0,
-                            seed: 0,
-                            task: ti as u32,
-                            mode: 0,
-                            pad: 0,
-                        },
-                    );
+                    let ub = uni(ctx, &Params { off, n, cnt: 0, dst_off: 0, seed: 0, task: ti as u32, mode: 0, pad: 0 });
                     let mut entries = vec![
                         (0, buf),
                         (1, spl.raw()),
@@ -3130,13 +2389,7 @@ fn sample_select_tasks<K: SelectKey>(
         }
         clock.mark(ctx, format_args!("level {level} filter record"))?;
         clock.submit(ctx, enc, &[&r_filter])?;
-        clock.mark(
-            ctx,
-            format_args!(
-                "level {level} filter ({} keys out)",
-                children.iter().map(|c| c.n).sum::<u64>()
-            ),
-        )?;
+        clock.mark(ctx, format_args!("level {level} filter ({} keys out)", children.iter().map(|c| c.n).sum::<u64>()))?;
         drop(keep);
         bufs.extend(new_bufs);
         tasks = children;
@@ -3153,35 +2406,16 @@ fn sample_select_tasks<K: SelectKey>(
 /// selection's sample-sort kernel, as every level's sample is sorted; returns the
 /// sorted keys and whether the subgroup kernel (`sort_sample_sg`) ran. For tests.
 #[doc(hidden)]
-pub fn sample_sort_gpu<K: SelectKey>(
-    ctx: &GpuContext,
-    keys: &[K],
-    opts: &SelectOptions,
-) -> GpuResult<(Vec<K>, bool)> {
+pub fn sample_sort_gpu<K: SelectKey>(ctx: &GpuContext, keys: &[K], opts: &SelectOptions) -> GpuResult<(Vec<K>, bool)> {
     let kern = Kern::new(ctx, K::BYTES, opts)?;
     let m = keys.len();
     if m > kern.s as usize {
-        return Err(GpuError::Invalid(format!(
-            "{m} keys to sort, more than the sample size {}",
-            kern.s
-        )));
+        return Err(GpuError::Invalid(format!("{m} keys to sort, more than the sample size {}", kern.s)));
     }
     let mut scratch = Scratch { ctx, bytes: 0 };
     let src = scratch.with_data(bytemuck::cast_slice(keys))?;
     let dst = scratch.alloc((m * K::BYTES) as u64)?;
-    let ub = uni(
-        ctx,
-        &Params {
-            off: 0,
-            n: m as u32,
-            cnt: m as u32,
-            dst_off: 0,
-            seed: 0,
-            task: 0,
-            mode: 0,
-            pad: 0,
-        },
-    );
+    let ub = uni(ctx, &Params { off: 0, n: m as u32, cnt: m as u32, dst_off: 0, seed: 0, task: 0, mode: 0, pad: 0 });
     let p = kern.sort_pipe(ctx)?;
     let mut r = Rec::new(ctx);
     r.dispatch(&p, &[(0, src.raw()), (1, dst.raw()), (2, &ub)], 1)?;
@@ -3189,10 +2423,7 @@ pub fn sample_sort_gpu<K: SelectKey>(
     r.encode(&mut enc, None);
     ctx.submit(enc)?;
     let raw: Vec<u32> = read_buf(ctx, dst.raw(), m * K::BYTES / 4)?;
-    let out = bytemuck::cast_slice::<u32, u8>(&raw)
-        .chunks_exact(K::BYTES)
-        .map(bytemuck::pod_read_unaligned)
-        .collect();
+    let out = bytemuck::cast_slice::<u32, u8>(&raw).chunks_exact(K::BYTES).map(bytemuck::pod_read_unaligned).collect();
     Ok((out, kern.sg_sort))
 }
 
@@ -3210,13 +2441,7 @@ const PROBE_WGSL: &str = include_str!("../../shaders/probe.wgsl");
 /// sort; and the first level's count kernel (1023 splitters, with and without the
 /// oracle, and with parts left out or the former sorted-array search). `sample` is a sorted sample of the keys (4096 of them). Empty when
 /// the adapter has no timestamp queries.
-pub fn probe_kernels(
-    ctx: &GpuContext,
-    keys: &DeviceArray,
-    n: usize,
-    sample: &[u32],
-    reps: usize,
-) -> GpuResult<Vec<(String, f64)>> {
+pub fn probe_kernels(ctx: &GpuContext, keys: &DeviceArray, n: usize, sample: &[u32], reps: usize) -> GpuResult<Vec<(String, f64)>> {
     check_device_input::<u32>(ctx, keys, n)?;
     if !ctx.has_timestamps() || sample.len() != 4096 {
         return Ok(Vec::new());
@@ -3224,11 +2449,7 @@ pub fn probe_kernels(
     // The first segment (all of the keys unless they exceed one binding).
     let (buf, _, rows) = keys.segment(0);
     let n = n.min(rows);
-    let time = |what: &str,
-                pipe: &Arc<wgpu::ComputePipeline>,
-                entries: &[(u32, &wgpu::Buffer)],
-                groups: u64|
-     -> GpuResult<(String, f64)> {
+    let time = |what: &str, pipe: &Arc<wgpu::ComputePipeline>, entries: &[(u32, &wgpu::Buffer)], groups: u64| -> GpuResult<(String, f64)> {
         // Warm up (the clock of an idle GPU drops; see timing::warm_up).
         crate::timing::warm_up(200.0, || -> GpuResult<()> {
             let mut r = Rec::new(ctx);
@@ -3242,8 +2463,7 @@ pub fn probe_kernels(
         for _ in 0..reps.max(1) {
             let mut r = Rec::new(ctx);
             r.dispatch(pipe, entries, groups)?;
-            let timer = crate::timing::KernelTimer::new(ctx, 1)
-                .ok_or_else(|| GpuError::Invalid("no timestamps".into()))?;
+            let timer = crate::timing::KernelTimer::new(ctx, 1).ok_or_else(|| GpuError::Invalid("no timestamps".into()))?;
             let mut enc = ctx.encoder("probe");
             r.encode(&mut enc, timer.writes(0));
             timer.resolve(&mut enc);
@@ -3263,19 +2483,9 @@ pub fn probe_kernels(
         for mode in [0u32, 1] {
             let ub = ctx.uniform(&[n as u32, mode, 0, 0]);
             let e: [(u32, &wgpu::Buffer); 3] = [(0, buf), (2, acc.raw()), (3, &ub)];
-            out.push(time(
-                &format!("sum scalar x{items} mode {mode}"),
-                &ps,
-                &e,
-                groups,
-            )?);
+            out.push(time(&format!("sum scalar x{items} mode {mode}"), &ps, &e, groups)?);
             let e: [(u32, &wgpu::Buffer); 3] = [(1, buf), (2, acc.raw()), (3, &ub)];
-            out.push(time(
-                &format!("sum vec4 x{items} mode {mode}"),
-                &pv,
-                &e,
-                groups,
-            )?);
+            out.push(time(&format!("sum vec4 x{items} mode {mode}"), &pv, &e, groups)?);
         }
     }
     // The window pass over one window of sample indices 1900..=2200.
@@ -3300,132 +2510,34 @@ pub fn probe_kernels(
     let per_group = ctx.pool().alloc(groups * 4)?;
     let defs = [("NWIN", "1".to_string())];
     let p = kern.pipe_with(ctx, "window", "window_count", &defs)?;
-    out.push(time(
-        "window count",
-        &p,
-        &[
-            (0, buf),
-            (1, smp.raw()),
-            (2, counts.raw()),
-            (3, &ub),
-            (5, per_group.raw()),
-        ],
-        groups,
-    )?);
+    out.push(time("window count", &p, &[(0, buf), (1, smp.raw()), (2, counts.raw()), (3, &ub), (5, per_group.raw())], groups)?);
     let p = kern.pipe_with(ctx, "window", "window_copy", &defs)?;
-    out.push(time(
-        "window copy",
-        &p,
-        &[
-            (0, buf),
-            (1, smp.raw()),
-            (2, counts.raw()),
-            (3, &ub),
-            (4, wout.raw()),
-            (5, per_group.raw()),
-        ],
-        groups,
-    )?);
+    out.push(time("window copy", &p, &[(0, buf), (1, smp.raw()), (2, counts.raw()), (3, &ub), (4, wout.raw()), (5, per_group.raw())], groups)?);
     // One level's sample: the gather of S keys and their sort in one workgroup.
     let samples = ctx.pool().alloc(kern.s as u64 * 4)?;
     let sorted = ctx.pool().alloc(kern.s as u64 * 4)?;
-    let ub = ctx.uniform(&Params {
-        off: 0,
-        n: n as u32,
-        cnt: kern.s,
-        dst_off: 0,
-        seed: 7,
-        task: 0,
-        mode: 0,
-        pad: 0,
-    });
+    let ub = ctx.uniform(&Params { off: 0, n: n as u32, cnt: kern.s, dst_off: 0, seed: 7, task: 0, mode: 0, pad: 0 });
     let p = kern.pipe(ctx, "gather", "gather")?;
-    out.push(time(
-        "gather S",
-        &p,
-        &[(0, buf), (1, samples.raw()), (2, &ub)],
-        (kern.s as u64).div_ceil(WG as u64),
-    )?);
-    let ub = ctx.uniform(&Params {
-        off: 0,
-        n: kern.s,
-        cnt: kern.s,
-        dst_off: 0,
-        seed: 0,
-        task: 0,
-        mode: 0,
-        pad: 0,
-    });
+    out.push(time("gather S", &p, &[(0, buf), (1, samples.raw()), (2, &ub)], (kern.s as u64).div_ceil(WG as u64))?);
+    let ub = ctx.uniform(&Params { off: 0, n: kern.s, cnt: kern.s, dst_off: 0, seed: 0, task: 0, mode: 0, pad: 0 });
     let p = kern.sort_pipe(ctx)?;
-    out.push(time(
-        if kern.sg_sort {
-            "sort S (subgroup shuffles)"
-        } else {
-            "sort S"
-        },
-        &p,
-        &[(0, samples.raw()), (1, sorted.raw()), (2, &ub)],
-        1,
-    )?);
+    out.push(time(if kern.sg_sort { "sort S (subgroup shuffles)" } else { "sort S" }, &p, &[(0, samples.raw()), (1, sorted.raw()), (2, &ub)], 1)?);
     let p = kern.pipe(ctx, "bitonic+sort", "sort_sample")?;
-    out.push(time(
-        "sort S (every step through workgroup memory)",
-        &p,
-        &[(0, samples.raw()), (1, sorted.raw()), (2, &ub)],
-        1,
-    )?);
+    out.push(time("sort S (every step through workgroup memory)", &p, &[(0, samples.raw()), (1, sorted.raw()), (2, &ub)], 1)?);
     // The count kernel with the oracle, 1023 splitters from the sample.
-    let spl: Vec<u32> = (0..kern.ns as usize)
-        .map(|j| sample[(j + 1) * 4096 / (kern.ns as usize + 1)])
-        .collect();
+    let spl: Vec<u32> = (0..kern.ns as usize).map(|j| sample[(j + 1) * 4096 / (kern.ns as usize + 1)]).collect();
     let splb = ctx.pool().alloc(spl.len() as u64 * 4)?;
     ctx.write_small(splb.raw(), 0, bytemuck::cast_slice(&spl))?;
     let cnt = ctx.pool().alloc(kern.nb() as u64 * 4)?;
-    let ob = ctx
-        .pool()
-        .alloc((n as u64).div_ceil(8 * WG as u64) * WG as u64 * 4)?;
-    let ub = ctx.uniform(&Params {
-        off: 0,
-        n: n as u32,
-        cnt: 0,
-        dst_off: 0,
-        seed: 0,
-        task: 0,
-        mode: 0,
-        pad: 0,
-    });
+    let ob = ctx.pool().alloc((n as u64).div_ceil(8 * WG as u64) * WG as u64 * 4)?;
+    let ub = ctx.uniform(&Params { off: 0, n: n as u32, cnt: 0, dst_off: 0, seed: 0, task: 0, mode: 0, pad: 0 });
     let p = kern.pipe(ctx, "bucket+oracle", "count_oracle")?;
-    out.push(time(
-        "count (oracle)",
-        &p,
-        &[
-            (0, buf),
-            (1, splb.raw()),
-            (2, cnt.raw()),
-            (3, &ub),
-            (7, ob.raw()),
-        ],
-        (n as u64).div_ceil(CCHUNK as u64),
-    )?);
+    out.push(time("count (oracle)", &p, &[(0, buf), (1, splb.raw()), (2, cnt.raw()), (3, &ub), (7, ob.raw())], (n as u64).div_ceil(CCHUNK as u64))?);
     let p = kern.pipe(ctx, "bucket", "count")?;
-    out.push(time(
-        "count (no oracle)",
-        &p,
-        &[(0, buf), (1, splb.raw()), (2, cnt.raw()), (3, &ub)],
-        (n as u64).div_ceil(CCHUNK as u64),
-    )?);
-    for (what, entry) in [
-        ("count, histogram only", "count_nosearch"),
-        ("count, search only", "count_noatomic"),
-        ("count, sorted-array search (before)", "count_sorted"),
-    ] {
+    out.push(time("count (no oracle)", &p, &[(0, buf), (1, splb.raw()), (2, cnt.raw()), (3, &ub)], (n as u64).div_ceil(CCHUNK as u64))?);
+    for (what, entry) in [("count, histogram only", "count_nosearch"), ("count, search only", "count_noatomic"), ("count, sorted-array search (before)", "count_sorted")] {
         let p = kern.pipe(ctx, "bucket+countprobe", entry)?;
-        out.push(time(
-            what,
-            &p,
-            &[(0, buf), (1, splb.raw()), (2, cnt.raw()), (3, &ub)],
-            (n as u64).div_ceil(CCHUNK as u64),
-        )?);
+        out.push(time(what, &p, &[(0, buf), (1, splb.raw()), (2, cnt.raw()), (3, &ub)], (n as u64).div_ceil(CCHUNK as u64))?);
     }
     Ok(out)
 }
@@ -3451,17 +2563,9 @@ pub fn to_order_keys_gpu(ctx: &GpuContext, arr: &DeviceArray, kind: RawKind) -> 
 
 /// [`to_order_keys_gpu`], complemented when `descending` (so the largest value
 /// has the smallest key).
-pub fn to_order_keys_gpu_dir(
-    ctx: &GpuContext,
-    arr: &DeviceArray,
-    kind: RawKind,
-    descending: bool,
-) -> GpuResult<()> {
+pub fn to_order_keys_gpu_dir(ctx: &GpuContext, arr: &DeviceArray, kind: RawKind, descending: bool) -> GpuResult<()> {
     if arr.elem_size() != 8 {
-        return Err(GpuError::Invalid(format!(
-            "order keys of {}-byte values (expected 8)",
-            arr.elem_size()
-        )));
+        return Err(GpuError::Invalid(format!("order keys of {}-byte values (expected 8)", arr.elem_size())));
     }
     if arr.is_empty() {
         return Ok(());
@@ -3476,21 +2580,8 @@ pub fn to_order_keys_gpu_dir(
     let mut uniforms = Vec::new();
     for s in 0..arr.num_segments() {
         let (buf, _, rows) = arr.segment(s);
-        let ub = ctx.uniform(&Params {
-            off: 0,
-            n: rows as u32,
-            cnt: 0,
-            dst_off: 0,
-            seed: 0,
-            task: 0,
-            mode,
-            pad: 0,
-        });
-        rec.dispatch(
-            &pipe,
-            &[(0, buf), (2, &ub)],
-            (rows as u64).div_ceil(WG as u64),
-        )?;
+        let ub = ctx.uniform(&Params { off: 0, n: rows as u32, cnt: 0, dst_off: 0, seed: 0, task: 0, mode, pad: 0 });
+        rec.dispatch(&pipe, &[(0, buf), (2, &ub)], (rows as u64).div_ceil(WG as u64))?;
         uniforms.push(ub);
     }
     let mut enc = ctx.encoder("order-keys");
@@ -3508,21 +2599,12 @@ fn upload<K: SelectKey>(ctx: &GpuContext, keys: &[K]) -> GpuResult<DeviceArray> 
 }
 
 /// Exact GPU selection of host keys: uploads, then [`select_gpu_device`].
-pub fn select_gpu<K: SelectKey>(
-    ctx: &GpuContext,
-    keys: &[K],
-    ranks: &[u64],
-) -> GpuResult<(Vec<K>, SelectStats)> {
+pub fn select_gpu<K: SelectKey>(ctx: &GpuContext, keys: &[K], ranks: &[u64]) -> GpuResult<(Vec<K>, SelectStats)> {
     select_gpu_with(ctx, keys, ranks, &SelectOptions::default())
 }
 
 /// [`select_gpu`] with options.
-pub fn select_gpu_with<K: SelectKey>(
-    ctx: &GpuContext,
-    keys: &[K],
-    ranks: &[u64],
-    opts: &SelectOptions,
-) -> GpuResult<(Vec<K>, SelectStats)> {
+pub fn select_gpu_with<K: SelectKey>(ctx: &GpuContext, keys: &[K], ranks: &[u64], opts: &SelectOptions) -> GpuResult<(Vec<K>, SelectStats)> {
     if keys.is_empty() || ranks.is_empty() {
         return sample_select_empty(keys.len(), ranks, "gpu-sampleselect");
     }
@@ -3530,33 +2612,16 @@ pub fn select_gpu_with<K: SelectKey>(
     select_gpu_device_with(ctx, &arr, keys.len(), ranks, opts)
 }
 
-fn sample_select_empty<K: SelectKey>(
-    n: usize,
-    ranks: &[u64],
-    algorithm: &'static str,
-) -> GpuResult<(Vec<K>, SelectStats)> {
+fn sample_select_empty<K: SelectKey>(n: usize, ranks: &[u64], algorithm: &'static str) -> GpuResult<(Vec<K>, SelectStats)> {
     if let Some(r) = ranks.iter().find(|&&r| r >= n as u64) {
-        return Err(GpuError::Invalid(format!(
-            "rank {r} out of range for {n} keys"
-        )));
+        return Err(GpuError::Invalid(format!("rank {r} out of range for {n} keys")));
     }
-    Ok((
-        Vec::new(),
-        SelectStats {
-            algorithm,
-            ..Default::default()
-        },
-    ))
+    Ok((Vec::new(), SelectStats { algorithm, ..Default::default() }))
 }
 
 /// Exact GPU selection of the first `len` keys of a resident device array
 /// (`K::BYTES`-byte elements, any segmentation).
-pub fn select_gpu_device<K: SelectKey>(
-    ctx: &GpuContext,
-    keys: &DeviceArray,
-    len: usize,
-    ranks: &[u64],
-) -> GpuResult<(Vec<K>, SelectStats)> {
+pub fn select_gpu_device<K: SelectKey>(ctx: &GpuContext, keys: &DeviceArray, len: usize, ranks: &[u64]) -> GpuResult<(Vec<K>, SelectStats)> {
     select_gpu_device_with(ctx, keys, len, ranks, &SelectOptions::default())
 }
 
@@ -3597,19 +2662,13 @@ pub fn select_regions_gpu_device_with<K: SelectKey>(
     opts: &SelectOptions,
 ) -> GpuResult<Vec<Vec<K>>> {
     if regions.len() != ranks.len() {
-        return Err(GpuError::Invalid(format!(
-            "{} regions, {} rank lists",
-            regions.len(),
-            ranks.len()
-        )));
+        return Err(GpuError::Invalid(format!("{} regions, {} rank lists", regions.len(), ranks.len())));
     }
     let len = regions.iter().map(|r| r.0 + r.1).max().unwrap_or(0) as usize;
     check_device_input::<K>(ctx, keys, len)?;
     for (&(_, n), rs) in regions.iter().zip(ranks) {
         if let Some(r) = rs.iter().find(|&&r| r >= n) {
-            return Err(GpuError::Invalid(format!(
-                "rank {r} out of range for a region of {n} keys"
-            )));
+            return Err(GpuError::Invalid(format!("rank {r} out of range for a region of {n} keys")));
         }
     }
     // Distinct ranks per region, in rounds of at most RANKS_PER_DESCENT each.
@@ -3623,11 +2682,7 @@ pub fn select_regions_gpu_device_with<K: SelectKey>(
         })
         .collect();
     let mut vals: Vec<Vec<K>> = uniq.iter().map(|u| vec![K::default(); u.len()]).collect();
-    let rounds = uniq
-        .iter()
-        .map(|u| u.len().div_ceil(RANKS_PER_DESCENT))
-        .max()
-        .unwrap_or(0);
+    let rounds = uniq.iter().map(|u| u.len().div_ceil(RANKS_PER_DESCENT)).max().unwrap_or(0);
     let opts = *opts;
     for round in 0..rounds {
         let mut tasks = Vec::new();
@@ -3643,16 +2698,7 @@ pub fn select_regions_gpu_device_with<K: SelectKey>(
                 tr.push((slots.len(), r));
                 slots.push((ri, j));
             }
-            tasks.push(Task {
-                src: Src::Range {
-                    start: regions[ri].0,
-                },
-                n: regions[ri].1,
-                lo: 0,
-                ranks: tr,
-                below: None,
-                above: None,
-            });
+            tasks.push(Task { src: Src::Range { start: regions[ri].0 }, n: regions[ri].1, lo: 0, ranks: tr, below: None, above: None });
         }
         let mut clock = GpuClock::new(ctx);
         // Large regions start with the bracketing level (one pass each over the
@@ -3665,10 +2711,7 @@ pub fn select_regions_gpu_device_with<K: SelectKey>(
                     let shift = start.bufs.len();
                     for mut wt in wtasks {
                         if let Src::Buf { buf, off } = wt.src {
-                            wt.src = Src::Buf {
-                                buf: buf + shift,
-                                off,
-                            };
+                            wt.src = Src::Buf { buf: buf + shift, off };
                         }
                         first.push(wt);
                     }
@@ -3680,17 +2723,7 @@ pub fn select_regions_gpu_device_with<K: SelectKey>(
                 None => first.push(t),
             }
         }
-        let (out, _) = sample_select_tasks::<K>(
-            ctx,
-            keys,
-            len,
-            first,
-            slots.len(),
-            None,
-            &opts,
-            clock,
-            start,
-        )?;
+        let (out, _) = sample_select_tasks::<K>(ctx, keys, len, first, slots.len(), None, &opts, clock, start)?;
         for (o, &(ri, j)) in out.into_iter().zip(&slots) {
             vals[ri][j] = o;
         }
@@ -3698,30 +2731,17 @@ pub fn select_regions_gpu_device_with<K: SelectKey>(
     Ok(ranks
         .iter()
         .zip(uniq.iter().zip(&vals))
-        .map(|(rs, (u, v))| {
-            rs.iter()
-                .map(|r| v[u.binary_search(r).expect("a rank")])
-                .collect()
-        })
+        .map(|(rs, (u, v))| rs.iter().map(|r| v[u.binary_search(r).expect("a rank")]).collect())
         .collect())
 }
 
 /// Approximate GPU selection of host keys: uploads, then [`approx_select_gpu_device`].
-pub fn approx_select_gpu<K: SelectKey>(
-    ctx: &GpuContext,
-    keys: &[K],
-    ranks: &[u64],
-) -> GpuResult<(Vec<K>, SelectStats)> {
+pub fn approx_select_gpu<K: SelectKey>(ctx: &GpuContext, keys: &[K], ranks: &[u64]) -> GpuResult<(Vec<K>, SelectStats)> {
     approx_select_gpu_with(ctx, keys, ranks, &SelectOptions::default())
 }
 
 /// [`approx_select_gpu`] with options.
-pub fn approx_select_gpu_with<K: SelectKey>(
-    ctx: &GpuContext,
-    keys: &[K],
-    ranks: &[u64],
-    opts: &SelectOptions,
-) -> GpuResult<(Vec<K>, SelectStats)> {
+pub fn approx_select_gpu_with<K: SelectKey>(ctx: &GpuContext, keys: &[K], ranks: &[u64], opts: &SelectOptions) -> GpuResult<(Vec<K>, SelectStats)> {
     if keys.is_empty() || ranks.is_empty() {
         return sample_select_empty(keys.len(), ranks, "gpu-sampleselect-approx");
     }
@@ -3736,12 +2756,7 @@ pub fn approx_select_gpu_with<K: SelectKey>(
 /// see "Approximate selection in one pass" in the module documentation), otherwise
 /// the chain or the SampleSelect descent answers exactly. `stats.rank_error_bound`
 /// is the largest reported error (0 where exact); `stats.algorithm` names the path.
-pub fn approx_select_gpu_device<K: SelectKey>(
-    ctx: &GpuContext,
-    keys: &DeviceArray,
-    len: usize,
-    ranks: &[u64],
-) -> GpuResult<(Vec<K>, SelectStats)> {
+pub fn approx_select_gpu_device<K: SelectKey>(ctx: &GpuContext, keys: &DeviceArray, len: usize, ranks: &[u64]) -> GpuResult<(Vec<K>, SelectStats)> {
     approx_select_gpu_device_with(ctx, keys, len, ranks, &SelectOptions::default())
 }
 
@@ -3758,29 +2773,14 @@ pub fn approx_select_gpu_device_with<K: SelectKey>(
 }
 
 /// GPU top-k of host keys: uploads, then [`topk_gpu_device`].
-pub fn topk_gpu<K: SelectKey>(
-    ctx: &GpuContext,
-    keys: &[K],
-    k: usize,
-) -> GpuResult<(Vec<u32>, SelectStats)> {
+pub fn topk_gpu<K: SelectKey>(ctx: &GpuContext, keys: &[K], k: usize) -> GpuResult<(Vec<u32>, SelectStats)> {
     topk_gpu_with(ctx, keys, k, &SelectOptions::default())
 }
 
 /// [`topk_gpu`] with options.
-pub fn topk_gpu_with<K: SelectKey>(
-    ctx: &GpuContext,
-    keys: &[K],
-    k: usize,
-    opts: &SelectOptions,
-) -> GpuResult<(Vec<u32>, SelectStats)> {
+pub fn topk_gpu_with<K: SelectKey>(ctx: &GpuContext, keys: &[K], k: usize, opts: &SelectOptions) -> GpuResult<(Vec<u32>, SelectStats)> {
     if keys.is_empty() || k == 0 {
-        return Ok((
-            Vec::new(),
-            SelectStats {
-                algorithm: "gpu-topk",
-                ..Default::default()
-            },
-        ));
+        return Ok((Vec::new(), SelectStats { algorithm: "gpu-topk", ..Default::default() }));
     }
     let arr = upload(ctx, keys)?;
     topk_gpu_device_with::<K>(ctx, &arr, keys.len(), k, opts)
@@ -3788,12 +2788,7 @@ pub fn topk_gpu_with<K: SelectKey>(
 
 /// GPU top-k of the first `len` keys of a resident array: the ascending row indices
 /// of the `min(k, len)` smallest keys, ties at the threshold to the first rows.
-pub fn topk_gpu_device<K: SelectKey>(
-    ctx: &GpuContext,
-    keys: &DeviceArray,
-    len: usize,
-    k: usize,
-) -> GpuResult<(Vec<u32>, SelectStats)> {
+pub fn topk_gpu_device<K: SelectKey>(ctx: &GpuContext, keys: &DeviceArray, len: usize, k: usize) -> GpuResult<(Vec<u32>, SelectStats)> {
     topk_gpu_device_with::<K>(ctx, keys, len, k, &SelectOptions::default())
 }
 
@@ -3811,12 +2806,7 @@ pub fn topk_gpu_device_with<K: SelectKey>(
 /// The candidates of a top-k with further sort keys: the ascending row indices of
 /// every key at or below the `k`-th smallest (all keys tied with it included, so
 /// later sort keys can settle the ties), `min(k, len)` rows or more.
-pub fn topk_ties_gpu_device<K: SelectKey>(
-    ctx: &GpuContext,
-    keys: &DeviceArray,
-    len: usize,
-    k: usize,
-) -> GpuResult<(Vec<u32>, SelectStats)> {
+pub fn topk_ties_gpu_device<K: SelectKey>(ctx: &GpuContext, keys: &DeviceArray, len: usize, k: usize) -> GpuResult<(Vec<u32>, SelectStats)> {
     topk_device::<K>(ctx, keys, len, k, true, &SelectOptions::default())
 }
 
@@ -3840,10 +2830,7 @@ fn topk_device<K: SelectKey>(
     opts: &SelectOptions,
 ) -> GpuResult<(Vec<u32>, SelectStats)> {
     check_device_input::<K>(ctx, keys, len)?;
-    let mut stats = SelectStats {
-        algorithm: "gpu-topk",
-        ..Default::default()
-    };
+    let mut stats = SelectStats { algorithm: "gpu-topk", ..Default::default() };
     if k == 0 || len == 0 {
         return Ok((Vec::new(), stats));
     }
@@ -3855,18 +2842,12 @@ fn topk_device<K: SelectKey>(
         let mut clock = GpuClock::new(ctx);
         let mut scratch = Scratch { ctx, bytes: 0 };
         let kk = k as u64 - 1;
-        if let Some((ChainEnd::Region(pairs, 0, hi), levels)) =
-            chain::<u64>(ctx, keys, len, kk, kk, true, opts, &mut clock, &mut scratch)?
-        {
+        if let Some((ChainEnd::Region(pairs, 0, hi), levels)) = chain::<u64>(ctx, keys, len, kk, kk, true, opts, &mut clock, &mut scratch)? {
             let key_t = pairs[k - 1] >> 32;
             // With ties, every key equal to the threshold must be in the last region:
             // its window's upper bound lies above the threshold's key (or is open).
             if !ties || hi.is_none_or(|h| h >> 32 > key_t) {
-                let take = if ties {
-                    pairs.partition_point(|&p| p >> 32 <= key_t)
-                } else {
-                    k
-                };
+                let take = if ties { pairs.partition_point(|&p| p >> 32 <= key_t) } else { k };
                 let mut idx: Vec<u32> = pairs[..take].iter().map(|&p| p as u32).collect();
                 idx.sort_unstable();
                 stats.levels = levels;
@@ -3914,11 +2895,7 @@ fn topk_device<K: SelectKey>(
     for (si, s) in segs.iter().enumerate() {
         let ub = uni(ctx, &params(si, 0, 0, 0));
         // The scatter's output binding is unused by tk_count (not in its layout).
-        rec.dispatch(
-            &p_count,
-            &[(0, s.0), (1, thr.raw()), (2, counts.raw()), (3, &ub)],
-            (s.2 as u64).div_ceil(CHUNK as u64),
-        )?;
+        rec.dispatch(&p_count, &[(0, s.0), (1, thr.raw()), (2, counts.raw()), (3, &ub)], (s.2 as u64).div_ceil(CHUNK as u64))?;
     }
     clock.submit(ctx, ctx.encoder("topk-count"), &[&rec])?;
     clock.mark(ctx, format_args!("top-k count"))?;
@@ -3934,16 +2911,10 @@ fn topk_device<K: SelectKey>(
     }
     let k64 = k as u64;
     if !(lt < k64 && k64 <= lt + eq) {
-        return Err(GpuError::Validation(format!(
-            "top-k threshold is inconsistent: {lt} keys below, {eq} equal, k = {k}"
-        )));
+        return Err(GpuError::Validation(format!("top-k threshold is inconsistent: {lt} keys below, {eq} equal, k = {k}")));
     }
     // With ties, every key equal to the threshold comes along.
-    let (need, k) = if ties {
-        (eq as u32, (lt + eq) as usize)
-    } else {
-        ((k64 - lt) as u32, k)
-    };
+    let (need, k) = if ties { (eq as u32, (lt + eq) as usize) } else { ((k64 - lt) as u32, k) };
     ctx.write_small(counts.raw(), 0, bytemuck::cast_slice(&offs))?;
     let out = DeviceArray::alloc(ctx, k, 4)?;
     scratch.bytes += out.device_bytes();
@@ -3951,22 +2922,10 @@ fn topk_device<K: SelectKey>(
     for oi in 0..out.num_segments() {
         let (obuf, ostart, orows) = out.segment(oi);
         for (si, s) in segs.iter().enumerate() {
-            let ub = uni(
-                ctx,
-                &TkParams {
-                    lt_total: lt as u32,
-                    ..params(si, need, ostart as u32, orows as u32)
-                },
-            );
+            let ub = uni(ctx, &TkParams { lt_total: lt as u32, ..params(si, need, ostart as u32, orows as u32) });
             rec.dispatch(
                 &p_scatter,
-                &[
-                    (0, s.0),
-                    (1, thr.raw()),
-                    (2, counts.raw()),
-                    (3, &ub),
-                    (4, obuf),
-                ],
+                &[(0, s.0), (1, thr.raw()), (2, counts.raw()), (3, &ub), (4, obuf)],
                 (s.2 as u64).div_ceil(CHUNK as u64),
             )?;
         }

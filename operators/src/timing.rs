@@ -42,10 +42,7 @@ impl KernelTimer {
     /// kernels then run up to 4x slower (BENCHMARKS.md, session 12). Wall times
     /// without timers are the figures to quote.
     pub fn new(ctx: &GpuContext, passes: u32) -> Option<KernelTimer> {
-        if !ctx.has_timestamps()
-            || passes == 0
-            || std::env::var("RIDGELINE_TIMESTAMPS").is_ok_and(|v| v == "0")
-        {
+        if !ctx.has_timestamps() || passes == 0 || std::env::var("RIDGELINE_TIMESTAMPS").is_ok_and(|v| v == "0") {
             return None;
         }
         let count = passes * 2;
@@ -67,13 +64,7 @@ impl KernelTimer {
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        Some(KernelTimer {
-            set,
-            resolve,
-            read,
-            passes,
-            period_ns: ctx.queue.get_timestamp_period() as f64,
-        })
+        Some(KernelTimer { set, resolve, read, passes, period_ns: ctx.queue.get_timestamp_period() as f64 })
     }
 
     /// Timestamp writes for pass `i`.
@@ -103,13 +94,9 @@ impl KernelTimer {
             .map_err(|e| GpuError::Map(e.to_string()))?
             .map_err(|e| GpuError::Map(e.to_string()))?;
         let out = {
-            let view = slice
-                .get_mapped_range()
-                .map_err(|e| GpuError::Map(e.to_string()))?;
+            let view = slice.get_mapped_range().map_err(|e| GpuError::Map(e.to_string()))?;
             let ts: &[u64] = bytemuck::cast_slice(&view);
-            ts.chunks(2)
-                .map(|p| p[1].saturating_sub(p[0]) as f64 * self.period_ns / 1e6)
-                .collect()
+            ts.chunks(2).map(|p| p[1].saturating_sub(p[0]) as f64 * self.period_ns / 1e6).collect()
         };
         self.read.unmap();
         Ok(out)

@@ -39,10 +39,7 @@ impl Stage {
                 mapped_at_creation: true,
             })
         })?;
-        Ok(Stage {
-            buf,
-            state: Arc::new(AtomicU8::new(MAPPED)),
-        })
+        Ok(Stage { buf, state: Arc::new(AtomicU8::new(MAPPED)) })
     }
 
     /// Maps the (submitted) buffer for writing again; `state` turns MAPPED (or
@@ -59,18 +56,11 @@ impl Stage {
 /// Takes a stage of `list` that is mapped for writing; `None` while every one is
 /// in flight. A stage whose mapping failed is destroyed and reported.
 fn take_mapped(list: &mut Vec<Stage>) -> GpuResult<Option<Stage>> {
-    let Some(i) = list
-        .iter()
-        .position(|s| s.state.load(Ordering::Acquire) != PENDING)
-    else {
-        return Ok(None);
-    };
+    let Some(i) = list.iter().position(|s| s.state.load(Ordering::Acquire) != PENDING) else { return Ok(None) };
     let s = list.swap_remove(i);
     if s.state.load(Ordering::Acquire) == FAILED {
         s.buf.destroy();
-        return Err(GpuError::Map(
-            "staging buffer could not be mapped for writing".into(),
-        ));
+        return Err(GpuError::Map("staging buffer could not be mapped for writing".into()));
     }
     Ok(Some(s))
 }
@@ -201,22 +191,11 @@ impl GpuContext {
             return Ok(());
         }
         if data.len() % 4 != 0 || offset % 4 != 0 {
-            return Err(GpuError::Invalid(format!(
-                "write of {} bytes at {offset}: not a multiple of 4",
-                data.len()
-            )));
+            return Err(GpuError::Invalid(format!("write of {} bytes at {offset}: not a multiple of 4", data.len())));
         }
         let len = data.len() as u64;
         if len > SMALL_CHUNK / 4 {
-            return self.upload_stream(
-                &BytesSource(data),
-                &[Extent {
-                    buffer: dst,
-                    offset,
-                    stream_offset: 0,
-                    len,
-                }],
-            );
+            return self.upload_stream(&BytesSource(data), &[Extent { buffer: dst, offset, stream_offset: 0, len }]);
         }
         let mut sw = self.staging.small.lock().unwrap();
         if sw.bytes() + len > SMALL_CHUNK {
@@ -248,11 +227,7 @@ impl GpuContext {
         let pending = std::mem::take(&mut sw.pending);
         let mut enc = self.encoder("small-writes");
         {
-            let mut view = stage
-                .buf
-                .slice(0..total)
-                .get_mapped_range_mut()
-                .map_err(|e| GpuError::Map(e.to_string()))?;
+            let mut view = stage.buf.slice(0..total).get_mapped_range_mut().map_err(|e| GpuError::Map(e.to_string()))?;
             let mut at = 0usize;
             for (_, _, data) in &pending {
                 view.slice(at..at + data.len()).copy_from_slice(data);
@@ -271,19 +246,12 @@ impl GpuContext {
     /// Submits `buffers` after the pending small writes, in one queue submission.
     /// The writes' lock is held across the submission, so no thread's commands can
     /// overtake writes queued before them.
-    pub(crate) fn submit_buffers(
-        &self,
-        buffers: Vec<wgpu::CommandBuffer>,
-    ) -> GpuResult<wgpu::SubmissionIndex> {
+    pub(crate) fn submit_buffers(&self, buffers: Vec<wgpu::CommandBuffer>) -> GpuResult<wgpu::SubmissionIndex> {
         let mut sw = self.staging.small.lock().unwrap();
         self.submit_locked(&mut sw, buffers)
     }
 
-    fn submit_locked(
-        &self,
-        sw: &mut SmallWrites,
-        buffers: Vec<wgpu::CommandBuffer>,
-    ) -> GpuResult<wgpu::SubmissionIndex> {
+    fn submit_locked(&self, sw: &mut SmallWrites, buffers: Vec<wgpu::CommandBuffer>) -> GpuResult<wgpu::SubmissionIndex> {
         let idx = match self.flush_small(sw)? {
             Some((cb, stage)) => {
                 let idx = self.queue.submit(std::iter::once(cb).chain(buffers));
@@ -305,11 +273,7 @@ impl GpuContext {
                 }
                 if list.len() < self.staging.max_stages {
                     drop(list);
-                    return Stage::new_write(
-                        self,
-                        "ridgeline-upload-stage",
-                        self.staging.stage_bytes,
-                    );
+                    return Stage::new_write(self, "ridgeline-upload-stage", self.staging.stage_bytes);
                 }
             }
             // Every stage is in flight: wait for the device, then look again.
@@ -329,9 +293,7 @@ impl GpuContext {
     pub fn upload_stream(&self, src: &dyn UploadSource, extents: &[Extent<'_>]) -> GpuResult<()> {
         let total = src.len_bytes();
         if total % 4 != 0 {
-            return Err(GpuError::Invalid(format!(
-                "upload of {total} bytes is not a multiple of 4"
-            )));
+            return Err(GpuError::Invalid(format!("upload of {total} bytes is not a multiple of 4")));
         }
         let stage_bytes = self.staging.stage_bytes;
         let mut start = 0u64;
@@ -347,15 +309,9 @@ impl GpuContext {
                 // WriteOnly<[u8]> is not Send in wgpu 30, so the pieces travel as
                 // raw ranges of the mapping, each rebuilt on its worker thread.
                 let base = SendPtr(view.slice(..).as_raw_element_ptr().as_ptr());
-                let piece = (len as usize)
-                    .div_ceil(rayon::current_num_threads().max(1))
-                    .max(PIECE)
-                    .div_ceil(4096)
-                    * 4096;
-                let ranges: Vec<(usize, usize)> = (0..len as usize)
-                    .step_by(piece)
-                    .map(|s| (s, piece.min(len as usize - s)))
-                    .collect();
+                let piece = (len as usize).div_ceil(rayon::current_num_threads().max(1)).max(PIECE).div_ceil(4096) * 4096;
+                let ranges: Vec<(usize, usize)> =
+                    (0..len as usize).step_by(piece).map(|s| (s, piece.min(len as usize - s))).collect();
                 ranges.into_par_iter().for_each(|(s, l)| {
                     let b = &base;
                     // SAFETY: the ranges are disjoint and lie inside the mapped range,
@@ -417,22 +373,14 @@ impl GpuContext {
                 self.wait()?;
             }
             if st.load(Ordering::Acquire) == FAILED {
-                result = Err(GpuError::Map(
-                    "staging buffer could not be mapped for reading".into(),
-                ));
+                result = Err(GpuError::Map("staging buffer could not be mapped for reading".into()));
                 stage.destroy();
                 continue;
             }
             {
-                let view = stage
-                    .slice(0..len.div_ceil(4) * 4)
-                    .get_mapped_range()
-                    .map_err(|e| GpuError::Map(e.to_string()))?;
+                let view = stage.slice(0..len.div_ceil(4) * 4).get_mapped_range().map_err(|e| GpuError::Map(e.to_string()))?;
                 let out = &mut dst[start as usize..(start + len) as usize];
-                let piece = out
-                    .len()
-                    .div_ceil(rayon::current_num_threads().max(1))
-                    .max(PIECE);
+                let piece = out.len().div_ceil(rayon::current_num_threads().max(1)).max(PIECE);
                 out.par_chunks_mut(piece)
                     .zip(view[..len as usize].par_chunks(piece))
                     .for_each(|(d, s)| d.copy_from_slice(s));

@@ -10,6 +10,7 @@ use ridgeline_operators::group_agg::*;
 use ridgeline_operators::testing::test_context;
 use ridgeline_operators::{DeviceArray, GpuContext, GpuError};
 
+
 struct Data {
     gids: Vec<u32>,
     g: u32,
@@ -20,20 +21,12 @@ struct Data {
     dense_ints: Vec<i64>,
 }
 
+
 impl Data {
     fn new(gids: Vec<u32>, g: u32, seed: u64, p_null: f64) -> Data {
         let n = gids.len();
         let mut r = rng(seed);
-        let specials = [
-            0.0,
-            -0.0,
-            f64::INFINITY,
-            f64::NEG_INFINITY,
-            f64::NAN,
-            1e300,
-            -1e-300,
-            0.1,
-        ];
+        let specials = [0.0, -0.0, f64::INFINITY, f64::NEG_INFINITY, f64::NAN, 1e300, -1e-300, 0.1];
         Data {
             ints: (0..n)
                 .map(|i| match i % 7 {
@@ -44,13 +37,7 @@ impl Data {
                 .collect(),
             ints_valid: bitmap(n, &mut r, p_null),
             floats: (0..n)
-                .map(|i| {
-                    if i % 97 == 5 {
-                        specials[(i / 97) % specials.len()]
-                    } else {
-                        r.random_range(-1e6..1e6)
-                    }
-                })
+                .map(|i| if i % 97 == 5 { specials[(i / 97) % specials.len()] } else { r.random_range(-1e6..1e6) })
                 .collect(),
             floats_valid: bitmap(n, &mut r, p_null),
             dense_ints: (0..n).map(|_| r.random_range(-100..100)).collect(),
@@ -60,62 +47,27 @@ impl Data {
     }
     fn host(&self) -> Vec<HostAggColumn<'_>> {
         vec![
-            HostAggColumn {
-                values: HostAggValues::I64(&self.ints),
-                validity: Some(&self.ints_valid),
-            },
-            HostAggColumn {
-                values: HostAggValues::F64(&self.floats),
-                validity: Some(&self.floats_valid),
-            },
-            HostAggColumn {
-                values: HostAggValues::I64(&self.dense_ints),
-                validity: None,
-            },
-            HostAggColumn {
-                values: HostAggValues::F64(&self.floats),
-                validity: None,
-            },
+            HostAggColumn { values: HostAggValues::I64(&self.ints), validity: Some(&self.ints_valid) },
+            HostAggColumn { values: HostAggValues::F64(&self.floats), validity: Some(&self.floats_valid) },
+            HostAggColumn { values: HostAggValues::I64(&self.dense_ints), validity: None },
+            HostAggColumn { values: HostAggValues::F64(&self.floats), validity: None },
         ]
     }
 }
 
-fn run_gpu(
-    ctx: &GpuContext,
-    gids: &[u32],
-    g: u32,
-    host: &[HostAggColumn<'_>],
-    seg: usize,
-    opts: &GroupAggOptions,
-) -> Result<GroupAggOutput, GroupAggError> {
+fn run_gpu(ctx: &GpuContext, gids: &[u32], g: u32, host: &[HostAggColumn<'_>], seg: usize, opts: &GroupAggOptions) -> Result<GroupAggOutput, GroupAggError> {
     let garr = DeviceArray::upload_segmented(ctx, gids, seg).unwrap();
     let mut arrays = Vec::new();
     for c in host {
         let (kind, v) = match c.values {
-            HostAggValues::I64(v) => (
-                AggKind::I64,
-                DeviceArray::upload_segmented(ctx, v, seg).unwrap(),
-            ),
-            HostAggValues::F64(v) => (
-                AggKind::F64,
-                DeviceArray::upload_segmented(ctx, v, seg).unwrap(),
-            ),
+            HostAggValues::I64(v) => (AggKind::I64, DeviceArray::upload_segmented(ctx, v, seg).unwrap()),
+            HostAggValues::F64(v) => (AggKind::F64, DeviceArray::upload_segmented(ctx, v, seg).unwrap()),
         };
-        let b = c
-            .validity
-            .map(|b| DeviceArray::upload_segmented(ctx, b, seg / 32).unwrap());
+        let b = c.validity.map(|b| DeviceArray::upload_segmented(ctx, b, seg / 32).unwrap());
         arrays.push((kind, v, b));
     }
-    let cols: Vec<AggColumn<'_>> = arrays
-        .iter()
-        .map(|(k, v, b)| AggColumn {
-            kind: *k,
-            column: Column {
-                values: v,
-                validity: b.as_ref(),
-            },
-        })
-        .collect();
+    let cols: Vec<AggColumn<'_>> =
+        arrays.iter().map(|(k, v, b)| AggColumn { kind: *k, column: Column { values: v, validity: b.as_ref() } }).collect();
     group_agg_gpu_with(ctx, &garr, g, &cols, opts)
 }
 
@@ -123,37 +75,17 @@ fn check(ctx: &GpuContext, d: &Data, seg: usize, what: &str) {
     let host = d.host();
     let want = group_agg_reference(&d.gids, d.g, &host).unwrap();
     let cpu = group_agg_cpu(&d.gids, d.g, &host).unwrap();
-    assert!(
-        cpu.rows == want.rows && cpu.columns == want.columns,
-        "{what}: CPU fast path n={} g={}",
-        d.gids.len(),
-        d.g
-    );
+    assert!(cpu.rows == want.rows && cpu.columns == want.columns, "{what}: CPU fast path n={} g={}", d.gids.len(), d.g);
     let mut strategies = vec![GroupAggStrategy::Auto, GroupAggStrategy::SparseRegions];
     if d.g <= dense_capacity(ctx) {
         strategies.push(GroupAggStrategy::DenseTags);
     }
     for strategy in strategies {
-        let opts = GroupAggOptions {
-            strategy,
-            ..Default::default()
-        };
+        let opts = GroupAggOptions { strategy, ..Default::default() };
         let got = run_gpu(ctx, &d.gids, d.g, &host, seg, &opts).unwrap();
-        assert_eq!(
-            got.rows,
-            want.rows,
-            "{what}: rows {strategy:?} n={} g={}",
-            d.gids.len(),
-            d.g
-        );
+        assert_eq!(got.rows, want.rows, "{what}: rows {strategy:?} n={} g={}", d.gids.len(), d.g);
         for (c, (a, b)) in got.columns.iter().zip(&want.columns).enumerate() {
-            assert!(
-                a == b,
-                "{what}: column {c} {strategy:?} (ran {:?}) n={} g={}\n got {a:?}\nwant {b:?}",
-                got.strategy,
-                d.gids.len(),
-                d.g
-            );
+            assert!(a == b, "{what}: column {c} {strategy:?} (ran {:?}) n={} g={}\n got {a:?}\nwant {b:?}", got.strategy, d.gids.len(), d.g);
         }
         assert_ne!(got.strategy, GroupAggStrategy::Auto);
     }
@@ -167,25 +99,9 @@ fn group_agg_shapes() {
         for &g in &[1u32, 3, 100, 1000, 5000] {
             let sets: Vec<(&str, Vec<u32>)> = vec![
                 ("random", (0..n).map(|_| r.random_range(0..g)).collect()),
-                (
-                    "skewed",
-                    (0..n)
-                        .map(|_| {
-                            if r.random_bool(0.9) {
-                                g / 2
-                            } else {
-                                r.random_range(0..g)
-                            }
-                        })
-                        .collect(),
-                ),
+                ("skewed", (0..n).map(|_| if r.random_bool(0.9) { g / 2 } else { r.random_range(0..g) }).collect()),
                 ("one-group", vec![g - 1; n]),
-                (
-                    "sorted",
-                    (0..n)
-                        .map(|i| (i as u64 * g as u64 / n.max(1) as u64) as u32)
-                        .collect(),
-                ),
+                ("sorted", (0..n).map(|i| (i as u64 * g as u64 / n.max(1) as u64) as u32).collect()),
             ];
             for (name, gids) in sets {
                 let d = Data::new(gids, g, n as u64 ^ g as u64, 0.2);
@@ -209,9 +125,7 @@ fn group_agg_distinct_groups_all_null_and_segments() {
     let d = Data::new(gids, 60, 5, 1.0);
     check(&ctx, &d, 4096, "all-null");
     let want = group_agg_reference(&d.gids, d.g, &d.host()).unwrap();
-    let ColumnAgg::I64(a) = &want.columns[0] else {
-        panic!()
-    };
+    let ColumnAgg::I64(a) = &want.columns[0] else { panic!() };
     assert!(a.count.iter().all(|&c| c == 0) && a.sum.iter().all(Option::is_none));
     // several segments
     for (n, seg) in [(2_001usize, 128usize), (30_001, 4096 + 128)] {
@@ -219,12 +133,7 @@ fn group_agg_distinct_groups_all_null_and_segments() {
         check(&ctx, &Data::new(gids, 700, 6, 0.3), seg, "segments");
     }
     let gids: Vec<u32> = (0..30_001).map(|_| r.random_range(0..20_000)).collect();
-    check(
-        &ctx,
-        &Data::new(gids, 20_000, 7, 0.3),
-        1024,
-        "segments sparse",
-    );
+    check(&ctx, &Data::new(gids, 20_000, 7, 0.3), 1024, "segments sparse");
 }
 
 #[test]
@@ -233,89 +142,36 @@ fn group_agg_i64_overflow_detected() {
     for (vals, gids, g, bad_group) in [
         (vec![i64::MAX, 1, 5], vec![0u32, 0, 1], 2u32, Some(0u32)),
         (vec![i64::MIN, -1, 5], vec![1u32, 1, 0], 2, Some(1)),
-        (
-            vec![i64::MAX, i64::MAX, i64::MIN, i64::MIN, 3],
-            vec![0u32, 0, 0, 0, 1],
-            2,
-            None,
-        ), // back in range
-        (
-            vec![i64::MAX; 1000],
-            (0..1000).map(|i| (i % 3) as u32).collect(),
-            3,
-            Some(0),
-        ),
+        (vec![i64::MAX, i64::MAX, i64::MIN, i64::MIN, 3], vec![0u32, 0, 0, 0, 1], 2, None), // back in range
+        (vec![i64::MAX; 1000], (0..1000).map(|i| (i % 3) as u32).collect(), 3, Some(0)),
     ] {
-        let host = [HostAggColumn {
-            values: HostAggValues::I64(&vals),
-            validity: None,
-        }];
+        let host = [HostAggColumn { values: HostAggValues::I64(&vals), validity: None }];
         let want = group_agg_reference(&gids, g, &host);
         let cpu = group_agg_cpu(&gids, g, &host);
         match bad_group {
             Some(bg) => {
-                assert_eq!(
-                    want.as_ref().unwrap_err(),
-                    &GroupAggError::Overflow {
-                        column: 0,
-                        group: bg
-                    }
-                );
-                assert_eq!(
-                    cpu.as_ref().unwrap_err(),
-                    &GroupAggError::Overflow {
-                        column: 0,
-                        group: bg
-                    }
-                );
+                assert_eq!(want.as_ref().unwrap_err(), &GroupAggError::Overflow { column: 0, group: bg });
+                assert_eq!(cpu.as_ref().unwrap_err(), &GroupAggError::Overflow { column: 0, group: bg });
             }
             None => {
                 let w = want.as_ref().unwrap();
-                let ColumnAgg::I64(a) = &w.columns[0] else {
-                    panic!()
-                };
+                let ColumnAgg::I64(a) = &w.columns[0] else { panic!() };
                 assert_eq!(a.sum[0], Some(-2));
             }
         }
         for strategy in [GroupAggStrategy::DenseTags, GroupAggStrategy::SparseRegions] {
-            let opts = GroupAggOptions {
-                strategy,
-                ..Default::default()
-            };
+            let opts = GroupAggOptions { strategy, ..Default::default() };
             let got = run_gpu(&ctx, &gids, g, &host, 4096, &opts);
             match bad_group {
-                Some(bg) => assert_eq!(
-                    got.unwrap_err(),
-                    GroupAggError::Overflow {
-                        column: 0,
-                        group: bg
-                    },
-                    "{strategy:?}"
-                ),
-                None => assert_eq!(
-                    got.unwrap().columns,
-                    want.as_ref().unwrap().columns,
-                    "{strategy:?}"
-                ),
+                Some(bg) => assert_eq!(got.unwrap_err(), GroupAggError::Overflow { column: 0, group: bg }, "{strategy:?}"),
+                None => assert_eq!(got.unwrap().columns, want.as_ref().unwrap().columns, "{strategy:?}"),
             }
             // Unchecked: the exact 128-bit sums and the wrapped i64 sums, no error.
-            let opts = GroupAggOptions {
-                strategy,
-                checked_sums: false,
-                min_max: false,
-                ..Default::default()
-            };
+            let opts = GroupAggOptions { strategy, checked_sums: false, min_max: false, ..Default::default() };
             let got = run_gpu(&ctx, &gids, g, &host, 4096, &opts).unwrap();
-            let ColumnAgg::I64(a) = &got.columns[0] else {
-                panic!()
-            };
+            let ColumnAgg::I64(a) = &got.columns[0] else { panic!() };
             for x in 0..g as usize {
-                let exact: i128 = vals
-                    .iter()
-                    .zip(&gids)
-                    .filter(|(_, &k)| k as usize == x)
-                    .map(|(&v, _)| v as i128)
-                    .sum();
+                let exact: i128 = vals.iter().zip(&gids).filter(|(_, &k)| k as usize == x).map(|(&v, _)| v as i128).sum();
                 assert_eq!(a.sum128[x], Some(exact), "{strategy:?} group {x}");
                 assert_eq!(a.sum[x], Some(exact as i64), "{strategy:?} group {x}");
                 assert_eq!((a.min[x], a.max[x]), (None, None), "MIN/MAX not computed");
@@ -329,36 +185,15 @@ fn group_agg_strategy_rule_and_errors() {
     let Some(ctx) = test_context() else { return };
     let cap = dense_capacity(&ctx);
     assert!(cap >= 100, "dense capacity {cap}");
-    assert_eq!(
-        choose_strategy(&ctx, 1 << 20, 16, 256),
-        GroupAggStrategy::DenseTags
-    );
-    assert_eq!(
-        choose_strategy(&ctx, 1 << 20, cap + 1, 256),
-        GroupAggStrategy::SparseRegions
-    );
-    assert_eq!(
-        choose_strategy(&ctx, 100, 100, 256),
-        GroupAggStrategy::SparseRegions
-    );
+    assert_eq!(choose_strategy(&ctx, 1 << 20, 16, 256), GroupAggStrategy::DenseTags);
+    assert_eq!(choose_strategy(&ctx, 1 << 20, cap + 1, 256), GroupAggStrategy::SparseRegions);
+    assert_eq!(choose_strategy(&ctx, 100, 100, 256), GroupAggStrategy::SparseRegions);
     let g = DeviceArray::upload(&ctx, &[0u32, 1]).unwrap();
     let v32 = DeviceArray::upload(&ctx, &[0u32, 1]).unwrap();
-    let bad = [AggColumn {
-        kind: AggKind::I64,
-        column: Column::new(&v32),
-    }];
-    assert!(matches!(
-        group_agg_gpu(&ctx, &g, 2, &bad),
-        Err(GroupAggError::Gpu(GpuError::Invalid(_)))
-    ));
-    let opts = GroupAggOptions {
-        strategy: GroupAggStrategy::DenseTags,
-        ..Default::default()
-    };
-    assert!(matches!(
-        group_agg_gpu_with(&ctx, &g, cap + 1, &[], &opts),
-        Err(GroupAggError::Gpu(GpuError::Invalid(_)))
-    ));
+    let bad = [AggColumn { kind: AggKind::I64, column: Column::new(&v32) }];
+    assert!(matches!(group_agg_gpu(&ctx, &g, 2, &bad), Err(GroupAggError::Gpu(GpuError::Invalid(_)))));
+    let opts = GroupAggOptions { strategy: GroupAggStrategy::DenseTags, ..Default::default() };
+    assert!(matches!(group_agg_gpu_with(&ctx, &g, cap + 1, &[], &opts), Err(GroupAggError::Gpu(GpuError::Invalid(_)))));
 }
 
 #[test]
@@ -371,41 +206,14 @@ fn group_agg_above_the_binding_limit() {
     }
     let n = seg + seg / 100 + 7;
     let mut r = rng(10);
-    let gids: Vec<u32> = (0..n)
-        .map(|_| {
-            if r.random_bool(0.5) {
-                3
-            } else {
-                r.random_range(0..100_000)
-            }
-        })
-        .collect();
-    let vals: Vec<i64> = (0..n)
-        .map(|_| r.random_range(-1_000_000_000_000i64..1_000_000_000_000))
-        .collect();
+    let gids: Vec<u32> = (0..n).map(|_| if r.random_bool(0.5) { 3 } else { r.random_range(0..100_000) }).collect();
+    let vals: Vec<i64> = (0..n).map(|_| r.random_range(-1_000_000_000_000i64..1_000_000_000_000)).collect();
     let valid = bitmap(n, &mut r, 0.2);
-    let host = [HostAggColumn {
-        values: HostAggValues::I64(&vals),
-        validity: Some(&valid),
-    }];
+    let host = [HostAggColumn { values: HostAggValues::I64(&vals), validity: Some(&valid) }];
     let want = group_agg_reference(&gids, 100_000, &host).unwrap();
     for strategy in [GroupAggStrategy::Auto] {
-        let got = run_gpu(
-            &ctx,
-            &gids,
-            100_000,
-            &host,
-            seg,
-            &GroupAggOptions {
-                strategy,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let got = run_gpu(&ctx, &gids, 100_000, &host, seg, &GroupAggOptions { strategy, ..Default::default() }).unwrap();
         assert_eq!(got.rows, want.rows);
-        assert!(
-            got.columns == want.columns,
-            "above the binding limit {strategy:?}"
-        );
+        assert!(got.columns == want.columns, "above the binding limit {strategy:?}");
     }
 }

@@ -13,6 +13,7 @@ use ridgeline_operators::partition::*;
 use ridgeline_operators::testing::test_context;
 use ridgeline_operators::{DeviceArray, GpuContext, GpuError};
 
+
 /// A batch: a u32 key, a u64 key, a u32 payload with validity, a u64 payload
 /// with validity, a u32 payload without.
 struct Batch {
@@ -26,14 +27,12 @@ struct Batch {
     v_p64: Vec<u32>,
 }
 
+
 impl Batch {
     fn new(k32: Vec<u32>, seed: u64, p_null_key: f64) -> Batch {
         let n = k32.len();
         let mut r = rng(seed);
-        let k64: Vec<u64> = k32
-            .iter()
-            .map(|&k| (k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (k as u64))
-            .collect();
+        let k64: Vec<u64> = k32.iter().map(|&k| (k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (k as u64)).collect();
         Batch {
             k64,
             p32: (0..n as u32).collect(),
@@ -73,34 +72,19 @@ fn download(ctx: &GpuContext, got: &Partitioned, want: &HostPartitioned) -> Host
             validity: g.validity.as_ref().map(|v| v.download::<u32>(ctx).unwrap()),
         })
         .collect();
-    HostPartitioned {
-        offsets: got.offsets.clone(),
-        columns,
-    }
+    HostPartitioned { offsets: got.offsets.clone(), columns }
 }
 
 fn first_diff(got: &HostPartitioned, want: &HostPartitioned) -> String {
     if got.offsets != want.offsets {
-        let i = got
-            .offsets
-            .iter()
-            .zip(&want.offsets)
-            .position(|(a, b)| a != b);
-        return format!(
-            "offsets differ (len {} vs {}) first at {i:?}",
-            got.offsets.len(),
-            want.offsets.len()
-        );
+        let i = got.offsets.iter().zip(&want.offsets).position(|(a, b)| a != b);
+        return format!("offsets differ (len {} vs {}) first at {i:?}", got.offsets.len(), want.offsets.len());
     }
     for (c, (g, w)) in got.columns.iter().zip(&want.columns).enumerate() {
         if g.values != w.values {
             let i = match (&g.values, &w.values) {
-                (OwnedValues::U32(a), OwnedValues::U32(b)) => {
-                    a.iter().zip(b).position(|(x, y)| x != y)
-                }
-                (OwnedValues::U64(a), OwnedValues::U64(b)) => {
-                    a.iter().zip(b).position(|(x, y)| x != y)
-                }
+                (OwnedValues::U32(a), OwnedValues::U32(b)) => a.iter().zip(b).position(|(x, y)| x != y),
+                (OwnedValues::U64(a), OwnedValues::U64(b)) => a.iter().zip(b).position(|(x, y)| x != y),
                 _ => None,
             };
             return format!("column {c} values differ first at {i:?}");
@@ -114,53 +98,29 @@ fn first_diff(got: &HostPartitioned, want: &HostPartitioned) -> String {
 
 /// Runs reference, CPU fast path and GPU on `host` columns with `seg_rows` rows
 /// per segment and asserts exact equality.
-fn check(
-    ctx: &GpuContext,
-    host: &[HostColumn<'_>],
-    keys: &[usize],
-    func: PartitionFn,
-    seg: usize,
-    opts: &PartitionOptions,
-    what: &str,
-) -> PartitionStats {
+fn check(ctx: &GpuContext, host: &[HostColumn<'_>], keys: &[usize], func: PartitionFn, seg: usize, opts: &PartitionOptions, what: &str) -> PartitionStats {
     let want = partition_reference(host, keys, &func);
     let n = host[0].values.len();
     assert_eq!(want.offsets.len(), func.fanout() as usize + 1);
     assert_eq!(*want.offsets.last().unwrap(), n as u64);
     let cpu = partition_cpu(host, keys, &func);
-    assert!(
-        cpu == want,
-        "{what}: CPU fast path n={n} {func:?}: {}",
-        first_diff(&cpu, &want)
-    );
+    assert!(cpu == want, "{what}: CPU fast path n={n} {func:?}: {}", first_diff(&cpu, &want));
     let mut arrays = Vec::new();
     for c in host {
         let v = match c.values {
             HostValues::U32(v) => DeviceArray::upload_segmented(ctx, v, seg).unwrap(),
             HostValues::U64(v) => DeviceArray::upload_segmented(ctx, v, seg).unwrap(),
         };
-        let b = c
-            .validity
-            .map(|b| DeviceArray::upload_segmented(ctx, b, seg / 32).unwrap());
+        let b = c.validity.map(|b| DeviceArray::upload_segmented(ctx, b, seg / 32).unwrap());
         arrays.push((v, b));
     }
-    let cols: Vec<Column<'_>> = arrays
-        .iter()
-        .map(|(v, b)| Column {
-            values: v,
-            validity: b.as_ref(),
-        })
-        .collect();
+    let cols: Vec<Column<'_>> = arrays.iter().map(|(v, b)| Column { values: v, validity: b.as_ref() }).collect();
     let got = partition_gpu_with(ctx, &cols, keys, &func, opts).unwrap();
     for c in &got.columns {
         assert_eq!(c.values.seg_rows(), seg, "{what}: output segmentation");
     }
     let g = download(ctx, &got, &want);
-    assert!(
-        g == want,
-        "{what}: GPU n={n} seg={seg} {func:?} {opts:?}: {}",
-        first_diff(&g, &want)
-    );
+    assert!(g == want, "{what}: GPU n={n} seg={seg} {func:?} {opts:?}: {}", first_diff(&g, &want));
     got.stats
 }
 
@@ -170,25 +130,9 @@ fn key_sets(n: usize, seed: u64) -> Vec<(&'static str, Vec<u32>)> {
     let mut r = rng(seed);
     vec![
         ("random", (0..n).map(|_| r.random()).collect()),
-        (
-            "skewed",
-            (0..n)
-                .map(|_| {
-                    if r.random_bool(0.9) {
-                        7
-                    } else {
-                        r.random_range(0..1000)
-                    }
-                })
-                .collect(),
-        ),
+        ("skewed", (0..n).map(|_| if r.random_bool(0.9) { 7 } else { r.random_range(0..1000) }).collect()),
         ("one-key", vec![42; n]),
-        (
-            "distinct",
-            (0..n as u32)
-                .map(|i| i.wrapping_mul(2_654_435_761))
-                .collect(),
-        ),
+        ("distinct", (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761)).collect()),
         ("sorted-small", (0..n as u32).map(|i| i / 3).collect()),
     ]
 }
@@ -204,26 +148,10 @@ fn hash_partition_fanouts_sizes_and_keys() {
                 let host = b.host(key_nulls);
                 for fanout in [1u32, 2, 3, 256, 4096] {
                     let what = format!("hash {name} nulls={key_nulls}");
-                    check(
-                        &ctx,
-                        &host,
-                        &[0],
-                        PartitionFn::Hash { fanout },
-                        4096,
-                        &opts,
-                        &what,
-                    );
+                    check(&ctx, &host, &[0], PartitionFn::Hash { fanout }, 4096, &opts, &what);
                 }
                 // two key columns (u32 + u64)
-                check(
-                    &ctx,
-                    &host,
-                    &[0, 1],
-                    PartitionFn::Hash { fanout: 16 },
-                    4096,
-                    &opts,
-                    "hash two keys",
-                );
+                check(&ctx, &host, &[0, 1], PartitionFn::Hash { fanout: 16 }, 4096, &opts, "hash two keys");
             }
         }
     }
@@ -238,40 +166,16 @@ fn radix_and_direct_partition() {
             let b = Batch::new(keys, 11, 0.1);
             let host = b.host(true);
             for (shift, bits) in [(0u32, 0u32), (0, 1), (0, 8), (3, 8), (20, 12), (24, 8)] {
-                check(
-                    &ctx,
-                    &host,
-                    &[0],
-                    PartitionFn::Radix { shift, bits },
-                    4096,
-                    &opts,
-                    &format!("radix u32 {name}"),
-                );
+                check(&ctx, &host, &[0], PartitionFn::Radix { shift, bits }, 4096, &opts, &format!("radix u32 {name}"));
             }
             for (shift, bits) in [(0u32, 8u32), (28, 8), (40, 12), (56, 8), (60, 4)] {
-                check(
-                    &ctx,
-                    &host,
-                    &[1],
-                    PartitionFn::Radix { shift, bits },
-                    4096,
-                    &opts,
-                    &format!("radix u64 {name}"),
-                );
+                check(&ctx, &host, &[1], PartitionFn::Radix { shift, bits }, 4096, &opts, &format!("radix u64 {name}"));
             }
             let small: Vec<u32> = b.k32.iter().map(|k| k % 5000).collect();
             let mut host2 = host.clone();
             host2[0] = HostColumn::u32(&small).with_validity(&b.v_k32);
             for fanout in [1u32, 3, 300, 5000, 4000] {
-                check(
-                    &ctx,
-                    &host2,
-                    &[0],
-                    PartitionFn::Direct { fanout },
-                    4096,
-                    &opts,
-                    &format!("direct {name}"),
-                );
+                check(&ctx, &host2, &[0], PartitionFn::Direct { fanout }, 4096, &opts, &format!("direct {name}"));
             }
         }
     }
@@ -281,41 +185,18 @@ fn radix_and_direct_partition() {
 fn segments_tiles_and_workgroups() {
     let Some(ctx) = test_context() else { return };
     let mut r = rng(5);
-    for (n, seg) in [
-        (1000usize, 128usize),
-        (3001, 384),
-        (50_001, 4096 + 128),
-        (50_001, 16384),
-        (50_001, ctx.segment_rows()),
-    ] {
+    for (n, seg) in [(1000usize, 128usize), (3001, 384), (50_001, 4096 + 128), (50_001, 16384), (50_001, ctx.segment_rows())] {
         let keys: Vec<u32> = (0..n).map(|_| r.random_range(0..100_000)).collect();
         let b = Batch::new(keys, 13, 0.2);
         let host = b.host(true);
         for fanout in [2u32, 256, 4096, 70_000] {
             for opts in [
                 PartitionOptions::default(),
-                PartitionOptions {
-                    workgroup_size: 64,
-                    tile_rows: 256,
-                },
-                PartitionOptions {
-                    workgroup_size: 256,
-                    tile_rows: 256,
-                },
-                PartitionOptions {
-                    workgroup_size: 32,
-                    tile_rows: 96,
-                },
+                PartitionOptions { workgroup_size: 64, tile_rows: 256 },
+                PartitionOptions { workgroup_size: 256, tile_rows: 256 },
+                PartitionOptions { workgroup_size: 32, tile_rows: 96 },
             ] {
-                check(
-                    &ctx,
-                    &host,
-                    &[0],
-                    PartitionFn::Hash { fanout },
-                    seg,
-                    &opts,
-                    "segments",
-                );
+                check(&ctx, &host, &[0], PartitionFn::Hash { fanout }, seg, &opts, "segments");
             }
         }
     }
@@ -325,60 +206,23 @@ fn segments_tiles_and_workgroups() {
 fn scratch_is_small_and_errors_are_typed() {
     let Some(ctx) = test_context() else { return };
     let n = 1 << 20;
-    let keys: Vec<u32> = (0..n as u32)
-        .map(|i| i.wrapping_mul(2_654_435_761))
-        .collect();
+    let keys: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761)).collect();
     let host = [HostColumn::u32(&keys)];
-    let st = check(
-        &ctx,
-        &host,
-        &[0],
-        PartitionFn::Hash { fanout: 256 },
-        ctx.segment_rows(),
-        &PartitionOptions::default(),
-        "scratch",
-    );
+    let st = check(&ctx, &host, &[0], PartitionFn::Hash { fanout: 256 }, ctx.segment_rows(), &PartitionOptions::default(), "scratch");
     assert_eq!(st.passes, 1);
     let frac = st.histogram_bytes as f64 / st.input_bytes as f64;
     // 256 digits x 64 tiles x 2 matrices: 128 KiB of 4 MiB (n/16 bytes per matrix
     // at any n: 3.1% of a lone u32 key column), plus the scan state and offsets.
-    assert!(
-        frac < 0.05,
-        "histogram scratch {} of {} input bytes",
-        st.histogram_bytes,
-        st.input_bytes
-    );
+    assert!(frac < 0.05, "histogram scratch {} of {} input bytes", st.histogram_bytes, st.input_bytes);
     let d = DeviceArray::upload(&ctx, &keys[..100]).unwrap();
     let bad = [
-        (
-            vec![Column::new(&d)],
-            vec![1usize],
-            PartitionFn::Hash { fanout: 4 },
-        ),
-        (
-            vec![Column::new(&d)],
-            vec![0],
-            PartitionFn::Hash { fanout: 0 },
-        ),
-        (
-            vec![Column::new(&d)],
-            vec![0],
-            PartitionFn::Radix { shift: 30, bits: 8 },
-        ),
-        (
-            vec![Column::new(&d)],
-            vec![],
-            PartitionFn::Hash { fanout: 4 },
-        ),
+        (vec![Column::new(&d)], vec![1usize], PartitionFn::Hash { fanout: 4 }),
+        (vec![Column::new(&d)], vec![0], PartitionFn::Hash { fanout: 0 }),
+        (vec![Column::new(&d)], vec![0], PartitionFn::Radix { shift: 30, bits: 8 }),
+        (vec![Column::new(&d)], vec![], PartitionFn::Hash { fanout: 4 }),
     ];
     for (cols, keys, func) in bad {
-        assert!(
-            matches!(
-                partition_gpu(&ctx, &cols, &keys, &func),
-                Err(GpuError::Invalid(_))
-            ),
-            "{func:?}"
-        );
+        assert!(matches!(partition_gpu(&ctx, &cols, &keys, &func), Err(GpuError::Invalid(_))), "{func:?}");
     }
 }
 
@@ -416,28 +260,12 @@ fn partition_above_the_binding_limit() {
     let n = seg + seg / 100 + 7;
     let mut r = rng(9);
     let keys: Vec<u32> = (0..n).map(|_| r.random()).collect();
-    let wide: Vec<u64> = (0..n as u64)
-        .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
-        .collect();
+    let wide: Vec<u64> = (0..n as u64).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).collect();
     let valid = bitmap(n, &mut r, 0.25);
-    let host = [
-        HostColumn::u32(&keys).with_validity(&valid),
-        HostColumn::u64(&wide).with_validity(&valid),
-    ];
+    let host = [HostColumn::u32(&keys).with_validity(&valid), HostColumn::u64(&wide).with_validity(&valid)];
     let opts = PartitionOptions::default();
     for fanout in [256u32, 4096] {
-        let st = check(
-            &ctx,
-            &host,
-            &[0],
-            PartitionFn::Hash { fanout },
-            seg,
-            &opts,
-            "above the binding limit",
-        );
-        assert!(
-            st.histogram_bytes * 20 < st.input_bytes,
-            "histogram scratch {st:?}"
-        );
+        let st = check(&ctx, &host, &[0], PartitionFn::Hash { fanout }, seg, &opts, "above the binding limit");
+        assert!(st.histogram_bytes * 20 < st.input_bytes, "histogram scratch {st:?}");
     }
 }

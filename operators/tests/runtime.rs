@@ -14,17 +14,12 @@ fn rand_u32(n: usize, seed: u64) -> Vec<u32> {
 #[test]
 fn round_trip_edge_sizes() {
     let Some(ctx) = test_context() else { return };
-    for n in [
-        0usize, 1, 2, 3, 255, 256, 257, 1023, 1025, 4095, 4097, 100_003,
-    ] {
+    for n in [0usize, 1, 2, 3, 255, 256, 257, 1023, 1025, 4095, 4097, 100_003] {
         let v = rand_u32(n, n as u64);
         let d = DeviceArray::upload(&ctx, &v).unwrap();
         assert_eq!(d.len(), n);
         assert!(d.download::<u32>(&ctx).unwrap() == v, "u32 n={n}");
-        let w: Vec<u64> = v
-            .iter()
-            .map(|&x| (x as u64) << 29 ^ 0xdead_beef_0000_0001)
-            .collect();
+        let w: Vec<u64> = v.iter().map(|&x| (x as u64) << 29 ^ 0xdead_beef_0000_0001).collect();
         let d = DeviceArray::upload(&ctx, &w).unwrap();
         assert!(d.download::<u64>(&ctx).unwrap() == w, "u64 n={n}");
     }
@@ -33,13 +28,7 @@ fn round_trip_edge_sizes() {
 #[test]
 fn small_segments_split_and_join() {
     let Some(ctx) = test_context() else { return };
-    for (n, seg) in [
-        (10_000usize, 4096usize),
-        (4096, 4096),
-        (4097, 4096),
-        (12_345, 1024),
-        (5, 4),
-    ] {
+    for (n, seg) in [(10_000usize, 4096usize), (4096, 4096), (4097, 4096), (12_345, 1024), (5, 4)] {
         let v = rand_u32(n, 7);
         let d = DeviceArray::upload_segmented(&ctx, &v, seg).unwrap();
         assert_eq!(d.num_segments(), n.div_ceil(seg));
@@ -59,11 +48,7 @@ fn copy_kernel_unaligned_ranges_across_segments() {
     copy_elements(&ctx, &s, 3, &d, 998, 12_347).unwrap();
     let got = d.download::<u32>(&ctx).unwrap();
     for (i, &g) in got.iter().enumerate() {
-        let want = if (998..998 + 12_347).contains(&i) {
-            (i - 998 + 3) as u32
-        } else {
-            u32::MAX
-        };
+        let want = if (998..998 + 12_347).contains(&i) { (i - 998 + 3) as u32 } else { u32::MAX };
         assert_eq!(g, want, "index {i}");
     }
     // 8-byte elements
@@ -75,14 +60,8 @@ fn copy_kernel_unaligned_ranges_across_segments() {
     assert!(got[2..8_999] == s64[1..8_998], "i64 copy differs");
     assert_eq!((got[0], got[1], got[8_999]), (0, 0, 0));
     // bad ranges are errors, not panics
-    assert!(matches!(
-        copy_elements(&ctx, &a, 9_000, &b, 0, 1),
-        Err(GpuError::Invalid(_))
-    ));
-    assert!(matches!(
-        copy_elements(&ctx, &s, 0, &a, 0, 1),
-        Err(GpuError::Invalid(_))
-    ));
+    assert!(matches!(copy_elements(&ctx, &a, 9_000, &b, 0, 1), Err(GpuError::Invalid(_))));
+    assert!(matches!(copy_elements(&ctx, &s, 0, &a, 0, 1), Err(GpuError::Invalid(_))));
 }
 
 #[test]
@@ -95,9 +74,7 @@ fn above_the_binding_limit() {
     }
     // One u32 more than a whole binding, and a u64 array twice the binding.
     let n = limit / 4 + 1;
-    let v: Vec<u32> = (0..n as u32)
-        .map(|i| i.wrapping_mul(2_654_435_761))
-        .collect();
+    let v: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761)).collect();
     let d = DeviceArray::upload(&ctx, &v).unwrap();
     assert!(d.num_segments() >= 2);
     for i in 0..d.num_segments() {
@@ -109,9 +86,7 @@ fn above_the_binding_limit() {
     let dup = d.duplicate(&ctx).unwrap();
     assert!(dup.download::<u32>(&ctx).unwrap() == v);
     drop((d, dup, back));
-    let w: Vec<u64> = (0..(limit / 4) as u64)
-        .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
-        .collect();
+    let w: Vec<u64> = (0..(limit / 4) as u64).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).collect();
     let d = DeviceArray::upload(&ctx, &w).unwrap();
     assert!(d.num_segments() >= 2);
     assert!(d.download::<u64>(&ctx).unwrap() == w);
@@ -142,22 +117,11 @@ fn pool_reuses_by_size_class_and_enforces_budget() {
 #[test]
 fn invalid_requests_are_errors() {
     let Some(ctx) = test_context() else { return };
-    assert!(matches!(
-        DeviceArray::alloc(&ctx, 10, 3),
-        Err(GpuError::Invalid(_))
-    ));
-    assert!(matches!(
-        DeviceArray::alloc_segmented(&ctx, 10, 4, 0),
-        Err(GpuError::Invalid(_))
-    ));
+    assert!(matches!(DeviceArray::alloc(&ctx, 10, 3), Err(GpuError::Invalid(_))));
+    assert!(matches!(DeviceArray::alloc_segmented(&ctx, 10, 4, 0), Err(GpuError::Invalid(_))));
     let d = DeviceArray::upload(&ctx, &[1u32, 2, 3]).unwrap();
     assert!(matches!(d.download::<u64>(&ctx), Err(GpuError::Invalid(_))));
-    let bad = ctx.pipeline(
-        "broken",
-        "@compute @workgroup_size(1) fn main() { let x: u32 = 1.5; }",
-        "main",
-        &[],
-    );
+    let bad = ctx.pipeline("broken", "@compute @workgroup_size(1) fn main() { let x: u32 = 1.5; }", "main", &[]);
     assert!(matches!(bad, Err(GpuError::Shader { .. })), "{bad:?}");
     ctx.check().unwrap();
 }
@@ -177,17 +141,11 @@ fn kernel_timer_measures_when_available() {
     let bg = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
         label: None,
         layout: &p.get_bind_group_layout(0),
-        entries: &[wgpu::BindGroupEntry {
-            binding: 0,
-            resource: buf.as_entire_binding(),
-        }],
+        entries: &[wgpu::BindGroupEntry { binding: 0, resource: buf.as_entire_binding() }],
     });
     let mut enc = ctx.encoder("t");
     {
-        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: None,
-            timestamp_writes: timer.writes(0),
-        });
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: timer.writes(0) });
         pass.set_pipeline(&p);
         pass.set_bind_group(0, &bg, &[]);
         pass.dispatch_workgroups((1 << 16) / 64, 1, 1);
@@ -215,21 +173,11 @@ fn spinning_and_blocking_waits_agree() {
     let v = rand_u32(300_007, 9);
     let ranks = [0u64, 150_003, 300_006];
     let want = select_cpu(&v, &ranks);
-    for wait in [
-        WaitMode::Block,
-        WaitMode::Spin(Duration::ZERO),
-        WaitMode::Spin(Duration::from_millis(50)),
-    ] {
-        let opts = ContextOptions {
-            wait: Some(wait),
-            ..ContextOptions::from_env()
-        };
+    for wait in [WaitMode::Block, WaitMode::Spin(Duration::ZERO), WaitMode::Spin(Duration::from_millis(50))] {
+        let opts = ContextOptions { wait: Some(wait), ..ContextOptions::from_env() };
         let ctx = ridgeline_operators::GpuContext::new(&opts).unwrap();
         let d = DeviceArray::upload(&ctx, &v).unwrap();
-        assert!(
-            d.download::<u32>(&ctx).unwrap() == v,
-            "{wait:?}: round trip"
-        );
+        assert!(d.download::<u32>(&ctx).unwrap() == v, "{wait:?}: round trip");
         let (got, _) = select_gpu_device::<u32>(&ctx, &d, v.len(), &ranks).unwrap();
         assert_eq!(got, want, "{wait:?}: selection");
         ctx.wait().unwrap();

@@ -21,31 +21,16 @@ fn normal(r: &mut impl Rng) -> f64 {
 fn datasets_u32(n: usize, seed: u64) -> Vec<(String, Vec<u32>)> {
     let mut r = rng(seed);
     let mut v = Vec::new();
-    v.push((
-        "uniform".into(),
-        (0..n).map(|_| r.random::<u32>()).collect(),
-    ));
-    v.push((
-        "normal-f32".into(),
-        keys_f32(&(0..n).map(|_| normal(&mut r) as f32).collect::<Vec<_>>()),
-    ));
+    v.push(("uniform".into(), (0..n).map(|_| r.random::<u32>()).collect()));
+    v.push(("normal-f32".into(), keys_f32(&(0..n).map(|_| normal(&mut r) as f32).collect::<Vec<_>>())));
     for d in [1u32, 16, 128, 1024] {
-        v.push((
-            format!("distinct-{d}"),
-            (0..n).map(|_| r.random_range(0..d) * 7919 + 3).collect(),
-        ));
+        v.push((format!("distinct-{d}"), (0..n).map(|_| r.random_range(0..d) * 7919 + 3).collect()));
     }
     v.push(("sorted".into(), (0..n as u32).collect()));
     v.push(("reverse".into(), (0..n as u32).rev().collect()));
     v.push((
         "extremes-i32".into(),
-        keys_i32(
-            &(0..n)
-                .map(|i| {
-                    [i32::MIN, i32::MAX, 0, -1, 1][i % 5] ^ (r.random_range(0..2) * (i as i32 & 1))
-                })
-                .collect::<Vec<_>>(),
-        ),
+        keys_i32(&(0..n).map(|i| [i32::MIN, i32::MAX, 0, -1, 1][i % 5] ^ (r.random_range(0..2) * (i as i32 & 1))).collect::<Vec<_>>()),
     ));
     v
 }
@@ -67,13 +52,7 @@ fn check_exact<K: SelectKey>(got: &[K], keys: &[K], ranks: &[u64], what: &str) {
     let want = select_reference(keys, ranks);
     assert_eq!(got.len(), ranks.len(), "{what}: result length");
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-        assert_eq!(
-            g,
-            w,
-            "{what}: n={} rank {} (#{i}) got {g:?}, want {w:?}",
-            keys.len(),
-            ranks[i]
-        );
+        assert_eq!(g, w, "{what}: n={} rank {} (#{i}) got {g:?}, want {w:?}", keys.len(), ranks[i]);
     }
 }
 
@@ -83,18 +62,7 @@ fn check_exact<K: SelectKey>(got: &[K], keys: &[K], ranks: &[u64], what: &str) {
 
 #[test]
 fn keys_preserve_arrow_total_order() {
-    let fs = [
-        f32::NEG_INFINITY,
-        -1e30,
-        -1.0,
-        -f32::MIN_POSITIVE,
-        -0.0,
-        0.0,
-        f32::MIN_POSITIVE,
-        1.0,
-        1e30,
-        f32::INFINITY,
-    ];
+    let fs = [f32::NEG_INFINITY, -1e30, -1.0, -f32::MIN_POSITIVE, -0.0, 0.0, f32::MIN_POSITIVE, 1.0, 1e30, f32::INFINITY];
     for w in fs.windows(2) {
         assert!(key_f32(w[0]) < key_f32(w[1]), "{} < {}", w[0], w[1]);
     }
@@ -102,17 +70,7 @@ fn keys_preserve_arrow_total_order() {
     assert!(key_f32(f32::INFINITY) < key_f32(f32::NAN));
     assert_eq!(key_f32(f32::NAN), key_f32(-f32::NAN));
     assert_eq!(key_f32(f32::from_bits(0x7f80_0001)), key_f32(f32::NAN));
-    let ds = [
-        f64::NEG_INFINITY,
-        -1e300,
-        -1.0,
-        -0.0,
-        0.0,
-        5e-324,
-        1.0,
-        f64::MAX,
-        f64::INFINITY,
-    ];
+    let ds = [f64::NEG_INFINITY, -1e300, -1.0, -0.0, 0.0, 5e-324, 1.0, f64::MAX, f64::INFINITY];
     for w in ds.windows(2) {
         assert!(key_f64(w[0]) < key_f64(w[1]), "{} < {}", w[0], w[1]);
     }
@@ -135,48 +93,19 @@ fn keys_preserve_arrow_total_order() {
     // Bulk versions (parallel above 64Ki values) agree with the scalar ones.
     let mut r = rng(1);
     let xs: Vec<f32> = (0..100_000).map(|_| f32::from_bits(r.random())).collect();
-    assert_eq!(
-        keys_f32(&xs),
-        xs.iter().map(|&x| key_f32(x)).collect::<Vec<_>>()
-    );
+    assert_eq!(keys_f32(&xs), xs.iter().map(|&x| key_f32(x)).collect::<Vec<_>>());
     let ys: Vec<i64> = (0..100_000).map(|_| r.random()).collect();
-    assert_eq!(
-        keys_i64(&ys),
-        ys.iter().map(|&x| key_i64(x)).collect::<Vec<_>>()
-    );
+    assert_eq!(keys_i64(&ys), ys.iter().map(|&x| key_i64(x)).collect::<Vec<_>>());
     // Sorting by key = sorting by total_cmp (NaNs canonicalised to +NaN).
-    let mut a: Vec<f64> = (0..5000)
-        .map(|i| {
-            [
-                f64::NAN,
-                -f64::NAN,
-                -0.0,
-                0.0,
-                f64::INFINITY,
-                -f64::INFINITY,
-            ][i % 6]
-        })
-        .collect();
+    let mut a: Vec<f64> = (0..5000).map(|i| [f64::NAN, -f64::NAN, -0.0, 0.0, f64::INFINITY, -f64::INFINITY][i % 6]).collect();
     a.extend((0..5000).map(|_| normal(&mut r)));
     // Arrow's order is total_cmp with NaNs canonicalised (all NaNs equal, last).
     let canon = |x: f64| if x.is_nan() { f64::NAN } else { x };
     a.sort_by(|x, y| canon(*x).total_cmp(&canon(*y)));
     for w in a.windows(2) {
         let ord = canon(w[0]).total_cmp(&canon(w[1]));
-        assert_eq!(
-            key_f64(w[0]).cmp(&key_f64(w[1])),
-            ord,
-            "{} vs {}",
-            w[0],
-            w[1]
-        );
-        assert_eq!(
-            key_f32(w[0] as f32).cmp(&key_f32(w[1] as f32)),
-            canon(w[0] as f32 as f64).total_cmp(&canon(w[1] as f32 as f64)),
-            "f32 {} vs {}",
-            w[0],
-            w[1]
-        );
+        assert_eq!(key_f64(w[0]).cmp(&key_f64(w[1])), ord, "{} vs {}", w[0], w[1]);
+        assert_eq!(key_f32(w[0] as f32).cmp(&key_f32(w[1] as f32)), canon(w[0] as f32 as f64).total_cmp(&canon(w[1] as f32 as f64)), "f32 {} vs {}", w[0], w[1]);
     }
 }
 
@@ -189,23 +118,14 @@ fn cpu_select_matches_reference() {
     for &n in &[1usize, 2, 1023, 1025, 4097, 300_001] {
         for (name, keys) in datasets_u32(n, n as u64) {
             let ranks = ranks_for(n, 7);
-            check_exact(
-                &select_cpu(&keys, &ranks),
-                &keys,
-                &ranks,
-                &format!("cpu {name}"),
-            );
+            check_exact(&select_cpu(&keys, &ranks), &keys, &ranks, &format!("cpu {name}"));
             let (a, st) = approx_select_cpu(&keys, &ranks);
             check_exact(&a, &keys, &ranks, &format!("cpu approx {name}"));
             assert_eq!(st.rank_error_bound, 0);
         }
     }
     assert!(select_cpu::<u32>(&[], &[]).is_empty());
-    let keys64: Vec<u64> = keys_i64(
-        &(0..300_000i64)
-            .map(|i| (i * 7_919_000_011) ^ (i << 40))
-            .collect::<Vec<_>>(),
-    );
+    let keys64: Vec<u64> = keys_i64(&(0..300_000i64).map(|i| (i * 7_919_000_011) ^ (i << 40)).collect::<Vec<_>>());
     let ranks = ranks_for(keys64.len(), 3);
     check_exact(&select_cpu(&keys64, &ranks), &keys64, &ranks, "cpu u64");
 }
@@ -215,11 +135,7 @@ fn cpu_topk_matches_reference() {
     for &n in &[1usize, 5, 1000, 70_001] {
         for (name, keys) in datasets_u32(n, 11) {
             for k in [0, 1, n / 3, n.saturating_sub(1), n, n + 7] {
-                assert_eq!(
-                    topk_cpu(&keys, k),
-                    topk_reference(&keys, k),
-                    "cpu topk {name} n={n} k={k}"
-                );
+                assert_eq!(topk_cpu(&keys, k), topk_reference(&keys, k), "cpu topk {name} n={n} k={k}");
             }
         }
     }
@@ -250,11 +166,7 @@ fn gpu_select_u32_distributions_and_sizes() {
             // The filter without the oracle (recomputed buckets), and with it for
             // every task (by default only tasks with at most 4 distinct ranks).
             for (oracle, oracle_max_ranks) in [(false, 0), (true, usize::MAX)] {
-                let opts = SelectOptions {
-                    oracle,
-                    oracle_max_ranks,
-                    ..Default::default()
-                };
+                let opts = SelectOptions { oracle, oracle_max_ranks, ..Default::default() };
                 let (got2, _) = select_gpu_with(&ctx, &keys, &ranks, &opts).unwrap();
                 check_exact(&got2, &keys, &ranks, &format!("gpu oracle={oracle} {name}"));
             }
@@ -276,23 +188,11 @@ fn gpu_select_empty_and_errors() {
     assert!(v.is_empty());
     let (v, _) = select_gpu::<u32>(&ctx, &[1, 2, 3], &[]).unwrap();
     assert!(v.is_empty());
-    assert!(matches!(
-        select_gpu::<u32>(&ctx, &[1, 2, 3], &[3]),
-        Err(GpuError::Invalid(_))
-    ));
-    assert!(matches!(
-        select_gpu::<u32>(&ctx, &[], &[0]),
-        Err(GpuError::Invalid(_))
-    ));
+    assert!(matches!(select_gpu::<u32>(&ctx, &[1, 2, 3], &[3]), Err(GpuError::Invalid(_))));
+    assert!(matches!(select_gpu::<u32>(&ctx, &[], &[0]), Err(GpuError::Invalid(_))));
     let arr = DeviceArray::upload(&ctx, &[1u64, 2, 3]).unwrap();
-    assert!(matches!(
-        select_gpu_device::<u32>(&ctx, &arr, 3, &[0]),
-        Err(GpuError::Invalid(_))
-    ));
-    assert!(matches!(
-        select_gpu_device::<u64>(&ctx, &arr, 4, &[0]),
-        Err(GpuError::Invalid(_))
-    ));
+    assert!(matches!(select_gpu_device::<u32>(&ctx, &arr, 3, &[0]), Err(GpuError::Invalid(_))));
+    assert!(matches!(select_gpu_device::<u64>(&ctx, &arr, 4, &[0]), Err(GpuError::Invalid(_))));
     // A prefix of a device array.
     let (v, _) = select_gpu_device::<u64>(&ctx, &arr, 2, &[1, 0]).unwrap();
     assert_eq!(v, vec![2, 1]);
@@ -303,34 +203,16 @@ fn gpu_select_many_levels_small_samples() {
     let Some(ctx) = test_context() else { return };
     // S = 64 samples, 15 splitters: several levels on 200k keys.
     for (name, keys) in datasets_u32(200_003, 5) {
-        for oracle in [true, false] {
-            let opts = SelectOptions {
-                max_sample: 64,
-                oracle,
-                oracle_max_ranks: usize::MAX,
-                ..Default::default()
-            };
-            let ranks = ranks_for(keys.len(), 9);
-            let (got, st) = select_gpu_with(&ctx, &keys, &ranks, &opts).unwrap();
-            check_exact(
-                &got,
-                &keys,
-                &ranks,
-                &format!("gpu S=64 oracle={oracle} {name}"),
-            );
-            if name == "uniform" {
-                assert!(
-                    st.levels >= 3,
-                    "uniform with 16 buckets needs several levels, got {}",
-                    st.levels
-                );
-            }
-            assert!(
-                st.device_bytes > 0 && st.device_bytes <= (keys.len() as u64 * 4) / 4 + (1 << 20),
-                "{name}: {} aux bytes",
-                st.device_bytes
-            );
+      for oracle in [true, false] {
+        let opts = SelectOptions { max_sample: 64, oracle, oracle_max_ranks: usize::MAX, ..Default::default() };
+        let ranks = ranks_for(keys.len(), 9);
+        let (got, st) = select_gpu_with(&ctx, &keys, &ranks, &opts).unwrap();
+        check_exact(&got, &keys, &ranks, &format!("gpu S=64 oracle={oracle} {name}"));
+        if name == "uniform" {
+            assert!(st.levels >= 3, "uniform with 16 buckets needs several levels, got {}", st.levels);
         }
+        assert!(st.device_bytes > 0 && st.device_bytes <= (keys.len() as u64 * 4) / 4 + (1 << 20), "{name}: {} aux bytes", st.device_bytes);
+      }
     }
 }
 
@@ -342,21 +224,12 @@ fn gpu_select_target_buckets_over_several_buffers() {
     let mut r = rng(12);
     let keys: Vec<u32> = (0..300_000).map(|_| r.random::<u32>()).collect();
     let ranks: Vec<u64> = (0..64).map(|i| i * 4_687 + 17).collect();
-    let opts = SelectOptions {
-        max_filter_bytes: 8192,
-        ..Default::default()
-    };
+    let opts = SelectOptions { max_filter_bytes: 8192, ..Default::default() };
     let (got, _) = select_gpu_with(&ctx, &keys, &ranks, &opts).unwrap();
     check_exact(&got, &keys, &ranks, "split filter buffers");
     // A cap below one bucket is an error, not a panic.
-    let opts = SelectOptions {
-        max_filter_bytes: 64,
-        ..Default::default()
-    };
-    assert!(matches!(
-        select_gpu_with(&ctx, &keys, &ranks, &opts),
-        Err(GpuError::Invalid(_))
-    ));
+    let opts = SelectOptions { max_filter_bytes: 64, ..Default::default() };
+    assert!(matches!(select_gpu_with(&ctx, &keys, &ranks, &opts), Err(GpuError::Invalid(_))));
 }
 
 #[test]
@@ -369,19 +242,12 @@ fn gpu_select_all_ranks_of_a_small_input() {
     check_exact(&got, &keys, &ranks, "all ranks");
     // 300 distinct ranks (several descents of at most 64) on 100k keys.
     let keys: Vec<u32> = (0..100_000).map(|_| r.random::<u32>()).collect();
-    let ranks: Vec<u64> = (0..300u64)
-        .map(|i| (i * 7_919) % 100_000)
-        .chain([5, 5, 99_999])
-        .collect();
+    let ranks: Vec<u64> = (0..300u64).map(|i| (i * 7_919) % 100_000).chain([5, 5, 99_999]).collect();
     let (got, st) = select_gpu(&ctx, &keys, &ranks).unwrap();
     check_exact(&got, &keys, &ranks, "300 ranks");
     // A quarter of the input plus the fixed scratch of each level (samples,
     // splitters, counts: tens of KiB).
-    assert!(
-        st.device_bytes <= 100_000 + (128 << 10),
-        "aux {} bytes",
-        st.device_bytes
-    );
+    assert!(st.device_bytes <= 100_000 + (128 << 10), "aux {} bytes", st.device_bytes);
 }
 
 #[test]
@@ -392,18 +258,9 @@ fn gpu_select_segmented_input() {
         let arr = DeviceArray::upload_segmented(&ctx, &keys, 4096).unwrap();
         let ranks = ranks_for(keys.len(), 1);
         for oracle_max_ranks in [0, usize::MAX] {
-            let opts = SelectOptions {
-                oracle_max_ranks,
-                ..Default::default()
-            };
-            let (got, _) =
-                select_gpu_device_with::<u32>(&ctx, &arr, keys.len(), &ranks, &opts).unwrap();
-            check_exact(
-                &got,
-                &keys,
-                &ranks,
-                &format!("segmented {name} oracle_max_ranks={oracle_max_ranks}"),
-            );
+            let opts = SelectOptions { oracle_max_ranks, ..Default::default() };
+            let (got, _) = select_gpu_device_with::<u32>(&ctx, &arr, keys.len(), &ranks, &opts).unwrap();
+            check_exact(&got, &keys, &ranks, &format!("segmented {name} oracle_max_ranks={oracle_max_ranks}"));
         }
         let small = &keys[..5000];
         let arr = DeviceArray::upload_segmented(&ctx, small, 4096).unwrap();
@@ -418,46 +275,14 @@ fn u64_sets(n: usize) -> Vec<(&'static str, Vec<u64>)> {
     vec![
         ("uniform-u64", (0..n).map(|_| r.random::<u64>()).collect()),
         // Same high word, different low words (the emulated compare's second word).
-        (
-            "high-equal",
-            (0..n)
-                .map(|_| (7u64 << 32) | r.random::<u32>() as u64)
-                .collect(),
-        ),
-        (
-            "normal-f64",
-            keys_f64(&(0..n).map(|_| normal(&mut r)).collect::<Vec<_>>()),
-        ),
+        ("high-equal", (0..n).map(|_| (7u64 << 32) | r.random::<u32>() as u64).collect()),
+        ("normal-f64", keys_f64(&(0..n).map(|_| normal(&mut r)).collect::<Vec<_>>())),
         (
             "specials-f64",
-            keys_f64(
-                &(0..n)
-                    .map(|i| {
-                        [
-                            f64::NAN,
-                            -0.0,
-                            0.0,
-                            f64::INFINITY,
-                            f64::NEG_INFINITY,
-                            1.5,
-                            -1.5,
-                        ][i % 7]
-                    })
-                    .collect::<Vec<_>>(),
-            ),
+            keys_f64(&(0..n).map(|i| [f64::NAN, -0.0, 0.0, f64::INFINITY, f64::NEG_INFINITY, 1.5, -1.5][i % 7]).collect::<Vec<_>>()),
         ),
-        (
-            "extremes-i64",
-            keys_i64(
-                &(0..n)
-                    .map(|i| [i64::MIN, i64::MAX, 0, -1, 1, i as i64][i % 6])
-                    .collect::<Vec<_>>(),
-            ),
-        ),
-        (
-            "distinct-16-u64",
-            (0..n).map(|_| r.random_range(0..16u64) << 40).collect(),
-        ),
+        ("extremes-i64", keys_i64(&(0..n).map(|i| [i64::MIN, i64::MAX, 0, -1, 1, i as i64][i % 6]).collect::<Vec<_>>())),
+        ("distinct-16-u64", (0..n).map(|_| r.random_range(0..16u64) << 40).collect()),
     ]
 }
 
@@ -469,22 +294,12 @@ fn gpu_select_u64_native_and_emulated() {
         paths.push(Int64Path::Native);
     }
     for (int64, oracle) in paths.into_iter().flat_map(|p| [(p, true), (p, false)]) {
-        let opts = SelectOptions {
-            int64,
-            oracle,
-            oracle_max_ranks: usize::MAX,
-            ..Default::default()
-        };
+        let opts = SelectOptions { int64, oracle, oracle_max_ranks: usize::MAX, ..Default::default() };
         for &n in &[1usize, 4097, 65_537] {
             for (name, keys) in u64_sets(n) {
                 let ranks = ranks_for(n, 4);
                 let (got, _) = select_gpu_with(&ctx, &keys, &ranks, &opts).unwrap();
-                check_exact(
-                    &got,
-                    &keys,
-                    &ranks,
-                    &format!("{int64:?} oracle={oracle} {name}"),
-                );
+                check_exact(&got, &keys, &ranks, &format!("{int64:?} oracle={oracle} {name}"));
                 if oracle {
                     for k in [1, n / 2, n] {
                         let (idx, _) = topk_gpu_with(&ctx, &keys, k, &opts).unwrap();
@@ -532,14 +347,9 @@ fn check_approx<K: SelectKey>(got: &[K], st: &SelectStats, keys: &[K], ranks: &[
     let mut sorted = keys.to_vec();
     sorted.sort_unstable();
     for (i, (&g, &r)) in got.iter().zip(ranks).enumerate() {
-        let (lo, hi) = rank_range(&sorted, g)
-            .unwrap_or_else(|| panic!("{what}: returned key {g:?} is not in the input"));
+        let (lo, hi) = rank_range(&sorted, g).unwrap_or_else(|| panic!("{what}: returned key {g:?} is not in the input"));
         let err = if r < lo { lo - r } else { r.saturating_sub(hi) };
-        assert!(
-            err <= st.rank_error_bound,
-            "{what}: rank {r} (#{i}) got key with ranks {lo}..={hi}, error {err} > bound {}",
-            st.rank_error_bound
-        );
+        assert!(err <= st.rank_error_bound, "{what}: rank {r} (#{i}) got key with ranks {lo}..={hi}, error {err} > bound {}", st.rank_error_bound);
     }
 }
 
@@ -550,49 +360,24 @@ fn gpu_approx_select_within_bound() {
     let mut r = rng(21);
     let sets: Vec<(&str, Vec<u32>)> = vec![
         ("uniform", (0..n).map(|_| r.random::<u32>()).collect()),
-        (
-            "normal",
-            keys_f32(&(0..n).map(|_| normal(&mut r) as f32).collect::<Vec<_>>()),
-        ),
+        ("normal", keys_f32(&(0..n).map(|_| normal(&mut r) as f32).collect::<Vec<_>>())),
         ("sorted", (0..n as u32).collect()),
-        (
-            "distinct-1024",
-            (0..n).map(|_| r.random_range(0..1024u32)).collect(),
-        ),
+        ("distinct-1024", (0..n).map(|_| r.random_range(0..1024u32)).collect()),
     ];
     for (name, keys) in sets {
-        let ranks: Vec<u64> = vec![
-            0,
-            1,
-            (n / 100) as u64,
-            (n / 4) as u64,
-            (n / 2) as u64,
-            (n / 2) as u64,
-            (3 * n / 4) as u64,
-            (n - 1) as u64,
-        ];
+        let ranks: Vec<u64> = vec![0, 1, (n / 100) as u64, (n / 4) as u64, (n / 2) as u64, (n / 2) as u64, (3 * n / 4) as u64, (n - 1) as u64];
         let (got, st) = approx_select_gpu(&ctx, &keys, &ranks).unwrap();
-        assert!(
-            st.rank_error_bound <= n as u64 / 1000,
-            "{name}: bound {} > 0.1% of {n}",
-            st.rank_error_bound
-        );
+        assert!(st.rank_error_bound <= n as u64 / 1000, "{name}: bound {} > 0.1% of {n}", st.rank_error_bound);
         check_approx(&got, &st, &keys, &ranks, name);
         if name == "uniform" {
-            assert!(
-                st.rank_error_bound > 0,
-                "uniform data is answered from splitters, not exactly"
-            );
+            assert!(st.rank_error_bound > 0, "uniform data is answered from splitters, not exactly");
             assert!(st.levels <= 2, "{name}: {} levels", st.levels);
         }
     }
     // A looser bound stops after one level.
     let keys: Vec<u32> = (0..n).map(|_| r.random::<u32>()).collect();
     let ranks = vec![(n / 3) as u64, 12345];
-    let opts = SelectOptions {
-        max_error_fraction: 0.01,
-        ..Default::default()
-    };
+    let opts = SelectOptions { max_error_fraction: 0.01, ..Default::default() };
     let (got, st) = approx_select_gpu_with(&ctx, &keys, &ranks, &opts).unwrap();
     assert_eq!(st.levels, 1);
     assert!(st.rank_error_bound <= n as u64 / 100);
@@ -601,10 +386,7 @@ fn gpu_approx_select_within_bound() {
     // bucketing levels run (S = 64).
     let small: Vec<u32> = (0..999).map(|_| r.random::<u32>()).collect();
     let ranks = ranks_for(small.len(), 5);
-    let opts = SelectOptions {
-        max_sample: 64,
-        ..Default::default()
-    };
+    let opts = SelectOptions { max_sample: 64, ..Default::default() };
     let (got, st) = approx_select_gpu_with(&ctx, &small, &ranks, &opts).unwrap();
     assert_eq!(st.rank_error_bound, 0);
     assert!(st.levels >= 2);
@@ -634,14 +416,8 @@ fn gpu_sample_sort_matches_cpu() {
     let mut r = rng(4242);
     for subgroup_sort in [true, false] {
         for max_sample in [4096u32, 1024, 64] {
-            let opts = SelectOptions {
-                subgroup_sort,
-                max_sample,
-                ..Default::default()
-            };
-            for m in [
-                0usize, 1, 2, 3, 5, 63, 64, 100, 1000, 1023, 1024, 2049, 4095, 4096,
-            ] {
+            let opts = SelectOptions { subgroup_sort, max_sample, ..Default::default() };
+            for m in [0usize, 1, 2, 3, 5, 63, 64, 100, 1000, 1023, 1024, 2049, 4095, 4096] {
                 if m > max_sample as usize {
                     continue;
                 }
@@ -651,54 +427,26 @@ fn gpu_sample_sort_matches_cpu() {
                     ("equal", vec![7; m]),
                     ("sorted", (0..m as u32).collect()),
                     ("reverse", (0..m as u32).rev().collect()),
-                    (
-                        "extremes",
-                        (0..m)
-                            .map(|i| [0, u32::MAX, 1, u32::MAX - 1][i % 4])
-                            .collect(),
-                    ),
+                    ("extremes", (0..m).map(|i| [0, u32::MAX, 1, u32::MAX - 1][i % 4]).collect()),
                 ];
                 for (name, keys) in sets {
                     let (got, ran_sg) = sample_sort_gpu(&ctx, &keys, &opts).unwrap();
                     let mut want = keys.clone();
                     want.sort_unstable();
-                    assert_eq!(
-                        got, want,
-                        "u32 {name} m={m} S={max_sample} subgroups={subgroup_sort}"
-                    );
+                    assert_eq!(got, want, "u32 {name} m={m} S={max_sample} subgroups={subgroup_sort}");
                     assert_eq!(ran_sg, subgroup_sort && sg, "kernel");
                 }
                 for int64 in [Int64Path::Auto, Int64Path::Emulated] {
-                    let keys: Vec<u64> = (0..m)
-                        .map(|i| {
-                            if i % 5 == 0 {
-                                u64::MAX - (i as u64 % 3)
-                            } else {
-                                r.random::<u64>() >> (i % 40)
-                            }
-                        })
-                        .collect();
-                    let (got, _) =
-                        sample_sort_gpu(&ctx, &keys, &SelectOptions { int64, ..opts }).unwrap();
+                    let keys: Vec<u64> = (0..m).map(|i| if i % 5 == 0 { u64::MAX - (i as u64 % 3) } else { r.random::<u64>() >> (i % 40) }).collect();
+                    let (got, _) = sample_sort_gpu(&ctx, &keys, &SelectOptions { int64, ..opts }).unwrap();
                     let mut want = keys.clone();
                     want.sort_unstable();
-                    assert_eq!(
-                        got, want,
-                        "u64 {int64:?} m={m} S={max_sample} subgroups={subgroup_sort}"
-                    );
+                    assert_eq!(got, want, "u64 {int64:?} m={m} S={max_sample} subgroups={subgroup_sort}");
                 }
             }
         }
         // More keys than the sample holds: an error, not a wrong sort.
-        assert!(sample_sort_gpu(
-            &ctx,
-            &vec![1u32; 4097],
-            &SelectOptions {
-                subgroup_sort,
-                ..Default::default()
-            }
-        )
-        .is_err());
+        assert!(sample_sort_gpu(&ctx, &vec![1u32; 4097], &SelectOptions { subgroup_sort, ..Default::default() }).is_err());
     }
 }
 
@@ -714,14 +462,9 @@ fn gpu_approx_select_one_pass() {
     // the splitters), subgroup staging (where the adapter has subgroups) and the
     // plain one; few workgroups, so that each loops over many chunks, the last one
     // partial.
-    for (subgroups, cells, items, groups) in [
-        (true, false, 0, 0),
-        (true, true, 0, 0),
-        (true, true, 1, 3),
-        (true, true, 7, 2),
-        (false, true, 0, 0),
-        (false, false, 0, 5),
-    ] {
+    for (subgroups, cells, items, groups) in
+        [(true, false, 0, 0), (true, true, 0, 0), (true, true, 1, 3), (true, true, 7, 2), (false, true, 0, 0), (false, false, 0, 5)]
+    {
         let opts = SelectOptions {
             approx_hist_min: 0,
             approx_hist_subgroups: subgroups,
@@ -732,16 +475,8 @@ fn gpu_approx_select_one_pass() {
         };
         // Where cells are too coarse (few distinct values spread over key space),
         // the splitter kernel answers.
-        let splitters = if subgroups && sg {
-            "gpu-sampleselect-approx-1pass-subgroup"
-        } else {
-            "gpu-sampleselect-approx-1pass"
-        };
-        let want: &[&str] = if cells {
-            &["gpu-sampleselect-approx-1pass-cells", splitters]
-        } else {
-            &[splitters]
-        };
+        let splitters = if subgroups && sg { "gpu-sampleselect-approx-1pass-subgroup" } else { "gpu-sampleselect-approx-1pass" };
+        let want: &[&str] = if cells { &["gpu-sampleselect-approx-1pass-cells", splitters] } else { &[splitters] };
         one_pass_with(&ctx, opts, want);
     }
 }
@@ -752,10 +487,7 @@ fn gpu_approx_select_one_pass() {
 #[test]
 fn gpu_approx_select_key_cells() {
     let Some(ctx) = test_context() else { return };
-    let opts = SelectOptions {
-        approx_hist_min: 0,
-        ..Default::default()
-    };
+    let opts = SelectOptions { approx_hist_min: 0, ..Default::default() };
     assert!(opts.approx_key_cells, "cells are the default");
     let cells = "gpu-sampleselect-approx-1pass-cells";
     let mut r = rng(4242);
@@ -779,48 +511,20 @@ fn gpu_approx_select_key_cells() {
     // the bound of 400 ranks).
     let (yes, no) = (Some(true), Some(false));
     let sets: Vec<(&str, Vec<u32>, [Option<bool>; 3])> = vec![
-        (
-            "uniform",
-            (0..n).map(|_| r.random::<u32>()).collect(),
-            [yes, yes, None],
-        ),
-        (
-            "normal-f32",
-            keys_f32(&(0..n).map(|_| normal(&mut r) as f32).collect::<Vec<_>>()),
-            [yes, yes, None],
-        ),
+        ("uniform", (0..n).map(|_| r.random::<u32>()).collect(), [yes, yes, None]),
+        ("normal-f32", keys_f32(&(0..n).map(|_| normal(&mut r) as f32).collect::<Vec<_>>()), [yes, yes, None]),
         ("sorted", (0..n as u32).collect(), [yes, yes, None]),
         // Half the keys near 0, half near the largest: the median's window spans
         // both, so its cells hold whole clusters and the splitters answer.
-        (
-            "extremes",
-            (0..n)
-                .map(|i| {
-                    if i % 2 == 0 {
-                        r.random_range(0..64u32)
-                    } else {
-                        u32::MAX - r.random_range(0..64u32)
-                    }
-                })
-                .collect(),
-            [no, no, None],
-        ),
-        (
-            "small span",
-            (0..n).map(|_| 1000 + r.random_range(0..500u32)).collect(),
-            [yes, yes, yes],
-        ),
+        ("extremes", (0..n).map(|i| if i % 2 == 0 { r.random_range(0..64u32) } else { u32::MAX - r.random_range(0..64u32) }).collect(), [no, no, None]),
+        ("small span", (0..n).map(|_| 1000 + r.random_range(0..500u32)).collect(), [yes, yes, yes]),
         ("clustered", clustered, [no, no, None]),
     ];
     for (name, keys, by_cells) in &sets {
         for (ranks, expect) in [&med, &quart, &eight].into_iter().zip(by_cells) {
             let what = format!("{name} {ranks:?}");
             let (got, st) = approx_select_gpu_with(&ctx, keys, ranks, &opts).unwrap();
-            assert!(
-                st.rank_error_bound <= n64 / 1000,
-                "{what}: bound {}",
-                st.rank_error_bound
-            );
+            assert!(st.rank_error_bound <= n64 / 1000, "{what}: bound {}", st.rank_error_bound);
             check_approx(&got, &st, keys, ranks, &what);
             if let Some(e) = expect {
                 assert_eq!(st.algorithm == cells, *e, "{what}: {}", st.algorithm);
@@ -837,21 +541,8 @@ fn gpu_approx_select_key_cells() {
     }
     // Off: the splitters answer uniform keys.
     let uniform = &sets[0].1;
-    let (got, st) = approx_select_gpu_with(
-        &ctx,
-        uniform,
-        &med,
-        &SelectOptions {
-            approx_key_cells: false,
-            ..opts
-        },
-    )
-    .unwrap();
-    assert!(
-        st.algorithm.contains("1pass") && st.algorithm != cells,
-        "{}",
-        st.algorithm
-    );
+    let (got, st) = approx_select_gpu_with(&ctx, uniform, &med, &SelectOptions { approx_key_cells: false, ..opts }).unwrap();
+    assert!(st.algorithm.contains("1pass") && st.algorithm != cells, "{}", st.algorithm);
     check_approx(&got, &st, uniform, &med, "cells off");
     // 64-bit keys never take the cells.
     let keys64: Vec<u64> = (0..n).map(|_| r.random::<u64>()).collect();
@@ -876,28 +567,14 @@ fn one_pass_with(ctx: &ridgeline_operators::GpuContext, hist: SelectOptions, wan
                 vec![n64 / 2],
                 vec![n64 / 4, n64 / 2, 3 * n64 / 4],
                 vec![0, n64 - 1],
-                vec![
-                    0,
-                    1,
-                    n64 / 100,
-                    n64 / 4,
-                    n64 / 2,
-                    n64 / 2,
-                    3 * n64 / 4,
-                    n64 - 2,
-                    n64 - 1,
-                ],
+                vec![0, 1, n64 / 100, n64 / 4, n64 / 2, n64 / 2, 3 * n64 / 4, n64 - 2, n64 - 1],
                 // Nine windows: more than one pass holds.
                 (1..10).map(|i| i * n64 / 10).collect(),
             ];
             for ranks in &rank_sets {
                 let (got, st) = approx_select_gpu_with(&ctx, &keys, ranks, &hist).unwrap();
                 let what = format!("one pass {name} n={n} {ranks:?}");
-                assert!(
-                    st.rank_error_bound <= n64 / 1000,
-                    "{what}: bound {}",
-                    st.rank_error_bound
-                );
+                assert!(st.rank_error_bound <= n64 / 1000, "{what}: bound {}", st.rank_error_bound);
                 check_approx(&got, &st, &keys, ranks, &what);
                 if st.algorithm.contains("1pass") {
                     one_pass += 1;
@@ -907,46 +584,25 @@ fn one_pass_with(ctx: &ridgeline_operators::GpuContext, hist: SelectOptions, wan
                     other += 1;
                 }
                 if ranks[0] == n64 / 10 {
-                    assert!(
-                        !st.algorithm.contains("1pass"),
-                        "{what}: nine windows need a descent ({})",
-                        st.algorithm
-                    );
-                } else if matches!(
-                    name.as_str(),
-                    "uniform" | "normal-f32" | "sorted" | "reverse" | "distinct-1"
-                ) {
-                    assert!(
-                        st.algorithm.contains("1pass"),
-                        "{what}: answered in one pass ({})",
-                        st.algorithm
-                    );
+                    assert!(!st.algorithm.contains("1pass"), "{what}: nine windows need a descent ({})", st.algorithm);
+                } else if matches!(name.as_str(), "uniform" | "normal-f32" | "sorted" | "reverse" | "distinct-1") {
+                    assert!(st.algorithm.contains("1pass"), "{what}: answered in one pass ({})", st.algorithm);
                 }
             }
         }
     }
-    assert!(
-        one_pass > 0 && other > 0,
-        "{one_pass} one pass, {other} other"
-    );
+    assert!(one_pass > 0 && other > 0, "{one_pass} one pass, {other} other");
     assert!(first.get() > 0, "{} never answered", want[0]);
     // A bound of 0 is met only by exact answers: uniform keys fall back to a descent,
     // few distinct values are answered exactly in one pass.
     let mut r = rng(77);
     let n = 100_000usize;
-    let exact = SelectOptions {
-        max_error_fraction: 0.0,
-        ..hist
-    };
+    let exact = SelectOptions { max_error_fraction: 0.0, ..hist };
     let uniform: Vec<u32> = (0..n).map(|_| r.random::<u32>()).collect();
     let ranks = vec![n as u64 / 2, n as u64 / 3];
     let (got, st) = approx_select_gpu_with(&ctx, &uniform, &ranks, &exact).unwrap();
     check_exact(&got, &uniform, &ranks, "bound 0, uniform");
-    assert!(
-        !st.algorithm.contains("1pass") && st.rank_error_bound == 0,
-        "{}",
-        st.algorithm
-    );
+    assert!(!st.algorithm.contains("1pass") && st.rank_error_bound == 0, "{}", st.algorithm);
     let few: Vec<u32> = (0..n).map(|_| r.random_range(0..16u32)).collect();
     let (got, st) = approx_select_gpu_with(&ctx, &few, &ranks, &exact).unwrap();
     check_exact(&got, &few, &ranks, "bound 0, 16 distinct");
@@ -962,15 +618,9 @@ fn one_pass_with(ctx: &ridgeline_operators::GpuContext, hist: SelectOptions, wan
     let arr = DeviceArray::upload_segmented(&ctx, &uniform, 30_004).unwrap();
     for len in [n, n - 3] {
         let ranks = vec![0, len as u64 / 2, len as u64 - 1];
-        let (got, st) =
-            approx_select_gpu_device_with::<u32>(&ctx, &arr, len, &ranks, &hist).unwrap();
+        let (got, st) = approx_select_gpu_device_with::<u32>(&ctx, &arr, len, &ranks, &hist).unwrap();
         check_approx(&got, &st, &uniform[..len], &ranks, "segmented");
-        assert!(
-            kernel(st.algorithm) && st.rank_error_bound <= len as u64 / 1000,
-            "{} {}",
-            st.algorithm,
-            st.rank_error_bound
-        );
+        assert!(kernel(st.algorithm) && st.rank_error_bound <= len as u64 / 1000, "{} {}", st.algorithm, st.rank_error_bound);
     }
     // 64-bit keys, native where the adapter has it and emulated.
     let keys64: Vec<u64> = keys_f64(&(0..n).map(|_| normal(&mut r) * 1e6).collect::<Vec<_>>());
@@ -979,12 +629,7 @@ fn one_pass_with(ctx: &ridgeline_operators::GpuContext, hist: SelectOptions, wan
         let opts = SelectOptions { int64, ..hist };
         let (got, st) = approx_select_gpu_with::<u64>(&ctx, &keys64, &ranks, &opts).unwrap();
         check_approx(&got, &st, &keys64, &ranks, &format!("u64 {int64:?}"));
-        assert!(
-            st.algorithm.contains("1pass") && st.rank_error_bound <= n as u64 / 1000,
-            "{} {}",
-            st.algorithm,
-            st.rank_error_bound
-        );
+        assert!(st.algorithm.contains("1pass") && st.rank_error_bound <= n as u64 / 1000, "{} {}", st.algorithm, st.rank_error_bound);
     }
 }
 
@@ -1019,24 +664,14 @@ fn gpu_topk_ties_at_threshold_take_first_rows() {
     let (got, _) = topk_gpu(&ctx, &keys, k).unwrap();
     assert_eq!(got, topk_reference(&keys, k));
     // The 5s taken are exactly the first 1000 rows holding 5.
-    let fives: Vec<u32> = got
-        .iter()
-        .copied()
-        .filter(|&i| keys[i as usize] == 5)
-        .collect();
-    let first_fives: Vec<u32> = (0..10_000u32)
-        .filter(|&i| keys[i as usize] == 5)
-        .take(1000)
-        .collect();
+    let fives: Vec<u32> = got.iter().copied().filter(|&i| keys[i as usize] == 5).collect();
+    let first_fives: Vec<u32> = (0..10_000u32).filter(|&i| keys[i as usize] == 5).take(1000).collect();
     assert_eq!(fives, first_fives);
     // 64-bit keys, both paths, segmented input.
     let keys64: Vec<u64> = keys.iter().map(|&x| ((x as u64) << 33) | 1).collect();
     let arr = DeviceArray::upload_segmented(&ctx, &keys64, 4096).unwrap();
     for int64 in [Int64Path::Auto, Int64Path::Emulated] {
-        let opts = SelectOptions {
-            int64,
-            ..Default::default()
-        };
+        let opts = SelectOptions { int64, ..Default::default() };
         let (got, _) = topk_gpu_device_with::<u64>(&ctx, &arr, keys64.len(), k, &opts).unwrap();
         assert_eq!(got, topk_reference(&keys64, k), "{int64:?}");
     }
@@ -1052,10 +687,7 @@ fn check_topk_props(keys: &[u32], k: usize, got: &[u32], t: u32) {
     assert_eq!(got.len(), k);
     assert!(got.windows(2).all(|w| w[0] < w[1]), "ascending");
     let lt = keys.iter().filter(|&&x| x < t).count();
-    assert!(
-        lt < k && k <= lt + keys.iter().filter(|&&x| x == t).count(),
-        "threshold"
-    );
+    assert!(lt < k && k <= lt + keys.iter().filter(|&&x| x == t).count(), "threshold");
     let mut it = got.iter().peekable();
     let mut eq_taken = 0;
     for (i, &x) in keys.iter().enumerate() {
@@ -1077,10 +709,7 @@ fn check_topk_props(keys: &[u32], k: usize, got: &[u32], t: u32) {
 #[test]
 fn gpu_select_and_topk_above_binding_limit() {
     let Some(ctx) = test_context() else { return };
-    let max_binding = ctx
-        .limits()
-        .max_storage_buffer_binding_size
-        .min((1 << 31) - 1);
+    let max_binding = ctx.limits().max_storage_buffer_binding_size.min((1 << 31) - 1);
     // 40M u32 keys = 160 MB (above lavapipe's 128 MiB binding), more if needed.
     let n = (40_000_000u64).max(max_binding / 4 + 1_000_000) as usize;
     if n > 600_000_000 {
@@ -1088,9 +717,7 @@ fn gpu_select_and_topk_above_binding_limit() {
         return;
     }
     // Few distinct values, unevenly spread (cheap to check by counting).
-    let keys: Vec<u32> = (0..n as u32)
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 20) % 37 + (i % 3 == 0) as u32 * 100)
-        .collect();
+    let keys: Vec<u32> = (0..n as u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 20) % 37 + (i % 3 == 0) as u32 * 100).collect();
     let arr = DeviceArray::upload(&ctx, &keys).unwrap();
     assert!(arr.num_segments() > 1, "the input spans several segments");
     let mut hist = vec![0u64; 256];
@@ -1113,16 +740,9 @@ fn gpu_select_and_topk_above_binding_limit() {
     eprintln!("40M few-distinct: {st:?}");
     let want: Vec<u32> = ranks.iter().map(|&r| at(r)).collect();
     assert_eq!(got, want);
-    assert!(
-        st.device_bytes <= n64,
-        "aux {} bytes above a quarter of the input",
-        st.device_bytes
-    );
+    assert!(st.device_bytes <= n64, "aux {} bytes above a quarter of the input", st.device_bytes);
     let (got, st) = approx_select_gpu_device::<u32>(&ctx, &arr, n, &ranks).unwrap();
-    assert_eq!(
-        got, want,
-        "few distinct values: equality buckets answer exactly"
-    );
+    assert_eq!(got, want, "few distinct values: equality buckets answer exactly");
     assert_eq!(st.rank_error_bound, 0);
     for k in [1usize, 100_000] {
         let (idx, st) = topk_gpu_device::<u32>(&ctx, &arr, n, k).unwrap();
@@ -1149,21 +769,14 @@ fn gpu_select_and_topk_above_binding_limit() {
     let (got, st) = select_gpu_device::<u32>(&ctx, &arr, n, &ranks).unwrap();
     eprintln!("40M distinct: {st:?}");
     assert!(st.levels >= 2);
-    assert_eq!(
-        got,
-        ranks.iter().map(|&r| r as u32).collect::<Vec<_>>(),
-        "40M distinct"
-    );
+    assert_eq!(got, ranks.iter().map(|&r| r as u32).collect::<Vec<_>>(), "40M distinct");
     let (got, st) = approx_select_gpu_device::<u32>(&ctx, &arr, n, &ranks).unwrap();
     assert!(st.rank_error_bound <= n64 / 1000 && st.rank_error_bound > 0);
     for (&g, &r) in got.iter().zip(&ranks) {
-        assert!(
-            (g as u64).abs_diff(r) <= st.rank_error_bound,
-            "approx rank {r}: got {g}, bound {}",
-            st.rank_error_bound
-        );
+        assert!((g as u64).abs_diff(r) <= st.rank_error_bound, "approx rank {r}: got {g}, bound {}", st.rank_error_bound);
     }
 }
+
 
 /// Timings, not a check: `RIDGELINE_GPU=on cargo test -p ridgeline-operators --test
 /// select -- --ignored --nocapture bench_select` (RIDGELINE_BENCH_N keys, default
@@ -1173,20 +786,14 @@ fn gpu_select_and_topk_above_binding_limit() {
 #[ignore]
 fn bench_select() {
     let Some(ctx) = test_context() else { return };
-    let n: usize = std::env::var("RIDGELINE_BENCH_N")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1 << 24);
+    let n: usize = std::env::var("RIDGELINE_BENCH_N").ok().and_then(|v| v.parse().ok()).unwrap_or(1 << 24);
     let mut r = rng(99);
     let keys: Vec<u32> = (0..n).map(|_| r.random::<u32>()).collect();
     let arr = DeviceArray::upload(&ctx, &keys).unwrap();
     let median = [n as u64 / 2];
     let deciles: Vec<u64> = (1..10).map(|i| i * n as u64 / 10).collect();
     for oracle in [true, false] {
-        let opts = SelectOptions {
-            oracle,
-            ..Default::default()
-        };
+        let opts = SelectOptions { oracle, ..Default::default() };
         for (what, ranks) in [("median", &median[..]), ("9 deciles", &deciles[..])] {
             let _ = select_gpu_device_with::<u32>(&ctx, &arr, n, ranks, &opts).unwrap();
             let t = std::time::Instant::now();
@@ -1200,15 +807,9 @@ fn bench_select() {
             );
         }
         let (_, st) = approx_select_gpu_device_with::<u32>(&ctx, &arr, n, &deciles, &opts).unwrap();
-        eprintln!(
-            "n={n} approx 9 deciles oracle={oracle}: gpu {:.1} ms, {} levels, bound {}",
-            st.gpu_ms, st.levels, st.rank_error_bound
-        );
+        eprintln!("n={n} approx 9 deciles oracle={oracle}: gpu {:.1} ms, {} levels, bound {}", st.gpu_ms, st.levels, st.rank_error_bound);
         let (_, st) = topk_gpu_device_with::<u32>(&ctx, &arr, n, 100, &opts).unwrap();
-        eprintln!(
-            "n={n} top-100 oracle={oracle}: gpu {:.1} ms, {} levels",
-            st.gpu_ms, st.levels
-        );
+        eprintln!("n={n} top-100 oracle={oracle}: gpu {:.1} ms, {} levels", st.gpu_ms, st.levels);
     }
 }
 
@@ -1218,16 +819,8 @@ fn bench_select() {
 fn gpu_topk_ties_takes_every_tied_row() {
     let Some(ctx) = test_context() else { return };
     let mut r = rng(77);
-    for (n, distinct) in [
-        (1usize, 1u64),
-        (1000, 3),
-        (20_011, 50),
-        (70_000, 1 << 40),
-        (5000, 1),
-    ] {
-        let keys: Vec<u64> = (0..n)
-            .map(|_| r.random_range(0..distinct).wrapping_mul(0x1_0000_0001))
-            .collect();
+    for (n, distinct) in [(1usize, 1u64), (1000, 3), (20_011, 50), (70_000, 1 << 40), (5000, 1)] {
+        let keys: Vec<u64> = (0..n).map(|_| r.random_range(0..distinct).wrapping_mul(0x1_0000_0001)).collect();
         let mut sorted = keys.clone();
         sorted.sort_unstable();
         let arr = DeviceArray::upload_segmented(&ctx, &keys, 4096).unwrap();
@@ -1266,17 +859,11 @@ fn device_descending_keys() {
 fn gpu_select_regions_matches_sorted_regions() {
     let Some(ctx) = test_context() else { return };
     let mut r = rng(2024);
-    for (n, seg, nregions, distinct) in [
-        (50_000usize, 1024usize, 300usize, 1u64 << 40),
-        (120_000, 16384, 7, 100),
-        (9_000, 4096, 2000, 5),
-    ] {
+    for (n, seg, nregions, distinct) in [(50_000usize, 1024usize, 300usize, 1u64 << 40), (120_000, 16384, 7, 100), (9_000, 4096, 2000, 5)] {
         let keys: Vec<u64> = (0..n).map(|_| r.random_range(0..distinct)).collect();
         let arr = DeviceArray::upload_segmented(&ctx, &keys, seg).unwrap();
         // Random cut points (some regions empty), covering a prefix of the array.
-        let mut cuts: Vec<u64> = (0..nregions - 1)
-            .map(|_| r.random_range(0..n as u64 - 100))
-            .collect();
+        let mut cuts: Vec<u64> = (0..nregions - 1).map(|_| r.random_range(0..n as u64 - 100)).collect();
         cuts.push(0);
         cuts.push(n as u64 - 100);
         cuts.sort_unstable();
@@ -1287,9 +874,7 @@ fn gpu_select_regions_matches_sorted_regions() {
             .map(|(i, &(_, m))| match (m, i % 3) {
                 (0, _) => vec![],
                 (m, 0) => vec![(m - 1) / 2, m / 2, 0, m - 1],
-                (m, 1) => (0..m.min(150))
-                    .map(|j| j * (m - 1) / m.min(150).max(1))
-                    .collect(), // more than 64 ranks
+                (m, 1) => (0..m.min(150)).map(|j| j * (m - 1) / m.min(150).max(1)).collect(), // more than 64 ranks
                 (m, _) => vec![m - 1, m - 1],
             })
             .collect();
@@ -1298,20 +883,14 @@ fn gpu_select_regions_matches_sorted_regions() {
             let mut v = keys[a as usize..(a + m) as usize].to_vec();
             v.sort_unstable();
             let want: Vec<u64> = rs.iter().map(|&x| v[x as usize]).collect();
-            assert_eq!(
-                got[i], want,
-                "n {n}, seg {seg}, region {i} of {nregions} ({a}, {m})"
-            );
+            assert_eq!(got[i], want, "n {n}, seg {seg}, region {i} of {nregions} ({a}, {m})");
         }
     }
     // A rank past its region is an error, not a panic.
     let arr = DeviceArray::upload(&ctx, &[1u64, 2, 3]).unwrap();
     assert!(select_regions_gpu_device::<u64>(&ctx, &arr, &[(0, 2)], &[vec![2]]).is_err());
     assert!(select_regions_gpu_device::<u64>(&ctx, &arr, &[(0, 2)], &[]).is_err());
-    assert_eq!(
-        select_regions_gpu_device::<u64>(&ctx, &arr, &[], &[]).unwrap(),
-        Vec::<Vec<u64>>::new()
-    );
+    assert_eq!(select_regions_gpu_device::<u64>(&ctx, &arr, &[], &[]).unwrap(), Vec::<Vec<u64>>::new());
 }
 
 // ---------------------------------------------------------------------------------
@@ -1326,17 +905,8 @@ fn gpu_select_regions_matches_sorted_regions() {
 #[test]
 fn gpu_select_bracketing_level() {
     let Some(ctx) = test_context() else { return };
-    let on = SelectOptions {
-        bracket_min: 0,
-        chain_min: usize::MAX,
-        ..Default::default()
-    };
-    let narrow = SelectOptions {
-        bracket_min: 0,
-        chain_min: usize::MAX,
-        bracket_sigmas: 0.0,
-        ..Default::default()
-    };
+    let on = SelectOptions { bracket_min: 0, chain_min: usize::MAX, ..Default::default() };
+    let narrow = SelectOptions { bracket_min: 0, chain_min: usize::MAX, bracket_sigmas: 0.0, ..Default::default() };
     let mut bracketed = 0;
     let mut fell_back = 0;
     for &n in &[40_000usize, 100_003] {
@@ -1358,15 +928,8 @@ fn gpu_select_bracketing_level() {
                     } else {
                         fell_back += 1;
                     }
-                    if label == "on"
-                        && ranks.len() == 1
-                        && (name == "uniform" || name == "sorted" || name == "distinct-1")
-                    {
-                        assert!(
-                            st.algorithm.contains("bracket"),
-                            "{name}: the median is bracketed ({})",
-                            st.algorithm
-                        );
+                    if label == "on" && ranks.len() == 1 && (name == "uniform" || name == "sorted" || name == "distinct-1") {
+                        assert!(st.algorithm.contains("bracket"), "{name}: the median is bracketed ({})", st.algorithm);
                     }
                 }
             }
@@ -1381,10 +944,7 @@ fn gpu_select_bracketing_level() {
             }
         }
     }
-    assert!(
-        bracketed > 0 && fell_back > 0,
-        "both outcomes seen: {bracketed} bracketed, {fell_back} fell back"
-    );
+    assert!(bracketed > 0 && fell_back > 0, "both outcomes seen: {bracketed} bracketed, {fell_back} fell back");
     // 64-bit keys (native and emulated), segmented input.
     let mut r = rng(77);
     let n = 150_001usize;
@@ -1392,48 +952,21 @@ fn gpu_select_bracketing_level() {
     let arr = DeviceArray::upload_segmented(&ctx, &keys64, 32_768).unwrap();
     assert!(arr.num_segments() > 1);
     // Five windows (more than one pass takes): the plain descent; three: bracketed.
-    let five = vec![
-        0,
-        n as u64 / 2,
-        n as u64 / 4,
-        3 * n as u64 / 4,
-        n as u64 - 1,
-    ];
+    let five = vec![0, n as u64 / 2, n as u64 / 4, 3 * n as u64 / 4, n as u64 - 1];
     let (got, st) = select_gpu_device_with::<u64>(&ctx, &arr, n, &five, &on).unwrap();
     check_exact(&got, &keys64, &five, "bracket u64 five ranks");
     assert!(!st.algorithm.contains("bracket"), "{}", st.algorithm);
     let ranks = vec![0, n as u64 / 2, n as u64 - 1];
     for int64 in [Int64Path::Auto, Int64Path::Emulated] {
         for sig in [SelectOptions::default().bracket_sigmas, 0.0] {
-            let opts = SelectOptions {
-                int64,
-                bracket_min: 0,
-                chain_min: usize::MAX,
-                bracket_sigmas: sig,
-                ..Default::default()
-            };
+            let opts = SelectOptions { int64, bracket_min: 0, chain_min: usize::MAX, bracket_sigmas: sig, ..Default::default() };
             // One window, then three.
-            let (got, _) =
-                select_gpu_device_with::<u64>(&ctx, &arr, n, &ranks[1..2], &opts).unwrap();
-            check_exact(
-                &got,
-                &keys64,
-                &ranks[1..2],
-                &format!("bracket u64 median {int64:?} sigmas {sig}"),
-            );
+            let (got, _) = select_gpu_device_with::<u64>(&ctx, &arr, n, &ranks[1..2], &opts).unwrap();
+            check_exact(&got, &keys64, &ranks[1..2], &format!("bracket u64 median {int64:?} sigmas {sig}"));
             let (got, st) = select_gpu_device_with::<u64>(&ctx, &arr, n, &ranks, &opts).unwrap();
-            check_exact(
-                &got,
-                &keys64,
-                &ranks,
-                &format!("bracket u64 {int64:?} sigmas {sig}"),
-            );
+            check_exact(&got, &keys64, &ranks, &format!("bracket u64 {int64:?} sigmas {sig}"));
             if sig > 0.0 {
-                assert!(
-                    st.algorithm.contains("bracket"),
-                    "u64 {int64:?}: {}",
-                    st.algorithm
-                );
+                assert!(st.algorithm.contains("bracket"), "u64 {int64:?}: {}", st.algorithm);
             }
         }
     }
@@ -1442,11 +975,7 @@ fn gpu_select_bracketing_level() {
     let (got, st) = select_gpu_device_with::<u32>(&ctx, &arr, n, &ranks, &on).unwrap();
     check_exact(&got, &keys32, &ranks, "bracket u32 segmented");
     assert!(st.algorithm.contains("bracket"), "{}", st.algorithm);
-    assert!(
-        st.device_bytes <= (n as u64 * 4) / 4,
-        "aux {} bytes above a quarter of the input",
-        st.device_bytes
-    );
+    assert!(st.device_bytes <= (n as u64 * 4) / 4, "aux {} bytes above a quarter of the input", st.device_bytes);
 }
 
 /// Regions large enough for the bracketing level (forced from 0 keys): each large
@@ -1461,29 +990,12 @@ fn gpu_select_regions_bracketed() {
         let keys: Vec<u64> = (0..n).map(|_| r.random_range(0..distinct)).collect();
         let arr = DeviceArray::upload_segmented(&ctx, &keys, 65_536).unwrap();
         // Regions of 100k (spanning segments), 60k, 50k, 1k and 0 keys, and a gap.
-        let regions: Vec<(u64, u64)> = vec![
-            (0, 100_000),
-            (100_000, 60_000),
-            (170_000, 50_000),
-            (220_000, 1000),
-            (221_000, 0),
-        ];
-        let ranks: Vec<Vec<u64>> = vec![
-            vec![50_000],
-            vec![0, 15_000, 30_000, 45_000, 59_999],
-            vec![25_000, 12_500, 37_500],
-            vec![500],
-            vec![],
-        ];
+        let regions: Vec<(u64, u64)> = vec![(0, 100_000), (100_000, 60_000), (170_000, 50_000), (220_000, 1000), (221_000, 0)];
+        let ranks: Vec<Vec<u64>> = vec![vec![50_000], vec![0, 15_000, 30_000, 45_000, 59_999], vec![25_000, 12_500, 37_500], vec![500], vec![]];
         for sig in [SelectOptions::default().bracket_sigmas, 0.0] {
-            let opts = SelectOptions {
-                bracket_min: 0,
-                bracket_sigmas: sig,
-                ..Default::default()
-            };
+            let opts = SelectOptions { bracket_min: 0, bracket_sigmas: sig, ..Default::default() };
             let before = bracketed_total();
-            let got =
-                select_regions_gpu_device_with::<u64>(&ctx, &arr, &regions, &ranks, &opts).unwrap();
+            let got = select_regions_gpu_device_with::<u64>(&ctx, &arr, &regions, &ranks, &opts).unwrap();
             if sig > 0.0 {
                 // Regions 0 and 2 (one and three ranks) are bracketed; 1 has five
                 // windows, 3 is too small. With 50 distinct values the quartile
@@ -1494,20 +1006,13 @@ fn gpu_select_regions_bracketed() {
                 // in key space), so it runs the plain descent too. (Other tests
                 // running at the same time can only raise the counter.)
                 let want = if distinct == 1 << 40 { 2 } else { 1 };
-                assert!(
-                    bracketed_total() >= before + want,
-                    "distinct {distinct}: regions bracketed ({})",
-                    bracketed_total() - before
-                );
+                assert!(bracketed_total() >= before + want, "distinct {distinct}: regions bracketed ({})", bracketed_total() - before);
             }
             for (i, (&(a, m), rs)) in regions.iter().zip(&ranks).enumerate() {
                 let mut v = keys[a as usize..(a + m) as usize].to_vec();
                 v.sort_unstable();
                 let want: Vec<u64> = rs.iter().map(|&x| v[x as usize]).collect();
-                assert_eq!(
-                    got[i], want,
-                    "distinct {distinct}, sigmas {sig}, region {i} ({a}, {m})"
-                );
+                assert_eq!(got[i], want, "distinct {distinct}, sigmas {sig}, region {i} ({a}, {m})");
             }
         }
     }
@@ -1522,40 +1027,19 @@ fn gpu_select_regions_bracketed() {
 #[test]
 fn gpu_select_chain() {
     let Some(ctx) = test_context() else { return };
-    let on = SelectOptions {
-        chain_min: 0,
-        ..Default::default()
-    };
-    let half = SelectOptions {
-        chain_min: 0,
-        bracket_sigmas: 0.5,
-        ..Default::default()
-    };
-    let narrow = SelectOptions {
-        chain_min: 0,
-        bracket_sigmas: 0.0,
-        ..Default::default()
-    };
+    let on = SelectOptions { chain_min: 0, ..Default::default() };
+    let half = SelectOptions { chain_min: 0, bracket_sigmas: 0.5, ..Default::default() };
+    let narrow = SelectOptions { chain_min: 0, bracket_sigmas: 0.0, ..Default::default() };
     let (mut chained, mut fell_back) = (0, 0);
     for &n in &[9_000usize, 70_001, 300_007] {
         for (name, keys) in datasets_u32(n, 900 + n as u64) {
             let n64 = n as u64;
-            let rank_sets: Vec<Vec<u64>> = vec![
-                vec![n64 / 2],
-                vec![(n64 - 1) / 2, n64 / 2],
-                vec![0],
-                vec![n64 - 1],
-                vec![n64 / 3 + 17, n64 / 3, n64 / 3 + 64],
-            ];
+            let rank_sets: Vec<Vec<u64>> =
+                vec![vec![n64 / 2], vec![(n64 - 1) / 2, n64 / 2], vec![0], vec![n64 - 1], vec![n64 / 3 + 17, n64 / 3, n64 / 3 + 64]];
             for ranks in &rank_sets {
                 for (label, opts) in [("on", &on), ("half", &half), ("narrow", &narrow)] {
                     let (got, st) = select_gpu_with(&ctx, &keys, ranks, opts).unwrap();
-                    check_exact(
-                        &got,
-                        &keys,
-                        ranks,
-                        &format!("chain {label} {name} {ranks:?}"),
-                    );
+                    check_exact(&got, &keys, ranks, &format!("chain {label} {name} {ranks:?}"));
                     if st.algorithm.contains("chain") {
                         chained += 1;
                     } else {
@@ -1564,67 +1048,33 @@ fn gpu_select_chain() {
                     // (With one value, a window open at an end holds every key: the
                     // extreme ranks overflow and fall back.)
                     let inner = ranks.iter().all(|&r| r > 0 && r < n64 - 1);
-                    if label == "on"
-                        && (name == "uniform"
-                            || name == "sorted"
-                            || (name == "distinct-1" && inner))
-                    {
-                        assert!(
-                            st.algorithm.contains("chain"),
-                            "{name} {ranks:?}: the chain answers ({})",
-                            st.algorithm
-                        );
+                    if label == "on" && (name == "uniform" || name == "sorted" || (name == "distinct-1" && inner)) {
+                        assert!(st.algorithm.contains("chain"), "{name} {ranks:?}: the chain answers ({})", st.algorithm);
                     }
                 }
             }
             for k in [1usize, 10, 100, 1000, 2000] {
                 for (label, opts) in [("on", &on), ("narrow", &narrow)] {
                     let (got, st) = topk_gpu_with(&ctx, &keys, k, opts).unwrap();
-                    assert_eq!(
-                        got,
-                        topk_reference(&keys, k),
-                        "chain top-{k} {label} {name}"
-                    );
+                    assert_eq!(got, topk_reference(&keys, k), "chain top-{k} {label} {name}");
                     if label == "on" && k <= 1000 && name == "uniform" {
-                        assert!(
-                            st.algorithm.contains("chain"),
-                            "top-{k}: the chain answers ({})",
-                            st.algorithm
-                        );
+                        assert!(st.algorithm.contains("chain"), "top-{k}: the chain answers ({})", st.algorithm);
                     }
                 }
-                let emu = SelectOptions {
-                    int64: Int64Path::Emulated,
-                    ..on
-                };
+                let emu = SelectOptions { int64: Int64Path::Emulated, ..on };
                 let (got, _) = topk_gpu_with(&ctx, &keys, k, &emu).unwrap();
-                assert_eq!(
-                    got,
-                    topk_reference(&keys, k),
-                    "chain top-{k} emulated {name}"
-                );
+                assert_eq!(got, topk_reference(&keys, k), "chain top-{k} emulated {name}");
             }
         }
     }
-    assert!(
-        chained > 0 && fell_back > 0,
-        "both outcomes seen: {chained} chained, {fell_back} fell back"
-    );
+    assert!(chained > 0 && fell_back > 0, "both outcomes seen: {chained} chained, {fell_back} fell back");
     // Approximate calls of one narrow rank range take the chain (exact answers).
     let keys: Vec<u32> = datasets_u32(70_001, 5).remove(1).1;
     let ranks = vec![35_000u64, 35_001];
-    let on_exact = SelectOptions {
-        approx_hist_min: usize::MAX,
-        ..on
-    };
+    let on_exact = SelectOptions { approx_hist_min: usize::MAX, ..on };
     let (got, st) = approx_select_gpu_with(&ctx, &keys, &ranks, &on_exact).unwrap();
     check_exact(&got, &keys, &ranks, "approx through the chain");
-    assert!(
-        st.algorithm.contains("chain") && st.rank_error_bound == 0,
-        "{} bound {}",
-        st.algorithm,
-        st.rank_error_bound
-    );
+    assert!(st.algorithm.contains("chain") && st.rank_error_bound == 0, "{} bound {}", st.algorithm, st.rank_error_bound);
     // Top-k with ties (every key equal to the threshold comes along): through the
     // chain where the last window's bound lies above the threshold's key.
     let mut r = rng(91);
@@ -1635,11 +1085,7 @@ fn gpu_select_chain() {
         for k in [1usize, 77, 1000] {
             let (got, st) = topk_ties_gpu_device_with::<u32>(&ctx, &arr, n, k, &on).unwrap();
             if distinct == u32::MAX {
-                assert!(
-                    st.algorithm.contains("chain"),
-                    "ties top-{k}: {}",
-                    st.algorithm
-                );
+                assert!(st.algorithm.contains("chain"), "ties top-{k}: {}", st.algorithm);
             }
             let mut sorted = keys.clone();
             sorted.sort_unstable();
@@ -1657,19 +1103,13 @@ fn gpu_select_chain() {
         let opts = SelectOptions { int64, ..on };
         let (got, st) = select_gpu_with::<u64>(&ctx, &keys64, &ranks, &opts).unwrap();
         check_exact(&got, &keys64, &ranks, &format!("chain u64 {int64:?}"));
-        assert!(
-            st.algorithm.contains("chain"),
-            "u64 {int64:?}: {}",
-            st.algorithm
-        );
+        assert!(st.algorithm.contains("chain"), "u64 {int64:?}: {}", st.algorithm);
     }
     let arr = DeviceArray::upload_segmented(&ctx, &keys64, 65_536).unwrap();
     let (got, st) = select_gpu_device_with::<u64>(&ctx, &arr, n, &ranks, &on).unwrap();
     check_exact(&got, &keys64, &ranks, "chain u64 segmented");
     assert!(st.algorithm.contains("chain"), "{}", st.algorithm);
-    let keys32: Vec<u32> = (0..n)
-        .map(|i| r.random_range(0..5000u32) + (i % 7 == 0) as u32 * 9)
-        .collect();
+    let keys32: Vec<u32> = (0..n).map(|i| r.random_range(0..5000u32) + (i % 7 == 0) as u32 * 9).collect();
     let arr = DeviceArray::upload_segmented(&ctx, &keys32, 30_004).unwrap();
     for k in [1usize, 300, 1500] {
         let (got, st) = topk_gpu_device_with::<u32>(&ctx, &arr, n, k, &on).unwrap();

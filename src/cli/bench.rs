@@ -14,21 +14,12 @@ pub(crate) fn median(mut v: Vec<f64>) -> f64 {
 pub fn transfer(max_mib: u64, iterations: usize) -> Result<()> {
     let ctx = context::global().map_err(|e| DataFusionError::Execution(e.to_string()))?;
     let g = |e: ridgeline_operators::GpuError| DataFusionError::Execution(e.to_string());
-    println!(
-        "bench transfer on {} ({:?}), median of {iterations}",
-        ctx.info().name,
-        ctx.info().backend
-    );
-    println!(
-        "{:>9} | {:>12} | {:>14} | {:>13} | {:>18}",
-        "size", "upload GB/s", "write_buffer GB/s", "readback GB/s", "device copy GB/s*"
-    );
+    println!("bench transfer on {} ({:?}), median of {iterations}", ctx.info().name, ctx.info().backend);
+    println!("{:>9} | {:>12} | {:>14} | {:>13} | {:>18}", "size", "upload GB/s", "write_buffer GB/s", "readback GB/s", "device copy GB/s*");
     let mut mib = 1u64;
     while mib <= max_mib {
         let n = (mib << 20) as usize / 4;
-        let data: Vec<u32> = (0..n as u32)
-            .map(|i| i.wrapping_mul(2_654_435_761))
-            .collect();
+        let data: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761)).collect();
         let bytes = (n * 4) as f64;
         let (mut up, mut wb, mut down, mut copy) = (vec![], vec![], vec![], vec![]);
         for _ in 0..iterations.max(1) {
@@ -39,13 +30,10 @@ pub fn transfer(max_mib: u64, iterations: usize) -> Result<()> {
 
             let mut back = vec![0u32; n];
             let t = Instant::now();
-            d.download_into(&ctx, bytemuck::cast_slice_mut(&mut back))
-                .map_err(g)?;
+            d.download_into(&ctx, bytemuck::cast_slice_mut(&mut back)).map_err(g)?;
             down.push(bytes / t.elapsed().as_secs_f64() / 1e9);
             if back != data {
-                return Err(DataFusionError::Execution(
-                    "readback differs from the uploaded data".into(),
-                ));
+                return Err(DataFusionError::Execution("readback differs from the uploaded data".into()));
             }
             drop(back);
 
@@ -59,32 +47,16 @@ pub fn transfer(max_mib: u64, iterations: usize) -> Result<()> {
             if d.num_segments() == 1 {
                 let (buf, _, _) = d.segment(0);
                 let t = Instant::now();
-                ctx.upload_via_queue(bytemuck::cast_slice(&data), buf)
-                    .map_err(g)?;
+                ctx.upload_via_queue(bytemuck::cast_slice(&data), buf).map_err(g)?;
                 wb.push(bytes / t.elapsed().as_secs_f64() / 1e9);
             }
         }
-        let size = if mib >= 1024 {
-            format!("{} GiB", mib / 1024)
-        } else {
-            format!("{mib} MiB")
-        };
-        let wbs = if wb.is_empty() {
-            "-".to_string()
-        } else {
-            format!("{:.1}", median(wb))
-        };
-        println!(
-            "{size:>9} | {:>12.1} | {wbs:>17} | {:>13.1} | {:>18.1}",
-            median(up),
-            median(down),
-            median(copy)
-        );
+        let size = if mib >= 1024 { format!("{} GiB", mib / 1024) } else { format!("{mib} MiB") };
+        let wbs = if wb.is_empty() { "-".to_string() } else { format!("{:.1}", median(wb)) };
+        println!("{size:>9} | {:>12.1} | {wbs:>17} | {:>13.1} | {:>18.1}", median(up), median(down), median(copy));
         mib *= 4;
     }
-    println!(
-        "* device copy counts bytes read + written, by the copy kernel, including submit and wait"
-    );
+    println!("* device copy counts bytes read + written, by the copy kernel, including submit and wait");
     ctx.trim_staging();
     ctx.pool().trim();
     Ok(())
@@ -95,22 +67,12 @@ pub fn transfer(max_mib: u64, iterations: usize) -> Result<()> {
 pub fn scan(lo: u32, hi: u32, iterations: usize) -> Result<()> {
     use ridgeline_operators::cpu_scan;
     let ctx = context::global().map_err(|e| DataFusionError::Execution(e.to_string()))?;
-    println!(
-        "bench scan on {} ({:?}); GPU: median of {iterations}, CPU: best of {iterations}",
-        ctx.info().name,
-        ctx.info().backend
-    );
-    println!(
-        "{:>6} | {:>10} | {:>9} | {:>6} | {:>15} | {:>14} | {:>8}",
-        "n", "GPU ms", "GPU GB/s", "timed", "CPU scan ms", "CPU seq ms", "CPU x"
-    );
+    println!("bench scan on {} ({:?}); GPU: median of {iterations}, CPU: best of {iterations}", ctx.info().name, ctx.info().backend);
+    println!("{:>6} | {:>10} | {:>9} | {:>6} | {:>15} | {:>14} | {:>8}", "n", "GPU ms", "GPU GB/s", "timed", "CPU scan ms", "CPU seq ms", "CPU x");
     for k in lo..=hi {
         let n = 1usize << k;
-        let b = ridgeline_operators::scan::bench_scan(&ctx, n, iterations.max(1))
-            .map_err(|e| DataFusionError::Execution(e.to_string()))?;
-        let input: Vec<u32> = (0..n as u32)
-            .map(|i| i.wrapping_mul(2_654_435_761) >> 8)
-            .collect();
+        let b = ridgeline_operators::scan::bench_scan(&ctx, n, iterations.max(1)).map_err(|e| DataFusionError::Execution(e.to_string()))?;
+        let input: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761) >> 8).collect();
         let mut out = vec![0u32; n];
         let best = |f: &mut dyn FnMut()| {
             (0..iterations.max(1))
@@ -138,18 +100,13 @@ pub fn scan(lo: u32, hi: u32, iterations: usize) -> Result<()> {
             seq / fast
         );
     }
-    println!(
-        "anchor: cub::DeviceScan::ExclusiveSum 2^28 u32 on the H100: 0.88 ms; CPU threads: {}",
-        rayon::current_num_threads()
-    );
+    println!("anchor: cub::DeviceScan::ExclusiveSum 2^28 u32 on the H100: 0.88 ms; CPU threads: {}", rayon::current_num_threads());
     Ok(())
 }
 
 /// GPU compaction, stable vs Jumping Jack, over selectivity.
 pub fn compact(lo: u32, hi: u32, iterations: usize, only: Option<f64>) -> Result<()> {
-    use ridgeline_operators::compact::{
-        bench_compact, bench_compact_sel, CompactAlgo, CompactOptions,
-    };
+    use ridgeline_operators::compact::{bench_compact, bench_compact_sel, CompactAlgo, CompactOptions};
     let ctx = context::global().map_err(|e| DataFusionError::Execution(e.to_string()))?;
     println!(
         "bench compact on {} ({:?}), one u32 column selected by u32 flags (stable, JJ) or by a bitmap (stable), median of {iterations}",
@@ -170,24 +127,11 @@ pub fn compact(lo: u32, hi: u32, iterations: usize, only: Option<f64>) -> Result
             let g = |e: ridgeline_operators::GpuError| DataFusionError::Execution(e.to_string());
             // The bitmap case first: on the H100, kernels slow down once a process has
             // freed large buffers (see BENCHMARKS.md), so the first case is the clean one.
-            let b = bench_compact_sel(
-                &ctx,
-                n,
-                sel,
-                &CompactOptions::with_algo(CompactAlgo::Stable),
-                iterations.max(1),
-                true,
-            )
-            .map_err(g)?;
-            let s =
-                bench_compact(&ctx, n, sel, CompactAlgo::Stable, iterations.max(1)).map_err(g)?;
-            let j = bench_compact(&ctx, n, sel, CompactAlgo::JumpingJack, iterations.max(1))
-                .map_err(g)?;
+            let b = bench_compact_sel(&ctx, n, sel, &CompactOptions::with_algo(CompactAlgo::Stable), iterations.max(1), true).map_err(g)?;
+            let s = bench_compact(&ctx, n, sel, CompactAlgo::Stable, iterations.max(1)).map_err(g)?;
+            let j = bench_compact(&ctx, n, sel, CompactAlgo::JumpingJack, iterations.max(1)).map_err(g)?;
             if b.count != s.count {
-                return Err(DataFusionError::Execution(format!(
-                    "bitmap selection kept {} rows, flags {}",
-                    b.count, s.count
-                )));
+                return Err(DataFusionError::Execution(format!("bitmap selection kept {} rows, flags {}", b.count, s.count)));
             }
             let best = s.ms.min(j.ms);
             let gbs = (s.input_bytes as f64 + (s.count * 4) as f64) / (best / 1e3) / 1e9;
@@ -218,9 +162,7 @@ pub fn filter(lo: u32, hi: u32, iterations: usize) -> Result<()> {
     use datafusion::physical_expr::PhysicalExpr;
     use datafusion::scalar::ScalarValue;
     use rayon::prelude::*;
-    use ridgeline_operators::compact::{
-        compact_with, Column as CCol, CompactAlgo, CompactOptions, Selection,
-    };
+    use ridgeline_operators::compact::{compact_with, Column as CCol, CompactAlgo, CompactOptions, Selection};
     use std::sync::Arc;
     let ctx = context::global().map_err(|e| DataFusionError::Execution(e.to_string()))?;
     let g = |e: ridgeline_operators::GpuError| DataFusionError::Execution(e.to_string());
@@ -230,29 +172,17 @@ pub fn filter(lo: u32, hi: u32, iterations: usize) -> Result<()> {
         ctx.info().name,
         ctx.info().backend
     );
-    println!(
-        "{:>6} | {:>5} | {:>10} | {:>10} | {:>9} | {:>10} | {:>7}",
-        "n", "sel", "stable ms", "JJ ms", "GB/s*", "CPU ms", "CPU/GPU"
-    );
+    println!("{:>6} | {:>5} | {:>10} | {:>10} | {:>9} | {:>10} | {:>7}", "n", "sel", "stable ms", "JJ ms", "GB/s*", "CPU ms", "CPU/GPU");
     for k in lo..=hi {
         let n = 1usize << k;
-        let keys: Vec<i32> = (0..n as u32)
-            .into_par_iter()
-            .map(|i| (i.wrapping_mul(2_654_435_761) >> 2) as i32 % 1_000_000)
-            .collect();
+        let keys: Vec<i32> = (0..n as u32).into_par_iter().map(|i| (i.wrapping_mul(2_654_435_761) >> 2) as i32 % 1_000_000).collect();
         let batch = RecordBatch::try_from_iter([
-            (
-                "k",
-                Arc::new(Int32Array::from(keys)) as arrow::array::ArrayRef,
-            ),
+            ("k", Arc::new(Int32Array::from(keys)) as arrow::array::ArrayRef),
             ("v", Arc::new(Int64Array::from_iter_values(0..n as i64))),
         ])?;
         let dev_batch = GpuBatch::upload(&ctx, &batch)?;
         ctx.wait().map_err(g)?;
-        let chunks: Vec<RecordBatch> = (0..n)
-            .step_by(n.div_ceil(threads * 4).max(1))
-            .map(|o| batch.slice(o, n.div_ceil(threads * 4).min(n - o)))
-            .collect();
+        let chunks: Vec<RecordBatch> = (0..n).step_by(n.div_ceil(threads * 4).max(1)).map(|o| batch.slice(o, n.div_ceil(threads * 4).min(n - o))).collect();
         for sel in [0.01, 0.1, 0.5, 0.9, 1.0] {
             let thr = (sel * 1_000_000.0) as i32;
             let pred: Arc<dyn PhysicalExpr> = Arc::new(BinaryExpr::new(
@@ -260,39 +190,21 @@ pub fn filter(lo: u32, hi: u32, iterations: usize) -> Result<()> {
                 Operator::Lt,
                 Arc::new(Literal::new(ScalarValue::Int32(Some(thr)))),
             ));
-            let program =
-                RowProgram::try_new(batch.schema(), Some(pred.clone()), vec![], Caps::of(&ctx))
-                    .map_err(DataFusionError::Execution)?;
-            let crate::gpu_batch::ColumnData::Device { values: vcol, .. } =
-                &dev_batch.columns[1].data
-            else {
-                return Err(DataFusionError::Internal(
-                    "payload not on the device".into(),
-                ));
+            let program = RowProgram::try_new(batch.schema(), Some(pred.clone()), vec![], Caps::of(&ctx)).map_err(DataFusionError::Execution)?;
+            let crate::gpu_batch::ColumnData::Device { values: vcol, .. } = &dev_batch.columns[1].data else {
+                return Err(DataFusionError::Internal("payload not on the device".into()));
             };
             let run = |algo: CompactAlgo| -> Result<(f64, usize)> {
                 // One filter: evaluate, compact, check the error word; the row count.
                 let once = || -> Result<usize> {
                     let eval = program.evaluate(&ctx, &dev_batch)?;
-                    let sel = Selection::Bitmap {
-                        bits: eval.selection.as_ref().expect("predicate"),
-                        rows: n,
-                    };
-                    let c = compact_with(
-                        &ctx,
-                        sel,
-                        &[CCol::new(vcol)],
-                        &CompactOptions::with_algo(algo),
-                    )
-                    .map_err(g)?;
+                    let sel = Selection::Bitmap { bits: eval.selection.as_ref().expect("predicate"), rows: n };
+                    let c = compact_with(&ctx, sel, &[CCol::new(vcol)], &CompactOptions::with_algo(algo)).map_err(g)?;
                     eval.check_errors(&ctx)?;
                     ctx.wait().map_err(g)?;
                     Ok(c.count)
                 };
-                ridgeline_operators::timing::warm_up(
-                    ridgeline_operators::timing::WARM_UP_MS,
-                    || once().map(|_| ()),
-                )?;
+                ridgeline_operators::timing::warm_up(ridgeline_operators::timing::WARM_UP_MS, || once().map(|_| ()))?;
                 let mut times = Vec::new();
                 let mut count = 0;
                 for _ in 0..iterations.max(1) {
@@ -314,23 +226,12 @@ pub fn filter(lo: u32, hi: u32, iterations: usize) -> Result<()> {
                     ctx.wait().map_err(g)?;
                     ph[1].push(t.elapsed().as_secs_f64() * 1e3);
                     let t = Instant::now();
-                    let s = Selection::Bitmap {
-                        bits: eval.selection.as_ref().expect("predicate"),
-                        rows: n,
-                    };
-                    let _c = compact_with(
-                        &ctx,
-                        s,
-                        &[CCol::new(vcol)],
-                        &CompactOptions::with_algo(CompactAlgo::Stable),
-                    )
-                    .map_err(g)?;
+                    let s = Selection::Bitmap { bits: eval.selection.as_ref().expect("predicate"), rows: n };
+                    let _c = compact_with(&ctx, s, &[CCol::new(vcol)], &CompactOptions::with_algo(CompactAlgo::Stable)).map_err(g)?;
                     ctx.wait().map_err(g)?;
                     ph[2].push(t.elapsed().as_secs_f64() * 1e3);
                     let t = Instant::now();
-                    let _w: Vec<u32> = DeviceArray::upload(&ctx, &[1u32, 2, 3, 4])
-                        .and_then(|a| a.download(&ctx))
-                        .map_err(g)?;
+                    let _w: Vec<u32> = DeviceArray::upload(&ctx, &[1u32, 2, 3, 4]).and_then(|a| a.download(&ctx)).map_err(g)?;
                     ph[3].push(t.elapsed().as_secs_f64() * 1e3);
                 }
                 let [a, b, c, d] = ph;
@@ -346,10 +247,7 @@ pub fn filter(lo: u32, hi: u32, iterations: usize) -> Result<()> {
                     .par_iter()
                     .map(|c| -> Result<usize> {
                         let mask = pred.evaluate(c)?.into_array(c.num_rows())?;
-                        let out = arrow::compute::filter(
-                            c.column(1),
-                            arrow::array::AsArray::as_boolean(&mask),
-                        )?;
+                        let out = arrow::compute::filter(c.column(1), arrow::array::AsArray::as_boolean(&mask))?;
                         Ok(out.len())
                     })
                     .collect::<Result<_>>()?;
@@ -357,9 +255,7 @@ pub fn filter(lo: u32, hi: u32, iterations: usize) -> Result<()> {
                 cpu_count = counts.iter().sum();
             }
             if count != cpu_count || count_jj != cpu_count {
-                return Err(DataFusionError::Execution(format!(
-                    "GPU kept {count} / {count_jj} rows, the CPU {cpu_count}"
-                )));
+                return Err(DataFusionError::Execution(format!("GPU kept {count} / {count_jj} rows, the CPU {cpu_count}")));
             }
             let cpu = median(cpu_times);
             let best = stable.min(jj);
@@ -385,40 +281,21 @@ pub fn filter(lo: u32, hi: u32, iterations: usize) -> Result<()> {
 /// SampleSelect on resident f32 keys (exact median, three quartiles at once,
 /// top-k for k = 10, 100, 1000, n/100, approximate median with its measured rank
 /// error) against the CPU path and DataFusion's `median` over the same column.
-pub fn select(
-    lo: u32,
-    hi: u32,
-    iterations: usize,
-    probe: bool,
-    approx_variants: bool,
-    duckdb: Option<&std::path::Path>,
-) -> Result<()> {
+pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool, approx_variants: bool, duckdb: Option<&std::path::Path>) -> Result<()> {
     use ridgeline_operators::select::{
-        approx_select_gpu_device_with, key_f32, select_cpu, select_gpu_device,
-        select_gpu_device_with, topk_cpu, topk_gpu_device, topk_gpu_device_with, SelectOptions,
+        approx_select_gpu_device_with, key_f32, select_cpu, select_gpu_device, select_gpu_device_with, topk_cpu, topk_gpu_device,
+        topk_gpu_device_with, SelectOptions,
     };
     // The host-driven descent (no chain), measured beside the default.
-    let nochain = SelectOptions {
-        chain_min: usize::MAX,
-        ..Default::default()
-    };
+    let nochain = SelectOptions { chain_min: usize::MAX, ..Default::default() };
     // Approximate answers by the one histogram pass from any size (the default
     // takes it from 2^20 keys, and the chain below).
-    let hist = SelectOptions {
-        approx_hist_min: 0,
-        ..Default::default()
-    };
+    let hist = SelectOptions { approx_hist_min: 0, ..Default::default() };
     // The approximate median by the chain (exact), as before session 12.
-    let by_chain = SelectOptions {
-        approx_hist_min: usize::MAX,
-        ..Default::default()
-    };
+    let by_chain = SelectOptions { approx_hist_min: usize::MAX, ..Default::default() };
     // The one pass with the sample's keys as splitters (32-bit keys otherwise
     // take cells of key space first).
-    let hist_spl = SelectOptions {
-        approx_key_cells: false,
-        ..hist
-    };
+    let hist_spl = SelectOptions { approx_key_cells: false, ..hist };
     let ctx = context::global().map_err(|e| DataFusionError::Execution(e.to_string()))?;
     let g = |e: ridgeline_operators::GpuError| DataFusionError::Execution(e.to_string());
     let threads = rayon::current_num_threads();
@@ -445,8 +322,7 @@ pub fn select(
         let n = 1usize << k;
         let vals: Vec<f32> = (0..n as u64)
             .map(|i| {
-                let x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                    ^ (i >> 7).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                let x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i >> 7).wrapping_mul(0xBF58_476D_1CE4_E5B9);
                 (x >> 40) as f32 / (1u64 << 24) as f32 * 1000.0 - 500.0
             })
             .collect();
@@ -457,15 +333,7 @@ pub fn select(
         if probe && k == hi {
             let mut sample: Vec<u32> = (0..4096).map(|i| keys[i * (n / 4096)]).collect();
             sample.sort_unstable();
-            for (what, ms) in ridgeline_operators::select::probe_kernels(
-                &ctx,
-                &arr,
-                n,
-                &sample,
-                iterations.max(5),
-            )
-            .map_err(g)?
-            {
+            for (what, ms) in ridgeline_operators::select::probe_kernels(&ctx, &arr, n, &sample, iterations.max(5)).map_err(g)? {
                 let gbs = (n * 4) as f64 / ms / 1e6;
                 println!("probe 2^{k} {what}: {ms:.3} ms ({gbs:.0} GB/s of keys read)");
             }
@@ -476,37 +344,22 @@ pub fn select(
             let (v, st) = select_gpu_device::<u32>(&ctx, &arr, n, &[half]).map_err(g)?;
             aux = aux.max(st.device_bytes);
             if v[0] != want[0] {
-                return Err(DataFusionError::Execution(format!(
-                    "GPU median {} != CPU {}",
-                    v[0], want[0]
-                )));
+                return Err(DataFusionError::Execution(format!("GPU median {} != CPU {}", v[0], want[0])));
             }
             Ok(())
         })?;
         let med_ch = time(&mut || {
-            let (v, _) =
-                select_gpu_device_with::<u32>(&ctx, &arr, n, &[half], &nochain).map_err(g)?;
+            let (v, _) = select_gpu_device_with::<u32>(&ctx, &arr, n, &[half], &nochain).map_err(g)?;
             if v[0] != want[0] {
-                return Err(DataFusionError::Execution(format!(
-                    "GPU median (no chain) {} != CPU {}",
-                    v[0], want[0]
-                )));
+                return Err(DataFusionError::Execution(format!("GPU median (no chain) {} != CPU {}", v[0], want[0])));
             }
             Ok(())
         })?;
         let q3 = time(&mut || {
-            let (v, st) = select_gpu_device::<u32>(
-                &ctx,
-                &arr,
-                n,
-                &[(n / 4) as u64, half, (3 * n / 4) as u64],
-            )
-            .map_err(g)?;
+            let (v, st) = select_gpu_device::<u32>(&ctx, &arr, n, &[(n / 4) as u64, half, (3 * n / 4) as u64]).map_err(g)?;
             aux = aux.max(st.device_bytes);
             if v != [want[1], want[0], want[2]] {
-                return Err(DataFusionError::Execution(
-                    "GPU quartiles differ from the CPU's".into(),
-                ));
+                return Err(DataFusionError::Execution("GPU quartiles differ from the CPU's".into()));
             }
             Ok(())
         })?;
@@ -517,9 +370,7 @@ pub fn select(
                 let (ids, st) = topk_gpu_device::<u32>(&ctx, &arr, n, kk).map_err(g)?;
                 aux = aux.max(st.device_bytes);
                 if ids != want_ids {
-                    return Err(DataFusionError::Execution(format!(
-                        "GPU top-{kk} differs from the CPU's"
-                    )));
+                    return Err(DataFusionError::Execution(format!("GPU top-{kk} differs from the CPU's")));
                 }
                 Ok(())
             })?);
@@ -528,9 +379,7 @@ pub fn select(
         let tk_ch = time(&mut || {
             let (ids, _) = topk_gpu_device_with::<u32>(&ctx, &arr, n, 100, &nochain).map_err(g)?;
             if ids != want100 {
-                return Err(DataFusionError::Execution(
-                    "GPU top-100 (no chain) differs from the CPU's".into(),
-                ));
+                return Err(DataFusionError::Execution("GPU top-100 (no chain) differs from the CPU's".into()));
             }
             Ok(())
         })?;
@@ -551,16 +400,11 @@ pub fn select(
         let approx_median = |opts: &SelectOptions| -> Result<(f64, u64, u64, &'static str)> {
             let mut last = (0u32, 0u64, "");
             let ms = time(&mut || {
-                let (v, st) = approx_select_gpu_device_with::<u32>(&ctx, &arr, n, &[half], opts)
-                    .map_err(g)?;
+                let (v, st) = approx_select_gpu_device_with::<u32>(&ctx, &arr, n, &[half], opts).map_err(g)?;
                 last = (v[0], st.rank_error_bound, st.algorithm);
                 Ok(())
             })?;
-            let e = within_bound(
-                rank_err(last.0),
-                last.1,
-                &format!("approximate median ({})", last.2),
-            )?;
+            let e = within_bound(rank_err(last.0), last.1, &format!("approximate median ({})", last.2))?;
             let how = if last.2.ends_with("-cells") {
                 "1-pass cells"
             } else if last.2.ends_with("-subgroup") {
@@ -581,27 +425,17 @@ pub fn select(
             // so these kernel times run up to 4x the normal (BENCHMARKS.md, session
             // 12): compare variants by the table's wall times, not by these.
             let dflt = SelectOptions::default();
-            for (what, approx, opts) in [
-                ("median", false, &dflt),
-                ("approx median", true, &dflt),
-                ("approx 1-pass", true, &hist),
-                ("approx 1-pass splitters", true, &hist_spl),
-            ] {
+            for (what, approx, opts) in
+                [("median", false, &dflt), ("approx median", true, &dflt), ("approx 1-pass", true, &hist), ("approx 1-pass splitters", true, &hist_spl)]
+            {
                 let t = Instant::now();
                 let st = if approx {
-                    approx_select_gpu_device_with::<u32>(&ctx, &arr, n, &[half], opts)
-                        .map_err(g)?
-                        .1
+                    approx_select_gpu_device_with::<u32>(&ctx, &arr, n, &[half], opts).map_err(g)?.1
                 } else {
-                    select_gpu_device::<u32>(&ctx, &arr, n, &[half])
-                        .map_err(g)?
-                        .1
+                    select_gpu_device::<u32>(&ctx, &arr, n, &[half]).map_err(g)?.1
                 };
                 let wall = t.elapsed().as_secs_f64() * 1e3;
-                eprintln!(
-                    "diag 2^{k} {what}: levels {}, kernels {:.3} ms, wall {wall:.3} ms, {}",
-                    st.levels, st.gpu_ms, st.algorithm
-                );
+                eprintln!("diag 2^{k} {what}: levels {}, kernels {:.3} ms, wall {wall:.3} ms, {}", st.levels, st.gpu_ms, st.algorithm);
             }
         }
         if approx_variants && k == hi {
@@ -620,28 +454,13 @@ pub fn select(
         let duck = match duckdb {
             Some(py) => {
                 use arrow::array::{Float32Array, RecordBatch};
-                let b = RecordBatch::try_from_iter([(
-                    "x",
-                    Arc::new(Float32Array::from(vals.clone())) as arrow::array::ArrayRef,
-                )])?;
-                let (ms, _, _, first) = crate::cli::bench_aggregate::duckdb_run(
-                    py,
-                    &[b],
-                    "SELECT quantile_cont(x, 0.5) FROM t",
-                    iterations,
-                )?;
+                let b = RecordBatch::try_from_iter([("x", Arc::new(Float32Array::from(vals.clone())) as arrow::array::ArrayRef)])?;
+                let (ms, _, _, first) = crate::cli::bench_aggregate::duckdb_run(py, &[b], "SELECT quantile_cont(x, 0.5) FROM t", iterations)?;
                 let lohi = select_cpu(&keys, &[(n / 2 - 1) as u64, half]);
-                let want = (ridgeline_operators::select::unkey_f32(lohi[0]) as f64
-                    + ridgeline_operators::select::unkey_f32(lohi[1]) as f64)
-                    / 2.0;
-                let got: f64 = first
-                    .as_deref()
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(f64::NAN);
+                let want = (ridgeline_operators::select::unkey_f32(lohi[0]) as f64 + ridgeline_operators::select::unkey_f32(lohi[1]) as f64) / 2.0;
+                let got: f64 = first.as_deref().and_then(|v| v.parse().ok()).unwrap_or(f64::NAN);
                 if !((got - want).abs() <= 1e-5 * want.abs().max(1.0)) {
-                    return Err(DataFusionError::Execution(format!(
-                        "DuckDB's quantile_cont {got} != the CPU path's {want}"
-                    )));
+                    return Err(DataFusionError::Execution(format!("DuckDB's quantile_cont {got} != the CPU path's {want}")));
                 }
                 format!("{ms:.2}")
             }
@@ -665,9 +484,7 @@ pub fn select(
 /// `bound` the selection reported.
 fn within_bound(e: u64, bound: u64, what: &str) -> Result<u64> {
     if e > bound {
-        return Err(DataFusionError::Execution(format!(
-            "{what}: rank error {e} over its bound {bound}"
-        )));
+        return Err(DataFusionError::Execution(format!("{what}: rank error {e} over its bound {bound}")));
     }
     Ok(e)
 }
@@ -683,89 +500,38 @@ fn approx_variant_table(
     iterations: usize,
     rank_err: &dyn Fn(u32) -> u64,
 ) -> Result<()> {
-    use ridgeline_operators::select::{
-        approx_select_gpu_device_with, SelectOptions, APPROX_CELL_SIGMAS, APPROX_ITEMS,
-        APPROX_SIGMAS,
-    };
+    use ridgeline_operators::select::{approx_select_gpu_device_with, SelectOptions, APPROX_CELL_SIGMAS, APPROX_ITEMS, APPROX_SIGMAS};
     let g = |e: ridgeline_operators::GpuError| DataFusionError::Execution(e.to_string());
-    let base = SelectOptions {
-        approx_hist_min: 0,
-        ..Default::default()
-    };
+    let base = SelectOptions { approx_hist_min: 0, ..Default::default() };
     let mut variants: Vec<(String, SelectOptions)> = Vec::new();
     for (items, groups) in [(4u32, 0u32), (8, 0), (8, 4096), (16, 4096)] {
-        let most = if groups == 0 {
-            String::new()
-        } else {
-            format!(", at most {groups} workgroups")
-        };
+        let most = if groups == 0 { String::new() } else { format!(", at most {groups} workgroups") };
         variants.push((
             format!("cells of key space, {items} keys an invocation{most}"),
-            SelectOptions {
-                approx_hist_items: items,
-                approx_hist_groups: groups,
-                ..base
-            },
+            SelectOptions { approx_hist_items: items, approx_hist_groups: groups, ..base },
         ));
     }
     for sd in [3.0, 6.0] {
-        variants.push((
-            format!("cells of key space, windows of {sd} sd"),
-            SelectOptions {
-                approx_cell_sigmas: sd,
-                ..base
-            },
-        ));
+        variants.push((format!("cells of key space, windows of {sd} sd"), SelectOptions { approx_cell_sigmas: sd, ..base }));
     }
-    let spl = SelectOptions {
-        approx_key_cells: false,
-        ..base
-    };
+    let spl = SelectOptions { approx_key_cells: false, ..base };
     for (items, sd) in [(4u32, 3.0), (8, 3.0), (4, 2.5)] {
-        variants.push((
-            format!("splitters, {items} keys an invocation, windows of {sd} sd"),
-            SelectOptions {
-                approx_hist_items: items,
-                approx_sigmas: sd,
-                ..spl
-            },
-        ));
+        variants.push((format!("splitters, {items} keys an invocation, windows of {sd} sd"), SelectOptions { approx_hist_items: items, approx_sigmas: sd, ..spl }));
     }
-    variants.push((
-        "sample sorted through workgroup memory only".into(),
-        SelectOptions {
-            subgroup_sort: false,
-            ..base
-        },
-    ));
-    variants.push((
-        "splitters, ap_hist (no subgroups)".into(),
-        SelectOptions {
-            approx_hist_subgroups: false,
-            ..spl
-        },
-    ));
-    variants.push((
-        "the chain (exact)".into(),
-        SelectOptions {
-            approx_hist_min: usize::MAX,
-            ..Default::default()
-        },
-    ));
+    variants.push(("sample sorted through workgroup memory only".into(), SelectOptions { subgroup_sort: false, ..base }));
+    variants.push(("splitters, ap_hist (no subgroups)".into(), SelectOptions { approx_hist_subgroups: false, ..spl }));
+    variants.push(("the chain (exact)".into(), SelectOptions { approx_hist_min: usize::MAX, ..Default::default() }));
     let rounds = (iterations * 6).max(20);
     let mut ms = vec![Vec::with_capacity(rounds); variants.len()];
     let mut last = vec![(0u32, 0u64, ""); variants.len()];
     ridgeline_operators::timing::warm_up(ridgeline_operators::timing::WARM_UP_MS, || {
-        variants.iter().try_for_each(|(_, o)| {
-            approx_select_gpu_device_with::<u32>(ctx, arr, n, &[half], o).map(|_| ())
-        })
+        variants.iter().try_for_each(|(_, o)| approx_select_gpu_device_with::<u32>(ctx, arr, n, &[half], o).map(|_| ()))
     })
     .map_err(g)?;
     for _ in 0..rounds {
         for (i, (_, o)) in variants.iter().enumerate() {
             let t = Instant::now();
-            let (v, st) =
-                approx_select_gpu_device_with::<u32>(ctx, arr, n, &[half], o).map_err(g)?;
+            let (v, st) = approx_select_gpu_device_with::<u32>(ctx, arr, n, &[half], o).map_err(g)?;
             ms[i].push(t.elapsed().as_secs_f64() * 1e3);
             last[i] = (v[0], st.rank_error_bound, st.algorithm);
         }
@@ -777,13 +543,7 @@ fn approx_variant_table(
         let mut v = ms[i].clone();
         v.sort_by(f64::total_cmp);
         let e = within_bound(rank_err(last[i].0), last[i].1, what)?;
-        println!(
-            "| {what} | {:.3} | {:.3} | {e} ({}) | {} |",
-            v[0],
-            v[v.len() / 2],
-            last[i].1,
-            last[i].2
-        );
+        println!("| {what} | {:.3} | {:.3} | {e} ({}) | {} |", v[0], v[v.len() / 2], last[i].1, last[i].2);
     }
     Ok(())
 }
@@ -792,29 +552,15 @@ fn datafusion_median_ms(vals: &[f32], iterations: usize) -> Result<f64> {
     use arrow::array::{Float32Array, RecordBatch};
     use datafusion::prelude::SessionContext;
     use std::sync::Arc;
-    let batch = RecordBatch::try_from_iter([(
-        "x",
-        Arc::new(Float32Array::from(vals.to_vec())) as arrow::array::ArrayRef,
-    )])?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| DataFusionError::Execution(e.to_string()))?;
+    let batch = RecordBatch::try_from_iter([("x", Arc::new(Float32Array::from(vals.to_vec())) as arrow::array::ArrayRef)])?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| DataFusionError::Execution(e.to_string()))?;
     rt.block_on(async {
         let ctx = SessionContext::new();
         let parts = ctx.state().config().target_partitions();
         let per = batch.num_rows().div_ceil(parts).max(1);
-        let chunks: Vec<Vec<RecordBatch>> = (0..batch.num_rows())
-            .step_by(per)
-            .map(|o| vec![batch.slice(o, per.min(batch.num_rows() - o))])
-            .collect();
-        ctx.register_table(
-            "t",
-            Arc::new(datafusion::datasource::MemTable::try_new(
-                batch.schema(),
-                chunks,
-            )?),
-        )?;
+        let chunks: Vec<Vec<RecordBatch>> =
+            (0..batch.num_rows()).step_by(per).map(|o| vec![batch.slice(o, per.min(batch.num_rows() - o))]).collect();
+        ctx.register_table("t", Arc::new(datafusion::datasource::MemTable::try_new(batch.schema(), chunks)?))?;
         let mut best = f64::INFINITY;
         for _ in 0..iterations.max(1) {
             let t = Instant::now();
@@ -842,13 +588,10 @@ pub fn partition(lo: u32, hi: u32, iterations: usize) -> Result<()> {
     println!("|{}", " --- |".repeat(9));
     for k in lo..=hi {
         let n = 1usize << k;
-        let keys: Vec<u32> = (0..n as u64)
-            .map(|i| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as u32)
-            .collect();
+        let keys: Vec<u32> = (0..n as u64).map(|i| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as u32).collect();
         let pay: Vec<u32> = (0..n as u32).collect();
         for fanout in [2u32, 16, 256, 4096] {
-            let b = bench_partition(&ctx, n, fanout, 1, iterations)
-                .map_err(|e| DataFusionError::Execution(e.to_string()))?;
+            let b = bench_partition(&ctx, n, fanout, 1, iterations).map_err(|e| DataFusionError::Execution(e.to_string()))?;
             let cols = [HostColumn::u32(&keys), HostColumn::u32(&pay)];
             let mut best = f64::INFINITY;
             for _ in 0..iterations.max(1) {
@@ -868,15 +611,8 @@ pub fn partition(lo: u32, hi: u32, iterations: usize) -> Result<()> {
                 best / b.ms
             );
             if !b.profile.is_empty() {
-                let steps: Vec<String> = b
-                    .profile
-                    .iter()
-                    .map(|(l, ms)| format!("{l} {ms:.3}"))
-                    .collect();
-                println!(
-                    "|  | profile (ms per step, each dispatch its own timed pass) | {} |",
-                    steps.join(", ")
-                );
+                let steps: Vec<String> = b.profile.iter().map(|(l, ms)| format!("{l} {ms:.3}")).collect();
+                println!("|  | profile (ms per step, each dispatch its own timed pass) | {} |", steps.join(", "));
             }
         }
     }
@@ -887,9 +623,7 @@ pub fn partition(lo: u32, hi: u32, iterations: usize) -> Result<()> {
 /// resident rows (4, 1k and 1M groups): the GPU region aggregation (strategy
 /// auto) against the CPU one (same answers) and DataFusion's hash aggregation.
 pub fn aggregate(lo: u32, hi: u32, iterations: usize) -> Result<()> {
-    use ridgeline_operators::group_agg::{
-        bench_group_agg, group_agg_cpu, GroupAggStrategy, HostAggColumn, HostAggValues,
-    };
+    use ridgeline_operators::group_agg::{bench_group_agg, group_agg_cpu, GroupAggStrategy, HostAggColumn, HostAggValues};
     let ctx = context::global().map_err(|e| DataFusionError::Execution(e.to_string()))?;
     let threads = rayon::current_num_threads();
     println!(
@@ -899,48 +633,31 @@ pub fn aggregate(lo: u32, hi: u32, iterations: usize) -> Result<()> {
     );
     println!("| n | groups | GPU strategy | GPU ms | CPU ms | DataFusion ms | DataFusion/GPU |");
     println!("|{}", " --- |".repeat(7));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| DataFusionError::Execution(e.to_string()))?;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| DataFusionError::Execution(e.to_string()))?;
     for k in lo..=hi {
         let n = 1usize << k;
         for g in [4u32, 1000, 1_000_000] {
             if g as usize > n {
                 continue;
             }
-            let b = bench_group_agg(&ctx, n, g, GroupAggStrategy::Auto, iterations)
-                .map_err(|e| DataFusionError::Execution(e.to_string()))?;
+            let b = bench_group_agg(&ctx, n, g, GroupAggStrategy::Auto, iterations).map_err(|e| DataFusionError::Execution(e.to_string()))?;
             // The same data as bench_group_agg generates.
             let mut state = 0x2545_F491_4F6C_DD1Du64;
             let mut next = || {
-                state = state
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                 state
             };
             let gids: Vec<u32> = (0..n).map(|_| ((next() >> 32) % g as u64) as u32).collect();
             let vals: Vec<i64> = (0..n).map(|_| (next() >> 24) as i64 - (1 << 39)).collect();
-            let cols = [HostAggColumn {
-                values: HostAggValues::I64(&vals),
-                validity: None,
-            }];
+            let cols = [HostAggColumn { values: HostAggValues::I64(&vals), validity: None }];
             let mut cpu = f64::INFINITY;
             for _ in 0..iterations.max(1) {
                 let t = Instant::now();
-                std::hint::black_box(
-                    group_agg_cpu(&gids, g, &cols)
-                        .map_err(|e| DataFusionError::Execution(e.to_string()))?,
-                );
+                std::hint::black_box(group_agg_cpu(&gids, g, &cols).map_err(|e| DataFusionError::Execution(e.to_string()))?);
                 cpu = cpu.min(t.elapsed().as_secs_f64() * 1e3);
             }
             let df = rt.block_on(datafusion_group_by_ms(&gids, &vals, iterations))?;
-            println!(
-                "| 2^{k} | {g} | {:?} | {:.3} | {cpu:.2} | {df:.2} | {:.1} |",
-                b.strategy,
-                b.ms,
-                df / b.ms
-            );
+            println!("| 2^{k} | {g} | {:?} | {:.3} | {cpu:.2} | {df:.2} | {:.1} |", b.strategy, b.ms, df / b.ms);
         }
     }
     Ok(())
@@ -950,29 +667,18 @@ async fn datafusion_group_by_ms(gids: &[u32], vals: &[i64], iterations: usize) -
     use arrow::array::{Int64Array, UInt32Array};
     use arrow::datatypes::{DataType, Field, Schema};
     let ctx = datafusion::prelude::SessionContext::new();
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("k", DataType::UInt32, false),
-        Field::new("v", DataType::Int64, false),
-    ]));
+    let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::UInt32, false), Field::new("v", DataType::Int64, false)]));
     let parts = ctx.state().config().target_partitions().max(1);
     let chunk = gids.len().div_ceil(parts).max(1);
     let mut partitions = Vec::new();
     for (g, v) in gids.chunks(chunk).zip(vals.chunks(chunk)) {
         let b = arrow::array::RecordBatch::try_new(
             schema.clone(),
-            vec![
-                Arc::new(UInt32Array::from(g.to_vec())),
-                Arc::new(Int64Array::from(v.to_vec())),
-            ],
+            vec![Arc::new(UInt32Array::from(g.to_vec())), Arc::new(Int64Array::from(v.to_vec()))],
         )?;
         partitions.push(vec![b]);
     }
-    ctx.register_table(
-        "t",
-        Arc::new(datafusion::datasource::MemTable::try_new(
-            schema, partitions,
-        )?),
-    )?;
+    ctx.register_table("t", Arc::new(datafusion::datasource::MemTable::try_new(schema, partitions)?))?;
     let q = "SELECT k, count(*), sum(v), min(v), max(v) FROM t GROUP BY k";
     let mut best = f64::INFINITY;
     for i in 0..=iterations.max(1) {

@@ -19,32 +19,19 @@ fn err(m: impl Into<String>) -> DataFusionError {
 
 /// `n` rows in batches of 1M: `k` pseudo-random in `0 .. groups`, `v` an i64.
 fn table(n: usize, groups: u32) -> Vec<RecordBatch> {
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("k", DataType::Int32, false),
-        Field::new("v", DataType::Int64, false),
-    ]));
+    let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int32, false), Field::new("v", DataType::Int64, false)]));
     let mut state = 0x2545_F491_4F6C_DD1Du64;
     let mut next = move || {
-        state = state
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         state
     };
     let mut out = Vec::new();
     let mut left = n;
     while left > 0 {
         let m = left.min(1 << 20);
-        let k: Vec<i32> = (0..m)
-            .map(|_| ((next() >> 32) % groups as u64) as i32)
-            .collect();
+        let k: Vec<i32> = (0..m).map(|_| ((next() >> 32) % groups as u64) as i32).collect();
         let v: Vec<i64> = (0..m).map(|_| (next() >> 24) as i64 - (1 << 39)).collect();
-        out.push(
-            RecordBatch::try_new(
-                schema.clone(),
-                vec![Arc::new(Int32Array::from(k)), Arc::new(Int64Array::from(v))],
-            )
-            .unwrap(),
-        );
+        out.push(RecordBatch::try_new(schema.clone(), vec![Arc::new(Int32Array::from(k)), Arc::new(Int64Array::from(v))]).unwrap());
         left -= m;
     }
     out
@@ -70,22 +57,12 @@ print(json.dumps({"min": times[0], "median": times[len(times) // 2], "rows": row
 "#;
 
 /// DuckDB's min and median ms for `sql` over `batches` (table `t`) and its rows.
-fn duckdb_ms(
-    python: &Path,
-    batches: &[RecordBatch],
-    sql: &str,
-    iterations: usize,
-) -> Result<(f64, f64, usize)> {
+fn duckdb_ms(python: &Path, batches: &[RecordBatch], sql: &str, iterations: usize) -> Result<(f64, f64, usize)> {
     duckdb_run(python, batches, sql, iterations).map(|(a, b, c, _)| (a, b, c))
 }
 
 /// [`duckdb_ms`], and the first value of the first row as DuckDB prints it.
-pub(crate) fn duckdb_run(
-    python: &Path,
-    batches: &[RecordBatch],
-    sql: &str,
-    iterations: usize,
-) -> Result<(f64, f64, usize, Option<String>)> {
+pub(crate) fn duckdb_run(python: &Path, batches: &[RecordBatch], sql: &str, iterations: usize) -> Result<(f64, f64, usize, Option<String>)> {
     let dir = std::env::temp_dir().join(format!("ridgeline-agg-duckdb-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| err(e.to_string()))?;
     let path = dir.join("t.parquet");
@@ -98,18 +75,10 @@ pub(crate) fn duckdb_run(
     let cfg = serde_json::json!({"path": path.to_string_lossy(), "sql": sql, "iterations": iterations.max(1)});
     std::fs::write(dir.join("in.json"), cfg.to_string()).map_err(|e| err(e.to_string()))?;
     std::fs::write(dir.join("agg.py"), DUCK_SCRIPT).map_err(|e| err(e.to_string()))?;
-    let out = std::process::Command::new(python)
-        .arg(dir.join("agg.py"))
-        .arg(dir.join("in.json"))
-        .output()
-        .map_err(|e| err(e.to_string()))?;
+    let out = std::process::Command::new(python).arg(dir.join("agg.py")).arg(dir.join("in.json")).output().map_err(|e| err(e.to_string()))?;
     let _ = std::fs::remove_dir_all(&dir);
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| {
-        err(format!(
-            "DuckDB: {e}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    })?;
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).map_err(|e| err(format!("DuckDB: {e}: {}", String::from_utf8_lossy(&out.stderr))))?;
     Ok((
         v["min"].as_f64().unwrap_or(f64::NAN),
         v["median"].as_f64().unwrap_or(f64::NAN),
@@ -124,18 +93,8 @@ fn sorted(mut rows: Vec<Vec<String>>) -> Vec<Vec<String>> {
 }
 
 /// Prints one table: sizes `2^lo ..= 2^hi` (every second power), 4 / 1k / 1M groups.
-pub async fn run(
-    lo: u32,
-    hi: u32,
-    iterations: usize,
-    duckdb: bool,
-    wheel: Option<PathBuf>,
-) -> Result<()> {
-    let py = if duckdb {
-        Some(duckdb_python(wheel.as_deref())?)
-    } else {
-        None
-    };
+pub async fn run(lo: u32, hi: u32, iterations: usize, duckdb: bool, wheel: Option<PathBuf>) -> Result<()> {
+    let py = if duckdb { Some(duckdb_python(wheel.as_deref())?) } else { None };
     println!("bench aggregate --sql: `{QUERY}`, ms min / median of {iterations} after a warm-up (planning included); GPU mode over a resident table, CPU mode over the same rows in memory; DuckDB over a table loaded from Parquet");
     println!("| n | groups | GPU mode ms | CPU mode ms | DuckDB ms | CPU/GPU | DuckDB/GPU | GPU operators | answers |");
     println!("|{}", " --- |".repeat(9));
@@ -148,11 +107,8 @@ pub async fn run(
             }
             let batches = table(n, g);
             let schema = batches[0].schema();
-            let gpu = Ridgeline::builder()
-                .gpu_mode(GpuMode::from_env().unwrap_or(GpuMode::Auto))
-                .build()?;
-            gpu.register_resident("t", schema.clone(), batches.clone())
-                .await?;
+            let gpu = Ridgeline::builder().gpu_mode(GpuMode::from_env().unwrap_or(GpuMode::Auto)).build()?;
+            gpu.register_resident("t", schema.clone(), batches.clone()).await?;
             let cpu = Ridgeline::builder().gpu_mode(GpuMode::Off).build()?;
             cpu.register_batches("t", schema.clone(), batches.clone())?;
             let g_run = run_mode(&gpu, QUERY, iterations).await?;
@@ -163,25 +119,14 @@ pub async fn run(
             let duck = match &py {
                 Some(py) => {
                     let (py, b) = (py.clone(), batches.clone());
-                    Some(
-                        tokio::task::spawn_blocking(move || duckdb_ms(&py, &b, QUERY, iterations))
-                            .await
-                            .map_err(|e| err(e.to_string()))??,
-                    )
+                    Some(tokio::task::spawn_blocking(move || duckdb_ms(&py, &b, QUERY, iterations)).await.map_err(|e| err(e.to_string()))??)
                 }
                 None => None,
             };
             let gm = g_run.timing.min_ms;
-            let ops = if g_run.gpu_ops.is_empty() {
-                "none".to_string()
-            } else {
-                g_run.gpu_ops.join(",")
-            };
+            let ops = if g_run.gpu_ops.is_empty() { "none".to_string() } else { g_run.gpu_ops.join(",") };
             let (dcol, dratio) = match duck {
-                Some((dmin, dmed, rows)) if rows == g_run.timing.rows => (
-                    format!("{dmin:.1} / {dmed:.1}"),
-                    format!("{:.2}", dmin / gm),
-                ),
+                Some((dmin, dmed, rows)) if rows == g_run.timing.rows => (format!("{dmin:.1} / {dmed:.1}"), format!("{:.2}", dmin / gm)),
                 Some((_, _, rows)) => (format!("{rows} rows?"), "-".into()),
                 None => ("-".into(), "-".into()),
             };

@@ -95,9 +95,7 @@ pub struct TpchArgs {
 fn parse_modes(s: &str) -> std::result::Result<GpuMode, String> {
     match s.trim().to_ascii_lowercase().as_str() {
         "both" | "auto" => Ok(GpuMode::Auto),
-        other => other
-            .parse::<GpuMode>()
-            .map_err(|_| format!("invalid value '{s}': expected off, on or both")),
+        other => other.parse::<GpuMode>().map_err(|_| format!("invalid value '{s}': expected off, on or both")),
     }
 }
 
@@ -120,37 +118,23 @@ pub const EXTRA_QUERIES: [(&str, &str); 5] = [
 
 /// The SQL of query `q` (1..=22 TPC-H, then [`EXTRA_QUERIES`]).
 pub fn query_sql(q: usize) -> &'static str {
-    if q <= 22 {
-        QUERIES[q - 1]
-    } else {
-        EXTRA_QUERIES[q - 23].1
-    }
+    if q <= 22 { QUERIES[q - 1] } else { EXTRA_QUERIES[q - 23].1 }
 }
 
 /// The table name of query `q`: q1..q22, then the extra query's name.
 pub fn query_name(q: usize) -> String {
-    if q <= 22 {
-        format!("q{q}")
-    } else {
-        EXTRA_QUERIES[q - 23].0.to_string()
-    }
+    if q <= 22 { format!("q{q}") } else { EXTRA_QUERIES[q - 23].0.to_string() }
 }
 
 /// Parses `1,6,10-12` (a `q` prefix is allowed; `all` means all 22; the extra
 /// queries by name: median, topk, quartiles).
 pub fn parse_queries(list: Option<&str>) -> Result<Vec<usize>> {
     let all: Vec<usize> = (1..=22).collect();
-    let Some(list) = list
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.eq_ignore_ascii_case("all"))
-    else {
+    let Some(list) = list.map(str::trim).filter(|l| !l.is_empty() && !l.eq_ignore_ascii_case("all")) else {
         return Ok(all);
     };
     let num = |s: &str| -> Result<usize> {
-        if let Some(i) = EXTRA_QUERIES
-            .iter()
-            .position(|(n, _)| n.eq_ignore_ascii_case(s.trim()))
-        {
+        if let Some(i) = EXTRA_QUERIES.iter().position(|(n, _)| n.eq_ignore_ascii_case(s.trim())) {
             return Ok(23 + i);
         }
         let t = s.trim().trim_start_matches(['q', 'Q']);
@@ -169,10 +153,7 @@ pub fn parse_queries(list: Option<&str>) -> Result<Vec<usize>> {
             }
         };
         if range.is_empty() {
-            return Err(DataFusionError::Plan(format!(
-                "--queries: empty range '{}'",
-                part.trim()
-            )));
+            return Err(DataFusionError::Plan(format!("--queries: empty range '{}'", part.trim())));
         }
         for q in range {
             if !out.contains(&q) {
@@ -217,10 +198,7 @@ async fn ensure_parquet(dir: &Path, sf: f64) -> Result<Vec<(String, PathBuf)>> {
     }
     let fresh = !dir.exists();
     let target = if fresh {
-        let name = dir
-            .file_name()
-            .map(|n| n.to_string_lossy().to_string())
-            .unwrap_or_else(|| "tpch".into());
+        let name = dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| "tpch".into());
         dir.with_file_name(format!(".{name}.partial-{}", std::process::id()))
     } else {
         dir.to_path_buf()
@@ -231,21 +209,12 @@ async fn ensure_parquet(dir: &Path, sf: f64) -> Result<Vec<(String, PathBuf)>> {
         .await
         .map_err(|e| exec_err(format!("data generation failed: {e}")))??;
     if fresh {
-        std::fs::rename(&target, dir).map_err(|e| {
-            exec_err(format!(
-                "cannot move {} to {}: {e}",
-                target.display(),
-                dir.display()
-            ))
-        })?;
+        std::fs::rename(&target, dir)
+            .map_err(|e| exec_err(format!("cannot move {} to {}: {e}", target.display(), dir.display())))?;
     }
     let (found, missing) = find_tables(dir);
     if !missing.is_empty() {
-        return Err(exec_err(format!(
-            "{} lacks {} after generation",
-            dir.display(),
-            missing.join(", ")
-        )));
+        return Err(exec_err(format!("{} lacks {} after generation", dir.display(), missing.join(", "))));
     }
     Ok(found)
 }
@@ -317,9 +286,7 @@ async fn execute(rl: &Ridgeline, sql: &str) -> Result<(Vec<RecordBatch>, Arc<dyn
 /// left idle by the previous mode is back at its clock.
 pub(crate) async fn warm_up_query(rl: &Ridgeline, sql: &str, since: Instant) -> Result<()> {
     let mut runs = 0;
-    while since.elapsed().as_secs_f64() * 1e3 < ridgeline_operators::timing::WARM_UP_MS
-        && runs < 1000
-    {
+    while since.elapsed().as_secs_f64() * 1e3 < ridgeline_operators::timing::WARM_UP_MS && runs < 1000 {
         execute(rl, sql).await?;
         runs += 1;
     }
@@ -341,11 +308,7 @@ pub(crate) async fn run_mode(rl: &Ridgeline, sql: &str, iterations: usize) -> Re
         plan = p;
     }
     Ok(ModeRun {
-        timing: Timing {
-            min_ms: times.iter().copied().fold(f64::INFINITY, f64::min),
-            median_ms: median(&times),
-            rows: result.len(),
-        },
+        timing: Timing { min_ms: times.iter().copied().fold(f64::INFINITY, f64::min), median_ms: median(&times), rows: result.len() },
         result,
         gpu_ops: gpu_operator_names(&plan),
     })
@@ -356,11 +319,7 @@ fn to_rows(batches: &[RecordBatch]) -> Result<Vec<Vec<String>>> {
     let opts = FormatOptions::default().with_null("NULL");
     let mut rows = Vec::new();
     for b in batches {
-        let fmts = b
-            .columns()
-            .iter()
-            .map(|c| ArrayFormatter::try_new(c.as_ref(), &opts))
-            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let fmts = b.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &opts)).collect::<std::result::Result<Vec<_>, _>>()?;
         for i in 0..b.num_rows() {
             rows.push(fmts.iter().map(|f| f.value(i).to_string()).collect());
         }
@@ -376,15 +335,9 @@ struct Tol {
 }
 
 /// GPU against CPU.
-const TOL_MODES: Tol = Tol {
-    rel: 1e-9,
-    abs: 1e-12,
-};
+const TOL_MODES: Tol = Tol { rel: 1e-9, abs: 1e-12 };
 /// Against dbgen's answers, which are rounded to 2 decimals.
-const TOL_ANSWERS: Tol = Tol {
-    rel: 1e-9,
-    abs: 0.01 + 1e-9,
-};
+const TOL_ANSWERS: Tol = Tol { rel: 1e-9, abs: 0.01 + 1e-9 };
 
 fn cell_eq(a: &str, b: &str, tol: Tol) -> bool {
     let (a, b) = (a.trim(), b.trim());
@@ -414,18 +367,8 @@ fn compare(got: &[Vec<String>], want: &[Vec<String>], ordered: bool, tol: Tol) -
         }
     }
     if g.len() != w.len() {
-        let extra = if g.len() > w.len() {
-            &g[w.len()]
-        } else {
-            &w[g.len()]
-        };
-        return Some(format!(
-            "{} rows vs {}; first unmatched row {}: {}",
-            g.len(),
-            w.len(),
-            g.len().min(w.len()) + 1,
-            show(extra)
-        ));
+        let extra = if g.len() > w.len() { &g[w.len()] } else { &w[g.len()] };
+        return Some(format!("{} rows vs {}; first unmatched row {}: {}", g.len(), w.len(), g.len().min(w.len()) + 1, show(extra)));
     }
     None
 }
@@ -436,8 +379,7 @@ fn read_answer(dir: &Path, q: usize) -> Result<Option<Vec<Vec<String>>>> {
     if !path.exists() {
         return Ok(None);
     }
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| exec_err(format!("cannot read {}: {e}", path.display())))?;
+    let text = std::fs::read_to_string(&path).map_err(|e| exec_err(format!("cannot read {}: {e}", path.display())))?;
     Ok(Some(
         text.lines()
             .skip(1)
@@ -498,13 +440,7 @@ fn print_table(headers: &[(String, bool)], rows: &[Vec<String>]) {
         println!("{}", parts.join(" | ").trim_end());
     };
     line(headers.iter().map(|(h, _)| h.as_str()).collect());
-    println!(
-        "{}",
-        w.iter()
-            .map(|n| "-".repeat(*n))
-            .collect::<Vec<_>>()
-            .join("-+-")
-    );
+    println!("{}", w.iter().map(|n| "-".repeat(*n)).collect::<Vec<_>>().join("-+-"));
     for r in rows {
         line(r.iter().map(String::as_str).collect());
     }
@@ -522,27 +458,17 @@ struct QueryOutcome {
 pub async fn run(args: TpchArgs) -> Result<()> {
     let sf = args.sf;
     if !(sf.is_finite() && sf > 0.0) {
-        return Err(DataFusionError::Plan(format!(
-            "invalid scale factor {sf}: it must be a positive number"
-        )));
+        return Err(DataFusionError::Plan(format!("invalid scale factor {sf}: it must be a positive number")));
     }
     if args.iterations == 0 {
-        return Err(DataFusionError::Plan(
-            "--iterations must be at least 1".into(),
-        ));
+        return Err(DataFusionError::Plan("--iterations must be at least 1".into()));
     }
     let queries = parse_queries(args.queries.as_deref())?;
-    let answers_dir = args
-        .answers
-        .clone()
-        .or_else(|| std::env::var_os("RIDGELINE_TPCH_ANSWERS").map(PathBuf::from));
+    let answers_dir = args.answers.clone().or_else(|| std::env::var_os("RIDGELINE_TPCH_ANSWERS").map(PathBuf::from));
     let check = args.check || args.answers.is_some();
     if let Some(d) = &args.answers {
         if !d.is_dir() {
-            return Err(DataFusionError::Plan(format!(
-                "--answers {}: not a directory",
-                d.display()
-            )));
+            return Err(DataFusionError::Plan(format!("--answers {}: not a directory", d.display())));
         }
     }
 
@@ -553,18 +479,9 @@ pub async fn run(args: TpchArgs) -> Result<()> {
     let mut gpu_line = "GPU: off".to_string();
     if run_gpu {
         match ridgeline_operators::context::global() {
-            Ok(c) => {
-                gpu_line = format!(
-                    "GPU: {} ({:?}), GPU column in mode {}",
-                    c.info().name,
-                    c.info().backend,
-                    args.gpu_column.trim()
-                )
-            }
+            Ok(c) => gpu_line = format!("GPU: {} ({:?}), GPU column in mode {}", c.info().name, c.info().backend, args.gpu_column.trim()),
             Err(e) if mode == GpuMode::On => {
-                return Err(exec_err(format!(
-                    "--gpu on, but the GPU is unavailable: {e}"
-                )));
+                return Err(exec_err(format!("--gpu on, but the GPU is unavailable: {e}")));
             }
             Err(e) => {
                 gpu_line = format!("GPU: unavailable ({e}); timing CPU mode only");
@@ -574,11 +491,7 @@ pub async fn run(args: TpchArgs) -> Result<()> {
     }
 
     // DuckDB set-up first, so a missing Python fails before the long part.
-    let duck_python = if args.duckdb {
-        Some(duckdb::python(args.duckdb_wheel.as_deref())?)
-    } else {
-        None
-    };
+    let duck_python = if args.duckdb { Some(duckdb::python(args.duckdb_wheel.as_deref())?) } else { None };
 
     // Data.
     let data_dir = match (&args.data, args.duckdb) {
@@ -590,11 +503,7 @@ pub async fn run(args: TpchArgs) -> Result<()> {
     let (tables, files, source) = match &data_dir {
         Some(d) => {
             let files = ensure_parquet(d, sf).await?;
-            (
-                read_parquet(&files).await?,
-                files,
-                format!("read from {}", d.display()),
-            )
+            (read_parquet(&files).await?, files, format!("read from {}", d.display()))
         }
         None => {
             let gen = tokio::task::spawn_blocking(move || generate_all(sf))
@@ -607,10 +516,7 @@ pub async fn run(args: TpchArgs) -> Result<()> {
             (tables, vec![], "generated in memory".to_string())
         }
     };
-    let rows_total: usize = tables
-        .iter()
-        .map(|(_, _, b)| b.iter().map(|x| x.num_rows()).sum::<usize>())
-        .sum();
+    let rows_total: usize = tables.iter().map(|(_, _, b)| b.iter().map(|x| x.num_rows()).sum::<usize>()).sum();
     if let Some((_, _, b)) = tables.iter().find(|(n, _, _)| n == "supplier") {
         let want = tpchgen::generators::SupplierGenerator::calculate_row_count(sf, 1, 1);
         let got: usize = b.iter().map(|x| x.num_rows()).sum();
@@ -625,26 +531,16 @@ pub async fn run(args: TpchArgs) -> Result<()> {
     let gpu_mode = match args.gpu_column.trim() {
         "auto" => GpuMode::Auto,
         "on" => GpuMode::On,
-        other => {
-            return Err(exec_err(format!(
-                "--gpu-column must be auto or on, not '{other}'"
-            )))
-        }
+        other => return Err(exec_err(format!("--gpu-column must be auto or on, not '{other}'"))),
     };
     let rl = Ridgeline::builder().gpu_mode(GpuMode::Off).build()?;
-    let gpu_rl = if run_gpu {
-        Ridgeline::builder().gpu_mode(gpu_mode).build()?
-    } else {
-        rl.clone()
-    };
+    let gpu_rl = if run_gpu { Ridgeline::builder().gpu_mode(gpu_mode).build()? } else { rl.clone() };
     let t = Instant::now();
     let mut all_resident = args.resident;
     for (name, schema, batches) in tables {
         if run_gpu {
             if args.resident {
-                all_resident &= gpu_rl
-                    .register_resident(&name, schema.clone(), batches.clone())
-                    .await?;
+                all_resident &= gpu_rl.register_resident(&name, schema.clone(), batches.clone()).await?;
             } else {
                 gpu_rl.register_batches(&name, schema.clone(), batches.clone())?;
             }
@@ -659,36 +555,19 @@ pub async fn run(args: TpchArgs) -> Result<()> {
         "resident where they fit (some or all in host memory)"
     };
     println!("bench tpch: SF {sf}, {rows_total} rows {source} in {gen_ms:.0} ms; tables {placement} in {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
-    let runs = if args.iterations == 1 {
-        "1 timed run".to_string()
-    } else {
-        format!("{} timed runs", args.iterations)
-    };
+    let runs = if args.iterations == 1 { "1 timed run".to_string() } else { format!("{} timed runs", args.iterations) };
     println!("{gpu_line}; {runs} per query and mode after one warm-up (planning + execution)");
 
     // Ridgeline runs.
     let mut outcomes = Vec::new();
     for &q in &queries {
         let sql = query_sql(q);
-        let mut o = QueryOutcome {
-            q,
-            cpu: None,
-            gpu: None,
-            check: None,
-        };
+        let mut o = QueryOutcome { q, cpu: None, gpu: None, check: None };
         if run_cpu {
-            o.cpu = Some(
-                run_mode(&rl, sql, args.iterations)
-                    .await
-                    .map_err(|e| super::one_line(&e)),
-            );
+            o.cpu = Some(run_mode(&rl, sql, args.iterations).await.map_err(|e| super::one_line(&e)));
         }
         if run_gpu {
-            o.gpu = Some(
-                run_mode(&gpu_rl, sql, args.iterations)
-                    .await
-                    .map_err(|e| super::one_line(&e)),
-            );
+            o.gpu = Some(run_mode(&gpu_rl, sql, args.iterations).await.map_err(|e| super::one_line(&e)));
         }
         if check {
             o.check = Some(check_query(&o, sql, sf, answers_dir.as_deref())?);
@@ -714,10 +593,7 @@ pub async fn run(args: TpchArgs) -> Result<()> {
         headers.push(("CPU/GPU".into(), true));
     }
     if duck.is_some() {
-        headers.extend([
-            ("DuckDB min ms".into(), true),
-            ("DuckDB med ms".into(), true),
-        ]);
+        headers.extend([("DuckDB min ms".into(), true), ("DuckDB med ms".into(), true)]);
     }
     headers.push(("rows".into(), true));
     if run_gpu {
@@ -782,12 +658,7 @@ pub async fn run(args: TpchArgs) -> Result<()> {
         if run_gpu {
             r.push(match &o.gpu {
                 Some(Ok(m)) if m.gpu_ops.is_empty() => "none".into(),
-                Some(Ok(m)) => m
-                    .gpu_ops
-                    .iter()
-                    .map(|n| n.trim_start_matches("Gpu").trim_end_matches("Exec"))
-                    .collect::<Vec<_>>()
-                    .join(","),
+                Some(Ok(m)) => m.gpu_ops.iter().map(|n| n.trim_start_matches("Gpu").trim_end_matches("Exec")).collect::<Vec<_>>().join(","),
                 _ => "-".into(),
             });
         }
@@ -799,12 +670,8 @@ pub async fn run(args: TpchArgs) -> Result<()> {
         if all {
             for (name, t) in &cols {
                 let t = t.expect("checked");
-                gm.entry(if *name == "CPU" { "cpu_min" } else { "gpu_min" })
-                    .or_default()
-                    .push(t.min_ms);
-                gm.entry(if *name == "CPU" { "cpu_med" } else { "gpu_med" })
-                    .or_default()
-                    .push(t.median_ms);
+                gm.entry(if *name == "CPU" { "cpu_min" } else { "gpu_min" }).or_default().push(t.min_ms);
+                gm.entry(if *name == "CPU" { "cpu_med" } else { "gpu_med" }).or_default().push(t.median_ms);
             }
             if let Some(Some(t)) = &duck_t {
                 gm.entry("duck_min").or_default().push(t.min_ms);
@@ -824,11 +691,7 @@ pub async fn run(args: TpchArgs) -> Result<()> {
         }
         if run_cpu && run_gpu {
             let ratio = g("cpu_med") / g("gpu_med");
-            r.push(if ratio.is_finite() {
-                format!("{ratio:.2}")
-            } else {
-                "-".into()
-            });
+            r.push(if ratio.is_finite() { format!("{ratio:.2}") } else { "-".into() });
         }
         if duck.is_some() {
             r.extend([fmt_ms(g("duck_min")), fmt_ms(g("duck_med"))]);
@@ -841,10 +704,7 @@ pub async fn run(args: TpchArgs) -> Result<()> {
     println!();
     print_table(&headers, &rows);
     if let Some(d) = &duck {
-        println!(
-            "DuckDB {} ({} threads): tables loaded into memory from the same Parquet files",
-            d.version, d.threads
-        );
+        println!("DuckDB {} ({} threads): tables loaded into memory from the same Parquet files", d.version, d.threads);
     }
     if run_gpu {
         println!("GPU operators: Gpu*Exec nodes in the GPU-mode plan");
@@ -870,24 +730,14 @@ pub async fn run(args: TpchArgs) -> Result<()> {
     for e in &errors {
         println!("error: {e}");
     }
-    let mismatches = outcomes
-        .iter()
-        .filter(|o| {
-            o.check
-                .as_deref()
-                .is_some_and(|c| c.starts_with("MISMATCH"))
-        })
-        .count();
+    let mismatches = outcomes.iter().filter(|o| o.check.as_deref().is_some_and(|c| c.starts_with("MISMATCH"))).count();
     if !errors.is_empty() || mismatches > 0 {
         let mut what = Vec::new();
         if !errors.is_empty() {
             what.push(format!("{} runs failed", errors.len()));
         }
         if mismatches > 0 {
-            what.push(format!(
-                "{mismatches} of {} queries did not match",
-                outcomes.len()
-            ));
+            what.push(format!("{mismatches} of {} queries did not match", outcomes.len()));
         }
         return Err(exec_err(format!("bench tpch: {}", what.join(", "))));
     }
@@ -931,11 +781,7 @@ fn check_query(o: &QueryOutcome, sql: &str, sf: f64, answers: Option<&Path>) -> 
         }
     }
     let status = if checked.is_empty() { "-" } else { "OK" };
-    Ok(if missing {
-        format!("{status} (no q{}.out)", o.q)
-    } else {
-        status.to_string()
-    })
+    Ok(if missing { format!("{status} (no q{}.out)", o.q) } else { status.to_string() })
 }
 
 /// DuckDB through its Python package.
@@ -994,13 +840,8 @@ print(json.dumps(out))
 
     /// `Ok(version)` when `python` can import duckdb.
     fn probe(python: &Path) -> std::result::Result<String, String> {
-        match Command::new(python)
-            .args(["-c", "import duckdb; print(duckdb.__version__)"])
-            .output()
-        {
-            Ok(o) if o.status.success() => {
-                Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
-            }
+        match Command::new(python).args(["-c", "import duckdb; print(duckdb.__version__)"]).output() {
+            Ok(o) if o.status.success() => Ok(String::from_utf8_lossy(&o.stdout).trim().to_string()),
             Ok(o) => Err(tail(&o.stderr)),
             Err(e) => Err(e.to_string()),
         }
@@ -1014,16 +855,11 @@ print(json.dumps(out))
 
     fn run_step(cmd: &mut Command, what: &str) -> Result<()> {
         eprintln!("duckdb: {what}");
-        let o = cmd
-            .output()
-            .map_err(|e| exec_err(format!("DuckDB set-up: cannot {what}: {e}")))?;
+        let o = cmd.output().map_err(|e| exec_err(format!("DuckDB set-up: cannot {what}: {e}")))?;
         if o.status.success() {
             Ok(())
         } else {
-            Err(exec_err(format!(
-                "DuckDB set-up: {what} failed: {}",
-                tail(&o.stderr)
-            )))
+            Err(exec_err(format!("DuckDB set-up: {what} failed: {}", tail(&o.stderr))))
         }
     }
 
@@ -1036,15 +872,10 @@ print(json.dumps(out))
             let p = PathBuf::from(p);
             return match probe(&p) {
                 Ok(_) => Ok(p),
-                Err(e) => Err(exec_err(format!(
-                    "RIDGELINE_PYTHON={} cannot import duckdb: {e}",
-                    p.display()
-                ))),
+                Err(e) => Err(exec_err(format!("RIDGELINE_PYTHON={} cannot import duckdb: {e}", p.display()))),
             };
         }
-        let venv = std::env::var_os("RIDGELINE_DUCKDB_VENV")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(".venv-duckdb"));
+        let venv = std::env::var_os("RIDGELINE_DUCKDB_VENV").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(".venv-duckdb"));
         let vpy = venv_python(&venv);
         if vpy.exists() && probe(&vpy).is_ok() {
             return Ok(vpy);
@@ -1053,24 +884,16 @@ print(json.dumps(out))
         if !vpy.exists() && probe(&system).is_ok() {
             return Ok(system);
         }
-        let wheel = wheel
-            .map(Path::to_path_buf)
-            .or_else(|| std::env::var_os("RIDGELINE_DUCKDB_WHEEL").map(PathBuf::from));
+        let wheel = wheel.map(Path::to_path_buf).or_else(|| std::env::var_os("RIDGELINE_DUCKDB_WHEEL").map(PathBuf::from));
         if let Some(w) = &wheel {
             if !w.is_file() {
-                return Err(DataFusionError::Plan(format!(
-                    "duckdb wheel {} does not exist",
-                    w.display()
-                )));
+                return Err(DataFusionError::Plan(format!("duckdb wheel {} does not exist", w.display())));
             }
         }
         if !vpy.exists() {
             run_step(
                 Command::new("python3").arg("-m").arg("venv").arg(&venv),
-                &format!(
-                    "create the virtual environment {} (python3 -m venv)",
-                    venv.display()
-                ),
+                &format!("create the virtual environment {} (python3 -m venv)", venv.display()),
             )?;
         }
         match &wheel {
@@ -1086,12 +909,7 @@ print(json.dumps(out))
                 ),
             )?,
         }
-        probe(&vpy).map_err(|e| {
-            exec_err(format!(
-                "duckdb was installed into {} but does not import: {e}",
-                venv.display()
-            ))
-        })?;
+        probe(&vpy).map_err(|e| exec_err(format!("duckdb was installed into {} but does not import: {e}", venv.display())))?;
         Ok(vpy)
     }
 
@@ -1101,39 +919,23 @@ print(json.dumps(out))
     }
 
     /// Runs the queries in DuckDB over the Parquet `files`.
-    pub async fn run(
-        python: &Path,
-        files: &[(String, PathBuf)],
-        queries: &[usize],
-        iterations: usize,
-    ) -> Result<Report> {
-        let threads = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1);
+    pub async fn run(python: &Path, files: &[(String, PathBuf)], queries: &[usize], iterations: usize) -> Result<Report> {
+        let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         let mut tables = serde_json::Map::new();
         for (name, path) in files {
             let abs = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
-            let src = if abs.is_dir() {
-                abs.join("*.parquet")
-            } else {
-                abs
-            };
+            let src = if abs.is_dir() { abs.join("*.parquet") } else { abs };
             tables.insert(name.clone(), src.to_string_lossy().to_string().into());
         }
-        let qs: serde_json::Map<String, serde_json::Value> = queries
-            .iter()
-            .map(|&q| (q.to_string(), dialect(super::query_sql(q)).into()))
-            .collect();
+        let qs: serde_json::Map<String, serde_json::Value> =
+            queries.iter().map(|&q| (q.to_string(), dialect(super::query_sql(q)).into())).collect();
         let views = std::env::var("RIDGELINE_DUCKDB_VIEWS").is_ok_and(|v| v == "1");
         let cfg = serde_json::json!({ "threads": threads, "iterations": iterations, "tables": tables, "queries": qs, "views": views });
         let dir = std::env::temp_dir().join(format!("ridgeline-duckdb-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| exec_err(format!("cannot create {}: {e}", dir.display())))?;
+        std::fs::create_dir_all(&dir).map_err(|e| exec_err(format!("cannot create {}: {e}", dir.display())))?;
         let (script, input) = (dir.join("bench_tpch.py"), dir.join("input.json"));
-        std::fs::write(&script, SCRIPT)
-            .map_err(|e| exec_err(format!("cannot write {}: {e}", script.display())))?;
-        std::fs::write(&input, cfg.to_string())
-            .map_err(|e| exec_err(format!("cannot write {}: {e}", input.display())))?;
+        std::fs::write(&script, SCRIPT).map_err(|e| exec_err(format!("cannot write {}: {e}", script.display())))?;
+        std::fs::write(&input, cfg.to_string()).map_err(|e| exec_err(format!("cannot write {}: {e}", input.display())))?;
         let py = python.to_path_buf();
         let (s2, i2) = (script.clone(), input.clone());
         let out = tokio::task::spawn_blocking(move || Command::new(&py).arg(&s2).arg(&i2).output())
@@ -1143,17 +945,10 @@ print(json.dumps(out))
         let _ = std::fs::remove_dir_all(&dir);
         let out = out?;
         if !out.status.success() {
-            return Err(exec_err(format!(
-                "DuckDB script failed: {}",
-                tail(&out.stderr)
-            )));
+            return Err(exec_err(format!("DuckDB script failed: {}", tail(&out.stderr))));
         }
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| {
-            exec_err(format!(
-                "cannot parse DuckDB's output ({e}): {}",
-                tail(&out.stdout)
-            ))
-        })?;
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .map_err(|e| exec_err(format!("cannot parse DuckDB's output ({e}): {}", tail(&out.stdout))))?;
         let mut report = Report {
             version: v["version"].as_str().unwrap_or("?").to_string(),
             threads,
@@ -1164,10 +959,7 @@ print(json.dumps(out))
             let res = if let Some(e) = r["error"].as_str() {
                 Err(e.to_string())
             } else {
-                let times: Vec<f64> = r["times_ms"]
-                    .as_array()
-                    .map(|a| a.iter().filter_map(|x| x.as_f64()).collect())
-                    .unwrap_or_default();
+                let times: Vec<f64> = r["times_ms"].as_array().map(|a| a.iter().filter_map(|x| x.as_f64()).collect()).unwrap_or_default();
                 match (times.is_empty(), r["rows"].as_u64()) {
                     (false, Some(rows)) => Ok(Timing {
                         min_ms: times.iter().copied().fold(f64::INFINITY, f64::min),
@@ -1191,10 +983,7 @@ mod tests {
     fn query_lists() {
         assert_eq!(parse_queries(None).unwrap().len(), 22);
         assert_eq!(parse_queries(Some("1,6")).unwrap(), vec![1, 6]);
-        assert_eq!(
-            parse_queries(Some("q3, 10-12,3")).unwrap(),
-            vec![3, 10, 11, 12]
-        );
+        assert_eq!(parse_queries(Some("q3, 10-12,3")).unwrap(), vec![3, 10, 11, 12]);
         assert!(parse_queries(Some("23")).is_err());
         assert!(parse_queries(Some("5-2")).is_err());
         assert!(parse_queries(Some("x")).is_err());
@@ -1206,15 +995,11 @@ mod tests {
         let a = vec![r(&["A", "1.0000000001"]), r(&["B", "2"])];
         let b = vec![r(&["B", "2"]), r(&["A", "1"])];
         assert!(compare(&a, &b, false, TOL_MODES).is_none());
-        assert!(compare(&a, &b, true, TOL_MODES)
-            .unwrap()
-            .starts_with("row 1"));
+        assert!(compare(&a, &b, true, TOL_MODES).unwrap().starts_with("row 1"));
         let c = vec![r(&["A", "1.01"]), r(&["B", "2"])];
         assert!(compare(&c, &b, false, TOL_MODES).is_some());
         assert!(compare(&c, &b, false, TOL_ANSWERS).is_none());
-        assert!(compare(&a[..1], &b, false, TOL_MODES)
-            .unwrap()
-            .contains("1 rows vs 2"));
+        assert!(compare(&a[..1], &b, false, TOL_MODES).unwrap().contains("1 rows vs 2"));
         assert!(cell_eq(" x ", "x", TOL_MODES));
     }
 

@@ -35,9 +35,7 @@ pub async fn run(rl: Ridgeline, sf: f64) -> Result<()> {
     let mode = rl.gpu_mode()?;
     println!("Ridgeline demo (gpu mode: {mode})");
     match ridgeline_operators::context::global() {
-        Ok(c) if mode != crate::GpuMode::Off => {
-            println!("GPU: {} ({:?})", c.info().name, c.info().backend)
-        }
+        Ok(c) if mode != crate::GpuMode::Off => println!("GPU: {} ({:?})", c.info().name, c.info().backend),
         Ok(_) => println!("GPU: off"),
         Err(e) => println!("GPU: none ({e}); running on the CPU"),
     }
@@ -45,32 +43,18 @@ pub async fn run(rl: Ridgeline, sf: f64) -> Result<()> {
     let tables = tokio::task::spawn_blocking(move || generate_all(sf))
         .await
         .map_err(crate::exec::blocking_err)??;
-    let rows: usize = tables
-        .iter()
-        .map(|(_, b)| b.iter().map(|x| x.num_rows()).sum::<usize>())
-        .sum();
-    println!(
-        "generated TPC-H SF {sf} ({rows} rows in 8 tables) in {:.0} ms",
-        t.elapsed().as_secs_f64() * 1e3
-    );
+    let rows: usize = tables.iter().map(|(_, b)| b.iter().map(|x| x.num_rows()).sum::<usize>()).sum();
+    println!("generated TPC-H SF {sf} ({rows} rows in 8 tables) in {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
     let t = Instant::now();
     let mut on_gpu = false;
     for (name, batches) in tables {
-        on_gpu |= rl
-            .register_resident(&name, table_schema(&name)?, batches)
-            .await?;
+        on_gpu |= rl.register_resident(&name, table_schema(&name)?, batches).await?;
     }
     let points = skyline_batch(SkylineDist::Anticorrelated, 4, 100_000, 7)?;
-    on_gpu |= rl
-        .register_resident("points", points.schema(), vec![points])
-        .await?;
+    on_gpu |= rl.register_resident("points", points.schema(), vec![points]).await?;
     println!(
         "generated skyline data (100000 rows, 4 dims, anticorrelated); tables {} in {:.0} ms",
-        if on_gpu {
-            "made GPU-resident"
-        } else {
-            "kept in host memory"
-        },
+        if on_gpu { "made GPU-resident" } else { "kept in host memory" },
         t.elapsed().as_secs_f64() * 1e3
     );
     for (title, sql) in showcase() {
@@ -96,11 +80,7 @@ pub async fn run(rl: Ridgeline, sf: f64) -> Result<()> {
         let gpu = gpu_operator_names(&plan);
         println!(
             "{n} rows in {ms:.1} ms; GPU operators: {}",
-            if gpu.is_empty() {
-                "none".to_string()
-            } else {
-                gpu.join(", ")
-            }
+            if gpu.is_empty() { "none".to_string() } else { gpu.join(", ") }
         );
     }
     Ok(())

@@ -251,9 +251,9 @@ pub fn engine(mode: Option<GpuMode>) -> Result<Ridgeline> {
 /// Registers `NAME=PATH` tables.
 pub async fn register_tables(rl: &Ridgeline, tables: &[String], resident: bool) -> Result<()> {
     for t in tables {
-        let (name, path) = t.split_once('=').ok_or_else(|| {
-            DataFusionError::Plan(format!("--table expects NAME=PATH, got '{t}'"))
-        })?;
+        let (name, path) = t
+            .split_once('=')
+            .ok_or_else(|| DataFusionError::Plan(format!("--table expects NAME=PATH, got '{t}'")))?;
         rl.register_file(name.trim(), path.trim()).await?;
         if resident {
             rl.make_resident(name.trim()).await?;
@@ -266,21 +266,13 @@ pub async fn register_tables(rl: &Ridgeline, tables: &[String], resident: bool) 
 pub async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         None => shell::run(engine(cli.gpu)?).await,
-        Some(Command::Query {
-            sql,
-            tables,
-            format,
-            resident,
-            explain,
-        }) => {
+        Some(Command::Query { sql, tables, format, resident, explain }) => {
             let rl = engine(cli.gpu)?;
             register_tables(&rl, &tables, resident).await?;
             let mut out = std::io::stdout().lock();
             output::run_statements(&rl, &sql, format, explain, &mut out).await
         }
-        Some(Command::Gen {
-            what: GenCommand::Tpch { sf, out, format },
-        }) => {
+        Some(Command::Gen { what: GenCommand::Tpch { sf, out, format } }) => {
             let files = tokio::task::spawn_blocking(move || write_tpch(sf, &out, format, true))
                 .await
                 .map_err(|e| DataFusionError::Execution(e.to_string()))??;
@@ -289,16 +281,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Some(Command::Gen {
-            what:
-                GenCommand::Skyline {
-                    dist,
-                    dims,
-                    rows,
-                    seed,
-                    out,
-                },
-        }) => {
+        Some(Command::Gen { what: GenCommand::Skyline { dist, dims, rows, seed, out } }) => {
             write_skyline(dist, dims, rows, seed, &out)?;
             println!("{} ({rows} rows, {dims} dims, {dist})", out.display());
             Ok(())
@@ -312,77 +295,25 @@ pub async fn run(cli: Cli) -> Result<()> {
         },
         Some(Command::Demo { sf }) => demo::run(engine(cli.gpu)?, sf).await,
         Some(Command::Serve(args)) => serve(engine(cli.gpu)?, args).await,
-        Some(Command::Bench {
-            what: BenchCommand::Tpch(args),
-        }) => bench_tpch::run(args).await,
-        Some(Command::Bench {
-            what: BenchCommand::Skyline(args),
-        }) => bench_skyline::run(args).await,
-        Some(Command::Bench {
-            what:
-                BenchCommand::Aggregate {
-                    range,
-                    sql: true,
-                    duckdb,
-                    duckdb_wheel,
-                },
-        }) => {
-            bench_aggregate::run(
-                range.min_log2,
-                range.max_log2,
-                range.iterations,
-                duckdb,
-                duckdb_wheel,
-            )
-            .await
+        Some(Command::Bench { what: BenchCommand::Tpch(args) }) => bench_tpch::run(args).await,
+        Some(Command::Bench { what: BenchCommand::Skyline(args) }) => bench_skyline::run(args).await,
+        Some(Command::Bench { what: BenchCommand::Aggregate { range, sql: true, duckdb, duckdb_wheel } }) => {
+            bench_aggregate::run(range.min_log2, range.max_log2, range.iterations, duckdb, duckdb_wheel).await
         }
         Some(Command::Bench { what }) => tokio::task::spawn_blocking(move || match what {
-            BenchCommand::Transfer {
-                max_mib,
-                iterations,
-            } => bench::transfer(max_mib, iterations),
-            BenchCommand::Scan { range } => {
-                bench::scan(range.min_log2, range.max_log2, range.iterations)
+            BenchCommand::Transfer { max_mib, iterations } => bench::transfer(max_mib, iterations),
+            BenchCommand::Scan { range } => bench::scan(range.min_log2, range.max_log2, range.iterations),
+            BenchCommand::Compact { range, selectivity } => bench::compact(range.min_log2, range.max_log2, range.iterations, selectivity),
+            BenchCommand::Filter { range } => bench::filter(range.min_log2, range.max_log2, range.iterations),
+            BenchCommand::Select { range, probe, approx_variants, duckdb, duckdb_wheel } => {
+                let py = if duckdb { Some(bench_tpch::duckdb_python(duckdb_wheel.as_deref())?) } else { None };
+                bench::select(range.min_log2, range.max_log2, range.iterations, probe, approx_variants, py.as_deref())
             }
-            BenchCommand::Compact { range, selectivity } => bench::compact(
-                range.min_log2,
-                range.max_log2,
-                range.iterations,
-                selectivity,
-            ),
-            BenchCommand::Filter { range } => {
-                bench::filter(range.min_log2, range.max_log2, range.iterations)
+            BenchCommand::Partition { range } => bench::partition(range.min_log2, range.max_log2, range.iterations),
+            BenchCommand::Aggregate { range, .. } => bench::aggregate(range.min_log2, range.max_log2, range.iterations),
+            BenchCommand::Tpch(_) | BenchCommand::Skyline(_) => {
+                Err(DataFusionError::Internal("this benchmark runs on the async runtime".into()))
             }
-            BenchCommand::Select {
-                range,
-                probe,
-                approx_variants,
-                duckdb,
-                duckdb_wheel,
-            } => {
-                let py = if duckdb {
-                    Some(bench_tpch::duckdb_python(duckdb_wheel.as_deref())?)
-                } else {
-                    None
-                };
-                bench::select(
-                    range.min_log2,
-                    range.max_log2,
-                    range.iterations,
-                    probe,
-                    approx_variants,
-                    py.as_deref(),
-                )
-            }
-            BenchCommand::Partition { range } => {
-                bench::partition(range.min_log2, range.max_log2, range.iterations)
-            }
-            BenchCommand::Aggregate { range, .. } => {
-                bench::aggregate(range.min_log2, range.max_log2, range.iterations)
-            }
-            BenchCommand::Tpch(_) | BenchCommand::Skyline(_) => Err(DataFusionError::Internal(
-                "this benchmark runs on the async runtime".into(),
-            )),
         })
         .await
         .map_err(|e| DataFusionError::Execution(e.to_string()))?,
@@ -399,9 +330,7 @@ fn parse_addr(flag: &str, v: Option<&str>, default: &str) -> Result<Option<std::
         .ok()
         .and_then(|mut a| a.next())
         .map(Some)
-        .ok_or_else(|| {
-            DataFusionError::Plan(format!("--{flag} expects HOST:PORT or none, got '{v}'"))
-        })
+        .ok_or_else(|| DataFusionError::Plan(format!("--{flag} expects HOST:PORT or none, got '{v}'")))
 }
 
 /// `ridgeline serve`: registers the tables and serves until Ctrl-C.
@@ -412,9 +341,7 @@ async fn serve(rl: Ridgeline, args: ServeArgs) -> Result<()> {
         http: parse_addr("http", args.http.as_deref(), "127.0.0.1:8080")?,
     };
     if listen.flight_sql.is_none() && listen.http.is_none() {
-        return Err(DataFusionError::Plan(
-            "serve: both endpoints are off".into(),
-        ));
+        return Err(DataFusionError::Plan("serve: both endpoints are off".into()));
     }
     register_tables(&rl, &args.tables, args.resident).await?;
     if let Some(sf) = args.tpch {
@@ -432,13 +359,8 @@ async fn serve(rl: Ridgeline, args: ServeArgs) -> Result<()> {
     }
     let mb = |m: u64| (m > 0).then(|| (m as usize) << 20);
     let mut options = ServiceOptions {
-        token: args
-            .token
-            .clone()
-            .or_else(|| std::env::var("RIDGELINE_TOKEN").ok())
-            .filter(|t| !t.is_empty()),
-        query_timeout: (args.query_timeout > 0.0)
-            .then(|| std::time::Duration::from_secs_f64(args.query_timeout)),
+        token: args.token.clone().or_else(|| std::env::var("RIDGELINE_TOKEN").ok()).filter(|t| !t.is_empty()),
+        query_timeout: (args.query_timeout > 0.0).then(|| std::time::Duration::from_secs_f64(args.query_timeout)),
         query_memory_limit: mb(args.query_memory_mib),
         total_memory_limit: mb(args.total_memory_mib),
         max_request_bytes: args.max_request_bytes,
@@ -456,8 +378,5 @@ async fn serve(rl: Ridgeline, args: ServeArgs) -> Result<()> {
 
 /// An error as one line (DataFusion's position information kept).
 pub fn one_line(e: &DataFusionError) -> String {
-    e.to_string()
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
+    e.to_string().split_whitespace().collect::<Vec<_>>().join(" ")
 }

@@ -30,36 +30,20 @@ fn io(e: std::io::Error) -> DataFusionError {
 }
 
 /// Writes batches in `format`.
-pub fn write_batches(
-    schema: &SchemaRef,
-    batches: &[RecordBatch],
-    format: Format,
-    out: &mut dyn Write,
-) -> Result<()> {
+pub fn write_batches(schema: &SchemaRef, batches: &[RecordBatch], format: Format, out: &mut dyn Write) -> Result<()> {
     match format {
         Format::Table => {
             if batches.iter().all(|b| b.num_rows() == 0) {
                 let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
                 writeln!(out, "({}) 0 rows", names.join(", ")).map_err(io)?;
             } else {
-                writeln!(
-                    out,
-                    "{}",
-                    arrow::util::pretty::pretty_format_batches(batches)?
-                )
-                .map_err(io)?;
+                writeln!(out, "{}", arrow::util::pretty::pretty_format_batches(batches)?).map_err(io)?;
             }
         }
         Format::Csv => {
-            let names: Vec<String> = schema
-                .fields()
-                .iter()
-                .map(|f| csv_field(f.name()))
-                .collect();
+            let names: Vec<String> = schema.fields().iter().map(|f| csv_field(f.name())).collect();
             writeln!(out, "{}", names.join(",")).map_err(io)?;
-            let mut w = arrow::csv::WriterBuilder::new()
-                .with_header(false)
-                .build(&mut *out);
+            let mut w = arrow::csv::WriterBuilder::new().with_header(false).build(&mut *out);
             for b in batches {
                 w.write(b)?;
             }
@@ -137,11 +121,7 @@ pub fn split_statements(sql: &str) -> Vec<String> {
         .filter(|&(s, e)| is_meaningful(&sql[s..e.min(sql.len())]))
         .map(|(s, e)| {
             let e = e.min(sql.len());
-            let blank = |t: &str| {
-                t.chars()
-                    .map(|c| if c == '\n' { '\n' } else { ' ' })
-                    .collect::<String>()
-            };
+            let blank = |t: &str| t.chars().map(|c| if c == '\n' { '\n' } else { ' ' }).collect::<String>();
             format!("{}{}{}", blank(&sql[..s]), &sql[s..e], blank(&sql[e..]))
         })
         .collect()
@@ -168,37 +148,18 @@ pub async fn explain(rl: &Ridgeline, sql: &str) -> Result<String> {
     let text = displayable(plan.as_ref()).indent(true).to_string();
     let marked: Vec<String> = text
         .lines()
-        .map(|l| {
-            if l.trim_start().starts_with("Gpu")
-                || l.contains("algorithm=gpu")
-                || l.contains("algorithm=auto (gpu")
-            {
-                format!("[gpu] {l}")
-            } else {
-                format!("      {l}")
-            }
-        })
+        .map(|l| if l.trim_start().starts_with("Gpu") || l.contains("algorithm=gpu") || l.contains("algorithm=auto (gpu") { format!("[gpu] {l}") } else { format!("      {l}") })
         .collect();
     let gpu = gpu_operator_names(&plan);
     Ok(format!(
         "{}\nGPU operators: {}",
         marked.join("\n"),
-        if gpu.is_empty() {
-            "none".to_string()
-        } else {
-            gpu.join(", ")
-        }
+        if gpu.is_empty() { "none".to_string() } else { gpu.join(", ") }
     ))
 }
 
 /// Runs every statement of `sql`, printing each result.
-pub async fn run_statements(
-    rl: &Ridgeline,
-    sql: &str,
-    format: Format,
-    explain_only: bool,
-    out: &mut dyn Write,
-) -> Result<()> {
+pub async fn run_statements(rl: &Ridgeline, sql: &str, format: Format, explain_only: bool, out: &mut dyn Write) -> Result<()> {
     let stmts = split_statements(sql);
     if stmts.is_empty() {
         return Err(DataFusionError::Plan("no SQL statement given".into()));

@@ -25,11 +25,7 @@ pub struct Shell {
 impl Shell {
     /// A shell over an engine.
     pub fn new(rl: Ridgeline) -> Self {
-        Shell {
-            rl,
-            timer: false,
-            format: Format::Table,
-        }
+        Shell { rl, timer: false, format: Format::Table }
     }
 
     /// Handles a dot command; returns false on `.quit`.
@@ -37,9 +33,7 @@ impl Shell {
         let mut parts = line.split_whitespace();
         let cmd = parts.next().unwrap_or("");
         let arg = parts.collect::<Vec<_>>().join(" ");
-        let w = |out: &mut dyn Write, s: &str| {
-            writeln!(out, "{s}").map_err(|e| DataFusionError::External(Box::new(e)))
-        };
+        let w = |out: &mut dyn Write, s: &str| writeln!(out, "{s}").map_err(|e| DataFusionError::External(Box::new(e)));
         match cmd {
             ".quit" | ".exit" | ".q" => return Ok(false),
             ".help" => w(out, HELP)?,
@@ -81,8 +75,7 @@ impl Shell {
         let t = Instant::now();
         run_statements(&self.rl, sql, self.format, false, out).await?;
         if self.timer {
-            writeln!(out, "time: {:.3} ms", t.elapsed().as_secs_f64() * 1e3)
-                .map_err(|e| DataFusionError::External(Box::new(e)))?;
+            writeln!(out, "time: {:.3} ms", t.elapsed().as_secs_f64() * 1e3).map_err(|e| DataFusionError::External(Box::new(e)))?;
         }
         Ok(())
     }
@@ -97,25 +90,15 @@ fn complete(buf: &str) -> bool {
 /// Runs the shell on the terminal (or on piped standard input).
 pub async fn run(rl: Ridgeline) -> Result<()> {
     let mut shell = Shell::new(rl);
-    let mut editor =
-        rustyline::DefaultEditor::new().map_err(|e| DataFusionError::External(Box::new(e)))?;
-    let history =
-        std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".ridgeline_history"));
+    let mut editor = rustyline::DefaultEditor::new().map_err(|e| DataFusionError::External(Box::new(e)))?;
+    let history = std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".ridgeline_history"));
     if let Some(h) = &history {
         let _ = editor.load_history(h);
     }
-    eprintln!(
-        "Ridgeline {} (gpu mode: {}); .help for commands, statements end with ';'",
-        env!("CARGO_PKG_VERSION"),
-        shell.rl.gpu_mode()?
-    );
+    eprintln!("Ridgeline {} (gpu mode: {}); .help for commands, statements end with ';'", env!("CARGO_PKG_VERSION"), shell.rl.gpu_mode()?);
     let mut buf = String::new();
     loop {
-        let prompt = if buf.is_empty() {
-            "ridgeline> "
-        } else {
-            "      ...> "
-        };
+        let prompt = if buf.is_empty() { "ridgeline> " } else { "      ...> " };
         match editor.readline(prompt) {
             Ok(line) => {
                 if buf.is_empty() && line.trim_start().starts_with('.') {

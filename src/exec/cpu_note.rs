@@ -26,12 +26,7 @@ impl CpuNoteExec {
 
 impl DisplayAs for CpuNoteExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        write!(
-            f,
-            "CpuNote: {} stays on the CPU: {}",
-            self.input.name(),
-            self.note
-        )
+        write!(f, "CpuNote: {} stays on the CPU: {}", self.input.name(), self.note)
     }
 }
 
@@ -44,9 +39,7 @@ impl ExecutionPlan for CpuNoteExec {
     }
     fn apply_expressions(
         &self,
-        f: &mut dyn FnMut(
-            &Arc<dyn datafusion::physical_expr::PhysicalExpr>,
-        ) -> Result<datafusion::common::tree_node::TreeNodeRecursion>,
+        f: &mut dyn FnMut(&Arc<dyn datafusion::physical_expr::PhysicalExpr>) -> Result<datafusion::common::tree_node::TreeNodeRecursion>,
     ) -> Result<datafusion::common::tree_node::TreeNodeRecursion> {
         super::no_expressions(f)
     }
@@ -60,26 +53,13 @@ impl ExecutionPlan for CpuNoteExec {
         vec![false]
     }
     #[allow(deprecated)]
-    fn with_new_children(
-        self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        Ok(Arc::new(CpuNoteExec::new(
-            children.swap_remove(0),
-            self.note.clone(),
-        )))
+    fn with_new_children(self: Arc<Self>, mut children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(CpuNoteExec::new(children.swap_remove(0), self.note.clone())))
     }
-    fn execute(
-        &self,
-        partition: usize,
-        ctx: Arc<TaskContext>,
-    ) -> Result<SendableRecordBatchStream> {
+    fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
         self.input.execute(partition, ctx)
     }
-    fn partition_statistics(
-        &self,
-        partition: Option<usize>,
-    ) -> Result<Arc<datafusion::common::Statistics>> {
+    fn partition_statistics(&self, partition: Option<usize>) -> Result<Arc<datafusion::common::Statistics>> {
         // The input's, so rules that run after the note see through it.
         #[allow(deprecated)]
         self.input.partition_statistics(partition)

@@ -33,13 +33,10 @@
 //!
 //! A GPU failure (device lost, out of memory) or a decimal that leaves 64 bits
 //! reruns the original plan on the CPU, with a warning.
-use crate::functions::percentile::GpuQuantile;
 use crate::gpu_batch::{gpu_err, is_gpu_error, ColumnData, GpuBatch, GpuColumn};
 use crate::gpu_expr::{is_decimal_wide, RowProgram};
 use crate::resident::{ResidentData, StringDict};
-use arrow::array::{
-    Array, ArrayRef, Decimal128Array, Int64Array, RecordBatch, UInt32Array, UInt64Array,
-};
+use arrow::array::{Array, ArrayRef, Decimal128Array, Int64Array, RecordBatch, UInt32Array, UInt64Array};
 use arrow::datatypes::{DataType, SchemaRef};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -47,17 +44,14 @@ use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
-};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties};
 use futures::TryStreamExt;
 use ridgeline_operators::compact::Column;
-use ridgeline_operators::group_agg::{
-    group_agg_gpu_with, AggColumn, AggKind, ColumnAgg, GroupAggError, GroupAggOptions,
-};
+use ridgeline_operators::group_agg::{group_agg_gpu_with, AggColumn, AggKind, ColumnAgg, GroupAggError, GroupAggOptions};
 use ridgeline_operators::regions::RegionSelect;
 use ridgeline_operators::select::RawKind;
 use ridgeline_operators::GpuContext;
+use crate::functions::percentile::GpuQuantile;
 use std::sync::Arc;
 
 static FALLBACKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -186,10 +180,7 @@ impl GpuAggregateExec {
             EmissionType::Final,
             Boundedness::Bounded,
         );
-        GpuAggregateExec {
-            plan: Arc::new(plan),
-            props: Arc::new(props),
-        }
+        GpuAggregateExec { plan: Arc::new(plan), props: Arc::new(props) }
     }
     /// The prepared plan.
     pub fn plan(&self) -> &GpuAggregatePlan {
@@ -199,11 +190,7 @@ impl GpuAggregateExec {
 
 impl DisplayAs for GpuAggregateExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        write!(
-            f,
-            "GpuAggregateExec: table={}, groups={}, {}",
-            self.plan.data.table.name, self.plan.groups, self.plan.display
-        )
+        write!(f, "GpuAggregateExec: table={}, groups={}, {}", self.plan.data.table.name, self.plan.groups, self.plan.display)
     }
 }
 
@@ -216,9 +203,7 @@ impl ExecutionPlan for GpuAggregateExec {
     }
     fn apply_expressions(
         &self,
-        f: &mut dyn FnMut(
-            &Arc<dyn datafusion::physical_expr::PhysicalExpr>,
-        ) -> Result<datafusion::common::tree_node::TreeNodeRecursion>,
+        f: &mut dyn FnMut(&Arc<dyn datafusion::physical_expr::PhysicalExpr>) -> Result<datafusion::common::tree_node::TreeNodeRecursion>,
     ) -> Result<datafusion::common::tree_node::TreeNodeRecursion> {
         super::no_expressions(f)
     }
@@ -226,22 +211,12 @@ impl ExecutionPlan for GpuAggregateExec {
         vec![]
     }
     #[allow(deprecated)]
-    fn with_new_children(
-        self: Arc<Self>,
-        _children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
+    fn with_new_children(self: Arc<Self>, _children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
         Ok(self)
     }
-    fn execute(
-        &self,
-        partition: usize,
-        ctx: Arc<TaskContext>,
-    ) -> Result<SendableRecordBatchStream> {
+    fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
         if partition != 0 {
-            return Ok(Box::pin(RecordBatchStreamAdapter::new(
-                self.schema(),
-                futures::stream::empty(),
-            )));
+            return Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema(), futures::stream::empty())));
         }
         let plan = self.plan.clone();
         let schema = self.schema();
@@ -255,11 +230,7 @@ impl ExecutionPlan for GpuAggregateExec {
             .map_err(super::blocking_err)?;
             match states {
                 Ok(batch) => {
-                    let src = datafusion::datasource::memory::MemorySourceConfig::try_new_exec(
-                        &[vec![batch]],
-                        plan.partial_schema.clone(),
-                        None,
-                    )?;
+                    let src = datafusion::datasource::memory::MemorySourceConfig::try_new_exec(&[vec![batch]], plan.partial_schema.clone(), None)?;
                     #[allow(deprecated)]
                     let fin = plan.final_agg.clone().with_new_children(vec![src])?;
                     fin.execute(0, ctx)
@@ -272,10 +243,7 @@ impl ExecutionPlan for GpuAggregateExec {
                 Err(e) => Err(e),
             }
         };
-        Ok(Box::pin(RecordBatchStreamAdapter::new(
-            schema,
-            futures::stream::once(fut).try_flatten(),
-        )))
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, futures::stream::once(fut).try_flatten())))
     }
 }
 
@@ -290,12 +258,7 @@ struct Totals {
 
 impl Totals {
     fn new(g: usize) -> Self {
-        Totals {
-            count: vec![0; g],
-            sum: vec![0; g],
-            min: vec![None; g],
-            max: vec![None; g],
-        }
+        Totals { count: vec![0; g], sum: vec![0; g], min: vec![None; g], max: vec![None; g] }
     }
 }
 
@@ -313,11 +276,7 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
     let mut rows = vec![0u64; g];
     let mut totals = vec![Totals::new(g); nvals];
     let aug_schema = plan.program.schema().clone();
-    let opts = GroupAggOptions {
-        min_max: plan.min_max,
-        checked_sums: false,
-        ..Default::default()
-    };
+    let opts = GroupAggOptions { min_max: plan.min_max, checked_sums: false, ..Default::default() };
     let agg_err = |e: GroupAggError| match e {
         GroupAggError::Gpu(e) => gpu_err(e),
         other => DataFusionError::Internal(other.to_string()),
@@ -329,33 +288,18 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
         if chunk.num_rows == 0 {
             continue;
         }
-        let mut cols: Vec<Arc<GpuColumn>> = plan
-            .table_cols
-            .iter()
-            .map(|&t| chunk.columns[t].clone())
-            .collect();
+        let mut cols: Vec<Arc<GpuColumn>> = plan.table_cols.iter().map(|&t| chunk.columns[t].clone()).collect();
         for k in &plan.keys {
             if let GroupKey::Dict { dict, .. } = k {
                 cols.push(dict.codes[ci].clone());
             }
         }
-        let batch = GpuBatch {
-            schema: aug_schema.clone(),
-            columns: cols,
-            num_rows: chunk.num_rows,
-        };
+        let batch = GpuBatch { schema: aug_schema.clone(), columns: cols, num_rows: chunk.num_rows };
         let mut eval = plan.program.evaluate(dev, &batch)?;
         fn device(c: &GpuColumn) -> Result<Column<'_>> {
             match &c.data {
-                ColumnData::Device {
-                    values, validity, ..
-                } => Ok(Column {
-                    values,
-                    validity: validity.as_ref(),
-                }),
-                ColumnData::Host(_) => Err(DataFusionError::Internal(
-                    "GPU aggregate output on the host".into(),
-                )),
+                ColumnData::Device { values, validity, .. } => Ok(Column { values, validity: validity.as_ref() }),
+                ColumnData::Host(_) => Err(DataFusionError::Internal("GPU aggregate output on the host".into())),
             }
         }
         let gids = device(&eval.outputs[0])?;
@@ -366,15 +310,9 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
         }
         let values = eval.outputs[1..1 + nvals]
             .iter()
-            .map(|c| {
-                device(c).map(|column| AggColumn {
-                    kind: AggKind::I64,
-                    column,
-                })
-            })
+            .map(|c| device(c).map(|column| AggColumn { kind: AggKind::I64, column }))
             .collect::<Result<Vec<_>>>()?;
-        let out = group_agg_gpu_with(dev, gids.values, plan.groups + 1, &values, &opts)
-            .map_err(agg_err)?;
+        let out = group_agg_gpu_with(dev, gids.values, plan.groups + 1, &values, &opts).map_err(agg_err)?;
         // Free the outputs now; keep the error word.
         drop(values);
         eval.outputs.clear();
@@ -383,11 +321,7 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
             rows[x] += out.rows[x];
         }
         for (t, c) in totals.iter_mut().zip(&out.columns) {
-            let ColumnAgg::I64(a) = c else {
-                return Err(DataFusionError::Internal(
-                    "f64 column in a GPU aggregate".into(),
-                ));
-            };
+            let ColumnAgg::I64(a) = c else { return Err(DataFusionError::Internal("f64 column in a GPU aggregate".into())) };
             for x in 0..g {
                 t.count[x] += a.count[x];
                 t.sum[x] += a.sum128[x].unwrap_or(0);
@@ -408,29 +342,16 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
     // Quantiles: every group a region, selected on the device; the answers of all groups.
     let mut answers: Vec<Option<ArrayRef>> = vec![None; plan.quantiles.len()];
     for (i, rs) in regions.into_iter().enumerate() {
-        let aggs: Vec<usize> = (0..plan.quantiles.len())
-            .filter(|&q| plan.quantiles[q].input == i)
-            .collect();
-        let ranks_of = |n: usize| {
-            aggs.iter()
-                .flat_map(|&q| plan.quantiles[q].quantile.ranks(n))
-                .collect::<Vec<u64>>()
-        };
-        let (stats, st) = rs
-            .finish(dev, &ranks_of, plan.region_gpu_min_rows)
-            .map_err(gpu_err)?;
+        let aggs: Vec<usize> = (0..plan.quantiles.len()).filter(|&q| plan.quantiles[q].input == i).collect();
+        let ranks_of = |n: usize| aggs.iter().flat_map(|&q| plan.quantiles[q].quantile.ranks(n)).collect::<Vec<u64>>();
+        let (stats, st) = rs.finish(dev, &ranks_of, plan.region_gpu_min_rows).map_err(gpu_err)?;
         log::debug!("GPU quantile regions: {st:?}");
         // Each group's keys are the aggregates' ranks back to back, in `aggs` order.
-        let mut per_agg: Vec<Vec<(usize, Vec<u64>)>> =
-            vec![Vec::with_capacity(stats.len()); aggs.len()];
+        let mut per_agg: Vec<Vec<(usize, Vec<u64>)>> = vec![Vec::with_capacity(stats.len()); aggs.len()];
         for (n, keys) in &stats {
             let mut rest = keys.as_slice();
             for (mine, &q) in per_agg.iter_mut().zip(&aggs) {
-                let k = if *n == 0 {
-                    0
-                } else {
-                    plan.quantiles[q].quantile.ranks(*n).len()
-                };
+                let k = if *n == 0 { 0 } else { plan.quantiles[q].quantile.ranks(*n).len() };
                 let (own, tail) = rest.split_at(k);
                 mine.push((*n, own.to_vec()));
                 rest = tail;
@@ -451,30 +372,17 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
         strides[k - 1] = strides[k] * plan.keys[k].card() as u64;
     }
     for (k, key) in plan.keys.iter().enumerate() {
-        let codes = live
-            .iter()
-            .map(|&x| (x as u64 / strides[k]) % key.card() as u64);
+        let codes = live.iter().map(|&x| (x as u64 / strides[k]) % key.card() as u64);
         let field = schema.field(arrays.len());
         let a: ArrayRef = match key {
             GroupKey::Dict { dict, .. } => {
                 let n = dict.values.len() as u64;
-                let idx = UInt32Array::from(
-                    codes
-                        .map(|c| (c < n).then_some(c as u32))
-                        .collect::<Vec<_>>(),
-                );
+                let idx = UInt32Array::from(codes.map(|c| (c < n).then_some(c as u32)).collect::<Vec<_>>());
                 arrow::compute::take(dict.values.as_ref(), &idx, None)?
             }
-            GroupKey::Range {
-                min,
-                card,
-                nullable,
-                data_type,
-            } => {
+            GroupKey::Range { min, card, nullable, data_type } => {
                 let v: Vec<Option<i128>> = codes
-                    .map(|c| {
-                        (!(*nullable && c == *card as u64 - 1)).then_some(*min as i128 + c as i128)
-                    })
+                    .map(|c| (!(*nullable && c == *card as u64 - 1)).then_some(*min as i128 + c as i128))
                     .collect();
                 int_array(data_type, v)?
             }
@@ -482,9 +390,7 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
         arrays.push(cast_to(a, field.data_type())?);
     }
     for st in &plan.states {
-        let pick = |f: &dyn Fn(usize) -> Option<i128>| -> Vec<Option<i128>> {
-            live.iter().map(|&x| f(x)).collect()
-        };
+        let pick = |f: &dyn Fn(usize) -> Option<i128>| -> Vec<Option<i128>> { live.iter().map(|&x| f(x)).collect() };
         let mut push = |v: Vec<Option<i128>>| -> Result<()> {
             let dt = schema.field(arrays.len()).data_type().clone();
             arrays.push(int_array(&dt, v)?);
@@ -493,24 +399,16 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
         match *st {
             AggState::CountRows => push(pick(&|x| Some(rows[x] as i128)))?,
             AggState::Count(c) => push(pick(&|x| Some(totals[c].count[x] as i128)))?,
-            AggState::Sum(c) => push(pick(&|x| {
-                (totals[c].count[x] > 0).then_some(totals[c].sum[x])
-            }))?,
+            AggState::Sum(c) => push(pick(&|x| (totals[c].count[x] > 0).then_some(totals[c].sum[x])))?,
             AggState::Avg(c) => {
                 // DataFusion's AVG state: count and sum both NULL for a group without values.
-                push(pick(&|x| {
-                    (totals[c].count[x] > 0).then_some(totals[c].count[x] as i128)
-                }))?;
-                push(pick(&|x| {
-                    (totals[c].count[x] > 0).then_some(totals[c].sum[x])
-                }))?;
+                push(pick(&|x| (totals[c].count[x] > 0).then_some(totals[c].count[x] as i128)))?;
+                push(pick(&|x| (totals[c].count[x] > 0).then_some(totals[c].sum[x])))?;
             }
             AggState::Min(c) => push(pick(&|x| totals[c].min[x].map(|v| v as i128)))?,
             AggState::Max(c) => push(pick(&|x| totals[c].max[x].map(|v| v as i128)))?,
             AggState::Quantile(q) => {
-                let all = answers[q].as_ref().ok_or_else(|| {
-                    DataFusionError::Internal("quantile without an answer".into())
-                })?;
+                let all = answers[q].as_ref().ok_or_else(|| DataFusionError::Internal("quantile without an answer".into()))?;
                 let idx = UInt32Array::from(live.iter().map(|&x| x as u32).collect::<Vec<_>>());
                 let a = arrow::compute::take(all.as_ref(), &idx, None)?;
                 let dt = schema.field(arrays.len()).data_type().clone();
@@ -536,38 +434,18 @@ pub(crate) fn int_array(dt: &DataType, v: Vec<Option<i128>>) -> Result<ArrayRef>
     use DataType::*;
     Ok(match dt {
         Decimal128(p, s) => Arc::new(Decimal128Array::from(v).with_precision_and_scale(*p, *s)?),
-        UInt64 => Arc::new(UInt64Array::from(
-            v.into_iter()
-                .map(|x| x.map(|x| x as u64))
-                .collect::<Vec<_>>(),
-        )),
-        Int64 => Arc::new(Int64Array::from(
-            v.into_iter()
-                .map(|x| x.map(|x| x as i64))
-                .collect::<Vec<_>>(),
-        )),
+        UInt64 => Arc::new(UInt64Array::from(v.into_iter().map(|x| x.map(|x| x as u64)).collect::<Vec<_>>())),
+        Int64 => Arc::new(Int64Array::from(v.into_iter().map(|x| x.map(|x| x as i64)).collect::<Vec<_>>())),
         Int8 | Int16 | Int32 | UInt8 | UInt16 | UInt32 => {
-            let a: ArrayRef = Arc::new(Int64Array::from(
-                v.into_iter()
-                    .map(|x| x.map(|x| x as i64))
-                    .collect::<Vec<_>>(),
-            ));
+            let a: ArrayRef = Arc::new(Int64Array::from(v.into_iter().map(|x| x.map(|x| x as i64)).collect::<Vec<_>>()));
             arrow::compute::cast(&a, dt)?
         }
         Date64 | Timestamp(_, _) | Duration(_) => {
-            let a = Int64Array::from(
-                v.into_iter()
-                    .map(|x| x.map(|x| x as i64))
-                    .collect::<Vec<_>>(),
-            );
+            let a = Int64Array::from(v.into_iter().map(|x| x.map(|x| x as i64)).collect::<Vec<_>>());
             let data = a.into_data().into_builder().data_type(dt.clone()).build()?;
             arrow::array::make_array(data)
         }
-        other => {
-            return Err(DataFusionError::Internal(format!(
-                "GPU aggregate state of type {other}"
-            )))
-        }
+        other => return Err(DataFusionError::Internal(format!("GPU aggregate state of type {other}"))),
     })
 }
 
@@ -582,25 +460,12 @@ mod tests {
         assert_eq!(a.data_type(), &DataType::Decimal128(38, 4));
         assert!(a.is_null(1));
         let a = int_array(&DataType::Int32, v.clone()).unwrap();
-        assert_eq!(
-            a.as_any()
-                .downcast_ref::<arrow::array::Int32Array>()
-                .unwrap()
-                .value(2),
-            -3
-        );
-        let a = int_array(
-            &DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, None),
-            v.clone(),
-        )
-        .unwrap();
+        assert_eq!(a.as_any().downcast_ref::<arrow::array::Int32Array>().unwrap().value(2), -3);
+        let a = int_array(&DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, None), v.clone()).unwrap();
         assert_eq!(a.len(), 3);
         // SUM(BIGINT) wraps as DataFusion's does.
         let a = int_array(&DataType::Int64, vec![Some(i64::MAX as i128 + 1)]).unwrap();
-        assert_eq!(
-            a.as_any().downcast_ref::<Int64Array>().unwrap().value(0),
-            i64::MIN
-        );
+        assert_eq!(a.as_any().downcast_ref::<Int64Array>().unwrap().value(0), i64::MIN);
         assert!(int_array(&DataType::Utf8, vec![]).is_err());
     }
 }

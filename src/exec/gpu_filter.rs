@@ -22,9 +22,7 @@ use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder,
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use futures::StreamExt;
-use ridgeline_operators::compact::{
-    compact_with, count_selected, Column as CCol, CompactAlgo, CompactOptions, Selection,
-};
+use ridgeline_operators::compact::{compact_with, count_selected, Column as CCol, CompactAlgo, CompactOptions, Selection};
 use ridgeline_operators::{GpuContext, GpuError};
 use std::sync::Arc;
 
@@ -76,15 +74,7 @@ impl GpuFilterExec {
         algo: CompactAlgo,
         props: Arc<PlanProperties>,
     ) -> Self {
-        GpuFilterExec {
-            input,
-            program,
-            columns,
-            schema,
-            algo,
-            props,
-            metrics: ExecutionPlanMetricsSet::new(),
-        }
+        GpuFilterExec { input, program, columns, schema, algo, props, metrics: ExecutionPlanMetricsSet::new() }
     }
     /// The input.
     pub fn input(&self) -> &Arc<dyn ExecutionPlan> {
@@ -122,57 +112,31 @@ impl GpuFilterExec {
     /// Whether the output is the input's columns, in order (no projection).
     fn passes_input_through(&self) -> bool {
         self.columns.len() == self.program.schema().fields().len()
-            && self
-                .columns
-                .iter()
-                .enumerate()
-                .all(|(k, c)| *c == OutCol::Input(k))
+            && self.columns.iter().enumerate().all(|(k, c)| *c == OutCol::Input(k))
     }
 
     /// The same node over `input`.
     fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> GpuFilterExec {
-        GpuFilterExec::new(
-            input,
-            self.program.clone(),
-            self.columns.clone(),
-            self.schema.clone(),
-            self.algo,
-            self.props.clone(),
-        )
+        GpuFilterExec::new(input, self.program.clone(), self.columns.clone(), self.schema.clone(), self.algo, self.props.clone())
     }
 
     /// The same work as CPU operators over `input`.
     pub fn cpu_equivalent(&self, input: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
-        let pred = self
-            .program
-            .predicate()
-            .cloned()
-            .unwrap_or_else(|| lit(true));
+        let pred = self.program.predicate().cloned().unwrap_or_else(|| lit(true));
         let filter: Arc<dyn ExecutionPlan> = Arc::new(FilterExec::try_new(pred, input)?);
         if self.passes_input_through() {
             return Ok(filter);
         }
-        Ok(Arc::new(ProjectionExec::try_new(
-            self.output_exprs(),
-            filter,
-        )?))
+        Ok(Arc::new(ProjectionExec::try_new(self.output_exprs(), filter)?))
     }
 
-    fn filter_batch(
-        &self,
-        dev: &GpuContext,
-        batch: GpuBatch,
-        algo: CompactAlgo,
-    ) -> Result<Option<GpuBatch>> {
+    fn filter_batch(&self, dev: &GpuContext, batch: GpuBatch, algo: CompactAlgo) -> Result<Option<GpuBatch>> {
         let rows = batch.num_rows;
         if rows == 0 {
             return Ok(None);
         }
         let eval = self.program.evaluate(dev, &batch)?;
-        let sel = eval
-            .selection
-            .as_ref()
-            .ok_or_else(|| DataFusionError::Internal("GPU filter without a predicate".into()))?;
+        let sel = eval.selection.as_ref().ok_or_else(|| DataFusionError::Internal("GPU filter without a predicate".into()))?;
         let selection = Selection::Bitmap { bits: sel, rows };
         let source = |c: &OutCol| -> &GpuColumn {
             match c {
@@ -186,25 +150,15 @@ impl GpuFilterExec {
         let mut host_idx = Vec::new();
         for (k, c) in self.columns.iter().enumerate() {
             match &source(c).data {
-                ColumnData::Device { storage, .. } if *storage != Storage::Bool => {
-                    device_idx.push(k)
-                }
+                ColumnData::Device { storage, .. } if *storage != Storage::Bool => device_idx.push(k),
                 _ => host_idx.push(k),
             }
         }
-        let algo = if host_idx.is_empty() {
-            algo
-        } else {
-            CompactAlgo::Stable
-        };
+        let algo = if host_idx.is_empty() { algo } else { CompactAlgo::Stable };
         let cols: Vec<CCol<'_>> = device_idx
             .iter()
             .map(|&k| match &source(&self.columns[k]).data {
-                ColumnData::Device {
-                    values,
-                    validity: Some(v),
-                    ..
-                } => CCol::with_validity(values, v),
+                ColumnData::Device { values, validity: Some(v), .. } => CCol::with_validity(values, v),
                 ColumnData::Device { values, .. } => CCol::new(values),
                 ColumnData::Host(_) => unreachable!(),
             })
@@ -224,19 +178,14 @@ impl GpuFilterExec {
             let c = compacted[pos].take().expect("one output per column");
             out[k] = Some(Arc::new(GpuColumn {
                 data_type: src.data_type.clone(),
-                data: ColumnData::Device {
-                    storage: Storage::of(&src.data_type).expect("device type"),
-                    values: c.values,
-                    validity: c.validity,
-                },
+                data: ColumnData::Device { storage: Storage::of(&src.data_type).expect("device type"), values: c.values, validity: c.validity },
                 len: count,
                 null_count: 0,
             }));
         }
         if !host_idx.is_empty() {
             let words: Vec<u32> = sel.download(dev).map_err(gpu_err)?;
-            let mask =
-                BooleanArray::new(BooleanBuffer::new(Buffer::from_vec(words), 0, rows), None);
+            let mask = BooleanArray::new(BooleanBuffer::new(Buffer::from_vec(words), 0, rows), None);
             for &k in &host_idx {
                 let src = source(&self.columns[k]);
                 let array = download_column(dev, src)?;
@@ -252,21 +201,13 @@ impl GpuFilterExec {
         if count == 0 {
             return Ok(None);
         }
-        Ok(Some(GpuBatch {
-            schema: self.schema.clone(),
-            columns: out.into_iter().map(|c| c.expect("filled")).collect(),
-            num_rows: count,
-        }))
+        Ok(Some(GpuBatch { schema: self.schema.clone(), columns: out.into_iter().map(|c| c.expect("filled")).collect(), num_rows: count }))
     }
 }
 
 impl DisplayAs for GpuFilterExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        let pred = self
-            .program
-            .predicate()
-            .map(|p| p.to_string())
-            .unwrap_or_else(|| "true".into());
+        let pred = self.program.predicate().map(|p| p.to_string()).unwrap_or_else(|| "true".into());
         let algo = match self.algo {
             CompactAlgo::Stable => "stable",
             CompactAlgo::JumpingJack => "jumping_jack",
@@ -279,11 +220,7 @@ impl DisplayAs for GpuFilterExec {
                 .into_iter()
                 .map(|(e, name)| {
                     let s = e.to_string();
-                    if s == name || s.starts_with(&format!("{name}@")) {
-                        s
-                    } else {
-                        format!("{s} as {name}")
-                    }
+                    if s == name || s.starts_with(&format!("{name}@")) { s } else { format!("{s} as {name}") }
                 })
                 .collect();
             write!(f, ", projection=[{}]", items.join(", "))?;
@@ -301,9 +238,7 @@ impl ExecutionPlan for GpuFilterExec {
     }
     fn apply_expressions(
         &self,
-        f: &mut dyn FnMut(
-            &Arc<dyn PhysicalExpr>,
-        ) -> Result<datafusion::common::tree_node::TreeNodeRecursion>,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<datafusion::common::tree_node::TreeNodeRecursion>,
     ) -> Result<datafusion::common::tree_node::TreeNodeRecursion> {
         use datafusion::common::tree_node::TreeNodeRecursion;
         if let Some(p) = self.program.predicate() {
@@ -325,23 +260,12 @@ impl ExecutionPlan for GpuFilterExec {
         vec![self.algo == CompactAlgo::Stable]
     }
     #[allow(deprecated)]
-    fn with_new_children(
-        self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
+    fn with_new_children(self: Arc<Self>, mut children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
         Ok(Arc::new(self.with_input(children.swap_remove(0))))
     }
-    fn execute(
-        &self,
-        partition: usize,
-        ctx: Arc<TaskContext>,
-    ) -> Result<SendableRecordBatchStream> {
+    fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
         let gpu = self.execute_gpu(partition, ctx.clone())?;
-        super::gpu_unload::download_stream(
-            self.schema.clone(),
-            gpu,
-            ctx.session_config().batch_size(),
-        )
+        super::gpu_unload::download_stream(self.schema.clone(), gpu, ctx.session_config().batch_size())
     }
     fn metrics(&self) -> Option<MetricsSet> {
         Some(self.metrics.clone_inner())
@@ -352,12 +276,8 @@ impl GpuExec for GpuFilterExec {
     fn execute_gpu(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<GpuBatchStream> {
         let opts = RidgelineOptions::from_config(ctx.session_config().options());
         let dev = device_for(opts.mode()?)?.ok_or_else(|| gpu_err(GpuError::Disabled))?;
-        let child = as_gpu(&self.input).ok_or_else(|| {
-            DataFusionError::Internal(format!(
-                "GpuFilterExec over a CPU operator ({})",
-                self.input.name()
-            ))
-        })?;
+        let child = as_gpu(&self.input)
+            .ok_or_else(|| DataFusionError::Internal(format!("GpuFilterExec over a CPU operator ({})", self.input.name())))?;
         let input = child.execute_gpu(partition, ctx)?;
         // The stream's tasks own a copy of the node (the plan only lends `self`).
         let me = Arc::new(self.with_input(self.input.clone()));
@@ -367,13 +287,7 @@ impl GpuExec for GpuFilterExec {
         let algo = self.algo;
         let s = input
             .then(move |b: Result<GpuBatch>| {
-                let (me, dev, rows_in, rows_out, time) = (
-                    me.clone(),
-                    dev.clone(),
-                    rows_in.clone(),
-                    rows_out.clone(),
-                    time.clone(),
-                );
+                let (me, dev, rows_in, rows_out, time) = (me.clone(), dev.clone(), rows_in.clone(), rows_out.clone(), time.clone());
                 async move {
                     let b = b?;
                     tokio::task::spawn_blocking(move || {

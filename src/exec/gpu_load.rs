@@ -24,11 +24,7 @@ impl GpuLoadExec {
     /// Wraps a CPU plan.
     pub fn new(input: Arc<dyn ExecutionPlan>) -> Self {
         let props = input.properties().clone();
-        GpuLoadExec {
-            input,
-            props,
-            metrics: ExecutionPlanMetricsSet::new(),
-        }
+        GpuLoadExec { input, props, metrics: ExecutionPlanMetricsSet::new() }
     }
     /// The CPU input.
     pub fn input(&self) -> &Arc<dyn ExecutionPlan> {
@@ -51,9 +47,7 @@ impl ExecutionPlan for GpuLoadExec {
     }
     fn apply_expressions(
         &self,
-        f: &mut dyn FnMut(
-            &Arc<dyn datafusion::physical_expr::PhysicalExpr>,
-        ) -> Result<datafusion::common::tree_node::TreeNodeRecursion>,
+        f: &mut dyn FnMut(&Arc<dyn datafusion::physical_expr::PhysicalExpr>) -> Result<datafusion::common::tree_node::TreeNodeRecursion>,
     ) -> Result<datafusion::common::tree_node::TreeNodeRecursion> {
         super::no_expressions(f)
     }
@@ -64,17 +58,10 @@ impl ExecutionPlan for GpuLoadExec {
         vec![true]
     }
     #[allow(deprecated)]
-    fn with_new_children(
-        self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
+    fn with_new_children(self: Arc<Self>, mut children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
         Ok(Arc::new(GpuLoadExec::new(children.swap_remove(0))))
     }
-    fn execute(
-        &self,
-        partition: usize,
-        ctx: Arc<TaskContext>,
-    ) -> Result<SendableRecordBatchStream> {
+    fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
         // Under a CPU parent: upload and download again (correct, if pointless); the
         // boundary rule never builds this, but a hand-made plan may.
         let gpu = self.execute_gpu(partition, ctx.clone())?;
@@ -105,8 +92,7 @@ impl GpuExec for GpuLoadExec {
             done: bool,
         }
         let stream = futures::stream::unfold(St { input, done: false }, move |mut st| {
-            let (schema, dev, bytes, time) =
-                (schema.clone(), dev.clone(), bytes.clone(), time.clone());
+            let (schema, dev, bytes, time) = (schema.clone(), dev.clone(), bytes.clone(), time.clone());
             async move {
                 if st.done {
                     return None;
@@ -136,11 +122,7 @@ impl GpuExec for GpuLoadExec {
                 }
                 let res = tokio::task::spawn_blocking(move || {
                     let _t = time.timer();
-                    let batch = if pending.len() == 1 {
-                        pending.pop().unwrap()
-                    } else {
-                        concat_batches(&schema, &pending)?
-                    };
+                    let batch = if pending.len() == 1 { pending.pop().unwrap() } else { concat_batches(&schema, &pending)? };
                     let g = GpuBatch::upload(&dev, &batch)?;
                     bytes.add(batch.get_array_memory_size());
                     Ok(g)

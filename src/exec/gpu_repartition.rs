@@ -14,24 +14,17 @@
 //! CPU (the fallback plan, or a GPU that failed) hashes the same key words on the
 //! CPU ([`partition_ids`]), so equal keys always meet in the same partition.
 use super::{as_gpu, cpu_equivalent};
-use crate::gpu_batch::{
-    download_column, gpu_err, is_gpu_error, ColumnData, GpuBatch, GpuColumn, Storage,
-};
+use crate::gpu_batch::{download_column, gpu_err, is_gpu_error, ColumnData, GpuBatch, GpuColumn, Storage};
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt32Array};
 use arrow::datatypes::DataType;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning,
-    PlanProperties,
-};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning, PlanProperties};
 use futures::{StreamExt, TryStreamExt};
 use ridgeline_operators::compact::Column;
-use ridgeline_operators::partition::{
-    partition_gpu, partition_ids, HostColumn, HostValues, PartitionFn,
-};
+use ridgeline_operators::partition::{partition_gpu, partition_ids, HostColumn, HostValues, PartitionFn};
 use std::sync::Arc;
 
 /// Whether a key column of this type is hashed on the device and the same way on
@@ -39,10 +32,7 @@ use std::sync::Arc;
 /// have no device words). Other columns may be of any type: the ones without a
 /// device layout follow the partition's row permutation on the host.
 pub fn partitionable_key(dt: &DataType) -> bool {
-    !matches!(
-        Storage::of(dt),
-        None | Some(Storage::Bool | Storage::F32 | Storage::F64)
-    )
+    !matches!(Storage::of(dt), None | Some(Storage::Bool | Storage::F32 | Storage::F64))
 }
 
 /// Hash repartitioning on the GPU.
@@ -58,43 +48,18 @@ pub struct GpuRepartitionExec {
 impl GpuRepartitionExec {
     /// Repartitions `input` by the key columns `keys` into `partitioning` (a
     /// `Hash` partitioning over those columns, as the replaced node reported).
-    pub fn new(
-        input: Arc<dyn ExecutionPlan>,
-        keys: Vec<usize>,
-        partitioning: Partitioning,
-    ) -> Self {
+    pub fn new(input: Arc<dyn ExecutionPlan>, keys: Vec<usize>, partitioning: Partitioning) -> Self {
         let partitions = partitioning.partition_count();
-        let props = PlanProperties::new(
-            input.equivalence_properties().clone(),
-            partitioning,
-            EmissionType::Final,
-            Boundedness::Bounded,
-        );
-        GpuRepartitionExec {
-            input,
-            keys,
-            partitions,
-            props: Arc::new(props),
-            done: Arc::default(),
-        }
+        let props = PlanProperties::new(input.equivalence_properties().clone(), partitioning, EmissionType::Final, Boundedness::Bounded);
+        GpuRepartitionExec { input, keys, partitions, props: Arc::new(props), done: Arc::default() }
     }
 }
 
 impl DisplayAs for GpuRepartitionExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         let schema = self.input.schema();
-        let keys: Vec<String> = self
-            .keys
-            .iter()
-            .map(|&k| format!("{}@{k}", schema.field(k).name()))
-            .collect();
-        write!(
-            f,
-            "GpuRepartitionExec: hash=[{}], partitions={}, input_partitions={}",
-            keys.join(", "),
-            self.partitions,
-            self.input.output_partitioning().partition_count()
-        )
+        let keys: Vec<String> = self.keys.iter().map(|&k| format!("{}@{k}", schema.field(k).name())).collect();
+        write!(f, "GpuRepartitionExec: hash=[{}], partitions={}, input_partitions={}", keys.join(", "), self.partitions, self.input.output_partitioning().partition_count())
     }
 }
 
@@ -107,9 +72,7 @@ impl ExecutionPlan for GpuRepartitionExec {
     }
     fn apply_expressions(
         &self,
-        f: &mut dyn FnMut(
-            &Arc<dyn datafusion::physical_expr::PhysicalExpr>,
-        ) -> Result<datafusion::common::tree_node::TreeNodeRecursion>,
+        f: &mut dyn FnMut(&Arc<dyn datafusion::physical_expr::PhysicalExpr>) -> Result<datafusion::common::tree_node::TreeNodeRecursion>,
     ) -> Result<datafusion::common::tree_node::TreeNodeRecursion> {
         super::no_expressions(f)
     }
@@ -117,50 +80,23 @@ impl ExecutionPlan for GpuRepartitionExec {
         vec![&self.input]
     }
     #[allow(deprecated)]
-    fn with_new_children(
-        self: Arc<Self>,
-        children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        Ok(Arc::new(GpuRepartitionExec::new(
-            children[0].clone(),
-            self.keys.clone(),
-            self.props.output_partitioning().clone(),
-        )))
+    fn with_new_children(self: Arc<Self>, children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(GpuRepartitionExec::new(children[0].clone(), self.keys.clone(), self.props.output_partitioning().clone())))
     }
-    fn execute(
-        &self,
-        partition: usize,
-        ctx: Arc<TaskContext>,
-    ) -> Result<SendableRecordBatchStream> {
-        let (input, keys, n, done) = (
-            self.input.clone(),
-            self.keys.clone(),
-            self.partitions,
-            self.done.clone(),
-        );
+    fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+        let (input, keys, n, done) = (self.input.clone(), self.keys.clone(), self.partitions, self.done.clone());
         let fut = async move {
-            let parts = done
-                .get_or_try_init(|| async { repartition(input, keys, n, ctx).await.map(Arc::new) })
-                .await?;
-            let batches: Vec<Result<RecordBatch>> =
-                parts[partition].iter().cloned().map(Ok).collect();
+            let parts = done.get_or_try_init(|| async { repartition(input, keys, n, ctx).await.map(Arc::new) }).await?;
+            let batches: Vec<Result<RecordBatch>> = parts[partition].iter().cloned().map(Ok).collect();
             Ok::<_, DataFusionError>(futures::stream::iter(batches))
         };
-        Ok(Box::pin(RecordBatchStreamAdapter::new(
-            self.schema(),
-            futures::stream::once(fut).try_flatten(),
-        )))
+        Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema(), futures::stream::once(fut).try_flatten())))
     }
 }
 
 /// All output partitions: on the GPU when the input is a GPU island, else (or
 /// when the GPU fails) with the same hash on the CPU.
-async fn repartition(
-    input: Arc<dyn ExecutionPlan>,
-    keys: Vec<usize>,
-    n: usize,
-    ctx: Arc<TaskContext>,
-) -> Result<Vec<Vec<RecordBatch>>> {
+async fn repartition(input: Arc<dyn ExecutionPlan>, keys: Vec<usize>, n: usize, ctx: Arc<TaskContext>) -> Result<Vec<Vec<RecordBatch>>> {
     let mut input = input;
     if let Some(g) = as_gpu(&input) {
         let mut batches = Vec::new();
@@ -214,39 +150,23 @@ async fn repartition(
 /// Partitions one device batch on the GPU and cuts the downloaded columns.
 /// Columns kept on the host (strings) and Boolean bitmaps follow a row-number
 /// column partitioned with the rest (the permutation), by a host `take`.
-fn split_gpu(
-    dev: &ridgeline_operators::GpuContext,
-    b: &GpuBatch,
-    keys: &[usize],
-    n: usize,
-    out: &mut [Vec<RecordBatch>],
-) -> Result<()> {
+fn split_gpu(dev: &ridgeline_operators::GpuContext, b: &GpuBatch, keys: &[usize], n: usize, out: &mut [Vec<RecordBatch>]) -> Result<()> {
     if b.num_rows == 0 {
         return Ok(());
     }
     let on_device = |c: &GpuColumn| matches!(&c.data, ColumnData::Device { storage, .. } if *storage != Storage::Bool);
-    let dev_idx: Vec<usize> = (0..b.columns.len())
-        .filter(|&i| on_device(&b.columns[i]))
-        .collect();
+    let dev_idx: Vec<usize> = (0..b.columns.len()).filter(|&i| on_device(&b.columns[i])).collect();
     let needs_perm = dev_idx.len() < b.columns.len();
     let iota = if needs_perm {
         let rows: Vec<u32> = (0..b.num_rows as u32).collect();
-        Some(
-            ridgeline_operators::DeviceArray::upload_segmented(dev, &rows, dev.segment_rows())
-                .map_err(gpu_err)?,
-        )
+        Some(ridgeline_operators::DeviceArray::upload_segmented(dev, &rows, dev.segment_rows()).map_err(gpu_err)?)
     } else {
         None
     };
     let mut cols: Vec<Column<'_>> = dev_idx
         .iter()
         .map(|&i| match &b.columns[i].data {
-            ColumnData::Device {
-                values, validity, ..
-            } => Column {
-                values,
-                validity: validity.as_ref(),
-            },
+            ColumnData::Device { values, validity, .. } => Column { values, validity: validity.as_ref() },
             ColumnData::Host(_) => unreachable!("device columns only"),
         })
         .collect();
@@ -256,44 +176,21 @@ fn split_gpu(
     // Keys are device columns (the rule checks): their positions among `cols`.
     let key_pos = keys
         .iter()
-        .map(|k| {
-            dev_idx.iter().position(|i| i == k).ok_or_else(|| {
-                DataFusionError::Internal("GPU repartition key kept on the host".into())
-            })
-        })
+        .map(|k| dev_idx.iter().position(|i| i == k).ok_or_else(|| DataFusionError::Internal("GPU repartition key kept on the host".into())))
         .collect::<Result<Vec<_>>>()?;
-    let mut part = partition_gpu(
-        dev,
-        &cols,
-        &key_pos,
-        &PartitionFn::Hash { fanout: n as u32 },
-    )
-    .map_err(gpu_err)?;
+    let mut part = partition_gpu(dev, &cols, &key_pos, &PartitionFn::Hash { fanout: n as u32 }).map_err(gpu_err)?;
     let perm = match iota {
         Some(_) => {
             let c = part.columns.pop().expect("the row numbers");
-            Some(UInt32Array::from(
-                c.values.download::<u32>(dev).map_err(gpu_err)?[..b.num_rows].to_vec(),
-            ))
+            Some(UInt32Array::from(c.values.download::<u32>(dev).map_err(gpu_err)?[..b.num_rows].to_vec()))
         }
         None => None,
     };
     let mut arrays: Vec<Option<ArrayRef>> = vec![None; b.columns.len()];
     for (c, &i) in part.columns.into_iter().zip(&dev_idx) {
         let src = &b.columns[i];
-        let ColumnData::Device { storage, .. } = &src.data else {
-            unreachable!("device columns only")
-        };
-        let col = GpuColumn {
-            data_type: src.data_type.clone(),
-            data: ColumnData::Device {
-                storage: *storage,
-                values: c.values,
-                validity: c.validity,
-            },
-            len: b.num_rows,
-            null_count: 0,
-        };
+        let ColumnData::Device { storage, .. } = &src.data else { unreachable!("device columns only") };
+        let col = GpuColumn { data_type: src.data_type.clone(), data: ColumnData::Device { storage: *storage, values: c.values, validity: c.validity }, len: b.num_rows, null_count: 0 };
         arrays[i] = Some(download_column(dev, &col)?);
     }
     if let Some(perm) = &perm {
@@ -304,10 +201,7 @@ fn split_gpu(
             }
         }
     }
-    let arrays: Vec<ArrayRef> = arrays
-        .into_iter()
-        .map(|a| a.expect("every column"))
-        .collect();
+    let arrays: Vec<ArrayRef> = arrays.into_iter().map(|a| a.expect("every column")).collect();
     let whole = RecordBatch::try_new(b.schema.clone(), arrays)?;
     for (p, o) in out.iter_mut().enumerate() {
         let (a, e) = (part.offsets[p] as usize, part.offsets[p + 1] as usize);
@@ -327,79 +221,22 @@ enum Words {
 fn key_words(a: &ArrayRef) -> Result<(Words, Option<Vec<u32>>)> {
     use arrow::datatypes::*;
     let w = match a.data_type() {
-        DataType::Int8 => Words::W32(
-            a.as_primitive::<Int8Type>()
-                .values()
-                .iter()
-                .map(|&v| v as i32 as u32)
-                .collect(),
-        ),
-        DataType::Int16 => Words::W32(
-            a.as_primitive::<Int16Type>()
-                .values()
-                .iter()
-                .map(|&v| v as i32 as u32)
-                .collect(),
-        ),
-        DataType::Int32 => Words::W32(
-            a.as_primitive::<Int32Type>()
-                .values()
-                .iter()
-                .map(|&v| v as u32)
-                .collect(),
-        ),
-        DataType::Date32 => Words::W32(
-            a.as_primitive::<Date32Type>()
-                .values()
-                .iter()
-                .map(|&v| v as u32)
-                .collect(),
-        ),
-        DataType::UInt8 => Words::W32(
-            a.as_primitive::<UInt8Type>()
-                .values()
-                .iter()
-                .map(|&v| v as u32)
-                .collect(),
-        ),
-        DataType::UInt16 => Words::W32(
-            a.as_primitive::<UInt16Type>()
-                .values()
-                .iter()
-                .map(|&v| v as u32)
-                .collect(),
-        ),
+        DataType::Int8 => Words::W32(a.as_primitive::<Int8Type>().values().iter().map(|&v| v as i32 as u32).collect()),
+        DataType::Int16 => Words::W32(a.as_primitive::<Int16Type>().values().iter().map(|&v| v as i32 as u32).collect()),
+        DataType::Int32 => Words::W32(a.as_primitive::<Int32Type>().values().iter().map(|&v| v as u32).collect()),
+        DataType::Date32 => Words::W32(a.as_primitive::<Date32Type>().values().iter().map(|&v| v as u32).collect()),
+        DataType::UInt8 => Words::W32(a.as_primitive::<UInt8Type>().values().iter().map(|&v| v as u32).collect()),
+        DataType::UInt16 => Words::W32(a.as_primitive::<UInt16Type>().values().iter().map(|&v| v as u32).collect()),
         DataType::UInt32 => Words::W32(a.as_primitive::<UInt32Type>().values().to_vec()),
-        DataType::Int64 => Words::W64(
-            a.as_primitive::<Int64Type>()
-                .values()
-                .iter()
-                .map(|&v| v as u64)
-                .collect(),
-        ),
+        DataType::Int64 => Words::W64(a.as_primitive::<Int64Type>().values().iter().map(|&v| v as u64).collect()),
         DataType::UInt64 => Words::W64(a.as_primitive::<UInt64Type>().values().to_vec()),
-        DataType::Decimal128(p, _) if *p <= 18 => Words::W64(
-            a.as_primitive::<Decimal128Type>()
-                .values()
-                .iter()
-                .map(|&v| v as i64 as u64)
-                .collect(),
-        ),
+        DataType::Decimal128(p, _) if *p <= 18 => Words::W64(a.as_primitive::<Decimal128Type>().values().iter().map(|&v| v as i64 as u64).collect()),
         DataType::Date64 | DataType::Timestamp(_, _) | DataType::Duration(_) => {
             let d = a.to_data();
             let vals: &[i64] = d.buffer::<i64>(0);
-            Words::W64(
-                vals[d.offset()..d.offset() + d.len()]
-                    .iter()
-                    .map(|&v| v as u64)
-                    .collect(),
-            )
+            Words::W64(vals[d.offset()..d.offset() + d.len()].iter().map(|&v| v as u64).collect())
         }
-        other => {
-            return Err(DataFusionError::Internal(format!(
-                "GPU repartition key of type {other}"
-            )))
-        }
+        other => return Err(DataFusionError::Internal(format!("GPU repartition key of type {other}"))),
     };
     let valid = a.logical_nulls().filter(|n| n.null_count() > 0).map(|n| {
         let mut words = vec![0u32; n.len().div_ceil(32)];
@@ -414,19 +251,11 @@ fn key_words(a: &ArrayRef) -> Result<(Words, Option<Vec<u32>>)> {
 }
 
 /// Partitions one host batch with the GPU's hash, on the CPU.
-fn split_cpu(
-    b: &RecordBatch,
-    keys: &[usize],
-    n: usize,
-    out: &mut [Vec<RecordBatch>],
-) -> Result<()> {
+fn split_cpu(b: &RecordBatch, keys: &[usize], n: usize, out: &mut [Vec<RecordBatch>]) -> Result<()> {
     if b.num_rows() == 0 {
         return Ok(());
     }
-    let words = keys
-        .iter()
-        .map(|&k| key_words(b.column(k)))
-        .collect::<Result<Vec<_>>>()?;
+    let words = keys.iter().map(|&k| key_words(b.column(k))).collect::<Result<Vec<_>>>()?;
     let cols: Vec<HostColumn<'_>> = words
         .iter()
         .map(|(w, v)| HostColumn {

@@ -11,9 +11,7 @@ use datafusion::error::Result;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
-use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
-};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties};
 use futures::StreamExt;
 use std::sync::Arc;
 
@@ -29,11 +27,7 @@ pub struct GpuScanExec {
 
 impl GpuScanExec {
     /// Scans `data` with an optional projection into `partitions` output partitions.
-    pub fn try_new(
-        data: Arc<ResidentData>,
-        projection: Option<Vec<usize>>,
-        partitions: usize,
-    ) -> Result<Self> {
+    pub fn try_new(data: Arc<ResidentData>, projection: Option<Vec<usize>>, partitions: usize) -> Result<Self> {
         let schema = match &projection {
             Some(p) => Arc::new(data.table.schema.project(p)?),
             None => data.table.schema.clone(),
@@ -45,13 +39,7 @@ impl GpuScanExec {
             EmissionType::Incremental,
             Boundedness::Bounded,
         ));
-        Ok(GpuScanExec {
-            data,
-            projection,
-            schema,
-            partitions,
-            props,
-        })
+        Ok(GpuScanExec { data, projection, schema, partitions, props })
     }
 
     /// The resident table.
@@ -82,12 +70,7 @@ impl GpuScanExec {
 
 impl DisplayAs for GpuScanExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        let cols: Vec<&str> = self
-            .schema
-            .fields()
-            .iter()
-            .map(|f| f.name().as_str())
-            .collect();
+        let cols: Vec<&str> = self.schema.fields().iter().map(|f| f.name().as_str()).collect();
         write!(
             f,
             "GpuScanExec: table={}, resident rows={}, chunks={}, projection=[{}]",
@@ -108,9 +91,7 @@ impl ExecutionPlan for GpuScanExec {
     }
     fn apply_expressions(
         &self,
-        f: &mut dyn FnMut(
-            &Arc<dyn datafusion::physical_expr::PhysicalExpr>,
-        ) -> Result<datafusion::common::tree_node::TreeNodeRecursion>,
+        f: &mut dyn FnMut(&Arc<dyn datafusion::physical_expr::PhysicalExpr>) -> Result<datafusion::common::tree_node::TreeNodeRecursion>,
     ) -> Result<datafusion::common::tree_node::TreeNodeRecursion> {
         super::no_expressions(f)
     }
@@ -118,33 +99,16 @@ impl ExecutionPlan for GpuScanExec {
         vec![]
     }
     #[allow(deprecated)]
-    fn with_new_children(
-        self: Arc<Self>,
-        _children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
+    fn with_new_children(self: Arc<Self>, _children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
         Ok(self)
     }
-    fn execute(
-        &self,
-        partition: usize,
-        ctx: Arc<TaskContext>,
-    ) -> Result<SendableRecordBatchStream> {
+    fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
         // CPU parents read the host copy: the same rows, no transfer.
-        self.data.table.stream(
-            self.schema.clone(),
-            self.projection.as_deref(),
-            self.partitions,
-            partition,
-            ctx.session_config().batch_size(),
-        )
+        self.data.table.stream(self.schema.clone(), self.projection.as_deref(), self.partitions, partition, ctx.session_config().batch_size())
     }
     fn partition_statistics(&self, partition: Option<usize>) -> Result<Arc<Statistics>> {
         // Host chunk i holds the rows of device chunk i.
-        Ok(Arc::new(self.data.table.statistics(
-            &self.schema,
-            self.projection.as_deref(),
-            partition.map(|p| (self.partitions, p)),
-        )))
+        Ok(Arc::new(self.data.table.statistics(&self.schema, self.projection.as_deref(), partition.map(|p| (self.partitions, p)))))
     }
 }
 
@@ -154,10 +118,7 @@ impl GpuExec for GpuScanExec {
     }
     fn cpu_plan(&self) -> Option<Result<Arc<dyn ExecutionPlan>>> {
         // Its `execute` reads the host copy.
-        Some(
-            GpuScanExec::try_new(self.data.clone(), self.projection.clone(), self.partitions)
-                .map(|s| Arc::new(s) as _),
-        )
+        Some(GpuScanExec::try_new(self.data.clone(), self.projection.clone(), self.partitions).map(|s| Arc::new(s) as _))
     }
     fn execute_gpu(&self, partition: usize, _ctx: Arc<TaskContext>) -> Result<GpuBatchStream> {
         let chunks = self.chunks_of(partition)?;

@@ -25,18 +25,13 @@
 //! keys; rows tied on every key come in input order (DataFusion's `TopK` leaves
 //! that order open). Inputs whose first key has another type (strings, say) are
 //! sorted on the CPU by the same stable sort.
-use crate::exec::GpuScanExec;
-use crate::gpu_batch::{gpu_err, is_gpu_error, ColumnData};
-use crate::resident::ResidentData;
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt32Array};
 use arrow::compute::{concat_batches, take_record_batch, LexicographicalComparator, SortColumn};
 use arrow::datatypes::*;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::memory_pool::MemoryConsumer;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::{LexOrdering, PhysicalExpr};
-use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -46,6 +41,11 @@ use datafusion::physical_plan::{
 use futures::{StreamExt, TryStreamExt};
 use rayon::prelude::*;
 use ridgeline_operators::select::{key_i64, select_cpu, select_gpu};
+use crate::exec::GpuScanExec;
+use crate::gpu_batch::{gpu_err, is_gpu_error, ColumnData};
+use crate::resident::ResidentData;
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use std::sync::Arc;
 
 /// In mode `auto`, inputs with at least this many rows select on the GPU.
@@ -68,32 +68,12 @@ pub struct GpuTopKExec {
 }
 
 impl GpuTopKExec {
-    pub fn new(
-        input: Arc<dyn ExecutionPlan>,
-        order: LexOrdering,
-        fetch: usize,
-        gpu_min_rows: usize,
-        cpu_adapter_ok: bool,
-    ) -> Self {
+    pub fn new(input: Arc<dyn ExecutionPlan>, order: LexOrdering, fetch: usize, gpu_min_rows: usize, cpu_adapter_ok: bool) -> Self {
         let mut eq = datafusion::physical_expr::EquivalenceProperties::new(input.schema());
         eq.add_ordering(order.iter().cloned());
-        let props = PlanProperties::new(
-            eq,
-            Partitioning::UnknownPartitioning(1),
-            EmissionType::Final,
-            Boundedness::Bounded,
-        );
+        let props = PlanProperties::new(eq, Partitioning::UnknownPartitioning(1), EmissionType::Final, Boundedness::Bounded);
         let resident = resident_key(&input, &order);
-        GpuTopKExec {
-            input,
-            resident,
-            order,
-            fetch,
-            gpu_min_rows,
-            cpu_adapter_ok,
-            props: Arc::new(props),
-            metrics: ExecutionPlanMetricsSet::new(),
-        }
+        GpuTopKExec { input, resident, order, fetch, gpu_min_rows, cpu_adapter_ok, props: Arc::new(props), metrics: ExecutionPlanMetricsSet::new() }
     }
     pub fn fetch_rows(&self) -> usize {
         self.fetch
@@ -106,17 +86,8 @@ impl GpuTopKExec {
 impl DisplayAs for GpuTopKExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         let keys: Vec<String> = self.order.iter().map(|s| s.to_string()).collect();
-        let on = if self.resident.is_some() {
-            " on the resident key"
-        } else {
-            ""
-        };
-        write!(
-            f,
-            "GpuTopKExec: SampleSelect threshold{on}, fetch={}, expr=[{}]",
-            self.fetch,
-            keys.join(", ")
-        )
+        let on = if self.resident.is_some() { " on the resident key" } else { "" };
+        write!(f, "GpuTopKExec: SampleSelect threshold{on}, fetch={}, expr=[{}]", self.fetch, keys.join(", "))
     }
 }
 
@@ -129,9 +100,7 @@ impl ExecutionPlan for GpuTopKExec {
     }
     fn apply_expressions(
         &self,
-        f: &mut dyn FnMut(
-            &Arc<dyn PhysicalExpr>,
-        ) -> Result<datafusion::common::tree_node::TreeNodeRecursion>,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<datafusion::common::tree_node::TreeNodeRecursion>,
     ) -> Result<datafusion::common::tree_node::TreeNodeRecursion> {
         use datafusion::common::tree_node::TreeNodeRecursion;
         for s in self.order.iter() {
@@ -157,48 +126,26 @@ impl ExecutionPlan for GpuTopKExec {
         Some(self.fetch)
     }
     #[allow(deprecated)]
-    fn with_new_children(
-        self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        Ok(Arc::new(GpuTopKExec::new(
-            children.swap_remove(0),
-            self.order.clone(),
-            self.fetch,
-            self.gpu_min_rows,
-            self.cpu_adapter_ok,
-        )))
+    fn with_new_children(self: Arc<Self>, mut children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(GpuTopKExec::new(children.swap_remove(0), self.order.clone(), self.fetch, self.gpu_min_rows, self.cpu_adapter_ok)))
     }
-    fn execute(
-        &self,
-        partition: usize,
-        ctx: Arc<TaskContext>,
-    ) -> Result<SendableRecordBatchStream> {
+    fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
         if partition != 0 {
-            return Err(DataFusionError::Internal(format!(
-                "GpuTopKExec has one partition, asked for {partition}"
-            )));
+            return Err(DataFusionError::Internal(format!("GpuTopKExec has one partition, asked for {partition}")));
         }
         let schema = self.schema();
         if let Some(rk) = self.resident.clone() {
             // The device path, unless there is no usable GPU (then the host path below).
-            let usable = ridgeline_operators::context::global()
-                .ok()
-                .filter(|d| self.cpu_adapter_ok || !d.is_cpu_adapter());
+            let usable = ridgeline_operators::context::global().ok().filter(|d| self.cpu_adapter_ok || !d.is_cpu_adapter());
             if let Some(dev) = usable.filter(|_| rk.data.table.num_rows >= self.gpu_min_rows) {
                 let (order, fetch, s2) = (self.order.clone(), self.fetch, schema.clone());
                 let input = self.input.clone();
                 let gpu_rows = MetricBuilder::new(&self.metrics).counter("gpu_rows", partition);
-                let candidates =
-                    MetricBuilder::new(&self.metrics).counter("candidate_rows", partition);
+                let candidates = MetricBuilder::new(&self.metrics).counter("candidate_rows", partition);
                 let fut = async move {
                     let rows = rk.data.table.num_rows;
                     let o2 = order.clone();
-                    let r = tokio::task::spawn_blocking(move || {
-                        resident_topk(&dev, &rk, &s2, &o2, fetch)
-                    })
-                    .await
-                    .map_err(super::blocking_err)?;
+                    let r = tokio::task::spawn_blocking(move || resident_topk(&dev, &rk, &s2, &o2, fetch)).await.map_err(super::blocking_err)?;
                     let out = match r {
                         Ok((b, cand)) => {
                             gpu_rows.add(rows);
@@ -206,14 +153,10 @@ impl ExecutionPlan for GpuTopKExec {
                             b
                         }
                         Err(e) if is_gpu_error(&e) => {
-                            log::warn!(
-                                "GPU top-k failed, running it on the host copy instead: {e}"
-                            );
+                            log::warn!("GPU top-k failed, running it on the host copy instead: {e}");
                             eprintln!("warning: GPU top-k failed, running it on the host copy instead: {e}");
                             let schema = input.schema();
-                            let batches: Vec<RecordBatch> =
-                                datafusion::physical_plan::common::collect(input.execute(0, ctx)?)
-                                    .await?;
+                            let batches: Vec<RecordBatch> = datafusion::physical_plan::common::collect(input.execute(0, ctx)?).await?;
                             topk(&schema, &batches, &order, fetch, usize::MAX, false)?.0
                         }
                         Err(e) => return Err(e),
@@ -327,36 +270,20 @@ pub fn topk(
         .par_iter()
         .map(|b| {
             let arr = first.expr.evaluate(b)?.into_array(b.num_rows())?;
-            Ok(order_keys(&arr)?.map(|k| {
-                if desc {
-                    k.into_iter().map(|x| x.map(|x| !x)).collect()
-                } else {
-                    k
-                }
-            }))
+            Ok(order_keys(&arr)?.map(|k| if desc { k.into_iter().map(|x| x.map(|x| !x)).collect() } else { k }))
         })
         .collect::<Result<_>>()?;
     let keyed = per.iter().all(Option::is_some);
     let mut on_gpu = false;
     let candidates: Vec<RecordBatch> = if keyed && f < n {
-        let nulls: usize = per
-            .iter()
-            .map(|p| p.as_ref().unwrap().iter().filter(|k| k.is_none()).count())
-            .sum();
+        let nulls: usize = per.iter().map(|p| p.as_ref().unwrap().iter().filter(|k| k.is_none()).count()).sum();
         let nn = n - nulls;
         // How many non-NULL rows can make the cut.
-        let want = if nulls_first {
-            f.saturating_sub(nulls)
-        } else {
-            f.min(nn)
-        };
+        let want = if nulls_first { f.saturating_sub(nulls) } else { f.min(nn) };
         let threshold = if want == 0 {
             None
         } else {
-            let parts: Vec<Vec<u64>> = per
-                .par_iter()
-                .map(|p| p.as_ref().unwrap().iter().flatten().copied().collect())
-                .collect();
+            let parts: Vec<Vec<u64>> = per.par_iter().map(|p| p.as_ref().unwrap().iter().flatten().copied().collect()).collect();
             let dense: Vec<u64> = parts.concat();
             let rank = [(want - 1) as u64];
             let mut t = None;
@@ -370,9 +297,7 @@ pub fn topk(
                             }
                             Err(e) => {
                                 log::warn!("GPU top-k failed, selecting on the CPU instead: {e}");
-                                eprintln!(
-                                    "warning: GPU top-k failed, selecting on the CPU instead: {e}"
-                                );
+                                eprintln!("warning: GPU top-k failed, selecting on the CPU instead: {e}");
                             }
                         }
                     }
@@ -412,12 +337,7 @@ pub fn topk(
 fn settle(cand: &RecordBatch, order: &LexOrdering, f: usize) -> Result<RecordBatch> {
     let columns: Vec<SortColumn> = order
         .iter()
-        .map(|s| {
-            Ok(SortColumn {
-                values: s.expr.evaluate(&cand)?.into_array(cand.num_rows())?,
-                options: Some(s.options),
-            })
-        })
+        .map(|s| Ok(SortColumn { values: s.expr.evaluate(&cand)?.into_array(cand.num_rows())?, options: Some(s.options) }))
         .collect::<Result<_>>()?;
     let cmp = LexicographicalComparator::try_new(&columns)?;
     let mut idx: Vec<u32> = (0..cand.num_rows() as u32).collect();
@@ -460,14 +380,8 @@ fn resident_key(input: &Arc<dyn ExecutionPlan>, order: &LexOrdering) -> Option<R
         data.table.schema.field(key).data_type(),
         DataType::Int64 | DataType::Date64 | DataType::Timestamp(..)
     ) || matches!(data.table.schema.field(key).data_type(), DataType::Decimal128(p, _) if *p <= 18);
-    let no_nulls =
-        data.table.column_stats[key].null_count == datafusion::common::stats::Precision::Exact(0);
-    (ok_type && no_nulls).then_some(ResidentKey {
-        data,
-        columns,
-        key,
-        descending: first.options.descending,
-    })
+    let no_nulls = data.table.column_stats[key].null_count == datafusion::common::stats::Precision::Exact(0);
+    (ok_type && no_nulls).then_some(ResidentKey { data, columns, key, descending: first.options.descending })
 }
 
 /// The device top-k over a resident key column (module documentation), and how
@@ -487,26 +401,16 @@ fn resident_topk(
         return Ok((RecordBatch::new_empty(schema.clone()), 0));
     }
     if n >= u32::MAX as usize {
-        return Err(DataFusionError::NotImplemented(format!(
-            "device top-k of {n} rows"
-        )));
+        return Err(DataFusionError::NotImplemented(format!("device top-k of {n} rows")));
     }
     let keys = ridgeline_operators::DeviceArray::alloc(dev, n, 8).map_err(gpu_err)?;
     let mut at = 0usize;
     for chunk in &rk.data.chunks {
         match &chunk.columns[rk.key].data {
-            ColumnData::Device {
-                values,
-                validity: None,
-                ..
-            } if values.elem_size() == 8 => {
+            ColumnData::Device { values, validity: None, .. } if values.elem_size() == 8 => {
                 copy_elements(dev, values, 0, &keys, at, chunk.num_rows).map_err(gpu_err)?;
             }
-            _ => {
-                return Err(DataFusionError::Internal(
-                    "resident top-k key is not an 8-byte device column without NULLs".into(),
-                ))
-            }
+            _ => return Err(DataFusionError::Internal("resident top-k key is not an 8-byte device column without NULLs".into())),
         }
         at += chunk.num_rows;
     }
@@ -520,12 +424,7 @@ fn resident_topk(
         let end = start + host.num_rows();
         let j = i + rows[i..].partition_point(|&r| (r as usize) < end);
         if j > i {
-            let idx = UInt32Array::from(
-                rows[i..j]
-                    .iter()
-                    .map(|&r| r - start as u32)
-                    .collect::<Vec<_>>(),
-            );
+            let idx = UInt32Array::from(rows[i..j].iter().map(|&r| r - start as u32).collect::<Vec<_>>());
             let projected = host.project(&rk.columns)?;
             let b = take_record_batch(&projected, &idx)?;
             parts.push(RecordBatch::try_new(schema.clone(), b.columns().to_vec())?);

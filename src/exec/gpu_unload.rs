@@ -24,11 +24,7 @@ impl GpuUnloadExec {
     /// Wraps a GPU plan.
     pub fn new(input: Arc<dyn ExecutionPlan>) -> Self {
         let props = input.properties().clone();
-        GpuUnloadExec {
-            input,
-            props,
-            metrics: ExecutionPlanMetricsSet::new(),
-        }
+        GpuUnloadExec { input, props, metrics: ExecutionPlanMetricsSet::new() }
     }
 }
 
@@ -39,30 +35,21 @@ impl DisplayAs for GpuUnloadExec {
 }
 
 /// Downloads a device stream as host batches of at most `batch_size` rows.
-pub(crate) fn download_stream(
-    schema: SchemaRef,
-    gpu: GpuBatchStream,
-    batch_size: usize,
-) -> Result<SendableRecordBatchStream> {
+pub(crate) fn download_stream(schema: SchemaRef, gpu: GpuBatchStream, batch_size: usize) -> Result<SendableRecordBatchStream> {
     let mode_dev = ridgeline_operators::context::global().map_err(gpu_err)?;
     let s = gpu
         .then(move |b: Result<GpuBatch>| {
             let dev = mode_dev.clone();
             async move {
                 let b = b?;
-                tokio::task::spawn_blocking(move || b.download(&dev))
-                    .await
-                    .map_err(blocking_err)?
+                tokio::task::spawn_blocking(move || b.download(&dev)).await.map_err(blocking_err)?
             }
         })
         .flat_map(move |r: Result<RecordBatch>| {
             let parts: Vec<Result<RecordBatch>> = match r {
                 Ok(b) => {
                     let n = b.num_rows();
-                    (0..n.max(1))
-                        .step_by(batch_size.max(1))
-                        .map(|o| Ok(b.slice(o, batch_size.min(n - o))))
-                        .collect()
+                    (0..n.max(1)).step_by(batch_size.max(1)).map(|o| Ok(b.slice(o, batch_size.min(n - o)))).collect()
                 }
                 Err(e) => vec![Err(e)],
             };
@@ -78,12 +65,7 @@ fn warn_fallback(e: &DataFusionError) {
 
 /// The island below `input` re-run by its CPU equivalent after the GPU failed with
 /// `e` (which is returned when there is no CPU equivalent).
-fn fall_back(
-    input: &Arc<dyn ExecutionPlan>,
-    partition: usize,
-    ctx: Arc<TaskContext>,
-    e: DataFusionError,
-) -> Result<SendableRecordBatchStream> {
+fn fall_back(input: &Arc<dyn ExecutionPlan>, partition: usize, ctx: Arc<TaskContext>, e: DataFusionError) -> Result<SendableRecordBatchStream> {
     match super::cpu_equivalent(input) {
         Some(Ok(plan)) => {
             warn_fallback(&e);
@@ -102,9 +84,7 @@ impl ExecutionPlan for GpuUnloadExec {
     }
     fn apply_expressions(
         &self,
-        f: &mut dyn FnMut(
-            &Arc<dyn datafusion::physical_expr::PhysicalExpr>,
-        ) -> Result<datafusion::common::tree_node::TreeNodeRecursion>,
+        f: &mut dyn FnMut(&Arc<dyn datafusion::physical_expr::PhysicalExpr>) -> Result<datafusion::common::tree_node::TreeNodeRecursion>,
     ) -> Result<datafusion::common::tree_node::TreeNodeRecursion> {
         super::no_expressions(f)
     }
@@ -115,23 +95,12 @@ impl ExecutionPlan for GpuUnloadExec {
         vec![true]
     }
     #[allow(deprecated)]
-    fn with_new_children(
-        self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
+    fn with_new_children(self: Arc<Self>, mut children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
         Ok(Arc::new(GpuUnloadExec::new(children.swap_remove(0))))
     }
-    fn execute(
-        &self,
-        partition: usize,
-        ctx: Arc<TaskContext>,
-    ) -> Result<SendableRecordBatchStream> {
-        let gpu = as_gpu(&self.input).ok_or_else(|| {
-            DataFusionError::Internal(format!(
-                "GpuUnloadExec over a CPU operator ({})",
-                self.input.name()
-            ))
-        })?;
+    fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+        let gpu = as_gpu(&self.input)
+            .ok_or_else(|| DataFusionError::Internal(format!("GpuUnloadExec over a CPU operator ({})", self.input.name())))?;
         let batch_size = ctx.session_config().batch_size();
         let stream = match gpu.execute_gpu(partition, ctx.clone()) {
             Ok(s) => s,

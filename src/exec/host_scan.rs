@@ -11,21 +11,14 @@ use datafusion::error::Result;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
-use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
-};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties};
 use std::sync::Arc;
 
 impl HostData {
     /// Rows of output partition `p` of `partitions`: chunk `i` goes to partition
     /// `i % partitions`.
     pub(crate) fn partition_rows(&self, partitions: usize, p: usize) -> usize {
-        self.host
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| i % partitions == p)
-            .map(|(_, b)| b.num_rows())
-            .sum()
+        self.host.iter().enumerate().filter(|(i, _)| i % partitions == p).map(|(_, b)| b.num_rows()).sum()
     }
 
     /// Output partition `partition` of `partitions`, projected (`out_schema`), cut
@@ -49,37 +42,20 @@ impl HostData {
                 None => b.clone(),
             };
             let n = b.num_rows();
-            out.extend(
-                (0..n)
-                    .step_by(batch_size)
-                    .map(|o| Ok(b.slice(o, batch_size.min(n - o)))),
-            );
+            out.extend((0..n).step_by(batch_size).map(|o| Ok(b.slice(o, batch_size.min(n - o)))));
         }
-        Ok(Box::pin(
-            datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
-                out_schema,
-                futures::stream::iter(out),
-            ),
-        ))
+        Ok(Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(out_schema, futures::stream::iter(out))))
     }
 
     /// Statistics of a scan with `projection` (output schema `out_schema`): of the
     /// whole table, or of output partition `p` of `partitions` (row count only).
-    pub(crate) fn statistics(
-        &self,
-        out_schema: &SchemaRef,
-        projection: Option<&[usize]>,
-        partition: Option<(usize, usize)>,
-    ) -> Statistics {
+    pub(crate) fn statistics(&self, out_schema: &SchemaRef, projection: Option<&[usize]>, partition: Option<(usize, usize)>) -> Statistics {
         let mut s = Statistics::new_unknown(out_schema);
         let (rows, bytes) = match partition {
             None => (self.num_rows, self.host_bytes),
             Some((partitions, p)) => {
                 let rows = self.partition_rows(partitions, p);
-                (
-                    rows,
-                    (self.host_bytes as f64 * rows as f64 / self.num_rows.max(1) as f64) as usize,
-                )
+                (rows, (self.host_bytes as f64 * rows as f64 / self.num_rows.max(1) as f64) as usize)
             }
         };
         s.num_rows = Precision::Exact(rows);
@@ -108,11 +84,7 @@ pub struct HostScanExec {
 impl HostScanExec {
     /// Scans `data` with an optional projection into `partitions` output partitions
     /// (at most one per chunk).
-    pub fn try_new(
-        data: Arc<HostData>,
-        projection: Option<Vec<usize>>,
-        partitions: usize,
-    ) -> Result<Self> {
+    pub fn try_new(data: Arc<HostData>, projection: Option<Vec<usize>>, partitions: usize) -> Result<Self> {
         let schema = match &projection {
             Some(p) => Arc::new(data.schema.project(p)?),
             None => data.schema.clone(),
@@ -124,24 +96,13 @@ impl HostScanExec {
             EmissionType::Incremental,
             Boundedness::Bounded,
         ));
-        Ok(HostScanExec {
-            data,
-            projection,
-            schema,
-            partitions,
-            props,
-        })
+        Ok(HostScanExec { data, projection, schema, partitions, props })
     }
 }
 
 impl DisplayAs for HostScanExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        let cols: Vec<&str> = self
-            .schema
-            .fields()
-            .iter()
-            .map(|f| f.name().as_str())
-            .collect();
+        let cols: Vec<&str> = self.schema.fields().iter().map(|f| f.name().as_str()).collect();
         write!(
             f,
             "HostScanExec: table={}, rows={}, chunks={}, projection=[{}]",
@@ -162,9 +123,7 @@ impl ExecutionPlan for HostScanExec {
     }
     fn apply_expressions(
         &self,
-        f: &mut dyn FnMut(
-            &Arc<dyn datafusion::physical_expr::PhysicalExpr>,
-        ) -> Result<datafusion::common::tree_node::TreeNodeRecursion>,
+        f: &mut dyn FnMut(&Arc<dyn datafusion::physical_expr::PhysicalExpr>) -> Result<datafusion::common::tree_node::TreeNodeRecursion>,
     ) -> Result<datafusion::common::tree_node::TreeNodeRecursion> {
         super::no_expressions(f)
     }
@@ -172,30 +131,13 @@ impl ExecutionPlan for HostScanExec {
         vec![]
     }
     #[allow(deprecated)]
-    fn with_new_children(
-        self: Arc<Self>,
-        _children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
+    fn with_new_children(self: Arc<Self>, _children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
         Ok(self)
     }
-    fn execute(
-        &self,
-        partition: usize,
-        ctx: Arc<TaskContext>,
-    ) -> Result<SendableRecordBatchStream> {
-        self.data.stream(
-            self.schema.clone(),
-            self.projection.as_deref(),
-            self.partitions,
-            partition,
-            ctx.session_config().batch_size(),
-        )
+    fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+        self.data.stream(self.schema.clone(), self.projection.as_deref(), self.partitions, partition, ctx.session_config().batch_size())
     }
     fn partition_statistics(&self, partition: Option<usize>) -> Result<Arc<Statistics>> {
-        Ok(Arc::new(self.data.statistics(
-            &self.schema,
-            self.projection.as_deref(),
-            partition.map(|p| (self.partitions, p)),
-        )))
+        Ok(Arc::new(self.data.statistics(&self.schema, self.projection.as_deref(), partition.map(|p| (self.partitions, p)))))
     }
 }

@@ -100,8 +100,7 @@ pub fn gpu_operator_names(plan: &Arc<dyn ExecutionPlan>) -> Vec<String> {
     fn walk(p: &Arc<dyn ExecutionPlan>, parent_gpu: bool, out: &mut Vec<String>) {
         let gpu = as_gpu(p).is_some()
             || p.downcast_ref::<GpuUnloadExec>().is_some()
-            || p.downcast_ref::<SkylineExec>()
-                .is_some_and(|s| s.uses_gpu())
+            || p.downcast_ref::<SkylineExec>().is_some_and(|s| s.uses_gpu())
             || p.downcast_ref::<GpuTopKExec>().is_some()
             || p.downcast_ref::<GpuAggregateExec>().is_some()
             || p.downcast_ref::<GpuRepartitionExec>().is_some();
@@ -109,8 +108,7 @@ pub fn gpu_operator_names(plan: &Arc<dyn ExecutionPlan>) -> Vec<String> {
         if counts && !out.iter().any(|n| n == p.name()) {
             out.push(p.name().to_string());
         }
-        let consumes = as_gpu(p).is_some_and(|g| g.consumes_gpu_input())
-            || p.downcast_ref::<GpuRepartitionExec>().is_some();
+        let consumes = as_gpu(p).is_some_and(|g| g.consumes_gpu_input()) || p.downcast_ref::<GpuRepartitionExec>().is_some();
         for c in p.children() {
             walk(c, consumes, out);
         }
@@ -125,9 +123,7 @@ pub(crate) fn blocking_err(e: tokio::task::JoinError) -> datafusion::error::Data
 
 /// `apply_expressions` for nodes that own no expressions.
 pub(crate) fn no_expressions(
-    _f: &mut dyn FnMut(
-        &Arc<dyn datafusion::physical_expr::PhysicalExpr>,
-    ) -> Result<datafusion::common::tree_node::TreeNodeRecursion>,
+    _f: &mut dyn FnMut(&Arc<dyn datafusion::physical_expr::PhysicalExpr>) -> Result<datafusion::common::tree_node::TreeNodeRecursion>,
 ) -> Result<datafusion::common::tree_node::TreeNodeRecursion> {
     Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
 }

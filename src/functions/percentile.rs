@@ -32,13 +32,10 @@
 //!   over regions); larger ones use the parallel CPU selection per region.
 use super::quantile::{order_stats, QuantileKind, GPU_MIN_ROWS};
 use arrow::array::{
-    Array, ArrayRef, AsArray, BooleanArray, Decimal128Array, Float32Array, Float64Array,
-    Int64Array, ListArray, UInt64Array,
+    Array, ArrayRef, AsArray, BooleanArray, Decimal128Array, Float32Array, Float64Array, Int64Array, ListArray, UInt64Array,
 };
 use arrow::buffer::{NullBuffer, OffsetBuffer, ScalarBuffer};
-use arrow::datatypes::{
-    DataType, Decimal128Type, Field, FieldRef, Float32Type, Float64Type, UInt64Type,
-};
+use arrow::datatypes::{DataType, Decimal128Type, Field, FieldRef, Float32Type, Float64Type, UInt64Type};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::functions_aggregate::median::median_udaf;
 use datafusion::functions_aggregate::percentile_cont::percentile_cont_udaf;
@@ -46,8 +43,8 @@ use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::{
     Accumulator, AggregateUDF, AggregateUDFImpl, EmitTo, GroupsAccumulator, Signature, Volatility,
 };
-use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_expr::expressions::Literal;
+use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::scalar::ScalarValue;
 use rayon::prelude::*;
@@ -93,10 +90,7 @@ impl std::hash::Hash for Percentile {
 
 /// `median`, `percentile_cont` and `percentile_disc` for a session in `mode`.
 pub fn percentile_udafs(mode: GpuMode) -> Vec<Arc<AggregateUDF>> {
-    [Func::Median, Func::Cont, Func::Disc]
-        .into_iter()
-        .map(|f| Arc::new(AggregateUDF::new_from_impl(Percentile::new(f, mode))))
-        .collect()
+    [Func::Median, Func::Cont, Func::Disc].into_iter().map(|f| Arc::new(AggregateUDF::new_from_impl(Percentile::new(f, mode)))).collect()
 }
 
 fn plan_err(msg: String) -> DataFusionError {
@@ -115,13 +109,7 @@ impl Percentile {
             Func::Median => median_udaf().signature().clone(),
             _ => Signature::user_defined(Volatility::Immutable),
         };
-        Percentile {
-            func,
-            gpu: mode != GpuMode::Off,
-            gpu_min_rows,
-            inner,
-            signature,
-        }
+        Percentile { func, gpu: mode != GpuMode::Off, gpu_min_rows, inner, signature }
     }
 
     /// Whether this implementation takes `dt` (else DataFusion's does).
@@ -130,10 +118,8 @@ impl Percentile {
             return self.func == Func::Disc && has_order_key(dt);
         }
         match self.func {
-            Func::Median | Func::Cont => {
-                matches!(dt, DataType::Float32 | DataType::Float64)
-                    || matches!(dt, DataType::Decimal128(p, _) if *p <= 18)
-            }
+            Func::Median | Func::Cont => matches!(dt, DataType::Float32 | DataType::Float64)
+                || matches!(dt, DataType::Decimal128(p, _) if *p <= 18),
             Func::Disc => has_order_key(dt),
         }
     }
@@ -151,30 +137,19 @@ impl Percentile {
             match v {
                 ScalarValue::Float64(Some(f)) => Ok(*f),
                 ScalarValue::Float32(Some(f)) => Ok(*f as f64),
-                v => Err(plan_err(format!(
-                    "Percentile value for '{name}' must be a number, got {v}"
-                ))),
+                v => Err(plan_err(format!("Percentile value for '{name}' must be a number, got {v}"))),
             }
         };
         let (mut fs, list) = match lit.value() {
             ScalarValue::List(l) => {
                 let vals = l.value(0);
-                let f = vals
-                    .as_primitive_opt::<Float64Type>()
-                    .ok_or_else(|| plan_err(format!("{name}: fractions must be numbers")))?;
-                (
-                    f.iter()
-                        .map(|v| v.ok_or_else(|| plan_err(format!("{name}: a fraction is NULL"))))
-                        .collect::<Result<Vec<_>>>()?,
-                    true,
-                )
+                let f = vals.as_primitive_opt::<Float64Type>().ok_or_else(|| plan_err(format!("{name}: fractions must be numbers")))?;
+                (f.iter().map(|v| v.ok_or_else(|| plan_err(format!("{name}: a fraction is NULL")))).collect::<Result<Vec<_>>>()?, true)
             }
             v => (vec![one(v)?], false),
         };
         if let Some(f) = fs.iter().find(|f| !(0.0..=1.0).contains(*f)) {
-            return Err(plan_err(format!(
-                "Percentile value must be between 0.0 and 1.0 inclusive, {f} is invalid"
-            )));
+            return Err(plan_err(format!("Percentile value must be between 0.0 and 1.0 inclusive, {f} is invalid")));
         }
         if desc && self.func == Func::Cont {
             // As DataFusion: DESC reads the fraction from the other end.
@@ -210,18 +185,7 @@ pub fn has_order_key(dt: &DataType) -> bool {
     use DataType::*;
     matches!(
         dt,
-        Int8 | Int16
-            | Int32
-            | Int64
-            | UInt8
-            | UInt16
-            | UInt32
-            | UInt64
-            | Float32
-            | Float64
-            | Date32
-            | Date64
-            | Timestamp(..)
+        Int8 | Int16 | Int32 | Int64 | UInt8 | UInt16 | UInt32 | UInt64 | Float32 | Float64 | Date32 | Date64 | Timestamp(..)
     ) || matches!(dt, Decimal128(p, _) if *p <= 18)
 }
 
@@ -239,17 +203,12 @@ impl AggregateUDFImpl for Percentile {
     fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
         let name = self.name();
         if arg_types.len() != 2 {
-            return Err(plan_err(format!(
-                "{name} takes a value and a fraction, got {} arguments",
-                arg_types.len()
-            )));
+            return Err(plan_err(format!("{name} takes a value and a fraction, got {} arguments", arg_types.len())));
         }
         let x = &arg_types[0];
         let x = match self.func {
             Func::Cont => match x {
-                DataType::Float16 | DataType::Float32 | DataType::Float64 | DataType::Null => {
-                    x.clone()
-                }
+                DataType::Float16 | DataType::Float32 | DataType::Float64 | DataType::Null => x.clone(),
                 t if t.is_numeric() => DataType::Float64,
                 t => return Err(plan_err(format!("{name} expects a numeric value, got {t}"))),
             },
@@ -257,31 +216,19 @@ impl AggregateUDFImpl for Percentile {
                 DataType::Null => DataType::Float64,
                 t if has_order_key(t) => t.clone(),
                 DataType::Decimal128(..) | DataType::Decimal256(..) => {
-                    return Err(plan_err(format!(
-                        "{name} takes decimals of at most 18 digits, got {x}"
-                    )))
+                    return Err(plan_err(format!("{name} takes decimals of at most 18 digits, got {x}")))
                 }
-                t => {
-                    return Err(plan_err(format!(
-                        "{name} expects a number, date or timestamp, got {t}"
-                    )))
-                }
+                t => return Err(plan_err(format!("{name} expects a number, date or timestamp, got {t}"))),
             },
         };
         let f = match &arg_types[1] {
             t if t.is_numeric() => DataType::Float64,
-            DataType::List(inner)
-            | DataType::LargeList(inner)
-            | DataType::FixedSizeList(inner, _)
+            DataType::List(inner) | DataType::LargeList(inner) | DataType::FixedSizeList(inner, _)
                 if inner.data_type().is_numeric() || inner.data_type().is_null() =>
             {
                 DataType::List(Arc::new(Field::new_list_field(DataType::Float64, true)))
             }
-            t => {
-                return Err(plan_err(format!(
-                    "{name}: the fraction must be a number or a list of numbers, got {t}"
-                )))
-            }
+            t => return Err(plan_err(format!("{name}: the fraction must be a number or a list of numbers, got {t}"))),
         };
         Ok(vec![x, f])
     }
@@ -306,12 +253,7 @@ impl AggregateUDFImpl for Percentile {
             }
         }
         let item = Field::new_list_field(dt.clone(), true);
-        Ok(vec![Field::new(
-            format!("{}[{}]", args.name, self.name()),
-            DataType::List(Arc::new(item)),
-            true,
-        )
-        .into()])
+        Ok(vec![Field::new(format!("{}[{}]", args.name, self.name()), DataType::List(Arc::new(item)), true).into()])
     }
     fn accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
         let dt = args.expr_fields[0].data_type();
@@ -322,24 +264,16 @@ impl AggregateUDFImpl for Percentile {
             return Err(plan_err(format!("{} does not take {dt}", self.name())));
         }
         let spec = self.spec(&args)?;
-        Ok(Box::new(PercentileAcc {
-            groups: PercentileGroups::new(spec, args.is_distinct),
-        }))
+        Ok(Box::new(PercentileAcc { groups: PercentileGroups::new(spec, args.is_distinct) }))
     }
     fn groups_accumulator_supported(&self, args: AccumulatorArgs) -> bool {
         let dt = args.expr_fields[0].data_type();
         if !self.takes(dt, args.is_distinct) {
-            return self
-                .inner
-                .as_ref()
-                .is_some_and(|i| i.inner().groups_accumulator_supported(args));
+            return self.inner.as_ref().is_some_and(|i| i.inner().groups_accumulator_supported(args));
         }
         !args.is_distinct
     }
-    fn create_groups_accumulator(
-        &self,
-        args: AccumulatorArgs,
-    ) -> Result<Box<dyn GroupsAccumulator>> {
+    fn create_groups_accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn GroupsAccumulator>> {
         let dt = args.expr_fields[0].data_type();
         if !self.takes(dt, args.is_distinct) {
             if let Some(inner) = &self.inner {
@@ -395,12 +329,7 @@ impl Spec {
     }
 
     /// Keys of the non-NULL values of `a` (in the type's order).
-    fn keys(
-        &self,
-        a: &ArrayRef,
-        out: &mut Vec<(u32, u64)>,
-        tag_of: impl Fn(usize) -> Option<u32>,
-    ) -> Result<()> {
+    fn keys(&self, a: &ArrayRef, out: &mut Vec<(u32, u64)>, tag_of: impl Fn(usize) -> Option<u32>) -> Result<()> {
         macro_rules! push {
             ($it:expr) => {
                 for (i, v) in $it.enumerate() {
@@ -411,39 +340,20 @@ impl Spec {
             };
         }
         match a.data_type() {
-            DataType::Float64 => push!(a
-                .as_primitive::<Float64Type>()
-                .iter()
-                .map(|v| v.map(key_f64))),
-            DataType::Float32 => push!(a
-                .as_primitive::<Float32Type>()
-                .iter()
-                .map(|v| v.map(|x| key_f64(x as f64)))),
+            DataType::Float64 => push!(a.as_primitive::<Float64Type>().iter().map(|v| v.map(key_f64))),
+            DataType::Float32 => push!(a.as_primitive::<Float32Type>().iter().map(|v| v.map(|x| key_f64(x as f64)))),
             DataType::UInt64 => push!(a.as_primitive::<UInt64Type>().iter()),
-            DataType::Decimal128(..) => push!(a
-                .as_primitive::<Decimal128Type>()
-                .iter()
-                .map(|v| v.map(|x| key_i64(x as i64)))),
+            DataType::Decimal128(..) => push!(a.as_primitive::<Decimal128Type>().iter().map(|v| v.map(|x| key_i64(x as i64)))),
             DataType::Null => {}
             dt if has_order_key(dt) => {
                 let c = if matches!(dt, DataType::Date32) {
-                    arrow::compute::cast(
-                        &arrow::compute::cast(a, &DataType::Int32)?,
-                        &DataType::Int64,
-                    )?
+                    arrow::compute::cast(&arrow::compute::cast(a, &DataType::Int32)?, &DataType::Int64)?
                 } else {
                     arrow::compute::cast(a, &DataType::Int64)?
                 };
-                push!(c
-                    .as_primitive::<arrow::datatypes::Int64Type>()
-                    .iter()
-                    .map(|v| v.map(key_i64)))
+                push!(c.as_primitive::<arrow::datatypes::Int64Type>().iter().map(|v| v.map(key_i64)))
             }
-            dt => {
-                return Err(DataFusionError::Internal(format!(
-                    "percentile: unexpected input type {dt}"
-                )))
-            }
+            dt => return Err(DataFusionError::Internal(format!("percentile: unexpected input type {dt}"))),
         }
         Ok(())
     }
@@ -456,49 +366,25 @@ impl Spec {
 
 fn values_of(dt: &DataType, keys: &[Option<u64>]) -> Result<ArrayRef> {
     Ok(match dt {
-        DataType::Float64 | DataType::Null => Arc::new(
-            keys.iter()
-                .map(|k| k.map(unkey_f64))
-                .collect::<Float64Array>(),
-        ),
-        DataType::Float32 => Arc::new(
-            keys.iter()
-                .map(|k| k.map(|k| unkey_f64(k) as f32))
-                .collect::<Float32Array>(),
-        ),
+        DataType::Float64 | DataType::Null => Arc::new(keys.iter().map(|k| k.map(unkey_f64)).collect::<Float64Array>()),
+        DataType::Float32 => Arc::new(keys.iter().map(|k| k.map(|k| unkey_f64(k) as f32)).collect::<Float32Array>()),
         DataType::UInt64 => Arc::new(keys.iter().copied().collect::<UInt64Array>()),
         DataType::Decimal128(p, s) => Arc::new(
-            keys.iter()
-                .map(|k| k.map(|k| unkey_i64(k) as i128))
-                .collect::<Decimal128Array>()
-                .with_precision_and_scale(*p, *s)?,
+            keys.iter().map(|k| k.map(|k| unkey_i64(k) as i128)).collect::<Decimal128Array>().with_precision_and_scale(*p, *s)?,
         ),
         DataType::Date32 => {
-            let i: ArrayRef = Arc::new(
-                keys.iter()
-                    .map(|k| k.map(|k| unkey_i64(k) as i32))
-                    .collect::<arrow::array::Int32Array>(),
-            );
+            let i: ArrayRef = Arc::new(keys.iter().map(|k| k.map(|k| unkey_i64(k) as i32)).collect::<arrow::array::Int32Array>());
             arrow::compute::cast(&i, dt)?
         }
         dt => {
-            let i: ArrayRef = Arc::new(
-                keys.iter()
-                    .map(|k| k.map(unkey_i64))
-                    .collect::<Int64Array>(),
-            );
+            let i: ArrayRef = Arc::new(keys.iter().map(|k| k.map(unkey_i64)).collect::<Int64Array>());
             arrow::compute::cast(&i, dt)?
         }
     })
 }
 
 /// One group's answer from its count and the keys at its ranks.
-fn finish(
-    spec: &Spec,
-    n: usize,
-    ranks: &[(u64, u64)],
-    at: impl Fn(u64) -> u64,
-) -> Vec<Option<FinalValue>> {
+fn finish(spec: &Spec, n: usize, ranks: &[(u64, u64)], at: impl Fn(u64) -> u64) -> Vec<Option<FinalValue>> {
     ranks
         .iter()
         .zip(&spec.fractions)
@@ -527,11 +413,7 @@ fn finish(
                     let scaled = (fraction * 1_000_000.0) as usize;
                     let weight = scaled as f64 / 1_000_000.0;
                     let (x, y) = (unkey_f64(a), unkey_f64(b));
-                    let (x, y) = if matches!(dt, DataType::Float32) {
-                        (x as f32 as f64, y as f32 as f64)
-                    } else {
-                        (x, y)
-                    };
+                    let (x, y) = if matches!(dt, DataType::Float32) { (x as f32 as f64, y as f32 as f64) } else { (x, y) };
                     let v = x + (y - x) * weight;
                     if matches!(dt, DataType::Float32) {
                         FinalValue::F32(v as f32)
@@ -555,17 +437,9 @@ enum FinalValue {
 
 /// Final values as an array of `dt`.
 fn final_array(dt: &DataType, vals: &[Option<FinalValue>]) -> Result<ArrayRef> {
-    let computed = vals.iter().any(|v| {
-        matches!(
-            v,
-            Some(FinalValue::F64(_) | FinalValue::F32(_) | FinalValue::I128(_))
-        )
-    });
+    let computed = vals.iter().any(|v| matches!(v, Some(FinalValue::F64(_) | FinalValue::F32(_) | FinalValue::I128(_))));
     if !computed {
-        let keys: Vec<Option<u64>> = vals
-            .iter()
-            .map(|v| v.map(|v| if let FinalValue::Key(k) = v { k } else { 0 }))
-            .collect();
+        let keys: Vec<Option<u64>> = vals.iter().map(|v| v.map(|v| if let FinalValue::Key(k) = v { k } else { 0 })).collect();
         return values_of(dt, &keys);
     }
     Ok(match dt {
@@ -649,10 +523,7 @@ pub fn grouped_order_stats(
         *p += 1;
     }
     let sizes: Vec<usize> = (0..groups).map(|g| offsets[g + 1] - offsets[g]).collect();
-    let ranks: Vec<Vec<u64>> = sizes
-        .iter()
-        .map(|&n| if n == 0 { Vec::new() } else { ranks_of(n) })
-        .collect();
+    let ranks: Vec<Vec<u64>> = sizes.iter().map(|&n| if n == 0 { Vec::new() } else { ranks_of(n) }).collect();
     let nonempty = sizes.iter().filter(|&&n| n > 0).count().max(1);
     let avg = keys.len() / nonempty;
     let always = gpu_min_rows <= 2;
@@ -660,30 +531,23 @@ pub fn grouped_order_stats(
 
     // GPU, dense tags: tag in the high bits when tag and key range fit together.
     if gpu && keys.len() >= gpu_min_rows && total_ranks <= MAX_DENSE_GPU_RANKS && total_ranks > 0 {
-        let (lo, hi) = keys
-            .par_iter()
-            .fold(|| (u64::MAX, 0u64), |(a, b), &k| (a.min(k), b.max(k)))
-            .reduce(|| (u64::MAX, 0), |(a, b), (c, d)| (a.min(c), b.max(d)));
+        let (lo, hi) = keys.par_iter().fold(|| (u64::MAX, 0u64), |(a, b), &k| (a.min(k), b.max(k))).reduce(
+            || (u64::MAX, 0),
+            |(a, b), (c, d)| (a.min(c), b.max(d)),
+        );
         let vbits = 64 - (hi - lo).leading_zeros();
         let tbits = 64 - ((groups.max(1) - 1) as u64).leading_zeros();
         if vbits + tbits <= 64 {
             let mut composite = vec![0u64; sorted.len()];
-            composite
-                .par_chunks_mut(1 << 16)
-                .enumerate()
-                .for_each(|(c, out)| {
-                    let base = c << 16;
-                    for (j, o) in out.iter_mut().enumerate() {
-                        let i = base + j;
-                        // The region of row i (binary search over the offsets).
-                        let g = offsets.partition_point(|&o| o <= i) - 1;
-                        *o = if vbits == 64 {
-                            sorted[i]
-                        } else {
-                            ((g as u64) << vbits) | (sorted[i] - lo)
-                        };
-                    }
-                });
+            composite.par_chunks_mut(1 << 16).enumerate().for_each(|(c, out)| {
+                let base = c << 16;
+                for (j, o) in out.iter_mut().enumerate() {
+                    let i = base + j;
+                    // The region of row i (binary search over the offsets).
+                    let g = offsets.partition_point(|&o| o <= i) - 1;
+                    *o = if vbits == 64 { sorted[i] } else { ((g as u64) << vbits) | (sorted[i] - lo) };
+                }
+            });
             let mut global: Vec<u64> = Vec::with_capacity(total_ranks);
             for g in 0..groups {
                 global.extend(ranks[g].iter().map(|r| offsets[g] as u64 + r));
@@ -692,23 +556,14 @@ pub fn grouped_order_stats(
             uniq.sort_unstable();
             uniq.dedup();
             if let Some(stats) = gpu_stats(&composite, &uniq, always) {
-                let mask = if vbits == 64 {
-                    u64::MAX
-                } else {
-                    (1u64 << vbits) - 1
-                };
+                let mask = if vbits == 64 { u64::MAX } else { (1u64 << vbits) - 1 };
                 let out = (0..groups)
                     .map(|g| {
                         let v = ranks[g]
                             .iter()
                             .map(|r| {
-                                let c =
-                                    stats[uniq.binary_search(&(offsets[g] as u64 + r)).unwrap()];
-                                if vbits == 64 {
-                                    c
-                                } else {
-                                    (c & mask) + lo
-                                }
+                                let c = stats[uniq.binary_search(&(offsets[g] as u64 + r)).unwrap()];
+                                if vbits == 64 { c } else { (c & mask) + lo }
                             })
                             .collect();
                         (sizes[g], v)
@@ -747,12 +602,7 @@ pub fn grouped_order_stats(
                 uniq.sort_unstable();
                 uniq.dedup();
                 let stats = order_stats(s, &uniq, QuantileKind::Cont, true, always);
-                return (
-                    n,
-                    r.iter()
-                        .map(|x| stats[uniq.binary_search(x).unwrap()])
-                        .collect(),
-                );
+                return (n, r.iter().map(|x| stats[uniq.binary_search(x).unwrap()]).collect());
             }
             if n <= 4 * WORKGROUP_ROWS || avg < WORKGROUP_ROWS {
                 s.sort_unstable();
@@ -762,12 +612,7 @@ pub fn grouped_order_stats(
                 uniq.sort_unstable();
                 uniq.dedup();
                 let stats = order_stats(s, &uniq, QuantileKind::Cont, false, false);
-                (
-                    n,
-                    r.iter()
-                        .map(|x| stats[uniq.binary_search(x).unwrap()])
-                        .collect(),
-                )
+                (n, r.iter().map(|x| stats[uniq.binary_search(x).unwrap()]).collect())
             }
         })
         .collect();
@@ -802,13 +647,7 @@ struct PercentileGroups {
 
 impl PercentileGroups {
     fn new(spec: Spec, distinct: bool) -> Self {
-        PercentileGroups {
-            spec,
-            tags: Vec::new(),
-            keys: Vec::new(),
-            groups: 0,
-            distinct,
-        }
+        PercentileGroups { spec, tags: Vec::new(), keys: Vec::new(), groups: 0, distinct }
     }
 
     fn add(&mut self, a: &ArrayRef, group_of: impl Fn(usize) -> Option<u32>) -> Result<()> {
@@ -829,15 +668,10 @@ impl PercentileGroups {
             EmitTo::All => {
                 let g = self.groups;
                 self.groups = 0;
-                (
-                    std::mem::take(&mut self.tags),
-                    std::mem::take(&mut self.keys),
-                    g,
-                )
+                (std::mem::take(&mut self.tags), std::mem::take(&mut self.keys), g)
             }
             EmitTo::First(n) => {
-                let (mut t1, mut k1, mut t2, mut k2) =
-                    (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+                let (mut t1, mut k1, mut t2, mut k2) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
                 for (&t, &k) in self.tags.iter().zip(&self.keys) {
                     if (t as usize) < n {
                         t1.push(t);
@@ -863,35 +697,14 @@ impl PercentileGroups {
         *keys = pairs.iter().map(|p| p.1).collect();
     }
 
-    fn evaluate_groups(
-        &self,
-        mut tags: Vec<u32>,
-        mut keys: Vec<u64>,
-        groups: usize,
-    ) -> Result<ArrayRef> {
+    fn evaluate_groups(&self, mut tags: Vec<u32>, mut keys: Vec<u64>, groups: usize) -> Result<ArrayRef> {
         if self.distinct {
             Self::dedup(&mut tags, &mut keys);
         }
         let spec = &self.spec;
-        let ranks_of = |n: usize| {
-            spec.ranks(n)
-                .into_iter()
-                .flat_map(|(a, b)| [a, b])
-                .collect::<Vec<u64>>()
-        };
-        let (stats, path) = grouped_order_stats(
-            &tags,
-            &keys,
-            groups,
-            &ranks_of,
-            spec.gpu && !self.distinct,
-            spec.gpu_min_rows,
-        );
-        log::debug!(
-            "{:?}: {} rows in {groups} groups via {path:?}",
-            spec.func,
-            keys.len()
-        );
+        let ranks_of = |n: usize| spec.ranks(n).into_iter().flat_map(|(a, b)| [a, b]).collect::<Vec<u64>>();
+        let (stats, path) = grouped_order_stats(&tags, &keys, groups, &ranks_of, spec.gpu && !self.distinct, spec.gpu_min_rows);
+        log::debug!("{:?}: {} rows in {groups} groups via {path:?}", spec.func, keys.len());
         answers(spec, &stats)
     }
 
@@ -931,30 +744,18 @@ fn answers(spec: &Spec, stats: &[(usize, Vec<u64>)]) -> Result<ArrayRef> {
             }
             let rk = spec.ranks(*n);
             let flat: Vec<u64> = rk.iter().flat_map(|&(a, b)| [a, b]).collect();
-            finish(spec, *n, &rk, |r| {
-                got[flat.iter().position(|&x| x == r).unwrap()]
-            })
+            finish(spec, *n, &rk, |r| got[flat.iter().position(|&x| x == r).unwrap()])
         })
         .collect();
     if spec.list {
         let flat: Vec<Option<FinalValue>> = per_group.iter().flatten().copied().collect();
         let values = final_array(&spec.dt, &flat)?;
         let k = spec.fractions.len() as i32;
-        let offsets = OffsetBuffer::new(ScalarBuffer::from(
-            (0..=groups as i32).map(|g| g * k).collect::<Vec<_>>(),
-        ));
+        let offsets = OffsetBuffer::new(ScalarBuffer::from((0..=groups as i32).map(|g| g * k).collect::<Vec<_>>()));
         let nulls = NullBuffer::from(stats.iter().map(|(n, _)| *n > 0).collect::<Vec<_>>());
-        Ok(Arc::new(ListArray::try_new(
-            Arc::new(Field::new_list_field(spec.dt.clone(), true)),
-            offsets,
-            values,
-            Some(nulls),
-        )?))
+        Ok(Arc::new(ListArray::try_new(Arc::new(Field::new_list_field(spec.dt.clone(), true)), offsets, values, Some(nulls))?))
     } else {
-        final_array(
-            &spec.dt,
-            &per_group.iter().map(|v| v[0]).collect::<Vec<_>>(),
-        )
+        final_array(&spec.dt, &per_group.iter().map(|v| v[0]).collect::<Vec<_>>())
     }
 }
 
@@ -991,20 +792,11 @@ impl GpuQuantile {
     ///
     /// `same_value(e)` says whether the WITHIN GROUP order expression `e` orders by
     /// the value argument (the caller resolves both over the same input).
-    pub fn of(
-        a: &AggregateFunctionExpr,
-        dt: &DataType,
-        same_value: &dyn Fn(&Arc<dyn PhysicalExpr>) -> bool,
-    ) -> Result<Option<Self>> {
+    pub fn of(a: &AggregateFunctionExpr, dt: &DataType, same_value: &dyn Fn(&Arc<dyn PhysicalExpr>) -> bool) -> Result<Option<Self>> {
         if let Some(q) = super::quantile::QuantileSpec::of(a)? {
-            return Ok((dt == &DataType::Float64).then_some(GpuQuantile {
-                which: Which::Quantile(q),
-                source: None,
-            }));
+            return Ok((dt == &DataType::Float64).then_some(GpuQuantile { which: Which::Quantile(q), source: None }));
         }
-        let Some(p) = a.fun().inner().downcast_ref::<Percentile>() else {
-            return Ok(None);
-        };
+        let Some(p) = a.fun().inner().downcast_ref::<Percentile>() else { return Ok(None) };
         if a.is_distinct() || !p.takes(dt, false) {
             return Ok(None);
         }
@@ -1014,10 +806,7 @@ impl GpuQuantile {
             [o] if same_value(&o.expr) => o.options.descending,
             _ => return Ok(None),
         };
-        Ok(Some(GpuQuantile {
-            which: Which::Percentile(p.spec_of(&args, desc, dt)?),
-            source: None,
-        }))
+        Ok(Some(GpuQuantile { which: Which::Percentile(p.spec_of(&args, desc, dt)?), source: None }))
     }
     /// Selects over the values of `source` that the argument casts to Float64 (a
     /// monotone cast: the order statistics of the cast values are the casts of the
@@ -1029,11 +818,7 @@ impl GpuQuantile {
     /// The ranks a group of `n > 0` values needs, in the order [`GpuQuantile::answers`] takes them.
     pub fn ranks(&self, n: usize) -> Vec<u64> {
         match &self.which {
-            Which::Percentile(spec) => spec
-                .ranks(n)
-                .into_iter()
-                .flat_map(|(a, b)| [a, b])
-                .collect(),
+            Which::Percentile(spec) => spec.ranks(n).into_iter().flat_map(|(a, b)| [a, b]).collect(),
             Which::Quantile(q) => q.ranks(n),
         }
     }
@@ -1052,17 +837,11 @@ impl GpuQuantile {
             None => stats,
             Some(src) => {
                 // Keys of `src` to keys of the Float64 values, by Arrow's own cast.
-                let flat: Vec<Option<u64>> = stats
-                    .iter()
-                    .flat_map(|(_, k)| k.iter().map(|&k| Some(k)))
-                    .collect();
+                let flat: Vec<Option<u64>> = stats.iter().flat_map(|(_, k)| k.iter().map(|&k| Some(k))).collect();
                 let f = arrow::compute::cast(&values_of(src, &flat)?, &DataType::Float64)?;
                 let f = f.as_primitive::<Float64Type>();
                 let mut it = f.values().iter().map(|&x| key_f64(x));
-                converted = stats
-                    .iter()
-                    .map(|(n, k)| (*n, it.by_ref().take(k.len()).collect()))
-                    .collect::<Vec<_>>();
+                converted = stats.iter().map(|(n, k)| (*n, it.by_ref().take(k.len()).collect())).collect::<Vec<_>>();
                 &converted
             }
         };
@@ -1074,13 +853,7 @@ impl GpuQuantile {
 }
 
 impl GroupsAccumulator for PercentileGroups {
-    fn update_batch(
-        &mut self,
-        values: &[ArrayRef],
-        group_indices: &[usize],
-        opt_filter: Option<&BooleanArray>,
-        total_num_groups: usize,
-    ) -> Result<()> {
+    fn update_batch(&mut self, values: &[ArrayRef], group_indices: &[usize], opt_filter: Option<&BooleanArray>, total_num_groups: usize) -> Result<()> {
         self.groups = self.groups.max(total_num_groups);
         let keep = |i: usize| opt_filter.is_none_or(|f| f.is_valid(i) && f.value(i));
         self.add(&values[0], |i| keep(i).then(|| group_indices[i] as u32))
@@ -1093,12 +866,7 @@ impl GroupsAccumulator for PercentileGroups {
         let (tags, keys, groups) = self.take(emit_to);
         Ok(vec![self.state_of(&tags, &keys, groups)?])
     }
-    fn merge_batch(
-        &mut self,
-        values: &[ArrayRef],
-        group_indices: &[usize],
-        total_num_groups: usize,
-    ) -> Result<()> {
+    fn merge_batch(&mut self, values: &[ArrayRef], group_indices: &[usize], total_num_groups: usize) -> Result<()> {
         self.groups = self.groups.max(total_num_groups);
         let lists = values[0].as_list::<i32>();
         for (i, l) in lists.iter().enumerate() {
@@ -1109,16 +877,11 @@ impl GroupsAccumulator for PercentileGroups {
         }
         Ok(())
     }
-    fn convert_to_state(
-        &self,
-        values: &[ArrayRef],
-        opt_filter: Option<&BooleanArray>,
-    ) -> Result<Vec<ArrayRef>> {
+    fn convert_to_state(&self, values: &[ArrayRef], opt_filter: Option<&BooleanArray>) -> Result<Vec<ArrayRef>> {
         // Every row its own group: a list of its value (empty when NULL or filtered out).
         let keep = |i: usize| opt_filter.is_none_or(|f| f.is_valid(i) && f.value(i));
         let mut pairs = Vec::new();
-        self.spec
-            .keys(&values[0], &mut pairs, |i| keep(i).then_some(i as u32))?;
+        self.spec.keys(&values[0], &mut pairs, |i| keep(i).then_some(i as u32))?;
         let tags: Vec<u32> = pairs.iter().map(|p| p.0).collect();
         let keys: Vec<u64> = pairs.iter().map(|p| p.1).collect();
         Ok(vec![self.state_of(&tags, &keys, values[0].len())?])
@@ -1147,15 +910,11 @@ impl Accumulator for PercentileAcc {
         Ok(())
     }
     fn state(&mut self) -> Result<Vec<ScalarValue>> {
-        let a = self
-            .groups
-            .state_of(&self.groups.tags, &self.groups.keys, 1)?;
+        let a = self.groups.state_of(&self.groups.tags, &self.groups.keys, 1)?;
         Ok(vec![ScalarValue::try_from_array(&a, 0)?])
     }
     fn evaluate(&mut self) -> Result<ScalarValue> {
-        let a =
-            self.groups
-                .evaluate_groups(self.groups.tags.clone(), self.groups.keys.clone(), 1)?;
+        let a = self.groups.evaluate_groups(self.groups.tags.clone(), self.groups.keys.clone(), 1)?;
         ScalarValue::try_from_array(&a, 0)
     }
     fn size(&self) -> usize {
@@ -1176,37 +935,18 @@ mod tests {
             s ^= s << 17;
             s
         };
-        for &(rows, groups) in &[
-            (0usize, 1usize),
-            (1, 1),
-            (1000, 1),
-            (1000, 3),
-            (5000, 700),
-            (3000, 3000),
-        ] {
+        for &(rows, groups) in &[(0usize, 1usize), (1, 1), (1000, 1), (1000, 3), (5000, 700), (3000, 3000)] {
             let tags: Vec<u32> = (0..rows).map(|_| (rnd() % groups as u64) as u32).collect();
             let keys: Vec<u64> = (0..rows).map(|_| rnd() % 50).collect();
             let ranks_of = |n: usize| vec![0, ((n - 1) / 2) as u64, (n - 1) as u64];
             let (a, pa) = grouped_order_stats(&tags, &keys, groups, &ranks_of, false, usize::MAX);
             // The reference: sort each group.
             for g in 0..groups {
-                let mut v: Vec<u64> = tags
-                    .iter()
-                    .zip(&keys)
-                    .filter(|(t, _)| **t as usize == g)
-                    .map(|(_, k)| *k)
-                    .collect();
+                let mut v: Vec<u64> = tags.iter().zip(&keys).filter(|(t, _)| **t as usize == g).map(|(_, k)| *k).collect();
                 v.sort_unstable();
                 assert_eq!(a[g].0, v.len());
                 if !v.is_empty() {
-                    assert_eq!(
-                        a[g].1,
-                        ranks_of(v.len())
-                            .iter()
-                            .map(|&r| v[r as usize])
-                            .collect::<Vec<_>>(),
-                        "{rows} rows, {groups} groups, {pa:?}"
-                    );
+                    assert_eq!(a[g].1, ranks_of(v.len()).iter().map(|&r| v[r as usize]).collect::<Vec<_>>(), "{rows} rows, {groups} groups, {pa:?}");
                 }
             }
         }

@@ -23,9 +23,7 @@ use arrow::buffer::{OffsetBuffer, ScalarBuffer};
 use arrow::datatypes::{DataType, Field, FieldRef, Float64Type};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
-use datafusion::logical_expr::{
-    Accumulator, AggregateUDF, AggregateUDFImpl, Signature, Volatility,
-};
+use datafusion::logical_expr::{Accumulator, AggregateUDF, AggregateUDFImpl, Signature, Volatility};
 use datafusion::physical_expr::expressions::Literal;
 use datafusion::scalar::ScalarValue;
 use ridgeline_operators::select::{approx_select_gpu, keys_f64, select_cpu, select_gpu, unkey_f64};
@@ -56,12 +54,7 @@ pub struct Quantile {
 impl Quantile {
     pub fn new(kind: QuantileKind, mode: GpuMode) -> Self {
         let gpu_min_rows = if mode == GpuMode::On { 2 } else { GPU_MIN_ROWS };
-        Quantile {
-            kind,
-            gpu: mode != GpuMode::Off,
-            gpu_min_rows,
-            signature: Signature::user_defined(Volatility::Immutable),
-        }
+        Quantile { kind, gpu: mode != GpuMode::Off, gpu_min_rows, signature: Signature::user_defined(Volatility::Immutable) }
     }
 }
 
@@ -90,53 +83,32 @@ impl AggregateUDFImpl for Quantile {
     }
     fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
         if arg_types.len() != 2 {
-            return Err(plan_err(format!(
-                "{}(x, fraction) takes 2 arguments, got {}",
-                self.name(),
-                arg_types.len()
-            )));
+            return Err(plan_err(format!("{}(x, fraction) takes 2 arguments, got {}", self.name(), arg_types.len())));
         }
         let x = &arg_types[0];
         if !(x.is_numeric() || x.is_null()) {
-            return Err(plan_err(format!(
-                "{} expects a numeric column, got {x}",
-                self.name()
-            )));
+            return Err(plan_err(format!("{} expects a numeric column, got {x}", self.name())));
         }
         let f = match &arg_types[1] {
             t if t.is_numeric() => DataType::Float64,
-            DataType::List(inner)
-            | DataType::LargeList(inner)
-            | DataType::FixedSizeList(inner, _)
+            DataType::List(inner) | DataType::LargeList(inner) | DataType::FixedSizeList(inner, _)
                 if inner.data_type().is_numeric() || inner.data_type().is_null() =>
             {
                 DataType::List(Arc::new(Field::new_list_field(DataType::Float64, true)))
             }
-            t => {
-                return Err(plan_err(format!(
-                    "{}: the fraction must be a number or a list of numbers, got {t}",
-                    self.name()
-                )))
-            }
+            t => return Err(plan_err(format!("{}: the fraction must be a number or a list of numbers, got {t}", self.name()))),
         };
         Ok(vec![DataType::Float64, f])
     }
     fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
         Ok(match arg_types.get(1) {
-            Some(DataType::List(_)) => {
-                DataType::List(Arc::new(Field::new_list_field(DataType::Float64, true)))
-            }
+            Some(DataType::List(_)) => DataType::List(Arc::new(Field::new_list_field(DataType::Float64, true))),
             _ => DataType::Float64,
         })
     }
     fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
         let item = Field::new_list_field(DataType::Float64, true);
-        Ok(vec![Field::new(
-            format!("{}[values]", args.name),
-            DataType::List(Arc::new(item)),
-            true,
-        )
-        .into()])
+        Ok(vec![Field::new(format!("{}[values]", args.name), DataType::List(Arc::new(item)), true).into()])
     }
     fn accumulator(&self, acc_args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
         let (fractions, list) = self.fractions(acc_args.exprs)?;
@@ -153,10 +125,7 @@ impl AggregateUDFImpl for Quantile {
 
 impl Quantile {
     /// The fractions (from the literal second argument) and whether they are a list.
-    fn fractions(
-        &self,
-        exprs: &[Arc<dyn datafusion::physical_expr::PhysicalExpr>],
-    ) -> Result<(Vec<f64>, bool)> {
+    fn fractions(&self, exprs: &[Arc<dyn datafusion::physical_expr::PhysicalExpr>]) -> Result<(Vec<f64>, bool)> {
         let name = self.name();
         let lit = exprs
             .get(1)
@@ -165,22 +134,11 @@ impl Quantile {
         let (fractions, list) = match lit.value() {
             ScalarValue::List(l) => {
                 let vals = l.value(0);
-                let f = vals
-                    .as_primitive_opt::<Float64Type>()
-                    .ok_or_else(|| plan_err(format!("{name}: fractions must be numbers")))?;
-                (
-                    f.iter()
-                        .map(|v| v.ok_or_else(|| plan_err(format!("{name}: a fraction is NULL"))))
-                        .collect::<Result<Vec<_>>>()?,
-                    true,
-                )
+                let f = vals.as_primitive_opt::<Float64Type>().ok_or_else(|| plan_err(format!("{name}: fractions must be numbers")))?;
+                (f.iter().map(|v| v.ok_or_else(|| plan_err(format!("{name}: a fraction is NULL")))).collect::<Result<Vec<_>>>()?, true)
             }
             ScalarValue::Float64(Some(f)) => (vec![f.to_owned()], false),
-            v => {
-                return Err(plan_err(format!(
-                    "{name}: the fraction must be a number in [0, 1], got {v}"
-                )))
-            }
+            v => return Err(plan_err(format!("{name}: the fraction must be a number in [0, 1], got {v}"))),
         };
         if let Some(f) = fractions.iter().find(|f| !(0.0..=1.0).contains(*f)) {
             return Err(plan_err(format!("{name}: fraction {f} is outside [0, 1]")));
@@ -200,9 +158,7 @@ fn rank_plan(kind: QuantileKind, fractions: &[f64], n: usize) -> Vec<(u64, u64, 
                 (h.floor() as u64, h.ceil() as u64, h - h.floor())
             }
             QuantileKind::Disc => {
-                let r = ((f * n as f64).ceil() as u64)
-                    .saturating_sub(1)
-                    .min(n as u64 - 1);
+                let r = ((f * n as f64).ceil() as u64).saturating_sub(1).min(n as u64 - 1);
                 (r, r, 0.0)
             }
             QuantileKind::Approx => {
@@ -226,21 +182,13 @@ pub(crate) struct QuantileSpec {
 
 impl QuantileSpec {
     /// The spec of aggregate `a`, `None` when it is not one of the three.
-    pub(crate) fn of(
-        a: &datafusion::physical_expr::aggregate::AggregateFunctionExpr,
-    ) -> Result<Option<Self>> {
-        let Some(q) = a.fun().inner().downcast_ref::<Quantile>() else {
-            return Ok(None);
-        };
+    pub(crate) fn of(a: &datafusion::physical_expr::aggregate::AggregateFunctionExpr) -> Result<Option<Self>> {
+        let Some(q) = a.fun().inner().downcast_ref::<Quantile>() else { return Ok(None) };
         if a.is_distinct() {
             return Ok(None);
         }
         let acc = q.fractions(&a.expressions())?;
-        Ok(Some(QuantileSpec {
-            kind: q.kind,
-            fractions: acc.0,
-            list: acc.1,
-        }))
+        Ok(Some(QuantileSpec { kind: q.kind, fractions: acc.0, list: acc.1 }))
     }
     pub(crate) fn is_list(&self) -> bool {
         self.list
@@ -264,35 +212,19 @@ impl QuantileSpec {
                         .zip(keys.chunks(2))
                         .map(|(&(lo, hi, w), k)| {
                             let (a, b) = (unkey_f64(k[0]), unkey_f64(k[1]));
-                            if lo == hi || a == b {
-                                a
-                            } else {
-                                a + w * (b - a)
-                            }
+                            if lo == hi || a == b { a } else { a + w * (b - a) }
                         })
                         .collect()
                 })
             })
             .collect();
         if !self.list {
-            return Ok(Arc::new(
-                per_group
-                    .iter()
-                    .map(|v| v.as_ref().map(|v| v[0]))
-                    .collect::<Float64Array>(),
-            ));
+            return Ok(Arc::new(per_group.iter().map(|v| v.as_ref().map(|v| v[0])).collect::<Float64Array>()));
         }
         let k = self.fractions.len() as i32;
-        let values: Vec<Option<f64>> = per_group
-            .iter()
-            .flat_map(|v| (0..k as usize).map(move |i| v.as_ref().map(|v| v[i])))
-            .collect();
-        let offsets = OffsetBuffer::new(ScalarBuffer::from(
-            (0..=stats.len() as i32).map(|g| g * k).collect::<Vec<_>>(),
-        ));
-        let nulls = arrow::buffer::NullBuffer::from(
-            per_group.iter().map(Option::is_some).collect::<Vec<_>>(),
-        );
+        let values: Vec<Option<f64>> = per_group.iter().flat_map(|v| (0..k as usize).map(move |i| v.as_ref().map(|v| v[i]))).collect();
+        let offsets = OffsetBuffer::new(ScalarBuffer::from((0..=stats.len() as i32).map(|g| g * k).collect::<Vec<_>>()));
+        let nulls = arrow::buffer::NullBuffer::from(per_group.iter().map(Option::is_some).collect::<Vec<_>>());
         Ok(Arc::new(ListArray::try_new(
             Arc::new(Field::new_list_field(DataType::Float64, true)),
             offsets,
@@ -324,27 +256,12 @@ fn list_of(values: Vec<Option<f64>>) -> ScalarValue {
 }
 
 /// The order statistics at `ranks` (0-based, each < keys.len()) of `keys`.
-pub(crate) fn order_stats(
-    keys: &[u64],
-    ranks: &[u64],
-    kind: QuantileKind,
-    gpu: bool,
-    always: bool,
-) -> Vec<u64> {
+pub(crate) fn order_stats(keys: &[u64], ranks: &[u64], kind: QuantileKind, gpu: bool, always: bool) -> Vec<u64> {
     if gpu {
         // In mode auto a CPU adapter (lavapipe) is not used: it is slower than the CPU path.
-        let usable = |d: &ridgeline_operators::GpuContext| {
-            always || d.info().device_type != ridgeline_operators::wgpu::DeviceType::Cpu
-        };
-        if let Some(dev) = ridgeline_operators::context::global()
-            .ok()
-            .filter(|d| usable(d))
-        {
-            let r = if kind == QuantileKind::Approx {
-                approx_select_gpu(&dev, keys, ranks)
-            } else {
-                select_gpu(&dev, keys, ranks)
-            };
+        let usable = |d: &ridgeline_operators::GpuContext| always || d.info().device_type != ridgeline_operators::wgpu::DeviceType::Cpu;
+        if let Some(dev) = ridgeline_operators::context::global().ok().filter(|d| usable(d)) {
+            let r = if kind == QuantileKind::Approx { approx_select_gpu(&dev, keys, ranks) } else { select_gpu(&dev, keys, ranks) };
             match r {
                 Ok((v, _)) => return v,
                 Err(e) => {
@@ -371,21 +288,12 @@ impl Accumulator for QuantileAcc {
         Ok(())
     }
     fn state(&mut self) -> Result<Vec<ScalarValue>> {
-        Ok(vec![list_of(
-            self.values.iter().map(|&v| Some(v)).collect(),
-        )])
+        Ok(vec![list_of(self.values.iter().map(|&v| Some(v)).collect())])
     }
     fn evaluate(&mut self) -> Result<ScalarValue> {
         let n = self.values.len();
         if n == 0 {
-            return Ok(if self.list {
-                ScalarValue::List(Arc::new(ListArray::new_null(
-                    Arc::new(Field::new_list_field(DataType::Float64, true)),
-                    1,
-                )))
-            } else {
-                ScalarValue::Float64(None)
-            });
+            return Ok(if self.list { ScalarValue::List(Arc::new(ListArray::new_null(Arc::new(Field::new_list_field(DataType::Float64, true)), 1))) } else { ScalarValue::Float64(None) });
         }
         // The ranks each fraction needs.
         let per = rank_plan(self.kind, &self.fractions, n);
@@ -393,30 +301,16 @@ impl Accumulator for QuantileAcc {
         ranks.sort_unstable();
         ranks.dedup();
         let keys = keys_f64(&self.values);
-        let stats = order_stats(
-            &keys,
-            &ranks,
-            self.kind,
-            self.gpu && n >= self.gpu_min_rows,
-            self.gpu_min_rows <= 2,
-        );
+        let stats = order_stats(&keys, &ranks, self.kind, self.gpu && n >= self.gpu_min_rows, self.gpu_min_rows <= 2);
         let at = |r: u64| unkey_f64(stats[ranks.binary_search(&r).unwrap()]);
         let out: Vec<f64> = per
             .iter()
             .map(|&(lo, hi, w)| {
                 let (a, b) = (at(lo), at(hi));
-                if lo == hi || a == b {
-                    a
-                } else {
-                    a + w * (b - a)
-                }
+                if lo == hi || a == b { a } else { a + w * (b - a) }
             })
             .collect();
-        Ok(if self.list {
-            list_of(out.into_iter().map(Some).collect())
-        } else {
-            ScalarValue::Float64(Some(out[0]))
-        })
+        Ok(if self.list { list_of(out.into_iter().map(Some).collect()) } else { ScalarValue::Float64(Some(out[0])) })
     }
     fn size(&self) -> usize {
         std::mem::size_of_val(self) + self.values.capacity() * 8 + self.fractions.capacity() * 8

@@ -37,8 +37,8 @@ use arrow::datatypes::{DataType, IntervalUnit, Schema, TimeUnit};
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Operator;
 use datafusion::physical_expr::expressions::{
-    BinaryExpr, CaseExpr, CastExpr, Column, InListExpr, IsNotNullExpr, IsNullExpr, Literal,
-    NegativeExpr, NotExpr, TryCastExpr,
+    BinaryExpr, CaseExpr, CastExpr, Column, InListExpr, IsNotNullExpr, IsNullExpr, Literal, NegativeExpr, NotExpr,
+    TryCastExpr,
 };
 use datafusion::physical_expr::PhysicalExpr;
 use std::collections::BTreeSet;
@@ -63,9 +63,7 @@ pub struct Caps {
 impl Caps {
     /// The capabilities of a device.
     pub fn of(ctx: &ridgeline_operators::GpuContext) -> Caps {
-        Caps {
-            int64: ctx.has_int64(),
-        }
+        Caps { int64: ctx.has_int64() }
     }
 }
 
@@ -176,16 +174,7 @@ fn pow10(k: u32) -> i64 {
 
 impl<'a> Gen<'a> {
     pub(crate) fn new(schema: &'a Schema, caps: Caps, validity: &'a dyn Fn(usize) -> bool) -> Self {
-        Gen {
-            schema,
-            caps,
-            validity,
-            tmp: 0,
-            cols: BTreeSet::new(),
-            uses64: false,
-            may_error: false,
-            wide: false,
-        }
+        Gen { schema, caps, validity, tmp: 0, cols: BTreeSet::new(), uses64: false, may_error: false, wide: false }
     }
 
     fn fresh(&mut self) -> usize {
@@ -205,9 +194,7 @@ impl<'a> Gen<'a> {
         let st = self.st(dt)?;
         if matches!(st, Storage::I64 | Storage::U64 | Storage::F64) {
             if !self.caps.int64 {
-                return Err(format!(
-                    "{dt} needs 64-bit integers, which this adapter lacks"
-                ));
+                return Err(format!("{dt} needs 64-bit integers, which this adapter lacks"));
             }
             self.uses64 = true;
         }
@@ -218,12 +205,7 @@ impl<'a> Gen<'a> {
     fn vars(&mut self, out: &mut String, st: Storage) -> (String, String) {
         let t = self.fresh();
         let (v, n) = (format!("v{t}"), format!("n{t}"));
-        let _ = writeln!(
-            out,
-            "var {v}: {} = {};\nvar {n}: bool = false;",
-            wgsl_ty(st),
-            zero(st)
-        );
+        let _ = writeln!(out, "var {v}: {} = {};\nvar {n}: bool = false;", wgsl_ty(st), zero(st));
         (v, n)
     }
 
@@ -236,11 +218,7 @@ impl<'a> Gen<'a> {
     }
 
     /// Compiles `e`, appending statements to `out`.
-    pub(crate) fn expr(
-        &mut self,
-        e: &Arc<dyn PhysicalExpr>,
-        out: &mut String,
-    ) -> Result<Val, String> {
+    pub(crate) fn expr(&mut self, e: &Arc<dyn PhysicalExpr>, out: &mut String) -> Result<Val, String> {
         self.gen(e, out)
     }
 
@@ -259,27 +237,15 @@ impl<'a> Gen<'a> {
             if a.dt != DataType::Boolean {
                 return Err(format!("NOT of {}", a.dt));
             }
-            return Ok(Val {
-                v: format!("(!{})", a.v),
-                n: a.n,
-                dt: DataType::Boolean,
-            });
+            return Ok(Val { v: format!("(!{})", a.v), n: a.n, dt: DataType::Boolean });
         }
         if let Some(x) = e.downcast_ref::<IsNullExpr>() {
             let a = self.gen(x.arg(), out)?;
-            return Ok(Val {
-                v: format!("(!{})", a.n),
-                n: "true".into(),
-                dt: DataType::Boolean,
-            });
+            return Ok(Val { v: format!("(!{})", a.n), n: "true".into(), dt: DataType::Boolean });
         }
         if let Some(x) = e.downcast_ref::<IsNotNullExpr>() {
             let a = self.gen(x.arg(), out)?;
-            return Ok(Val {
-                v: a.n.clone(),
-                n: "true".into(),
-                dt: DataType::Boolean,
-            });
+            return Ok(Val { v: a.n.clone(), n: "true".into(), dt: DataType::Boolean });
         }
         if let Some(x) = e.downcast_ref::<NegativeExpr>() {
             return self.negative(x, out);
@@ -307,19 +273,10 @@ impl<'a> Gen<'a> {
                 return Err(format!("column {} is {dt} (precision above 18)", f.name()));
             }
         }
-        self.need(&dt)
-            .map_err(|e| format!("column {}: {e}", f.name()))?;
+        self.need(&dt).map_err(|e| format!("column {}: {e}", f.name()))?;
         self.cols.insert(i);
-        let n = if (self.validity)(i) {
-            format!("cn{i}")
-        } else {
-            "true".to_string()
-        };
-        Ok(Val {
-            v: format!("c{i}"),
-            n,
-            dt,
-        })
+        let n = if (self.validity)(i) { format!("cn{i}") } else { "true".to_string() };
+        Ok(Val { v: format!("c{i}"), n, dt })
     }
 
     /// The `let` statements loading the columns read (emitted first in the body).
@@ -329,18 +286,12 @@ impl<'a> Gen<'a> {
             let dt = self.schema.field(i).data_type();
             let st = Storage::of(dt).expect("checked");
             if st == Storage::Bool {
-                let _ = writeln!(
-                    s,
-                    "let c{i}: bool = ((col{i}[r >> 5u] >> (r & 31u)) & 1u) != 0u;"
-                );
+                let _ = writeln!(s, "let c{i}: bool = ((col{i}[r >> 5u] >> (r & 31u)) & 1u) != 0u;");
             } else {
                 let _ = writeln!(s, "let c{i}: {} = col{i}[r];", wgsl_ty(st));
             }
             if (self.validity)(i) {
-                let _ = writeln!(
-                    s,
-                    "let cn{i}: bool = ((val{i}[r >> 5u] >> (r & 31u)) & 1u) != 0u;"
-                );
+                let _ = writeln!(s, "let cn{i}: bool = ((val{i}[r >> 5u] >> (r & 31u)) & 1u) != 0u;");
             }
         }
         s
@@ -349,11 +300,7 @@ impl<'a> Gen<'a> {
     fn literal(&mut self, v: &ScalarValue) -> Result<Val, String> {
         let dt = v.data_type();
         let null = v.is_null();
-        let lit = |dt: DataType, code: String| Val {
-            v: code,
-            n: (if null { "false" } else { "true" }).into(),
-            dt,
-        };
+        let lit = |dt: DataType, code: String| Val { v: code, n: (if null { "false" } else { "true" }).into(), dt };
         Ok(match v {
             ScalarValue::Boolean(b) => lit(dt, b.unwrap_or(false).to_string()),
             ScalarValue::Int8(x) => lit(dt, i32_lit(x.unwrap_or(0) as i32)),
@@ -384,17 +331,11 @@ impl<'a> Gen<'a> {
                 self.need(&dt)?;
                 lit(dt, format!("{}lu", x.unwrap_or(0.0).to_bits()))
             }
-            ScalarValue::Decimal128(x, p, _)
-                if *p <= 18 || (self.wide && x.is_none_or(|x| i64::try_from(x).is_ok())) =>
-            {
+            ScalarValue::Decimal128(x, p, _) if *p <= 18 || (self.wide && x.is_none_or(|x| i64::try_from(x).is_ok())) => {
                 self.need(&dt)?;
                 lit(dt, i64_lit(x.unwrap_or(0) as i64))
             }
-            ScalarValue::Null => Val {
-                v: "false".into(),
-                n: "false".into(),
-                dt: DataType::Null,
-            },
+            ScalarValue::Null => Val { v: "false".into(), n: "false".into(), dt: DataType::Null },
             other => return Err(format!("literal {other} of type {dt}")),
         })
     }
@@ -410,14 +351,8 @@ impl<'a> Gen<'a> {
         let st = self.st(&a.dt)?;
         let (x, y) = match st {
             // DataFusion normalizes -0.0 to +0.0, then compares by Arrow's total order.
-            Storage::F32 => (
-                format!("fkey32(fnorm32({}))", a.v),
-                format!("fkey32(fnorm32({}))", b.v),
-            ),
-            Storage::F64 => (
-                format!("fkey64(fnorm64({}))", a.v),
-                format!("fkey64(fnorm64({}))", b.v),
-            ),
+            Storage::F32 => (format!("fkey32(fnorm32({}))", a.v), format!("fkey32(fnorm32({}))", b.v)),
+            Storage::F64 => (format!("fkey64(fnorm64({}))", a.v), format!("fkey64(fnorm64({}))", b.v)),
             Storage::Bool => (format!("u32({})", a.v), format!("u32({})", b.v)),
             _ => (a.v.clone(), b.v.clone()),
         };
@@ -433,12 +368,7 @@ impl<'a> Gen<'a> {
         Ok(format!("({x} {o} {y})"))
     }
 
-    fn binary(
-        &mut self,
-        whole: &Arc<dyn PhysicalExpr>,
-        b: &BinaryExpr,
-        out: &mut String,
-    ) -> Result<Val, String> {
+    fn binary(&mut self, whole: &Arc<dyn PhysicalExpr>, b: &BinaryExpr, out: &mut String) -> Result<Val, String> {
         let op = *b.op();
         match op {
             Operator::And | Operator::Or => return self.logic(op, b, out),
@@ -463,25 +393,12 @@ impl<'a> Gen<'a> {
         let l = self.gen(b.left(), out)?;
         let r = self.gen(b.right(), out)?;
         match op {
-            Operator::Eq
-            | Operator::NotEq
-            | Operator::Lt
-            | Operator::LtEq
-            | Operator::Gt
-            | Operator::GtEq => {
+            Operator::Eq | Operator::NotEq | Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq => {
                 if l.dt == DataType::Null || r.dt == DataType::Null {
-                    return Ok(Val {
-                        v: "false".into(),
-                        n: "false".into(),
-                        dt: DataType::Boolean,
-                    });
+                    return Ok(Val { v: "false".into(), n: "false".into(), dt: DataType::Boolean });
                 }
                 let c = self.compare(op, &l, &r)?;
-                Ok(Val {
-                    v: c,
-                    n: both(&l.n, &r.n),
-                    dt: DataType::Boolean,
-                })
+                Ok(Val { v: c, n: both(&l.n, &r.n), dt: DataType::Boolean })
             }
             Operator::IsDistinctFrom | Operator::IsNotDistinctFrom => {
                 // Distinct: exactly one NULL, or both valid and different.
@@ -491,22 +408,10 @@ impl<'a> Gen<'a> {
                     self.compare(Operator::NotEq, &l, &r)?
                 };
                 let distinct = format!("(({} != {}) || ({} && {} && {ne}))", l.n, r.n, l.n, r.n);
-                let v = if op == Operator::IsDistinctFrom {
-                    distinct
-                } else {
-                    format!("(!{distinct})")
-                };
-                Ok(Val {
-                    v,
-                    n: "true".into(),
-                    dt: DataType::Boolean,
-                })
+                let v = if op == Operator::IsDistinctFrom { distinct } else { format!("(!{distinct})") };
+                Ok(Val { v, n: "true".into(), dt: DataType::Boolean })
             }
-            Operator::Plus
-            | Operator::Minus
-            | Operator::Multiply
-            | Operator::Divide
-            | Operator::Modulo => {
+            Operator::Plus | Operator::Minus | Operator::Multiply | Operator::Divide | Operator::Modulo => {
                 // Checked arithmetic (DataFusion's `fail_on_overflow`, which has no
                 // accessor, only its Debug form) would need overflow errors: CPU.
                 if format!("{b:?}").contains("fail_on_overflow: true") {
@@ -526,20 +431,13 @@ impl<'a> Gen<'a> {
         }
         // The right side is evaluated only where the left does not decide the result.
         let (res_v, res_n) = self.vars(out, Storage::Bool);
-        let decided = if op == Operator::And {
-            format!("({} && !{})", l.n, l.v)
-        } else {
-            format!("({} && {})", l.n, l.v)
-        };
+        let decided = if op == Operator::And { format!("({} && !{})", l.n, l.v) } else { format!("({} && {})", l.n, l.v) };
         let mut inner = String::new();
         let r = self.gen(b.right(), &mut inner)?;
         if r.dt != DataType::Boolean && r.dt != DataType::Null {
             return Err(format!("{op} of {}", r.dt));
         }
-        let (lv, rv) = (
-            format!("({} || !{})", l.v, l.n),
-            format!("({} || !{})", r.v, r.n),
-        );
+        let (lv, rv) = (format!("({} || !{})", l.v, l.n), format!("({} || !{})", r.v, r.n));
         let _ = if op == Operator::And {
             // false if either is false; true if both true; else NULL.
             writeln!(
@@ -557,36 +455,18 @@ impl<'a> Gen<'a> {
                 r.n, r.v, l.n, r.n, lv, rv
             )
         };
-        Ok(Val {
-            v: res_v,
-            n: res_n,
-            dt: DataType::Boolean,
-        })
+        Ok(Val { v: res_v, n: res_n, dt: DataType::Boolean })
     }
 
-    fn arith(
-        &mut self,
-        op: Operator,
-        l: Val,
-        r: Val,
-        rt: DataType,
-        out: &mut String,
-    ) -> Result<Val, String> {
+    fn arith(&mut self, op: Operator, l: Val, r: Val, rt: DataType, out: &mut String) -> Result<Val, String> {
         use DataType::*;
         let n = both(&l.n, &r.n);
         // Date arithmetic.
         if l.dt == Date32 && r.dt == Date32 && op == Operator::Minus {
             self.need(&Int64)?;
-            return Ok(Val {
-                v: format!("(sext64({}) - sext64({}))", l.v, r.v),
-                n,
-                dt: Int64,
-            });
+            return Ok(Val { v: format!("(sext64({}) - sext64({}))", l.v, r.v), n, dt: Int64 });
         }
-        if l.dt == Date32
-            && matches!(r.dt, Interval(_))
-            && matches!(op, Operator::Plus | Operator::Minus)
-        {
+        if l.dt == Date32 && matches!(r.dt, Interval(_)) && matches!(op, Operator::Plus | Operator::Minus) {
             return Err("date plus a non-literal interval".into());
         }
         if matches!((&l.dt, &r.dt), (Decimal128(..), Decimal128(..))) {
@@ -635,12 +515,7 @@ impl<'a> Gen<'a> {
                 let minus_one = if st == Storage::I64 { "-1li" } else { "-1i" };
                 let _ = writeln!(out, "if ({n}) {{");
                 self.may_error = true;
-                let _ = writeln!(
-                    out,
-                    "  if ({} == {z}) {{ code = max(code, {}u); }}",
-                    r.v,
-                    codes::DIVIDE_BY_ZERO
-                );
+                let _ = writeln!(out, "  if ({} == {z}) {{ code = max(code, {}u); }}", r.v, codes::DIVIDE_BY_ZERO);
                 match (&signed_min, op) {
                     (Some(min), Operator::Divide) => {
                         let idx = OVERFLOW_TYPES.iter().position(|(t, _)| *t == rt).unwrap() as u32;
@@ -655,11 +530,7 @@ impl<'a> Gen<'a> {
                     }
                     (Some(min), _) => {
                         // MIN % -1 is 0 in Arrow (wrapping remainder); WGSL leaves it to the driver.
-                        let _ = writeln!(
-                            out,
-                            "  else if ({} == {min} && {} == {minus_one}) {{ {res} = {z}; }}",
-                            l.v, r.v
-                        );
+                        let _ = writeln!(out, "  else if ({} == {min} && {} == {minus_one}) {{ {res} = {z}; }}", l.v, r.v);
                         let _ = writeln!(out, "  else {{ {res} = {} % {}; }}", l.v, r.v);
                     }
                     (None, Operator::Divide) => {
@@ -676,18 +547,8 @@ impl<'a> Gen<'a> {
         }
     }
 
-    fn decimal_arith(
-        &mut self,
-        op: Operator,
-        l: Val,
-        r: Val,
-        rt: DataType,
-        n: String,
-        out: &mut String,
-    ) -> Result<Val, String> {
-        let (DataType::Decimal128(_, s1), DataType::Decimal128(_, s2), DataType::Decimal128(p, s)) =
-            (&l.dt, &r.dt, &rt)
-        else {
+    fn decimal_arith(&mut self, op: Operator, l: Val, r: Val, rt: DataType, n: String, out: &mut String) -> Result<Val, String> {
+        let (DataType::Decimal128(_, s1), DataType::Decimal128(_, s2), DataType::Decimal128(p, s)) = (&l.dt, &r.dt, &rt) else {
             return Err(format!("decimal arithmetic to {rt}"));
         };
         if *p > 18 && self.wide && self.caps.int64 {
@@ -703,13 +564,7 @@ impl<'a> Gen<'a> {
         self.need(&rt)?;
         let v = match op {
             Operator::Plus | Operator::Minus if s == s1.max(s2) => {
-                let up = |v: &str, k: i32| {
-                    if k == 0 {
-                        v.to_string()
-                    } else {
-                        format!("({v} * {}li)", pow10(k as u32))
-                    }
-                };
+                let up = |v: &str, k: i32| if k == 0 { v.to_string() } else { format!("({v} * {}li)", pow10(k as u32)) };
                 let o = if op == Operator::Plus { "+" } else { "-" };
                 format!("({} {o} {})", up(&l.v, s - s1), up(&r.v, s - s2))
             }
@@ -721,29 +576,15 @@ impl<'a> Gen<'a> {
 
     /// Decimal `+ - *` whose result precision exceeds 18, in i64: exact where it
     /// fits, else the row raises [`codes::DECIMAL_WIDE`].
-    fn wide_decimal_arith(
-        &mut self,
-        op: Operator,
-        l: Val,
-        r: Val,
-        rt: DataType,
-        n: String,
-        out: &mut String,
-    ) -> Result<Val, String> {
-        let (DataType::Decimal128(_, s1), DataType::Decimal128(_, s2), DataType::Decimal128(_, s)) =
-            (&l.dt, &r.dt, &rt)
-        else {
+    fn wide_decimal_arith(&mut self, op: Operator, l: Val, r: Val, rt: DataType, n: String, out: &mut String) -> Result<Val, String> {
+        let (DataType::Decimal128(_, s1), DataType::Decimal128(_, s2), DataType::Decimal128(_, s)) = (&l.dt, &r.dt, &rt) else {
             return Err(format!("decimal arithmetic to {rt}"));
         };
         let (s1, s2, s) = (*s1 as i32, *s2 as i32, *s as i32);
         self.uses64 = true;
         self.may_error = true;
         let flag = |out: &mut String, bad: String| {
-            let _ = writeln!(
-                out,
-                "if ({n} && ({bad})) {{ code = max(code, {}u); }}",
-                codes::DECIMAL_WIDE
-            );
+            let _ = writeln!(out, "if ({n} && ({bad})) {{ code = max(code, {}u); }}", codes::DECIMAL_WIDE);
         };
         // `v * 10^k`, checked.
         let up = |g: &mut Self, out: &mut String, v: &str, k: i32| -> String {
@@ -792,28 +633,15 @@ impl<'a> Gen<'a> {
         };
         let ty = wgsl_ty(st);
         let v = self.let_(out, ty, &v);
-        Ok(Val {
-            v,
-            n: a.n,
-            dt: a.dt,
-        })
+        Ok(Val { v, n: a.n, dt: a.dt })
     }
 
-    fn cast(
-        &mut self,
-        e: &Arc<dyn PhysicalExpr>,
-        to: &DataType,
-        try_: bool,
-        out: &mut String,
-    ) -> Result<Val, String> {
+    fn cast(&mut self, e: &Arc<dyn PhysicalExpr>, to: &DataType, try_: bool, out: &mut String) -> Result<Val, String> {
         use DataType::*;
         // A cast of a literal is folded here, by Arrow's own cast.
         if let Some(l) = e.downcast_ref::<Literal>() {
             let folded = if try_ {
-                let opts = arrow::compute::CastOptions {
-                    safe: true,
-                    ..Default::default()
-                };
+                let opts = arrow::compute::CastOptions { safe: true, ..Default::default() };
                 l.value().cast_to_with_options(to, &opts)
             } else {
                 l.value().cast_to(to)
@@ -829,11 +657,7 @@ impl<'a> Gen<'a> {
         }
         if a.dt == Null {
             let st = self.need(to)?;
-            return Ok(Val {
-                v: zero(st).into(),
-                n: "false".into(),
-                dt: to.clone(),
-            });
+            return Ok(Val { v: zero(st).into(), n: "false".into(), dt: to.clone() });
         }
         let from_st = storage(&a.dt)?;
         let to_st = self.need(to)?;
@@ -841,11 +665,7 @@ impl<'a> Gen<'a> {
         let checked = |g: &mut Self, out: &mut String, in_range: String, value: String| -> Val {
             let (v, n) = g.vars(out, to_st);
             if try_ {
-                let _ = writeln!(
-                    out,
-                    "if ({} && {in_range}) {{ {v} = {value}; {n} = true; }}",
-                    a.n
-                );
+                let _ = writeln!(out, "if ({} && {in_range}) {{ {v} = {value}; {n} = true; }}", a.n);
             } else {
                 g.may_error = true;
                 let _ = writeln!(
@@ -855,11 +675,7 @@ impl<'a> Gen<'a> {
                     codes::CAST_OVERFLOW
                 );
             }
-            Val {
-                v,
-                n,
-                dt: to.clone(),
-            }
+            Val { v, n, dt: to.clone() }
         };
         // Integer to integer.
         if is_int(&a.dt) && is_int(to) {
@@ -877,11 +693,7 @@ impl<'a> Gen<'a> {
             };
             if flo >= lo && fhi <= hi {
                 let v = self.let_(out, wgsl_ty(to_st), &conv(&a.v));
-                return Ok(Val {
-                    v,
-                    n: a.n,
-                    dt: to.clone(),
-                });
+                return Ok(Val { v, n: a.n, dt: to.clone() });
             }
             // Compare in a type that holds both ranges.
             let wide = |x: &str| -> String {
@@ -904,11 +716,7 @@ impl<'a> Gen<'a> {
                 }
             } else {
                 let w = wide(&a.v);
-                let hi_c = if hi > i64::MAX as i128 {
-                    "true".to_string()
-                } else {
-                    format!("{w} <= {}", i64_lit(hi as i64))
-                };
+                let hi_c = if hi > i64::MAX as i128 { "true".to_string() } else { format!("{w} <= {}", i64_lit(hi as i64)) };
                 let lo_c = format!("{w} >= {}", i64_lit(lo.max(i64::MIN as i128) as i64));
                 format!("({lo_c} && {hi_c})")
             };
@@ -927,10 +735,7 @@ impl<'a> Gen<'a> {
                 _ => return Err(format!("cast from {} to {to}", a.dt)),
             };
             if k < 0 {
-                return Err(format!(
-                    "cast from {} to {to} (rounding to a smaller scale)",
-                    a.dt
-                ));
+                return Err(format!("cast from {} to {to} (rounding to a smaller scale)", a.dt));
             }
             let src = match from_st {
                 Storage::I64 => a.v.clone(),
@@ -938,40 +743,20 @@ impl<'a> Gen<'a> {
                 Storage::U32 => format!("i64(u64({}))", a.v),
                 _ => format!("sext64({})", a.v),
             };
-            let value = if k == 0 {
-                src.clone()
-            } else {
-                format!("({src} * {}li)", pow10(k as u32))
-            };
+            let value = if k == 0 { src.clone() } else { format!("({src} * {}li)", pow10(k as u32)) };
             // In range iff |v| < 10^(p2 - k).
             if digits_before <= p2 - s2 {
                 let v = self.let_(out, "i64", &value);
-                return Ok(Val {
-                    v,
-                    n: a.n,
-                    dt: to.clone(),
-                });
+                return Ok(Val { v, n: a.n, dt: to.clone() });
             }
-            let bound = if p2 - k >= 0 {
-                pow10((p2 - k) as u32)
-            } else {
-                1
-            };
-            let cond = if p2 - k >= 0 {
-                format!("({src} > -{bound}li && {src} < {bound}li)")
-            } else {
-                format!("({src} == 0li)")
-            };
+            let bound = if p2 - k >= 0 { pow10((p2 - k) as u32) } else { 1 };
+            let cond = if p2 - k >= 0 { format!("({src} > -{bound}li && {src} < {bound}li)") } else { format!("({src} == 0li)") };
             return Ok(checked(self, out, cond, value));
         }
         // Float32 to Float64 is exact: widen the bits.
         if a.dt == Float32 && *to == Float64 {
             let v = self.let_(out, "u64", &format!("f32_to_f64({})", a.v));
-            return Ok(Val {
-                v,
-                n: a.n,
-                dt: to.clone(),
-            });
+            return Ok(Val { v, n: a.n, dt: to.clone() });
         }
         // Dates to Date64 / timestamps without a time zone.
         if a.dt == Date32 {
@@ -987,19 +772,9 @@ impl<'a> Gen<'a> {
             let limit = i64::MAX / mult;
             if limit >= i32::MAX as i64 {
                 let v = self.let_(out, "i64", &value);
-                return Ok(Val {
-                    v,
-                    n: a.n,
-                    dt: to.clone(),
-                });
+                return Ok(Val { v, n: a.n, dt: to.clone() });
             }
-            let cond = format!(
-                "({} >= {} && {} <= {})",
-                a.v,
-                i32_lit(-limit as i32),
-                a.v,
-                i32_lit(limit as i32)
-            );
+            let cond = format!("({} >= {} && {} <= {})", a.v, i32_lit(-limit as i32), a.v, i32_lit(limit as i32));
             return Ok(checked(self, out, cond, value));
         }
         Err(format!("cast from {} to {to}", a.dt))
@@ -1021,33 +796,16 @@ impl<'a> Gen<'a> {
                 list_nulls.push(format!("(!{})", b.n));
             }
         }
-        let m = if any_match.is_empty() {
-            "false".to_string()
-        } else {
-            any_match.join(" || ")
-        };
-        let has_null = if list_nulls.is_empty() {
-            "false".to_string()
-        } else {
-            list_nulls.join(" || ")
-        };
+        let m = if any_match.is_empty() { "false".to_string() } else { any_match.join(" || ") };
+        let has_null = if list_nulls.is_empty() { "false".to_string() } else { list_nulls.join(" || ") };
         let mv = self.let_(out, "bool", &m);
         // Valid when the probe is valid and (it matched, or the list has no NULL).
         let n = format!("({} && ({mv} || !({has_null})))", a.n);
         let v = if x.negated() { format!("(!{mv})") } else { mv };
-        Ok(Val {
-            v,
-            n,
-            dt: DataType::Boolean,
-        })
+        Ok(Val { v, n, dt: DataType::Boolean })
     }
 
-    fn case(
-        &mut self,
-        whole: &Arc<dyn PhysicalExpr>,
-        x: &CaseExpr,
-        out: &mut String,
-    ) -> Result<Val, String> {
+    fn case(&mut self, whole: &Arc<dyn PhysicalExpr>, x: &CaseExpr, out: &mut String) -> Result<Val, String> {
         let rt = whole.data_type(self.schema).map_err(|e| e.to_string())?;
         let st = self.need(&rt)?;
         let base = match x.expr() {
@@ -1081,12 +839,7 @@ impl<'a> Gen<'a> {
             if t.dt != rt && t.dt != DataType::Null {
                 return Err(format!("CASE branch of {} in a CASE of {rt}", t.dt));
             }
-            let _ = writeln!(
-                out,
-                "{cond_code}if ({cond}) {{\n{then_code}{res_v} = {}; {res_n} = {};\n}} else {{",
-                t.v_as(st),
-                t.n
-            );
+            let _ = writeln!(out, "{cond_code}if ({cond}) {{\n{then_code}{res_v} = {}; {res_n} = {};\n}} else {{", t.v_as(st), t.n);
             closing += 1;
         }
         if let Some(e) = x.else_expr() {
@@ -1100,51 +853,20 @@ impl<'a> Gen<'a> {
         for _ in 0..closing {
             out.push_str("}\n");
         }
-        Ok(Val {
-            v: res_v,
-            n: res_n,
-            dt: rt,
-        })
+        Ok(Val { v: res_v, n: res_n, dt: rt })
     }
 
     /// The interval literal arithmetic `date ± interval` (the right side is a literal).
-    fn date_interval(
-        &mut self,
-        date: Val,
-        iv: &ScalarValue,
-        minus: bool,
-        out: &mut String,
-    ) -> Result<Val, String> {
+    fn date_interval(&mut self, date: Val, iv: &ScalarValue, minus: bool, out: &mut String) -> Result<Val, String> {
         let (months, days) = match iv {
             ScalarValue::IntervalYearMonth(Some(m)) => (*m, 0),
             ScalarValue::IntervalDayTime(Some(d)) if d.milliseconds == 0 => (0, d.days),
             ScalarValue::IntervalMonthDayNano(Some(x)) if x.nanoseconds == 0 => (x.months, x.days),
-            other => {
-                return Err(format!(
-                    "date plus interval {other} (only whole days and months)"
-                ))
-            }
+            other => return Err(format!("date plus interval {other} (only whole days and months)")),
         };
-        let (months, days) = if minus {
-            (-months, -days)
-        } else {
-            (months, days)
-        };
-        let v = self.let_(
-            out,
-            "i32",
-            &format!(
-                "(add_months({}, {}) + {})",
-                date.v,
-                i32_lit(months),
-                i32_lit(days)
-            ),
-        );
-        Ok(Val {
-            v,
-            n: date.n,
-            dt: DataType::Date32,
-        })
+        let (months, days) = if minus { (-months, -days) } else { (months, days) };
+        let v = self.let_(out, "i32", &format!("(add_months({}, {}) + {})", date.v, i32_lit(months), i32_lit(days)));
+        Ok(Val { v, n: date.n, dt: DataType::Date32 })
     }
 
     pub(crate) fn helpers64(&self) -> &'static str {
@@ -1202,23 +924,12 @@ fn int_digits(dt: &DataType) -> i32 {
 /// Date ± interval literal is recognised before the general binary path.
 pub(crate) fn interval_literal(e: &Arc<dyn PhysicalExpr>) -> Option<ScalarValue> {
     let l = e.downcast_ref::<Literal>()?;
-    matches!(
-        l.value().data_type(),
-        DataType::Interval(
-            IntervalUnit::YearMonth | IntervalUnit::DayTime | IntervalUnit::MonthDayNano
-        )
-    )
-    .then(|| l.value().clone())
+    matches!(l.value().data_type(), DataType::Interval(IntervalUnit::YearMonth | IntervalUnit::DayTime | IntervalUnit::MonthDayNano))
+        .then(|| l.value().clone())
 }
 
 /// Renders the full kernel from its generated parts.
-pub(crate) fn render(
-    bindings: &str,
-    nwords: usize,
-    helpers64: &str,
-    body: &str,
-    store_bits: &str,
-) -> String {
+pub(crate) fn render(bindings: &str, nwords: usize, helpers64: &str, body: &str, store_bits: &str) -> String {
     TEMPLATE
         .replace("/*BINDINGS*/", bindings)
         .replace("/*NWORDS*/", &nwords.max(1).to_string())
@@ -1226,3 +937,4 @@ pub(crate) fn render(
         .replace("/*BODY*/", body)
         .replace("/*STORE_BITS*/", store_bits)
 }
+

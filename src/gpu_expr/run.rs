@@ -69,20 +69,12 @@ pub(crate) fn error_for(code: u32) -> Result<()> {
         0 => Ok(()),
         codes::DECIMAL_WIDE => Err(DataFusionError::External(Box::new(DecimalWide))),
         codes::DIVIDE_BY_ZERO => arrow(ArrowError::DivideByZero),
-        codes::CAST_OVERFLOW => arrow(ArrowError::CastError(
-            "Cannot cast a value to the target type of CAST: out of range".into(),
-        )),
-        c if c >= codes::OVERFLOW_BASE
-            && ((c - codes::OVERFLOW_BASE) as usize) < OVERFLOW_TYPES.len() =>
-        {
+        codes::CAST_OVERFLOW => arrow(ArrowError::CastError("Cannot cast a value to the target type of CAST: out of range".into())),
+        c if c >= codes::OVERFLOW_BASE && ((c - codes::OVERFLOW_BASE) as usize) < OVERFLOW_TYPES.len() => {
             let (_, what) = &OVERFLOW_TYPES[(c - codes::OVERFLOW_BASE) as usize];
-            arrow(ArrowError::ArithmeticOverflow(format!(
-                "Overflow happened on: {what}"
-            )))
+            arrow(ArrowError::ArithmeticOverflow(format!("Overflow happened on: {what}")))
         }
-        c => Err(DataFusionError::Internal(format!(
-            "GPU kernel raised unknown error code {c}"
-        ))),
+        c => Err(DataFusionError::Internal(format!("GPU kernel raised unknown error code {c}"))),
     }
 }
 
@@ -124,14 +116,7 @@ impl RowProgram {
         outputs: Vec<Arc<dyn PhysicalExpr>>,
         caps: Caps,
     ) -> std::result::Result<RowProgram, String> {
-        RowProgram {
-            schema,
-            predicate,
-            outputs,
-            caps,
-            wide: false,
-        }
-        .checked()
+        RowProgram { schema, predicate, outputs, caps, wide: false }.checked()
     }
 
     /// [`RowProgram::try_new`] with decimals of precision above 18 computed in
@@ -145,14 +130,7 @@ impl RowProgram {
         outputs: Vec<Arc<dyn PhysicalExpr>>,
         caps: Caps,
     ) -> std::result::Result<RowProgram, String> {
-        RowProgram {
-            schema,
-            predicate,
-            outputs,
-            caps,
-            wide: true,
-        }
-        .checked()
+        RowProgram { schema, predicate, outputs, caps, wide: true }.checked()
     }
 
     fn checked(self) -> std::result::Result<RowProgram, String> {
@@ -185,20 +163,13 @@ impl RowProgram {
         g.wide = self.wide;
         let mut code = String::new();
         let mut bitmaps: Vec<(Slot, String)> = Vec::new();
-        let set_bit =
-            |b: usize| format!("atomicOr(&wbits[{b}u * WORDS + lid / 32u], 1u << (lid & 31u));");
+        let set_bit = |b: usize| format!("atomicOr(&wbits[{b}u * WORDS + lid / 32u], 1u << (lid & 31u));");
         if let Some(p) = &self.predicate {
             let v = g.expr(p, &mut code)?;
             if v.dt != DataType::Boolean && v.dt != DataType::Null {
                 return Err(format!("predicate of type {}", v.dt));
             }
-            let _ = writeln!(
-                code,
-                "let sel = {} && {};\nif (sel) {{ {} }}",
-                v.n,
-                v.v,
-                set_bit(0)
-            );
+            let _ = writeln!(code, "let sel = {} && {};\nif (sel) {{ {} }}", v.n, v.v, set_bit(0));
             bitmaps.push((Slot::Selection, "sel_out".into()));
         } else {
             code.push_str("let sel = true;\n");
@@ -208,20 +179,14 @@ impl RowProgram {
         code.push_str("if (sel) {\n");
         for (j, e) in self.outputs.iter().enumerate() {
             let dt = e.data_type(&self.schema).map_err(|e| e.to_string())?;
-            let storage = g
-                .st(&dt)
-                .map_err(|_| format!("output of type {dt} has no GPU layout"))?;
+            let storage = g.st(&dt).map_err(|_| format!("output of type {dt} has no GPU layout"))?;
             let mut c = String::new();
             let v = g.expr(e, &mut c)?;
             if v.dt != dt && v.dt != DataType::Null {
                 return Err(format!("output {e} compiles to {} instead of {dt}", v.dt));
             }
             code.push_str(&c);
-            let value = if v.dt == DataType::Null {
-                super::zero(storage).to_string()
-            } else {
-                v.v.clone()
-            };
+            let value = if v.dt == DataType::Null { super::zero(storage).to_string() } else { v.v.clone() };
             if storage == Storage::Bool {
                 let b = bitmaps.len();
                 let _ = writeln!(code, "if ({} && {value}) {{ {} }}", v.n, set_bit(b));
@@ -236,18 +201,11 @@ impl RowProgram {
                 let _ = writeln!(code, "if ({}) {{ {} }}", v.n, set_bit(b));
                 bitmaps.push((Slot::OutValidity(j), format!("outv{j}")));
             }
-            outs.push(OutSpec {
-                dt,
-                storage,
-                nullable,
-            });
+            outs.push(OutSpec { dt, storage, nullable });
         }
         code.push_str("}\n");
         if bitmaps.len() > MAX_BITMAPS_PER_KERNEL {
-            return Err(format!(
-                "{} bitmaps in one kernel (at most {MAX_BITMAPS_PER_KERNEL})",
-                bitmaps.len()
-            ));
+            return Err(format!("{} bitmaps in one kernel (at most {MAX_BITMAPS_PER_KERNEL})", bitmaps.len()));
         }
         // Bindings: input columns, then the selection and outputs.
         let mut slots = Vec::new();
@@ -258,40 +216,20 @@ impl RowProgram {
         };
         for &i in &g.cols {
             let st = Storage::of(self.schema.field(i).data_type()).expect("compiled");
-            let elem = if st == Storage::Bool {
-                "u32"
-            } else {
-                wgsl_ty(st)
-            };
-            bind(
-                &mut slots,
-                Slot::ColValues(i),
-                format!("var<storage, read> col{i}: array<{elem}>;"),
-            );
+            let elem = if st == Storage::Bool { "u32" } else { wgsl_ty(st) };
+            bind(&mut slots, Slot::ColValues(i), format!("var<storage, read> col{i}: array<{elem}>;"));
             if validity(i) {
-                bind(
-                    &mut slots,
-                    Slot::ColValidity(i),
-                    format!("var<storage, read> val{i}: array<u32>;"),
-                );
+                bind(&mut slots, Slot::ColValidity(i), format!("var<storage, read> val{i}: array<u32>;"));
             }
         }
         let nbitmaps = bitmaps.len();
         let mut store_bits = String::new();
         for (b, (slot, name)) in bitmaps.into_iter().enumerate() {
-            bind(
-                &mut slots,
-                slot,
-                format!("var<storage, read_write> {name}: array<u32>;"),
-            );
+            bind(&mut slots, slot, format!("var<storage, read_write> {name}: array<u32>;"));
             let _ = writeln!(store_bits, "        if (which == {b}u) {{ {name}[word] = atomicLoad(&wbits[{b}u * WORDS + (lid % WORDS)]); }}");
         }
         for (slot, name, ty) in out_decls {
-            bind(
-                &mut slots,
-                slot,
-                format!("var<storage, read_write> {name}: array<{ty}>;"),
-            );
+            bind(&mut slots, slot, format!("var<storage, read_write> {name}: array<{ty}>;"));
         }
         let max_bindings = 2 + slots.len();
         if max_bindings > 30 {
@@ -300,12 +238,7 @@ impl RowProgram {
         let body = format!("{}{}", g.loads(), code);
         let nwords = nbitmaps * (ridgeline_operators::rowwise::ROWWISE_WG as usize / 32);
         let source = render(&decls, nwords, g.helpers64(), &body, &store_bits);
-        Ok(Kernel {
-            source,
-            slots,
-            outs,
-            may_error: g.may_error,
-        })
+        Ok(Kernel { source, slots, outs, may_error: g.may_error })
     }
 
     /// Runs the program over `batch`. Errors raised by rows are reported by
@@ -318,9 +251,7 @@ impl RowProgram {
             ColumnData::Device { validity, .. } => validity.is_some(),
             ColumnData::Host(a) => a.logical_nulls().is_some_and(|n| n.null_count() > 0),
         };
-        let kernel = self.kernel(&validity).map_err(|e| {
-            DataFusionError::Internal(format!("GPU expression no longer compiles: {e}"))
-        })?;
+        let kernel = self.kernel(&validity).map_err(|e| DataFusionError::Internal(format!("GPU expression no longer compiles: {e}")))?;
         let rows = batch.num_rows;
         let seg = ctx.segment_rows();
         for s in &kernel.slots {
@@ -332,10 +263,7 @@ impl RowProgram {
         }
         let col = |i: usize| -> &GpuColumn { uploaded[i].as_ref().unwrap_or(&batch.columns[i]) };
         let selection = match self.predicate {
-            Some(_) => Some(
-                DeviceArray::alloc_segmented(ctx, rows.div_ceil(32), 4, seg / 32)
-                    .map_err(gpu_err)?,
-            ),
+            Some(_) => Some(DeviceArray::alloc_segmented(ctx, rows.div_ceil(32), 4, seg / 32).map_err(gpu_err)?),
             None => None,
         };
         let mut out_values = Vec::new();
@@ -349,10 +277,7 @@ impl RowProgram {
             .map_err(gpu_err)?;
             out_values.push(v);
             out_validity.push(if o.nullable {
-                Some(
-                    DeviceArray::alloc_segmented(ctx, rows.div_ceil(32), 4, seg / 32)
-                        .map_err(gpu_err)?,
-                )
+                Some(DeviceArray::alloc_segmented(ctx, rows.div_ceil(32), 4, seg / 32).map_err(gpu_err)?)
             } else {
                 None
             });
@@ -361,23 +286,13 @@ impl RowProgram {
         for s in &kernel.slots {
             let a = match s {
                 Slot::ColValues(i) => match &col(*i).data {
-                    ColumnData::Device {
-                        storage: Storage::Bool,
-                        values,
-                        ..
-                    } => RowArray::Bits(values),
+                    ColumnData::Device { storage: Storage::Bool, values, .. } => RowArray::Bits(values),
                     ColumnData::Device { values, .. } => RowArray::Rows(values),
                     ColumnData::Host(_) => unreachable!("uploaded above"),
                 },
                 Slot::ColValidity(i) => match &col(*i).data {
-                    ColumnData::Device {
-                        validity: Some(v), ..
-                    } => RowArray::Bits(v),
-                    _ => {
-                        return Err(DataFusionError::Internal(format!(
-                            "column {i} lost its validity bitmap"
-                        )))
-                    }
+                    ColumnData::Device { validity: Some(v), .. } => RowArray::Bits(v),
+                    _ => return Err(DataFusionError::Internal(format!("column {i} lost its validity bitmap"))),
                 },
                 Slot::Selection => RowArray::Bits(selection.as_ref().expect("predicate")),
                 Slot::OutValues(j) => {
@@ -387,9 +302,7 @@ impl RowProgram {
                         RowArray::Rows(&out_values[*j])
                     }
                 }
-                Slot::OutValidity(j) => {
-                    RowArray::Bits(out_validity[*j].as_ref().expect("nullable"))
-                }
+                Slot::OutValidity(j) => RowArray::Bits(out_validity[*j].as_ref().expect("nullable")),
             };
             arrays.push(a);
         }
@@ -408,20 +321,12 @@ impl RowProgram {
             .zip(out_values.into_iter().zip(out_validity))
             .map(|(o, (values, validity))| GpuColumn {
                 data_type: o.dt.clone(),
-                data: ColumnData::Device {
-                    storage: o.storage,
-                    values,
-                    validity,
-                },
+                data: ColumnData::Device { storage: o.storage, values, validity },
                 len: rows,
                 null_count: 0,
             })
             .collect();
-        Ok(Evaluated {
-            selection,
-            outputs,
-            run,
-        })
+        Ok(Evaluated { selection, outputs, run })
     }
 }
 

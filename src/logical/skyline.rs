@@ -16,8 +16,8 @@ use datafusion::common::{DFSchemaRef, ScalarValue};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::expr::{ScalarFunction, Sort};
 use datafusion::logical_expr::{
-    ColumnarValue, Expr, ExprSchemable, Extension, LogicalPlan, ScalarFunctionArgs, ScalarUDF,
-    ScalarUDFImpl, Signature, UserDefinedLogicalNodeCore, Volatility,
+    ColumnarValue, Expr, ExprSchemable, Extension, LogicalPlan, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
+    Signature, UserDefinedLogicalNodeCore, Volatility,
 };
 use datafusion::prelude::DataFrame;
 use std::sync::Arc;
@@ -32,24 +32,15 @@ pub struct SkylineDim {
 impl SkylineDim {
     /// Smaller is better.
     pub fn min(expr: Expr) -> Self {
-        SkylineDim {
-            expr,
-            direction: SkylineDirection::Min,
-        }
+        SkylineDim { expr, direction: SkylineDirection::Min }
     }
     /// Larger is better.
     pub fn max(expr: Expr) -> Self {
-        SkylineDim {
-            expr,
-            direction: SkylineDirection::Max,
-        }
+        SkylineDim { expr, direction: SkylineDirection::Max }
     }
     /// Rows are compared only with rows of equal value.
     pub fn diff(expr: Expr) -> Self {
-        SkylineDim {
-            expr,
-            direction: SkylineDirection::Diff,
-        }
+        SkylineDim { expr, direction: SkylineDirection::Diff }
     }
 }
 
@@ -67,8 +58,9 @@ pub fn orderable(dt: &DataType) -> bool {
     match dt {
         Dictionary(_, v) => orderable(v),
         RunEndEncoded(_, v) => orderable(v.data_type()),
-        List(_) | LargeList(_) | FixedSizeList(..) | ListView(_) | LargeListView(_) | Struct(_)
-        | Map(..) | Union(..) => false,
+        List(_) | LargeList(_) | FixedSizeList(..) | ListView(_) | LargeListView(_) | Struct(_) | Map(..) | Union(..) => {
+            false
+        }
         _ => true,
     }
 }
@@ -77,9 +69,7 @@ impl SkylineNode {
     /// Checks the dimensions (at least one; each of a type with an order).
     pub fn try_new(input: LogicalPlan, dims: Vec<SkylineDim>, distinct: bool) -> Result<Self> {
         if dims.is_empty() {
-            return Err(DataFusionError::Plan(
-                "SKYLINE OF needs at least one dimension".into(),
-            ));
+            return Err(DataFusionError::Plan("SKYLINE OF needs at least one dimension".into()));
         }
         for d in &dims {
             let dt = d.expr.get_type(input.schema())?;
@@ -90,17 +80,11 @@ impl SkylineNode {
                 )));
             }
         }
-        Ok(SkylineNode {
-            input,
-            dims,
-            distinct,
-        })
+        Ok(SkylineNode { input, dims, distinct })
     }
     /// The node as a plan.
     pub fn into_plan(self) -> LogicalPlan {
-        LogicalPlan::Extension(Extension {
-            node: Arc::new(self),
-        })
+        LogicalPlan::Extension(Extension { node: Arc::new(self) })
     }
 }
 
@@ -118,36 +102,16 @@ impl UserDefinedLogicalNodeCore for SkylineNode {
         self.dims.iter().map(|d| d.expr.clone()).collect()
     }
     fn fmt_for_explain(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        let dims: Vec<String> = self
-            .dims
-            .iter()
-            .map(|d| format!("{} {}", d.expr, d.direction))
-            .collect();
-        write!(
-            f,
-            "Skyline: {}dims=[{}]",
-            if self.distinct { "DISTINCT " } else { "" },
-            dims.join(", ")
-        )
+        let dims: Vec<String> = self.dims.iter().map(|d| format!("{} {}", d.expr, d.direction)).collect();
+        write!(f, "Skyline: {}dims=[{}]", if self.distinct { "DISTINCT " } else { "" }, dims.join(", "))
     }
-    fn with_exprs_and_inputs(
-        &self,
-        exprs: Vec<Expr>,
-        mut inputs: Vec<LogicalPlan>,
-    ) -> Result<Self> {
+    fn with_exprs_and_inputs(&self, exprs: Vec<Expr>, mut inputs: Vec<LogicalPlan>) -> Result<Self> {
         let dims = exprs
             .into_iter()
             .zip(&self.dims)
-            .map(|(expr, d)| SkylineDim {
-                expr,
-                direction: d.direction,
-            })
+            .map(|(expr, d)| SkylineDim { expr, direction: d.direction })
             .collect();
-        Ok(SkylineNode {
-            input: inputs.swap_remove(0),
-            dims,
-            distinct: self.distinct,
-        })
+        Ok(SkylineNode { input: inputs.swap_remove(0), dims, distinct: self.distinct })
     }
 }
 
@@ -160,9 +124,7 @@ pub struct SkylineMarker {
 
 impl Default for SkylineMarker {
     fn default() -> Self {
-        SkylineMarker {
-            signature: Signature::any(3, Volatility::Immutable),
-        }
+        SkylineMarker { signature: Signature::any(3, Volatility::Immutable) }
     }
 }
 
@@ -177,9 +139,7 @@ impl ScalarUDFImpl for SkylineMarker {
         Ok(args.get(2).cloned().unwrap_or(DataType::Null))
     }
     fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        Err(DataFusionError::Plan(
-            "SKYLINE OF is not supported in this position".into(),
-        ))
+        Err(DataFusionError::Plan("SKYLINE OF is not supported in this position".into()))
     }
 }
 
@@ -190,9 +150,7 @@ pub fn skyline_marker_udf() -> ScalarUDF {
 
 /// (clause, dimension, expression) of a marker call.
 fn as_marker(e: &Expr) -> Option<(usize, usize, &Expr)> {
-    let Expr::ScalarFunction(ScalarFunction { func, args }) = e else {
-        return None;
-    };
+    let Expr::ScalarFunction(ScalarFunction { func, args }) = e else { return None };
     if func.name() != MARKER || args.len() != 3 {
         return None;
     }
@@ -229,25 +187,15 @@ fn contains_marker(plan: &LogicalPlan) -> bool {
 pub fn replace_skyline_markers(plan: LogicalPlan, rw: &Rewritten) -> Result<LogicalPlan> {
     let out = plan
         .transform_up_with_subqueries(|node| {
-            let LogicalPlan::Sort(sort) = &node else {
-                return Ok(Transformed::no(node));
-            };
-            let lead: Vec<(usize, usize, &Expr)> =
-                sort.expr.iter().map_while(|s| as_marker(&s.expr)).collect();
-            let Some(&(k, _, _)) = lead.first() else {
-                return Ok(Transformed::no(node));
-            };
-            let clause = rw.clauses.get(k).ok_or_else(|| {
-                DataFusionError::Internal(format!("skyline clause {k} not found"))
-            })?;
-            if lead.len() != clause.dims.len()
-                || lead.iter().enumerate().any(|(j, m)| m.0 != k || m.1 != j)
-            {
-                return Err(error_at(
-                    "the clause could not be planned here",
-                    clause.line,
-                    clause.column,
-                ));
+            let LogicalPlan::Sort(sort) = &node else { return Ok(Transformed::no(node)) };
+            let lead: Vec<(usize, usize, &Expr)> = sort.expr.iter().map_while(|s| as_marker(&s.expr)).collect();
+            let Some(&(k, _, _)) = lead.first() else { return Ok(Transformed::no(node)) };
+            let clause = rw
+                .clauses
+                .get(k)
+                .ok_or_else(|| DataFusionError::Internal(format!("skyline clause {k} not found")))?;
+            if lead.len() != clause.dims.len() || lead.iter().enumerate().any(|(j, m)| m.0 != k || m.1 != j) {
+                return Err(error_at("the clause could not be planned here", clause.line, clause.column));
             }
             let mut dims = Vec::new();
             for (j, m) in lead.iter().enumerate() {
@@ -255,44 +203,29 @@ pub fn replace_skyline_markers(plan: LogicalPlan, rw: &Rewritten) -> Result<Logi
                 let dt = m.2.get_type(sort.input.schema())?;
                 if !orderable(&dt) {
                     return Err(error_at(
-                        format!(
-                            "dimension '{}' has type {dt}, which has no order",
-                            spec.text
-                        ),
+                        format!("dimension '{}' has type {dt}, which has no order", spec.text),
                         spec.line,
                         spec.column,
                     ));
                 }
-                dims.push(SkylineDim {
-                    expr: m.2.clone(),
-                    direction: spec.direction,
-                });
+                dims.push(SkylineDim { expr: m.2.clone(), direction: spec.direction });
             }
             let rest: Vec<Sort> = sort.expr[lead.len()..].to_vec();
-            let sky = SkylineNode::try_new(sort.input.as_ref().clone(), dims, clause.distinct)?
-                .into_plan();
+            let sky = SkylineNode::try_new(sort.input.as_ref().clone(), dims, clause.distinct)?.into_plan();
             let plan = if rest.is_empty() {
                 match sort.fetch {
-                    Some(f) => datafusion::logical_expr::LogicalPlanBuilder::from(sky)
-                        .limit(0, Some(f))?
-                        .build()?,
+                    Some(f) => datafusion::logical_expr::LogicalPlanBuilder::from(sky).limit(0, Some(f))?.build()?,
                     None => sky,
                 }
             } else {
-                datafusion::logical_expr::LogicalPlanBuilder::from(sky)
-                    .sort_with_limit(rest, sort.fetch)?
-                    .build()?
+                datafusion::logical_expr::LogicalPlanBuilder::from(sky).sort_with_limit(rest, sort.fetch)?.build()?
             };
             Ok(Transformed::yes(plan))
         })?
         .data;
     if contains_marker(&out) {
         let c = &rw.clauses[0];
-        return Err(error_at(
-            "the clause is not supported in this position",
-            c.line,
-            c.column,
-        ));
+        return Err(error_at("the clause is not supported in this position", c.line, c.column));
     }
     Ok(out)
 }

@@ -16,17 +16,12 @@ use std::sync::Arc;
 pub struct GpuBoundaries;
 
 impl PhysicalOptimizerRule for GpuBoundaries {
-    fn optimize(
-        &self,
-        plan: Arc<dyn ExecutionPlan>,
-        _config: &ConfigOptions,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
+    fn optimize(&self, plan: Arc<dyn ExecutionPlan>, _config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
         let plan = plan
             .transform_up(|node| {
                 let gpu_consumer = as_gpu(&node).map(|g| g.consumes_gpu_input());
                 // Nodes that read GPU islands themselves and hand over host batches.
-                let is_unload = node.downcast_ref::<GpuUnloadExec>().is_some()
-                    || node.downcast_ref::<GpuRepartitionExec>().is_some();
+                let is_unload = node.downcast_ref::<GpuUnloadExec>().is_some() || node.downcast_ref::<GpuRepartitionExec>().is_some();
                 let mut changed = false;
                 let children: Vec<Arc<dyn ExecutionPlan>> = node
                     .children()
@@ -39,10 +34,7 @@ impl PhysicalOptimizerRule for GpuBoundaries {
                                 Arc::new(GpuLoadExec::new(c.clone())) as Arc<dyn ExecutionPlan>
                             }
                             // A resident scan serves CPU parents from its host copy.
-                            None if child_gpu
-                                && !is_unload
-                                && c.downcast_ref::<GpuScanExec>().is_none() =>
-                            {
+                            None if child_gpu && !is_unload && c.downcast_ref::<GpuScanExec>().is_none() => {
                                 changed = true;
                                 Arc::new(GpuUnloadExec::new(c.clone()))
                             }
@@ -58,13 +50,7 @@ impl PhysicalOptimizerRule for GpuBoundaries {
                 Ok(Transformed::yes(n))
             })?
             .data;
-        Ok(
-            if as_gpu(&plan).is_some() && plan.downcast_ref::<GpuScanExec>().is_none() {
-                Arc::new(GpuUnloadExec::new(plan))
-            } else {
-                plan
-            },
-        )
+        Ok(if as_gpu(&plan).is_some() && plan.downcast_ref::<GpuScanExec>().is_none() { Arc::new(GpuUnloadExec::new(plan)) } else { plan })
     }
     fn name(&self) -> &str {
         "ridgeline_gpu_boundaries"

@@ -28,9 +28,12 @@
 //! the CPU on TPC-H Q15 at SF 1).
 use crate::config::rule_device;
 use crate::exec::gpu_aggregate::{AggState, GpuAggregatePlan, GroupKey, QuantileAgg};
+use crate::functions::percentile::{uncast, GpuQuantile};
+use datafusion::functions_aggregate::min_max::max_udaf;
+use datafusion::physical_expr::aggregate::AggregateExprBuilder;
+use ridgeline_operators::select::RawKind;
 use crate::exec::gpu_filter::OutCol;
 use crate::exec::{cpu_equivalent, CpuNoteExec, GpuAggregateExec, GpuFilterExec, GpuScanExec};
-use crate::functions::percentile::{uncast, GpuQuantile};
 use crate::gpu_expr::{Caps, RowProgram};
 use crate::resident::MAX_DICT_VALUES;
 use arrow::datatypes::{DataType, Field, Schema};
@@ -39,12 +42,8 @@ use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::ScalarValue;
 use datafusion::config::ConfigOptions;
 use datafusion::error::Result;
-use datafusion::functions_aggregate::min_max::max_udaf;
 use datafusion::logical_expr::Operator;
-use datafusion::physical_expr::aggregate::AggregateExprBuilder;
-use datafusion::physical_expr::expressions::{
-    BinaryExpr, CaseExpr, CastExpr, Column, IsNullExpr, Literal,
-};
+use datafusion::physical_expr::expressions::{BinaryExpr, CaseExpr, CastExpr, Column, IsNullExpr, Literal};
 use datafusion::physical_expr::{conjunction, PhysicalExpr};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
@@ -54,7 +53,6 @@ use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, Partitioning};
-use ridgeline_operators::select::RawKind;
 use ridgeline_operators::{GpuContext, GpuMode};
 use std::sync::Arc;
 
@@ -74,14 +72,8 @@ pub const REGION_GPU_MIN_ROWS: usize = 1 << 16;
 pub struct GpuAggregateRule;
 
 impl PhysicalOptimizerRule for GpuAggregateRule {
-    fn optimize(
-        &self,
-        plan: Arc<dyn ExecutionPlan>,
-        config: &ConfigOptions,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        let Some((opts, mode, dev)) = rule_device(config)? else {
-            return Ok(plan);
-        };
+    fn optimize(&self, plan: Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
+        let Some((opts, mode, dev)) = rule_device(config)? else { return Ok(plan) };
         if mode == GpuMode::Auto && dev.is_cpu_adapter() {
             return Ok(plan);
         }
@@ -91,48 +83,31 @@ impl PhysicalOptimizerRule for GpuAggregateRule {
         let (min_rows, max_groups) = if mode == GpuMode::On {
             (0, MAX_GROUPS)
         } else {
-            (
-                opts.min_gpu_rows,
-                ridgeline_operators::group_agg::dense_capacity(&dev) as u64,
-            )
+            (opts.min_gpu_rows, ridgeline_operators::group_agg::dense_capacity(&dev) as u64)
         };
         Ok(plan
             .transform_up(|node| {
-                let Some(agg) = node.downcast_ref::<AggregateExec>() else {
-                    return Ok(Transformed::no(node));
-                };
+                let Some(agg) = node.downcast_ref::<AggregateExec>() else { return Ok(Transformed::no(node)) };
                 let src = match agg.mode() {
                     AggregateMode::Single | AggregateMode::SinglePartitioned => agg,
-                    AggregateMode::Final | AggregateMode::FinalPartitioned => {
-                        match partial_below(agg.input()) {
-                            Some(p) => p,
-                            None => return Ok(Transformed::no(node)),
-                        }
-                    }
+                    AggregateMode::Final | AggregateMode::FinalPartitioned => match partial_below(agg.input()) {
+                        Some(p) => p,
+                        None => return Ok(Transformed::no(node)),
+                    },
                     _ => return Ok(Transformed::no(node)),
                 };
-                let region_min = if mode == GpuMode::On {
-                    2
-                } else {
-                    REGION_GPU_MIN_ROWS
-                };
+                let region_min = if mode == GpuMode::On { 2 } else { REGION_GPU_MIN_ROWS };
                 match prepare(&dev, &node, src, min_rows, max_groups, region_min) {
                     Ok(Some(p)) => {
                         // Parents may rely on the replaced node's hash partitioning (a
                         // partitioned hash join on the group keys, say): DataFusion's own
                         // repartition restores it from the one partition of groups.
                         let out: Arc<dyn ExecutionPlan> = match node.output_partitioning() {
-                            Partitioning::Hash(exprs, n) if *n > 1 => {
-                                Arc::new(RepartitionExec::try_new(
-                                    Arc::new(GpuAggregateExec::new(p, node.schema(), 1)),
-                                    Partitioning::Hash(exprs.clone(), *n),
-                                )?)
-                            }
-                            other => Arc::new(GpuAggregateExec::new(
-                                p,
-                                node.schema(),
-                                other.partition_count(),
-                            )),
+                            Partitioning::Hash(exprs, n) if *n > 1 => Arc::new(RepartitionExec::try_new(
+                                Arc::new(GpuAggregateExec::new(p, node.schema(), 1)),
+                                Partitioning::Hash(exprs.clone(), *n),
+                            )?),
+                            other => Arc::new(GpuAggregateExec::new(p, node.schema(), other.partition_count())),
                         };
                         Ok(Transformed::yes(out))
                     }
@@ -166,8 +141,7 @@ fn partial_below(mut p: &Arc<dyn ExecutionPlan>) -> Option<&AggregateExec> {
     while passes_rows(p) {
         p = p.children()[0];
     }
-    p.downcast_ref::<AggregateExec>()
-        .filter(|a| *a.mode() == AggregateMode::Partial)
+    p.downcast_ref::<AggregateExec>().filter(|a| *a.mode() == AggregateMode::Partial)
 }
 
 fn col(name: &str, i: usize) -> Arc<dyn PhysicalExpr> {
@@ -179,10 +153,7 @@ fn lit(v: ScalarValue) -> Arc<dyn PhysicalExpr> {
 }
 
 /// `e` with every column replaced by its expression in `exprs`.
-fn subst(
-    e: &Arc<dyn PhysicalExpr>,
-    exprs: &[Arc<dyn PhysicalExpr>],
-) -> Result<Arc<dyn PhysicalExpr>> {
+fn subst(e: &Arc<dyn PhysicalExpr>, exprs: &[Arc<dyn PhysicalExpr>]) -> Result<Arc<dyn PhysicalExpr>> {
     Ok(e.clone()
         .transform_up(|x| match x.downcast_ref::<Column>() {
             Some(c) => Ok(Transformed::yes(exprs[c.index()].clone())),
@@ -238,10 +209,7 @@ fn prepare(
             || p.downcast_ref::<FilterExec>().is_some()
             || p.downcast_ref::<GpuFilterExec>().is_some();
         if !ok {
-            return Err(format!(
-                "the input is not a resident table ({} in between)",
-                p.name()
-            ));
+            return Err(format!("the input is not a resident table ({} in between)", p.name()));
         }
         chain.push(p);
         p = p.children()[0];
@@ -253,12 +221,7 @@ fn prepare(
     let scan_schema = scan.schema();
     let table_cols = scan.table_columns();
     // Compose the chain bottom-up into expressions over the scan's columns.
-    let mut exprs: Vec<Arc<dyn PhysicalExpr>> = scan_schema
-        .fields()
-        .iter()
-        .enumerate()
-        .map(|(i, f)| col(f.name(), i))
-        .collect();
+    let mut exprs: Vec<Arc<dyn PhysicalExpr>> = scan_schema.fields().iter().enumerate().map(|(i, f)| col(f.name(), i)).collect();
     let mut conjuncts: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
     for n in chain.iter().rev() {
         if let Some(f) = n.downcast_ref::<FilterExec>() {
@@ -280,29 +243,18 @@ fn prepare(
                 .collect::<Result<Vec<_>>>()
                 .map_err(e)?;
         } else if let Some(pr) = n.downcast_ref::<ProjectionExec>() {
-            exprs = pr
-                .expr()
-                .iter()
-                .map(|pe| subst(&pe.expr, &exprs))
-                .collect::<Result<Vec<_>>>()
-                .map_err(e)?;
+            exprs = pr.expr().iter().map(|pe| subst(&pe.expr, &exprs)).collect::<Result<Vec<_>>>().map_err(e)?;
         }
     }
     let predicate = (!conjuncts.is_empty()).then(|| conjunction(conjuncts));
     // Keys.
-    let mut fields: Vec<Field> = scan_schema
-        .fields()
-        .iter()
-        .map(|f| f.as_ref().clone())
-        .collect();
+    let mut fields: Vec<Field> = scan_schema.fields().iter().map(|f| f.as_ref().clone()).collect();
     let mut keys = Vec::new();
     let mut key_codes: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
     let mut groups: u64 = 1;
     for (ge, _) in src.group_expr().expr() {
         let k = subst(ge, &exprs).map_err(e)?;
-        let Some(c) = k.downcast_ref::<Column>() else {
-            return Err(format!("GROUP BY {k}: not a column"));
-        };
+        let Some(c) = k.downcast_ref::<Column>() else { return Err(format!("GROUP BY {k}: not a column")) };
         let t = table_cols[c.index()];
         let dt = scan_schema.field(c.index()).data_type().clone();
         let stats = &data.table.column_stats[t];
@@ -310,26 +262,14 @@ fn prepare(
         match &dt {
             DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
                 let Some(dict) = data.string_dict(dev, t).map_err(e)? else {
-                    return Err(format!(
-                        "GROUP BY {k}: more than {MAX_DICT_VALUES} distinct strings"
-                    ));
+                    return Err(format!("GROUP BY {k}: more than {MAX_DICT_VALUES} distinct strings"));
                 };
                 let card = (dict.values.len() + has_nulls as usize).max(1) as u32;
                 key_codes.push(col(&format!("__rl_code{}", keys.len()), fields.len()));
-                fields.push(Field::new(
-                    format!("__rl_code{}", keys.len()),
-                    DataType::UInt32,
-                    false,
-                ));
+                fields.push(Field::new(format!("__rl_code{}", keys.len()), DataType::UInt32, false));
                 keys.push(GroupKey::Dict { dict, card });
             }
-            DataType::Int8
-            | DataType::Int16
-            | DataType::Int32
-            | DataType::Int64
-            | DataType::UInt8
-            | DataType::UInt16
-            | DataType::UInt32 => {
+            DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 | DataType::UInt8 | DataType::UInt16 | DataType::UInt32 => {
                 let (min, max) = match (as_i64(&stats.min_value), as_i64(&stats.max_value)) {
                     (Some(lo), Some(hi)) => (lo, hi),
                     _ if stats.null_count == Precision::Exact(data.table.num_rows) => (0, -1),
@@ -351,26 +291,14 @@ fn prepare(
                 ));
                 let code = if has_nulls {
                     Arc::new(
-                        CaseExpr::try_new(
-                            None,
-                            vec![(
-                                Arc::new(IsNullExpr::new(k.clone())) as _,
-                                lit(ScalarValue::UInt32(Some(card - 1))),
-                            )],
-                            Some(code),
-                        )
-                        .map_err(e)?,
+                        CaseExpr::try_new(None, vec![(Arc::new(IsNullExpr::new(k.clone())) as _, lit(ScalarValue::UInt32(Some(card - 1))))], Some(code))
+                            .map_err(e)?,
                     )
                 } else {
                     code
                 };
                 key_codes.push(code);
-                keys.push(GroupKey::Range {
-                    min,
-                    card,
-                    nullable: has_nulls,
-                    data_type: dt.clone(),
-                });
+                keys.push(GroupKey::Range { min, card, nullable: has_nulls, data_type: dt.clone() });
             }
             other => return Err(format!("GROUP BY {k} of type {other}")),
         }
@@ -386,11 +314,7 @@ fn prepare(
         gid = Some(match gid {
             None => code,
             Some(acc) => Arc::new(BinaryExpr::new(
-                Arc::new(BinaryExpr::new(
-                    acc,
-                    Operator::Multiply,
-                    lit(ScalarValue::UInt32(Some(k.card()))),
-                )),
+                Arc::new(BinaryExpr::new(acc, Operator::Multiply, lit(ScalarValue::UInt32(Some(k.card()))))),
                 Operator::Plus,
                 code,
             )),
@@ -398,13 +322,9 @@ fn prepare(
     }
     let gid = gid.unwrap_or_else(|| lit(ScalarValue::UInt32(Some(0))));
     let gid_all = gid.clone();
-    let when = |v: Arc<dyn PhysicalExpr>,
-                otherwise: Option<Arc<dyn PhysicalExpr>>|
-     -> std::result::Result<Arc<dyn PhysicalExpr>, Why> {
+    let when = |v: Arc<dyn PhysicalExpr>, otherwise: Option<Arc<dyn PhysicalExpr>>| -> std::result::Result<Arc<dyn PhysicalExpr>, Why> {
         Ok(match &predicate {
-            Some(p) => {
-                Arc::new(CaseExpr::try_new(None, vec![(p.clone(), v)], otherwise).map_err(e)?)
-            }
+            Some(p) => Arc::new(CaseExpr::try_new(None, vec![(p.clone(), v)], otherwise).map_err(e)?),
             None => v,
         })
     };
@@ -416,8 +336,7 @@ fn prepare(
     let mut min_max = false;
     let mut shown = Vec::new();
     // Quantile inputs: (tag expression, value expression, key) and the aggregates.
-    let mut quantile_outputs: Vec<(Arc<dyn PhysicalExpr>, Arc<dyn PhysicalExpr>, String)> =
-        Vec::new();
+    let mut quantile_outputs: Vec<(Arc<dyn PhysicalExpr>, Arc<dyn PhysicalExpr>, String)> = Vec::new();
     let mut quantile_inputs: Vec<RawKind> = Vec::new();
     let mut quantiles: Vec<QuantileAgg> = Vec::new();
     for a in src.aggr_expr() {
@@ -434,10 +353,8 @@ fn prepare(
                 let (v, dt, q) = match v.downcast_ref::<CastExpr>() {
                     Some(c) if dt == DataType::Float64 => {
                         let src = c.expr().data_type(&scan_schema).map_err(e)?;
-                        let exact = matches!(
-                            src,
-                            DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64
-                        ) || matches!(src, DataType::Decimal128(p, _) if p <= 18);
+                        let exact = matches!(src, DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64)
+                            || matches!(src, DataType::Decimal128(p, _) if p <= 18);
                         if exact {
                             (c.expr().clone(), src.clone(), q.through_cast(src))
                         } else {
@@ -447,20 +364,14 @@ fn prepare(
                     _ => (v, dt, q),
                 };
                 if groups > MAX_QUANTILE_GROUPS {
-                    return Err(format!(
-                        "{name} over more than {MAX_QUANTILE_GROUPS} groups"
-                    ));
+                    return Err(format!("{name} over more than {MAX_QUANTILE_GROUPS} groups"));
                 }
                 let (v, kind) = match &dt {
                     DataType::Float64 => (v, RawKind::F64),
-                    DataType::Int64
-                    | DataType::Decimal128(..)
-                    | DataType::Timestamp(..)
-                    | DataType::Date64 => (v, RawKind::I64),
-                    DataType::Int8 | DataType::Int16 | DataType::Int32 => (
-                        Arc::new(CastExpr::new(v, DataType::Int64, None)) as Arc<dyn PhysicalExpr>,
-                        RawKind::I64,
-                    ),
+                    DataType::Int64 | DataType::Decimal128(..) | DataType::Timestamp(..) | DataType::Date64 => (v, RawKind::I64),
+                    DataType::Int8 | DataType::Int16 | DataType::Int32 => {
+                        (Arc::new(CastExpr::new(v, DataType::Int64, None)) as Arc<dyn PhysicalExpr>, RawKind::I64)
+                    }
                     other => return Err(format!("{name} of {other}")),
                 };
                 shown.push(format!("{name}({v})"));
@@ -471,12 +382,8 @@ fn prepare(
                         // A row's tag: its group, or `groups` (dropped) when the WHERE
                         // clause rejects it or the value is NULL.
                         let tag: Arc<dyn PhysicalExpr> = Arc::new(
-                            CaseExpr::try_new(
-                                None,
-                                vec![(Arc::new(IsNullExpr::new(v.clone())) as _, dropped.clone())],
-                                Some(gid_all.clone()),
-                            )
-                            .map_err(e)?,
+                            CaseExpr::try_new(None, vec![(Arc::new(IsNullExpr::new(v.clone())) as _, dropped.clone())], Some(gid_all.clone()))
+                                .map_err(e)?,
                         );
                         quantile_outputs.push((when(tag, Some(dropped.clone()))?, v, key));
                         quantile_inputs.push(kind);
@@ -512,13 +419,7 @@ fn prepare(
         let ok_type = match name.as_str() {
             "count" | "min" | "max" => matches!(
                 dt,
-                DataType::Int8
-                    | DataType::Int16
-                    | DataType::Int32
-                    | DataType::Int64
-                    | DataType::Decimal128(..)
-                    | DataType::Timestamp(..)
-                    | DataType::Date64
+                DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 | DataType::Decimal128(..) | DataType::Timestamp(..) | DataType::Date64
             ),
             "sum" => matches!(dt, DataType::Int64 | DataType::Decimal128(..)),
             "avg" => matches!(dt, DataType::Decimal128(..)),
@@ -588,11 +489,7 @@ fn prepare(
             AggState::Quantile(_) => {
                 let dt = a.field().data_type().clone();
                 let schema = Arc::new(Schema::new(vec![Field::new("answer", dt, true)]));
-                AggregateExprBuilder::new(max_udaf(), vec![col("answer", 0)])
-                    .schema(schema)
-                    .alias(a.name())
-                    .build()
-                    .map(Arc::new)
+                AggregateExprBuilder::new(max_udaf(), vec![col("answer", 0)]).schema(schema).alias(a.name()).build().map(Arc::new)
             }
             _ => Ok(a.clone()),
         })
@@ -613,43 +510,25 @@ fn prepare(
     )
     .map_err(e)?;
     let same = |a: &Schema, b: &Schema| {
-        a.fields().len() == b.fields().len()
-            && a.fields()
-                .iter()
-                .zip(b.fields())
-                .all(|(x, y)| x.name() == y.name() && x.data_type() == y.data_type())
+        a.fields().len() == b.fields().len() && a.fields().iter().zip(b.fields()).all(|(x, y)| x.name() == y.name() && x.data_type() == y.data_type())
     };
     if !same(&final_agg.schema(), &node.schema()) {
         return Err("the final aggregation's schema differs".into());
     }
     // The state columns must be the ones the node builds.
-    let expected: usize = keys.len()
-        + states
-            .iter()
-            .map(|s| if matches!(s, AggState::Avg(_)) { 2 } else { 1 })
-            .sum::<usize>();
+    let expected: usize = keys.len() + states.iter().map(|s| if matches!(s, AggState::Avg(_)) { 2 } else { 1 }).sum::<usize>();
     if partial_schema.fields().len() != expected {
-        return Err(format!(
-            "partial state of {} columns, expected {expected}",
-            partial_schema.fields().len()
-        ));
+        return Err(format!("partial state of {} columns, expected {expected}", partial_schema.fields().len()));
     }
     let cpu = match cpu_equivalent(node) {
         Some(Ok(c)) => c,
         Some(Err(err)) => return Err(err.to_string()),
         None => return Err("no CPU plan to fall back to".into()),
     };
-    let gby: Vec<String> = src
-        .group_expr()
-        .expr()
-        .iter()
-        .map(|(x, _)| subst(x, &exprs).map(|x| x.to_string()).unwrap_or_default())
-        .collect();
+    let gby: Vec<String> = src.group_expr().expr().iter().map(|(x, _)| subst(x, &exprs).map(|x| x.to_string()).unwrap_or_default()).collect();
     let display = format!(
         "predicate={}, gby=[{}], aggr=[{}]",
-        predicate
-            .as_ref()
-            .map_or("true".to_string(), |p| p.to_string()),
+        predicate.as_ref().map_or("true".to_string(), |p| p.to_string()),
         gby.join(", "),
         shown.join(", ")
     );

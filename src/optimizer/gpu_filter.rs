@@ -24,7 +24,6 @@ use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::config::ConfigOptions;
 use datafusion::error::Result;
 use datafusion::physical_expr::expressions::Column;
-use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_expr::{conjunction, split_conjunction, PhysicalExpr};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
@@ -32,6 +31,7 @@ use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::Partitioning;
+use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, PlanProperties};
 use ridgeline_operators::compact::CompactAlgo;
 use ridgeline_operators::{GpuContext, GpuMode};
@@ -59,21 +59,9 @@ const DEFAULT_SELECTIVITY: f64 = 0.2;
 pub struct GpuFilterRule;
 
 impl PhysicalOptimizerRule for GpuFilterRule {
-    fn optimize(
-        &self,
-        plan: Arc<dyn ExecutionPlan>,
-        config: &ConfigOptions,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        let Some((opts, mode, dev)) = rule_device(config)? else {
-            return Ok(plan);
-        };
-        let env = Env {
-            mode,
-            caps: Caps::of(&dev),
-            dev,
-            opts,
-            threads: config.execution.target_partitions.max(1),
-        };
+    fn optimize(&self, plan: Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
+        let Some((opts, mode, dev)) = rule_device(config)? else { return Ok(plan) };
+        let env = Env { mode, caps: Caps::of(&dev), dev, opts, threads: config.execution.target_partitions.max(1) };
         Ok(plan
             .transform_up(|node| {
                 if let Some(f) = node.downcast_ref::<FilterExec>() {
@@ -97,8 +85,7 @@ impl PhysicalOptimizerRule for GpuFilterRule {
                             ));
                             let fused = env.fuse(&node, p, g, props)?;
                             if fused.data.downcast_ref::<GpuFilterExec>().is_some() {
-                                let rep =
-                                    RepartitionExec::try_new(fused.data, r.partitioning().clone())?;
+                                let rep = RepartitionExec::try_new(fused.data, r.partitioning().clone())?;
                                 return Ok(Transformed::yes(Arc::new(rep)));
                             }
                             return Ok(fused);
@@ -128,11 +115,7 @@ struct Env {
 /// Bytes a row of `schema` moves between host and device; strings (which stay on
 /// the host, filtered beside the transfer) count as 16.
 fn row_width(schema: &arrow::datatypes::Schema) -> usize {
-    schema
-        .fields()
-        .iter()
-        .map(|f| crate::gpu_batch::Storage::of(f.data_type()).map_or(16, |s| s.elem_size()))
-        .sum()
+    schema.fields().iter().map(|f| crate::gpu_batch::Storage::of(f.data_type()).map_or(16, |s| s.elem_size())).sum()
 }
 
 /// How much cheaper the GPU must be estimated before a filter moves. The inputs are
@@ -154,20 +137,12 @@ fn cheaper(gpu_ns: f64, cpu_ns: f64, what: &str, suffix: &str) -> std::result::R
 }
 
 fn note(node: &Arc<dyn ExecutionPlan>, why: String) -> Result<Transformed<Arc<dyn ExecutionPlan>>> {
-    Ok(Transformed::yes(Arc::new(CpuNoteExec::new(
-        node.clone(),
-        why,
-    ))))
+    Ok(Transformed::yes(Arc::new(CpuNoteExec::new(node.clone(), why))))
 }
 
 impl Env {
     /// Whether moving this filter pays, or why not.
-    fn worth_it(
-        &self,
-        f: &FilterExec,
-        conjuncts: usize,
-        split: Option<(&Arc<dyn PhysicalExpr>, usize)>,
-    ) -> std::result::Result<(), String> {
+    fn worth_it(&self, f: &FilterExec, conjuncts: usize, split: Option<(&Arc<dyn PhysicalExpr>, usize)>) -> std::result::Result<(), String> {
         let input = f.input();
         if self.mode == GpuMode::On {
             return Ok(());
@@ -176,9 +151,7 @@ impl Env {
         // resident table or not: on the 2-core machine, TPC-H SF 1 in mode auto took
         // 2.1x longer with resident filters on lavapipe (geomean 434 vs 208 ms).
         if self.dev.is_cpu_adapter() {
-            return Err(
-                "the adapter is a CPU (DataFusion's filter on the same cores is faster)".into(),
-            );
+            return Err("the adapter is a CPU (DataFusion's filter on the same cores is faster)".into());
         }
         if input.downcast_ref::<GpuScanExec>().is_some() {
             return self.resident_worth_it(f, conjuncts, split);
@@ -187,35 +160,22 @@ impl Env {
             return Ok(());
         }
         #[allow(deprecated)]
-        let stats = input
-            .partition_statistics(None)
-            .map_err(|e| e.to_string())?;
+        let stats = input.partition_statistics(None).map_err(|e| e.to_string())?;
         let Some(rows) = stats.num_rows.get_value().copied() else {
             return Err("the input's row count is unknown".into());
         };
         if rows < self.opts.min_gpu_rows {
-            return Err(format!(
-                "about {rows} input rows, fewer than ridgeline.min_gpu_rows = {}",
-                self.opts.min_gpu_rows
-            ));
+            return Err(format!("about {rows} input rows, fewer than ridgeline.min_gpu_rows = {}", self.opts.min_gpu_rows));
         }
         let schema = input.schema();
         let row_bytes = row_width(&schema);
-        let out_cols = f
-            .projection()
-            .as_ref()
-            .map_or(schema.fields().len(), |p| p.len()) as f64;
+        let out_cols = f.projection().as_ref().map_or(schema.fields().len(), |p| p.len()) as f64;
         let rows_f = rows as f64;
         let gpu_ns = rows_f * row_bytes as f64 / UPLOAD_GBPS
             + rows_f * DEFAULT_SELECTIVITY * row_bytes as f64 / DOWNLOAD_GBPS
             + GPU_FIXED_NS;
         let cpu_ns = self.cpu_filter_ns(rows_f, conjuncts, out_cols, DEFAULT_SELECTIVITY);
-        cheaper(
-            gpu_ns,
-            cpu_ns,
-            "uploading the input costs more than filtering on the CPU",
-            "; data made resident stays on the GPU",
-        )
+        cheaper(gpu_ns, cpu_ns, "uploading the input costs more than filtering on the CPU", "; data made resident stays on the GPU")
     }
 
     /// A filter over a resident table: the GPU filters without moving the input but
@@ -231,13 +191,8 @@ impl Env {
         split: Option<(&Arc<dyn PhysicalExpr>, usize)>,
     ) -> std::result::Result<(), String> {
         #[allow(deprecated)]
-        let in_stats = f
-            .input()
-            .partition_statistics(None)
-            .map_err(|e| e.to_string())?;
-        let Some(rows) = in_stats.num_rows.get_value().copied() else {
-            return Ok(());
-        };
+        let in_stats = f.input().partition_statistics(None).map_err(|e| e.to_string())?;
+        let Some(rows) = in_stats.num_rows.get_value().copied() else { return Ok(()) };
         #[allow(deprecated)]
         let estimate = |fe: &FilterExec| {
             fe.partition_statistics(None)
@@ -252,28 +207,15 @@ impl Env {
         let (dl_rows, dl_bytes, rest_ns) = match split {
             None => (out_rows, row_width(&out_schema), 0.0),
             Some((gpu_pred, cpu_conjuncts)) => {
-                let part = FilterExec::try_new(gpu_pred.clone(), f.input().clone())
-                    .map(|fe| estimate(&fe))
-                    .unwrap_or(rows);
-                let rest = self.cpu_filter_ns(
-                    part as f64,
-                    cpu_conjuncts,
-                    out_schema.fields().len() as f64,
-                    out_rows as f64 / part.max(1) as f64,
-                );
+                let part = FilterExec::try_new(gpu_pred.clone(), f.input().clone()).map(|fe| estimate(&fe)).unwrap_or(rows);
+                let rest = self.cpu_filter_ns(part as f64, cpu_conjuncts, out_schema.fields().len() as f64, out_rows as f64 / part.max(1) as f64);
                 (part, row_width(&f.input().schema()), rest)
             }
         };
         let parts = f.input().output_partitioning().partition_count().max(1) as f64;
-        let gpu_ns =
-            dl_rows as f64 * dl_bytes as f64 / DOWNLOAD_GBPS + GPU_FIXED_NS * parts + rest_ns;
+        let gpu_ns = dl_rows as f64 * dl_bytes as f64 / DOWNLOAD_GBPS + GPU_FIXED_NS * parts + rest_ns;
         let out_rows = dl_rows;
-        let cpu_ns = self.cpu_filter_ns(
-            rows as f64,
-            conjuncts,
-            out_schema.fields().len() as f64,
-            sel,
-        );
+        let cpu_ns = self.cpu_filter_ns(rows as f64, conjuncts, out_schema.fields().len() as f64, sel);
         let what = format!("downloading about {out_rows} of {rows} rows costs more than filtering the host copy on the CPU");
         cheaper(gpu_ns, cpu_ns, &what, "")
     }
@@ -281,8 +223,7 @@ impl Env {
     /// Estimated CPU time of a filter: every conjunct over every row, then the
     /// gather of the output columns over the selected rows, on all threads.
     fn cpu_filter_ns(&self, rows: f64, conjuncts: usize, out_cols: f64, sel: f64) -> f64 {
-        rows * (CPU_NS_PER_ROW_CONJUNCT * conjuncts as f64 + CPU_NS_PER_ROW_COLUMN * out_cols * sel)
-            / self.threads as f64
+        rows * (CPU_NS_PER_ROW_CONJUNCT * conjuncts as f64 + CPU_NS_PER_ROW_COLUMN * out_cols * sel) / self.threads as f64
     }
 
     fn algo(&self, input: &Arc<dyn ExecutionPlan>) -> Result<CompactAlgo> {
@@ -293,16 +234,9 @@ impl Env {
         self.opts.compaction()
     }
 
-    fn filter(
-        &self,
-        node: &Arc<dyn ExecutionPlan>,
-        f: &FilterExec,
-    ) -> Result<Transformed<Arc<dyn ExecutionPlan>>> {
+    fn filter(&self, node: &Arc<dyn ExecutionPlan>, f: &FilterExec) -> Result<Transformed<Arc<dyn ExecutionPlan>>> {
         if f.fetch().is_some() {
-            return note(
-                node,
-                "a filter with a row limit (fetch) stays on the CPU".into(),
-            );
+            return note(node, "a filter with a row limit (fetch) stays on the CPU".into());
         }
         let input = f.input();
         let in_schema = input.schema();
@@ -319,38 +253,24 @@ impl Env {
             }
         }
         if gpu.is_empty() {
-            return note(
-                node,
-                format!(
-                    "the predicate does not compile to WGSL ({})",
-                    reasons.join("; ")
-                ),
-            );
+            return note(node, format!("the predicate does not compile to WGSL ({})", reasons.join("; ")));
         }
         let predicate = conjunction(gpu.clone());
         let split = (!cpu.is_empty()).then_some((&predicate, cpu.len()));
         if let Err(why) = self.worth_it(f, gpu.len() + cpu.len(), split) {
             return note(node, why);
         }
-        let program =
-            match RowProgram::try_new(in_schema.clone(), Some(predicate), vec![], self.caps) {
-                Ok(p) => p,
-                Err(why) => return note(node, why),
-            };
+        let program = match RowProgram::try_new(in_schema.clone(), Some(predicate), vec![], self.caps) {
+            Ok(p) => p,
+            Err(why) => return note(node, why),
+        };
         let algo = self.algo(input)?;
         if cpu.is_empty() {
             let columns: Vec<OutCol> = match f.projection() {
                 Some(p) => p.iter().map(|&i| OutCol::Input(i)).collect(),
                 None => (0..in_schema.fields().len()).map(OutCol::Input).collect(),
             };
-            let g = GpuFilterExec::new(
-                input.clone(),
-                program,
-                columns,
-                f.schema(),
-                algo,
-                f.properties().clone(),
-            );
+            let g = GpuFilterExec::new(input.clone(), program, columns, f.schema(), algo, f.properties().clone());
             return Ok(Transformed::yes(Arc::new(g)));
         }
         // The conjuncts that compile run first on the GPU; the rest above, on the CPU.
@@ -361,25 +281,12 @@ impl Env {
             Boundedness::Bounded,
         ));
         let columns = (0..in_schema.fields().len()).map(OutCol::Input).collect();
-        let g: Arc<dyn ExecutionPlan> = Arc::new(GpuFilterExec::new(
-            input.clone(),
-            program,
-            columns,
-            in_schema,
-            algo,
-            props,
-        ));
+        let g: Arc<dyn ExecutionPlan> = Arc::new(GpuFilterExec::new(input.clone(), program, columns, in_schema, algo, props));
         let rest = datafusion::physical_plan::filter::FilterExecBuilder::new(conjunction(cpu), g)
             .apply_projection(f.projection().as_ref().map(|p| p.to_vec()))?
             .build()?;
         let rest: Arc<dyn ExecutionPlan> = Arc::new(rest);
-        note(
-            &rest,
-            format!(
-                "conjuncts that do not compile to WGSL ({})",
-                reasons.join("; ")
-            ),
-        )
+        note(&rest, format!("conjuncts that do not compile to WGSL ({})", reasons.join("; ")))
     }
 
     /// Fuses `ProjectionExec` `p` into the GPU filter `g` below it.
@@ -402,8 +309,7 @@ impl Env {
                 .transform_up(|x| {
                     if let Some(c) = x.downcast_ref::<Column>() {
                         return Ok(Transformed::yes(match g.columns()[c.index()] {
-                            OutCol::Input(i) => Arc::new(Column::new(in_schema.field(i).name(), i))
-                                as Arc<dyn PhysicalExpr>,
+                            OutCol::Input(i) => Arc::new(Column::new(in_schema.field(i).name(), i)) as Arc<dyn PhysicalExpr>,
                             OutCol::Computed(j) => program.outputs()[j].clone(),
                         }));
                     }
@@ -418,28 +324,11 @@ impl Env {
                 }
             }
         }
-        let fused = match RowProgram::try_new(
-            in_schema,
-            program.predicate().cloned(),
-            outputs,
-            self.caps,
-        ) {
+        let fused = match RowProgram::try_new(in_schema, program.predicate().cloned(), outputs, self.caps) {
             Ok(f) => f,
-            Err(why) => {
-                return note(
-                    node,
-                    format!("projection not fused into the GPU filter: {why}"),
-                )
-            }
+            Err(why) => return note(node, format!("projection not fused into the GPU filter: {why}")),
         };
-        let f = GpuFilterExec::new(
-            g.input().clone(),
-            fused,
-            columns,
-            p.schema(),
-            g.algo(),
-            props,
-        );
+        let f = GpuFilterExec::new(g.input().clone(), fused, columns, p.schema(), g.algo(), props);
         Ok(Transformed::yes(Arc::new(f)))
     }
 }

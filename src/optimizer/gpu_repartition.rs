@@ -23,9 +23,7 @@ use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
-use datafusion::physical_plan::{
-    Distribution, ExecutionPlan, ExecutionPlanProperties, Partitioning,
-};
+use datafusion::physical_plan::{Distribution, ExecutionPlan, ExecutionPlanProperties, Partitioning};
 use ridgeline_operators::GpuMode;
 use std::sync::Arc;
 
@@ -34,14 +32,8 @@ use std::sync::Arc;
 pub struct GpuRepartitionRule;
 
 impl PhysicalOptimizerRule for GpuRepartitionRule {
-    fn optimize(
-        &self,
-        plan: Arc<dyn ExecutionPlan>,
-        config: &ConfigOptions,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        let Some((_, mode, _)) = rule_device(config)? else {
-            return Ok(plan);
-        };
+    fn optimize(&self, plan: Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
+        let Some((_, mode, _)) = rule_device(config)? else { return Ok(plan) };
         // Mode auto leaves DataFusion's repartition in place: on the H100 machine
         // (TPC-H SF 10, BENCHMARKS.md) the GPU path made q2 and q11 2.5-3.5x slower,
         // since a resident scan serves a CPU repartition from its host copy at no
@@ -69,15 +61,9 @@ fn rewrite(plan: &Arc<dyn ExecutionPlan>, relied: bool) -> Result<Arc<dyn Execut
     let mut changed = false;
     let mut children = Vec::new();
     for (i, c) in plan.children().into_iter().enumerate() {
-        let passes_up = !resets
-            && out_hash
-            && plan.output_partitioning().partition_count()
-                == c.output_partitioning().partition_count();
+        let passes_up = !resets && out_hash && plan.output_partitioning().partition_count() == c.output_partitioning().partition_count();
         #[allow(deprecated)]
-        let keyed = matches!(
-            reqs.child_distribution(i),
-            Some(Distribution::KeyPartitioned(_) | Distribution::HashPartitioned(_))
-        );
+        let keyed = matches!(reqs.child_distribution(i), Some(Distribution::KeyPartitioned(_) | Distribution::HashPartitioned(_)));
         let child_relied = keyed || (relied && passes_up);
         let nc = rewrite(c, child_relied)?;
         changed |= !Arc::ptr_eq(&nc, c);
@@ -103,9 +89,7 @@ fn rewrite(plan: &Arc<dyn ExecutionPlan>, relied: bool) -> Result<Arc<dyn Execut
 /// The key columns and device storage of a hash repartition over a GPU island.
 fn gpu_side(p: &Arc<dyn ExecutionPlan>) -> Option<(Vec<usize>, Vec<Storage>, Partitioning)> {
     let r = p.downcast_ref::<RepartitionExec>()?;
-    let Partitioning::Hash(exprs, _) = r.partitioning() else {
-        return None;
-    };
+    let Partitioning::Hash(exprs, _) = r.partitioning() else { return None };
     if r.preserve_order() || as_gpu(r.input()).is_none() {
         return None;
     }
@@ -124,18 +108,12 @@ fn gpu_side(p: &Arc<dyn ExecutionPlan>) -> Option<(Vec<usize>, Vec<Storage>, Par
     Some((keys, kinds, r.partitioning().clone()))
 }
 
-fn replace_pair(
-    l: &Arc<dyn ExecutionPlan>,
-    r: &Arc<dyn ExecutionPlan>,
-) -> Option<(Arc<dyn ExecutionPlan>, Arc<dyn ExecutionPlan>)> {
+fn replace_pair(l: &Arc<dyn ExecutionPlan>, r: &Arc<dyn ExecutionPlan>) -> Option<(Arc<dyn ExecutionPlan>, Arc<dyn ExecutionPlan>)> {
     let (lk, lt, lp) = gpu_side(l)?;
     let (rk, rt, rp) = gpu_side(r)?;
     if lt != rt || lp.partition_count() != rp.partition_count() {
         return None;
     }
     let input = |p: &Arc<dyn ExecutionPlan>| p.children()[0].clone();
-    Some((
-        Arc::new(GpuRepartitionExec::new(input(l), lk, lp)),
-        Arc::new(GpuRepartitionExec::new(input(r), rk, rp)),
-    ))
+    Some((Arc::new(GpuRepartitionExec::new(input(l), lk, lp)), Arc::new(GpuRepartitionExec::new(input(r), rk, rp))))
 }

@@ -32,72 +32,40 @@ pub const AUTO_MIN_FETCH: usize = 1 << 16;
 pub struct GpuTopKRule;
 
 impl PhysicalOptimizerRule for GpuTopKRule {
-    fn optimize(
-        &self,
-        plan: Arc<dyn ExecutionPlan>,
-        config: &ConfigOptions,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        let Some((_, mode, dev)) = rule_device(config)? else {
-            return Ok(plan);
-        };
+    fn optimize(&self, plan: Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
+        let Some((_, mode, dev)) = rule_device(config)? else { return Ok(plan) };
         if mode == GpuMode::Auto && dev.is_cpu_adapter() {
             return Ok(plan);
         }
         Ok(plan
             .transform_up(|node| {
-                let Some(sort) = node.downcast_ref::<SortExec>() else {
-                    return Ok(Transformed::no(node));
-                };
-                let Some(fetch) = sort.fetch() else {
-                    return Ok(Transformed::no(node));
-                };
+                let Some(sort) = node.downcast_ref::<SortExec>() else { return Ok(Transformed::no(node)) };
+                let Some(fetch) = sort.fetch() else { return Ok(Transformed::no(node)) };
                 let input = sort.input().clone();
                 let first = &sort.expr()[0];
-                if !crate::functions::percentile::has_order_key(
-                    &first.expr.data_type(&input.schema())?,
-                ) {
+                if !crate::functions::percentile::has_order_key(&first.expr.data_type(&input.schema())?) {
                     return Ok(Transformed::no(node));
                 }
                 if mode == GpuMode::Auto {
                     #[allow(deprecated)]
-                    let rows = input
-                        .partition_statistics(None)?
-                        .num_rows
-                        .get_value()
-                        .copied();
+                    let rows = input.partition_statistics(None)?.num_rows.get_value().copied();
                     // Over a resident key column only the candidates leave the device, so
                     // any fetch pays; otherwise the keys are computed on the host and
                     // uploaded, which pays only for large fetches.
                     let resident = has_resident_key(&input, sort.expr());
                     match rows {
-                        Some(r)
-                            if r >= GPU_MIN_ROWS && resident && fetch.saturating_mul(8) <= r => {}
-                        Some(r)
-                            if r >= GPU_MIN_ROWS
-                                && fetch >= AUTO_MIN_FETCH
-                                && fetch.saturating_mul(8) <= r => {}
+                        Some(r) if r >= GPU_MIN_ROWS && resident && fetch.saturating_mul(8) <= r => {}
+                        Some(r) if r >= GPU_MIN_ROWS && fetch >= AUTO_MIN_FETCH && fetch.saturating_mul(8) <= r => {}
                         _ => return Ok(Transformed::no(node)),
                     }
                 }
-                let input: Arc<dyn ExecutionPlan> =
-                    if input.output_partitioning().partition_count() > 1 {
-                        Arc::new(CoalescePartitionsExec::new(input))
-                    } else {
-                        input
-                    };
-                let (min_rows, cpu_ok) = if mode == GpuMode::On {
-                    (0, true)
+                let input: Arc<dyn ExecutionPlan> = if input.output_partitioning().partition_count() > 1 {
+                    Arc::new(CoalescePartitionsExec::new(input))
                 } else {
-                    (GPU_MIN_ROWS, false)
+                    input
                 };
-                Ok(Transformed::yes(Arc::new(GpuTopKExec::new(
-                    input,
-                    sort.expr().clone(),
-                    fetch,
-                    min_rows,
-                    cpu_ok,
-                ))
-                    as Arc<dyn ExecutionPlan>))
+                let (min_rows, cpu_ok) = if mode == GpuMode::On { (0, true) } else { (GPU_MIN_ROWS, false) };
+                Ok(Transformed::yes(Arc::new(GpuTopKExec::new(input, sort.expr().clone(), fetch, min_rows, cpu_ok)) as Arc<dyn ExecutionPlan>))
             })?
             .data)
     }

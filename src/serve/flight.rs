@@ -19,14 +19,12 @@ use arrow_flight::flight_service_server::FlightServiceServer;
 use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
 use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
 use arrow_flight::sql::{
-    ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
-    ActionCreatePreparedStatementResult, CommandGetSqlInfo, CommandPreparedStatementQuery,
-    CommandStatementQuery, DoPutPreparedStatementResult, ProstMessageExt, SqlInfo,
-    TicketStatementQuery,
+    ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult,
+    CommandGetSqlInfo, CommandPreparedStatementQuery, CommandStatementQuery, DoPutPreparedStatementResult,
+    ProstMessageExt, SqlInfo, TicketStatementQuery,
 };
 use arrow_flight::{
-    FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, IpcMessage,
-    SchemaAsIpc, Ticket,
+    FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, IpcMessage, SchemaAsIpc, Ticket,
 };
 use base64::Engine;
 use futures::{Stream, StreamExt, TryStreamExt};
@@ -63,9 +61,7 @@ impl RidgelineFlightSql {
     /// The gRPC server for it, with the message size limits of the service.
     pub fn into_server(self) -> FlightServiceServer<RidgelineFlightSql> {
         let max = self.service.options().max_request_bytes;
-        FlightServiceServer::new(self)
-            .max_decoding_message_size(max)
-            .max_encoding_message_size(usize::MAX)
+        FlightServiceServer::new(self).max_decoding_message_size(max).max_encoding_message_size(usize::MAX)
     }
 
     fn check(&self, meta: &MetadataMap) -> Result<(), Status> {
@@ -73,12 +69,7 @@ impl RidgelineFlightSql {
         self.service.authorize(h).map_err(|e| status(&e))
     }
 
-    async fn info(
-        &self,
-        sql: &str,
-        ticket: Ticket,
-        descriptor: FlightDescriptor,
-    ) -> Result<Response<FlightInfo>, Status> {
+    async fn info(&self, sql: &str, ticket: Ticket, descriptor: FlightDescriptor) -> Result<Response<FlightInfo>, Status> {
         let schema = self.service.schema(sql).await.map_err(|e| status(&e))?;
         let info = FlightInfo::new()
             .try_with_schema(&schema)
@@ -89,30 +80,20 @@ impl RidgelineFlightSql {
         Ok(Response::new(info))
     }
 
-    async fn stream(
-        &self,
-        sql: &str,
-    ) -> Result<
-        Response<<Self as arrow_flight::flight_service_server::FlightService>::DoGetStream>,
-        Status,
-    > {
+    async fn stream(&self, sql: &str) -> Result<Response<<Self as arrow_flight::flight_service_server::FlightService>::DoGetStream>, Status> {
         let stream = self.service.execute(sql).await.map_err(|e| status(&e))?;
         let schema = stream.schema();
         let batches = stream.map_err(|e| FlightError::Tonic(Box::new(status(&e))));
-        let out = FlightDataEncoderBuilder::new()
-            .with_schema(schema)
-            .build(batches)
-            .map_err(|e| match e {
-                FlightError::Tonic(s) => *s,
-                other => Status::internal(other.to_string()),
-            });
+        let out = FlightDataEncoderBuilder::new().with_schema(schema).build(batches).map_err(|e| match e {
+            FlightError::Tonic(s) => *s,
+            other => Status::internal(other.to_string()),
+        });
         Ok(Response::new(Box::pin(out)))
     }
 }
 
 fn sql_of(handle: &[u8]) -> Result<&str, Status> {
-    std::str::from_utf8(handle)
-        .map_err(|_| Status::invalid_argument("the statement handle is not UTF-8 SQL text"))
+    std::str::from_utf8(handle).map_err(|_| Status::invalid_argument("the statement handle is not UTF-8 SQL text"))
 }
 
 fn sql_info() -> &'static SqlInfoData {
@@ -137,58 +118,36 @@ type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'stati
 impl FlightSqlService for RidgelineFlightSql {
     type FlightService = RidgelineFlightSql;
 
-    async fn do_handshake(
-        &self,
-        request: Request<Streaming<HandshakeRequest>>,
-    ) -> Result<Response<BoxStream<HandshakeResponse>>, Status> {
+    async fn do_handshake(&self, request: Request<Streaming<HandshakeRequest>>) -> Result<Response<BoxStream<HandshakeResponse>>, Status> {
         // Basic authentication (any user name, the token as password), or the token
         // itself as the handshake payload; no token configured: anyone.
         let token = self.service.options().token.clone().unwrap_or_default();
-        let basic = request
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|h| {
-                let enc = h
-                    .strip_prefix("Basic ")
-                    .or_else(|| h.strip_prefix("basic "))?;
-                let dec = base64::engine::general_purpose::STANDARD
-                    .decode(enc.trim())
-                    .ok()?;
-                let s = String::from_utf8(dec).ok()?;
-                s.split_once(':').map(|(_, p)| p.to_string())
-            });
+        let basic = request.metadata().get("authorization").and_then(|v| v.to_str().ok()).and_then(|h| {
+            let enc = h.strip_prefix("Basic ").or_else(|| h.strip_prefix("basic "))?;
+            let dec = base64::engine::general_purpose::STANDARD.decode(enc.trim()).ok()?;
+            let s = String::from_utf8(dec).ok()?;
+            s.split_once(':').map(|(_, p)| p.to_string())
+        });
         let accepted = match basic {
             Some(p) => self.service.token_matches(&p),
             None => {
-                let bearer = request
-                    .metadata()
-                    .get("authorization")
-                    .and_then(|v| v.to_str().ok());
+                let bearer = request.metadata().get("authorization").and_then(|v| v.to_str().ok());
                 if self.service.authorize(bearer).is_ok() {
                     true
                 } else {
                     let mut s = request.into_inner();
                     match s.next().await {
-                        Some(Ok(m)) => std::str::from_utf8(&m.payload)
-                            .is_ok_and(|p| self.service.token_matches(p)),
+                        Some(Ok(m)) => std::str::from_utf8(&m.payload).is_ok_and(|p| self.service.token_matches(p)),
                         _ => self.service.options().token.is_none(),
                     }
                 }
             }
         };
         if !accepted {
-            return Err(Status::unauthenticated(
-                "wrong credentials: the password must be the server's token",
-            ));
+            return Err(Status::unauthenticated("wrong credentials: the password must be the server's token"));
         }
-        let resp = HandshakeResponse {
-            protocol_version: 0,
-            payload: token.clone().into_bytes().into(),
-        };
-        let mut response = Response::new(
-            Box::pin(futures::stream::iter([Ok(resp)])) as BoxStream<HandshakeResponse>
-        );
+        let resp = HandshakeResponse { protocol_version: 0, payload: token.clone().into_bytes().into() };
+        let mut response = Response::new(Box::pin(futures::stream::iter([Ok(resp)])) as BoxStream<HandshakeResponse>);
         if !token.is_empty() {
             if let Ok(v) = format!("Bearer {token}").parse() {
                 response.metadata_mut().insert("authorization", v);
@@ -197,15 +156,9 @@ impl FlightSqlService for RidgelineFlightSql {
         Ok(response)
     }
 
-    async fn get_flight_info_statement(
-        &self,
-        query: CommandStatementQuery,
-        request: Request<FlightDescriptor>,
-    ) -> Result<Response<FlightInfo>, Status> {
+    async fn get_flight_info_statement(&self, query: CommandStatementQuery, request: Request<FlightDescriptor>) -> Result<Response<FlightInfo>, Status> {
         self.check(request.metadata())?;
-        let ticket = TicketStatementQuery {
-            statement_handle: query.query.clone().into_bytes().into(),
-        };
+        let ticket = TicketStatementQuery { statement_handle: query.query.clone().into_bytes().into() };
         let ticket = Ticket::new(ticket.as_any().encode_to_vec());
         self.info(&query.query, ticket, request.into_inner()).await
     }
@@ -221,11 +174,7 @@ impl FlightSqlService for RidgelineFlightSql {
         self.info(&sql, ticket, request.into_inner()).await
     }
 
-    async fn get_flight_info_sql_info(
-        &self,
-        query: CommandGetSqlInfo,
-        request: Request<FlightDescriptor>,
-    ) -> Result<Response<FlightInfo>, Status> {
+    async fn get_flight_info_sql_info(&self, query: CommandGetSqlInfo, request: Request<FlightDescriptor>) -> Result<Response<FlightInfo>, Status> {
         self.check(request.metadata())?;
         let ticket = Ticket::new(query.as_any().encode_to_vec());
         let info = FlightInfo::new()
@@ -236,11 +185,7 @@ impl FlightSqlService for RidgelineFlightSql {
         Ok(Response::new(info))
     }
 
-    async fn do_get_statement(
-        &self,
-        ticket: TicketStatementQuery,
-        request: Request<Ticket>,
-    ) -> Result<Response<BoxStream<arrow_flight::FlightData>>, Status> {
+    async fn do_get_statement(&self, ticket: TicketStatementQuery, request: Request<Ticket>) -> Result<Response<BoxStream<arrow_flight::FlightData>>, Status> {
         self.check(request.metadata())?;
         let sql = sql_of(&ticket.statement_handle)?.to_string();
         self.stream(&sql).await
@@ -256,16 +201,9 @@ impl FlightSqlService for RidgelineFlightSql {
         self.stream(&sql).await
     }
 
-    async fn do_get_sql_info(
-        &self,
-        query: CommandGetSqlInfo,
-        request: Request<Ticket>,
-    ) -> Result<Response<BoxStream<arrow_flight::FlightData>>, Status> {
+    async fn do_get_sql_info(&self, query: CommandGetSqlInfo, request: Request<Ticket>) -> Result<Response<BoxStream<arrow_flight::FlightData>>, Status> {
         self.check(request.metadata())?;
-        let batch = query
-            .into_builder(sql_info())
-            .build()
-            .map_err(|e| Status::internal(e.to_string()))?;
+        let batch = query.into_builder(sql_info()).build().map_err(|e| Status::internal(e.to_string()))?;
         let schema = batch.schema();
         let out = FlightDataEncoderBuilder::new()
             .with_schema(schema)
@@ -280,9 +218,7 @@ impl FlightSqlService for RidgelineFlightSql {
         request: Request<PeekableFlightDataStream>,
     ) -> Result<DoPutPreparedStatementResult, Status> {
         self.check(request.metadata())?;
-        Err(Status::unimplemented(
-            "Ridgeline's prepared statements take no parameters: put the values in the SQL text",
-        ))
+        Err(Status::unimplemented("Ridgeline's prepared statements take no parameters: put the values in the SQL text"))
     }
 
     async fn do_action_create_prepared_statement(
@@ -291,11 +227,7 @@ impl FlightSqlService for RidgelineFlightSql {
         request: Request<arrow_flight::Action>,
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
         self.check(request.metadata())?;
-        let schema = self
-            .service
-            .schema(&query.query)
-            .await
-            .map_err(|e| status(&e))?;
+        let schema = self.service.schema(&query.query).await.map_err(|e| status(&e))?;
         let message: IpcMessage = SchemaAsIpc::new(&schema, &IpcWriteOptions::default())
             .try_into()
             .map_err(|e: arrow::error::ArrowError| Status::internal(e.to_string()))?;
@@ -333,15 +265,11 @@ pub async fn serve_listener(
         .add_service(RidgelineFlightSql::new(service).into_server())
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
-        .map_err(|e| {
-            datafusion::error::DataFusionError::Execution(format!("Flight SQL server: {e}"))
-        })
+        .map_err(|e| datafusion::error::DataFusionError::Execution(format!("Flight SQL server: {e}")))
 }
 
 /// Accepted connections of `listener` as a stream (what tonic serves from).
-fn tokio_stream_of(
-    listener: tokio::net::TcpListener,
-) -> impl Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+fn tokio_stream_of(listener: tokio::net::TcpListener) -> impl Stream<Item = std::io::Result<tokio::net::TcpStream>> {
     let listener = Arc::new(listener);
     futures::stream::unfold(listener, |l| async move {
         let r = l.accept().await.map(|(s, _)| {

@@ -59,30 +59,15 @@ pub fn error_response(e: &QueryError) -> Response {
         QueryErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     };
     let body = serde_json::json!({"error": e.message, "kind": e.kind.as_str()});
-    (
-        status,
-        [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
-    )
-        .into_response()
+    (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }
 
 async fn health(State(service): State<QueryService>) -> Response {
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        service.health().to_json().to_string(),
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, "application/json")], service.health().to_json().to_string()).into_response()
 }
 
-async fn query(
-    State(service): State<QueryService>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let auth = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
+async fn query(State(service): State<QueryService>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Response {
+    let auth = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     if let Err(e) = service.authorize(auth) {
         return error_response(&e);
     }
@@ -91,24 +76,13 @@ async fn query(
         Err(rej) if rej.status() == StatusCode::PAYLOAD_TOO_LARGE => {
             return error_response(&QueryError::new(
                 QueryErrorKind::TooLarge,
-                format!(
-                    "the request body is larger than {} bytes",
-                    service.options().max_request_bytes
-                ),
+                format!("the request body is larger than {} bytes", service.options().max_request_bytes),
             ))
         }
-        Err(rej) => {
-            return error_response(&QueryError::new(
-                QueryErrorKind::BadRequest,
-                rej.body_text(),
-            ))
-        }
+        Err(rej) => return error_response(&QueryError::new(QueryErrorKind::BadRequest, rej.body_text())),
     };
     let Ok(sql) = std::str::from_utf8(&body) else {
-        return error_response(&QueryError::new(
-            QueryErrorKind::BadRequest,
-            "the request body is not UTF-8 SQL text",
-        ));
+        return error_response(&QueryError::new(QueryErrorKind::BadRequest, "the request body is not UTF-8 SQL text"));
     };
     let wants_arrow = headers
         .get(header::ACCEPT)
@@ -133,17 +107,11 @@ async fn json_answer(service: &QueryService, sql: &str) -> Response {
         for b in &batches {
             n += b.num_rows();
             if let Err(e) = w.write(b) {
-                return error_response(&QueryError::new(
-                    QueryErrorKind::Internal,
-                    format!("JSON encoding: {e}"),
-                ));
+                return error_response(&QueryError::new(QueryErrorKind::Internal, format!("JSON encoding: {e}")));
             }
         }
         if let Err(e) = w.finish() {
-            return error_response(&QueryError::new(
-                QueryErrorKind::Internal,
-                format!("JSON encoding: {e}"),
-            ));
+            return error_response(&QueryError::new(QueryErrorKind::Internal, format!("JSON encoding: {e}")));
         }
     }
     if rows.is_empty() {
@@ -173,44 +141,26 @@ async fn arrow_answer(service: &QueryService, sql: &str) -> Response {
     let schema = stream.schema();
     let writer = match StreamWriter::try_new(Vec::new(), &schema) {
         Ok(w) => w,
-        Err(e) => {
-            return error_response(&QueryError::new(
-                QueryErrorKind::Internal,
-                format!("IPC encoding: {e}"),
-            ))
-        }
+        Err(e) => return error_response(&QueryError::new(QueryErrorKind::Internal, format!("IPC encoding: {e}"))),
     };
     // State: the writer (None once finished) and the query stream.
     let body = futures::stream::unfold((Some(writer), stream), |(writer, mut stream)| async move {
         let mut writer = writer?;
         let head = std::mem::take(writer.get_mut());
         if !head.is_empty() {
-            return Some((
-                Ok::<_, std::io::Error>(Bytes::from(head)),
-                (Some(writer), stream),
-            ));
+            return Some((Ok::<_, std::io::Error>(Bytes::from(head)), (Some(writer), stream)));
         }
         match stream.next().await {
             Some(Ok(b)) => match writer.write(&b) {
-                Ok(()) => Some((
-                    Ok(Bytes::from(std::mem::take(writer.get_mut()))),
-                    (Some(writer), stream),
-                )),
+                Ok(()) => Some((Ok(Bytes::from(std::mem::take(writer.get_mut()))), (Some(writer), stream))),
                 Err(e) => Some((Err(std::io::Error::other(e)), (None, stream))),
             },
             Some(Err(e)) => Some((Err(std::io::Error::other(e)), (None, stream))),
             None => match writer.finish() {
-                Ok(()) => Some((
-                    Ok(Bytes::from(std::mem::take(writer.get_mut()))),
-                    (None, stream),
-                )),
+                Ok(()) => Some((Ok(Bytes::from(std::mem::take(writer.get_mut()))), (None, stream))),
                 Err(e) => Some((Err(std::io::Error::other(e)), (None, stream))),
             },
         }
     });
-    (
-        [(header::CONTENT_TYPE, ARROW_STREAM)],
-        Body::from_stream(body),
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, ARROW_STREAM)], Body::from_stream(body)).into_response()
 }

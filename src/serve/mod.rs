@@ -25,8 +25,7 @@ use arrow::datatypes::SchemaRef;
 use datafusion::error::DataFusionError;
 use datafusion::execution::context::SQLOptions;
 use datafusion::execution::memory_pool::{
-    GreedyMemoryPool, MemoryConsumer, MemoryLimit, MemoryPool, MemoryReservation,
-    UnboundedMemoryPool,
+    GreedyMemoryPool, MemoryConsumer, MemoryLimit, MemoryPool, MemoryReservation, UnboundedMemoryPool,
 };
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::SendableRecordBatchStream;
@@ -70,9 +69,7 @@ impl Default for ServiceOptions {
             query_memory_limit: None,
             total_memory_limit: None,
             max_request_bytes: 1 << 20,
-            max_concurrent_queries: 4 * std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(4),
+            max_concurrent_queries: 4 * std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4),
         }
     }
 }
@@ -126,16 +123,10 @@ impl std::error::Error for QueryError {}
 
 impl QueryError {
     pub fn new(kind: QueryErrorKind, message: impl Into<String>) -> Self {
-        QueryError {
-            kind,
-            message: message.into(),
-        }
+        QueryError { kind, message: message.into() }
     }
     fn timeout(t: Duration) -> Self {
-        QueryError::new(
-            QueryErrorKind::Timeout,
-            format!("query cancelled after the {:.3} s timeout", t.as_secs_f64()),
-        )
+        QueryError::new(QueryErrorKind::Timeout, format!("query cancelled after the {:.3} s timeout", t.as_secs_f64()))
     }
 }
 
@@ -150,9 +141,7 @@ impl From<DataFusionError> for QueryError {
             DataFusionError::ResourcesExhausted(_) => QueryErrorKind::ResourcesExhausted,
             // Casts and arithmetic that fail on the data (overflow, division by
             // zero, bad casts) are the query's fault, not the server's.
-            DataFusionError::ArrowError(..) | DataFusionError::Execution(_) => {
-                QueryErrorKind::BadRequest
-            }
+            DataFusionError::ArrowError(..) | DataFusionError::Execution(_) => QueryErrorKind::BadRequest,
             _ => QueryErrorKind::Internal,
         };
         QueryError::new(kind, crate::cli::one_line(&e))
@@ -215,12 +204,7 @@ struct QueryPool {
 
 impl std::fmt::Display for QueryPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "query pool: {} bytes reserved, limit {:?}",
-            self.used.load(Ordering::Relaxed),
-            self.limit
-        )
+        write!(f, "query pool: {} bytes reserved, limit {:?}", self.used.load(Ordering::Relaxed), self.limit)
     }
 }
 
@@ -242,11 +226,7 @@ impl MemoryPool for QueryPool {
         self.shared.shrink(reservation, shrink);
         self.used.fetch_sub(shrink, Ordering::Relaxed);
     }
-    fn try_grow(
-        &self,
-        reservation: &MemoryReservation,
-        additional: usize,
-    ) -> datafusion::error::Result<()> {
+    fn try_grow(&self, reservation: &MemoryReservation, additional: usize) -> datafusion::error::Result<()> {
         if let Some(limit) = self.limit {
             let mut cur = self.used.load(Ordering::Relaxed);
             loop {
@@ -257,12 +237,7 @@ impl MemoryPool for QueryPool {
                         reservation.consumer().name()
                     )));
                 }
-                match self.used.compare_exchange_weak(
-                    cur,
-                    next,
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                ) {
+                match self.used.compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed) {
                     Ok(_) => break,
                     Err(v) => cur = v,
                 }
@@ -311,15 +286,7 @@ impl QueryService {
             None => Arc::new(UnboundedMemoryPool::default()),
         };
         let slots = Arc::new(Semaphore::new(options.max_concurrent_queries.max(1)));
-        QueryService {
-            inner: Arc::new(Inner {
-                engine,
-                options,
-                shared_pool,
-                slots,
-                stats: ServiceStats::default(),
-            }),
-        }
+        QueryService { inner: Arc::new(Inner { engine, options, shared_pool, slots, stats: ServiceStats::default() }) }
     }
 
     /// The engine.
@@ -339,35 +306,18 @@ impl QueryService {
 
     /// Checks an `Authorization` header value (`Bearer <token>`).
     pub fn authorize(&self, header: Option<&str>) -> Result<(), QueryError> {
-        let Some(expected) = &self.inner.options.token else {
-            return Ok(());
-        };
-        let given = header
-            .and_then(|h| {
-                h.strip_prefix("Bearer ")
-                    .or_else(|| h.strip_prefix("bearer "))
-            })
-            .map(str::trim);
+        let Some(expected) = &self.inner.options.token else { return Ok(()) };
+        let given = header.and_then(|h| h.strip_prefix("Bearer ").or_else(|| h.strip_prefix("bearer "))).map(str::trim);
         match given {
             Some(t) if constant_time_eq(t.as_bytes(), expected.as_bytes()) => Ok(()),
-            Some(_) => Err(QueryError::new(
-                QueryErrorKind::Unauthorized,
-                "wrong bearer token",
-            )),
-            None => Err(QueryError::new(
-                QueryErrorKind::Unauthorized,
-                "missing 'Authorization: Bearer <token>' header",
-            )),
+            Some(_) => Err(QueryError::new(QueryErrorKind::Unauthorized, "wrong bearer token")),
+            None => Err(QueryError::new(QueryErrorKind::Unauthorized, "missing 'Authorization: Bearer <token>' header")),
         }
     }
 
     /// Whether `token` is the service's token (any token when there is none).
     pub fn token_matches(&self, token: &str) -> bool {
-        self.inner
-            .options
-            .token
-            .as_ref()
-            .is_none_or(|t| constant_time_eq(token.as_bytes(), t.as_bytes()))
+        self.inner.options.token.as_ref().is_none_or(|t| constant_time_eq(token.as_bytes(), t.as_bytes()))
     }
 
     /// The state now.
@@ -394,17 +344,11 @@ impl QueryService {
         if sql.len() > max {
             return Err(QueryError::new(
                 QueryErrorKind::TooLarge,
-                format!(
-                    "the SQL text has {} bytes; at most {max} are accepted",
-                    sql.len()
-                ),
+                format!("the SQL text has {} bytes; at most {max} are accepted", sql.len()),
             ));
         }
         if sql.trim().is_empty() {
-            return Err(QueryError::new(
-                QueryErrorKind::BadRequest,
-                "empty SQL text",
-            ));
+            return Err(QueryError::new(QueryErrorKind::BadRequest, "empty SQL text"));
         }
         Ok(())
     }
@@ -419,14 +363,10 @@ impl QueryService {
             limit: self.inner.options.query_memory_limit,
             used: AtomicUsize::new(0),
         });
-        let mut rb = RuntimeEnvBuilder::new()
-            .with_memory_pool(pool)
-            .with_object_store_registry(base.object_store_registry.clone());
+        let mut rb = RuntimeEnvBuilder::new().with_memory_pool(pool).with_object_store_registry(base.object_store_registry.clone());
         rb.disk_manager = Some(base.disk_manager.clone());
         let runtime = rb.build_arc()?;
-        let state = SessionStateBuilder::new_from_existing(state)
-            .with_runtime_env(runtime)
-            .build();
+        let state = SessionStateBuilder::new_from_existing(state).with_runtime_env(runtime).build();
         Ok(SessionContext::new_with_state(state))
     }
 
@@ -443,22 +383,14 @@ impl QueryService {
             Ok::<_, DataFusionError>(Arc::new(df.schema().as_arrow().clone()))
         };
         let r = match self.inner.options.query_timeout {
-            Some(t) => tokio::time::timeout(t, fut)
-                .await
-                .map_err(|_| QueryError::timeout(t))
-                .and_then(|r| r.map_err(Into::into)),
+            Some(t) => tokio::time::timeout(t, fut).await.map_err(|_| QueryError::timeout(t)).and_then(|r| r.map_err(Into::into)),
             None => fut.await.map_err(Into::into),
         };
         // A statement that fails to plan never runs: count it here (one that plans
         // is counted when it runs).
         if let Err(e) = &r {
             let s = &self.inner.stats;
-            if e.kind == QueryErrorKind::Timeout {
-                &s.timed_out
-            } else {
-                &s.failed
-            }
-            .fetch_add(1, Ordering::Relaxed);
+            if e.kind == QueryErrorKind::Timeout { &s.timed_out } else { &s.failed }.fetch_add(1, Ordering::Relaxed);
         }
         r
     }
@@ -474,13 +406,7 @@ impl QueryService {
             return Err(guard.fail(e));
         }
         let fut = async {
-            let permit = self
-                .inner
-                .slots
-                .clone()
-                .acquire_owned()
-                .await
-                .map_err(|e| DataFusionError::Execution(e.to_string()))?;
+            let permit = self.inner.slots.clone().acquire_owned().await.map_err(|e| DataFusionError::Execution(e.to_string()))?;
             let ctx = self.query_session()?;
             let df = crate::sql_ext::plan_sql_with(&ctx, sql, &read_only()).await?;
             let stream = df.execute_stream().await?;
@@ -495,16 +421,8 @@ impl QueryService {
         };
         match started_fut {
             Ok((permit, stream)) => {
-                let deadline =
-                    timeout.map(|t| Box::pin(tokio::time::sleep_until((started + t).into())));
-                Ok(QueryStream {
-                    schema: stream.schema(),
-                    inner: Some(stream),
-                    deadline,
-                    timeout,
-                    guard: Some(guard),
-                    _permit: Some(permit),
-                })
+                let deadline = timeout.map(|t| Box::pin(tokio::time::sleep_until((started + t).into())));
+                Ok(QueryStream { schema: stream.schema(), inner: Some(stream), deadline, timeout, guard: Some(guard), _permit: Some(permit) })
             }
             Err(e) => Err(guard.fail(e)),
         }
@@ -523,10 +441,7 @@ impl QueryService {
 }
 
 fn read_only() -> SQLOptions {
-    SQLOptions::new()
-        .with_allow_ddl(false)
-        .with_allow_dml(false)
-        .with_allow_statements(false)
+    SQLOptions::new().with_allow_ddl(false).with_allow_dml(false).with_allow_statements(false)
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -540,11 +455,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 pub fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm")
         .ok()
-        .and_then(|s| {
-            s.split_whitespace()
-                .nth(1)
-                .and_then(|p| p.parse::<u64>().ok())
-        })
+        .and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()))
         .map(|pages| pages * 4096)
         .unwrap_or(0)
 }
@@ -629,9 +540,7 @@ impl Stream for QueryStream {
                 return Poll::Ready(this.end(Some(QueryError::timeout(t))).map(Err));
             }
         }
-        let Some(inner) = this.inner.as_mut() else {
-            return Poll::Ready(None);
-        };
+        let Some(inner) = this.inner.as_mut() else { return Poll::Ready(None) };
         match inner.poll_next_unpin(cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Some(Ok(b))) => Poll::Ready(Some(Ok(b))),
@@ -655,11 +564,7 @@ pub struct Listen {
 
 /// Binds the endpoints, prints one `listening` line per endpoint (with the bound
 /// address, so port 0 works), and serves until `shutdown` completes.
-pub async fn serve(
-    service: QueryService,
-    listen: Listen,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> datafusion::error::Result<()> {
+pub async fn serve(service: QueryService, listen: Listen, shutdown: impl Future<Output = ()> + Send + 'static) -> datafusion::error::Result<()> {
     let io = |e: std::io::Error| DataFusionError::Execution(format!("serve: {e}"));
     let (tx, _) = tokio::sync::broadcast::channel::<()>(1);
     let mut tasks = tokio::task::JoinSet::new();
@@ -669,12 +574,7 @@ pub async fn serve(
         println!("ridgeline: Flight SQL listening on grpc://{local}");
         let mut rx = tx.subscribe();
         let svc = service.clone();
-        tasks.spawn(async move {
-            flight::serve_listener(svc, listener, async move {
-                let _ = rx.recv().await;
-            })
-            .await
-        });
+        tasks.spawn(async move { flight::serve_listener(svc, listener, async move { let _ = rx.recv().await; }).await });
     }
     if let Some(addr) = listen.http {
         let listener = tokio::net::TcpListener::bind(addr).await.map_err(io)?;
@@ -682,12 +582,7 @@ pub async fn serve(
         println!("ridgeline: HTTP listening on http://{local}");
         let mut rx = tx.subscribe();
         let svc = service.clone();
-        tasks.spawn(async move {
-            http::serve_listener(svc, listener, async move {
-                let _ = rx.recv().await;
-            })
-            .await
-        });
+        tasks.spawn(async move { http::serve_listener(svc, listener, async move { let _ = rx.recv().await; }).await });
     }
     use std::io::Write;
     let _ = std::io::stdout().flush();

@@ -26,11 +26,7 @@ pub async fn plan_sql(ctx: &SessionContext, sql: &str) -> Result<DataFrame> {
 
 /// [`plan_sql`] restricted by `options` (the server uses it to refuse DDL, DML and
 /// `SET` statements: every client shares one catalog).
-pub async fn plan_sql_with(
-    ctx: &SessionContext,
-    sql: &str,
-    options: &SQLOptions,
-) -> Result<DataFrame> {
+pub async fn plan_sql_with(ctx: &SessionContext, sql: &str, options: &SQLOptions) -> Result<DataFrame> {
     let Some(rw) = skyline::rewrite(sql)? else {
         return ctx.sql_with_options(sql, *options).await;
     };
@@ -38,15 +34,8 @@ pub async fn plan_sql_with(
     // skyline keys travel as ORDER BY keys, so keep them (a statement with a
     // skyline keeps its other subquery sorts too).
     let mut state = ctx.state();
-    state
-        .config_mut()
-        .options_mut()
-        .sql_parser
-        .enable_subquery_sort_elimination = false;
-    let plan = state
-        .create_logical_plan(&rw.sql)
-        .await
-        .map_err(|e| rw.map_error(e))?;
+    state.config_mut().options_mut().sql_parser.enable_subquery_sort_elimination = false;
+    let plan = state.create_logical_plan(&rw.sql).await.map_err(|e| rw.map_error(e))?;
     let plan = replace_skyline_markers(plan, &rw).map_err(|e| rw.map_error(e))?;
     options.verify_plan(&plan)?;
     ctx.execute_logical_plan(plan).await

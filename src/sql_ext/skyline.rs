@@ -76,9 +76,7 @@ pub struct Rewritten {
 
 /// An error at a position of the original text.
 pub fn error_at(msg: impl std::fmt::Display, line: u64, column: u64) -> DataFusionError {
-    DataFusionError::Plan(format!(
-        "SKYLINE OF: {msg} at Line: {line}, Column: {column}"
-    ))
+    DataFusionError::Plan(format!("SKYLINE OF: {msg} at Line: {line}, Column: {column}"))
 }
 
 /// Byte offset of a 1-based (line, column) position, columns counted in chars.
@@ -136,9 +134,7 @@ fn tokens(sql: &str) -> Result<Vec<Tok>> {
     let dialect = GenericDialect {};
     let toks = Tokenizer::new(&dialect, sql)
         .tokenize_with_location()
-        .map_err(|e| {
-            DataFusionError::SQL(Box::new(ParserError::TokenizerError(e.to_string())), None)
-        })?;
+        .map_err(|e| DataFusionError::SQL(Box::new(ParserError::TokenizerError(e.to_string())), None))?;
     Ok(toks
         .into_iter()
         .filter(|t| !matches!(t.token, Token::Whitespace(_) | Token::EOF))
@@ -152,17 +148,7 @@ fn tokens(sql: &str) -> Result<Vec<Tok>> {
         .collect())
 }
 
-const ENDS: &[&str] = &[
-    "ORDER",
-    "LIMIT",
-    "OFFSET",
-    "FETCH",
-    "UNION",
-    "EXCEPT",
-    "INTERSECT",
-    "WINDOW",
-    "QUALIFY",
-];
+const ENDS: &[&str] = &["ORDER", "LIMIT", "OFFSET", "FETCH", "UNION", "EXCEPT", "INTERSECT", "WINDOW", "QUALIFY"];
 const BEFORE: &[&str] = &["WHERE", "GROUP", "HAVING", "FROM", "SELECT"];
 
 /// Rewrites every `SKYLINE OF` clause of one statement; `None` when there is none.
@@ -179,12 +165,7 @@ pub fn rewrite(sql: &str) -> Result<Option<Rewritten>> {
     let mut pieces = Vec::new();
     let mut push = |out: &mut String, text: &str, src: usize, copy: bool| {
         if !text.is_empty() {
-            pieces.push(Piece {
-                out: out.len(),
-                len: text.len(),
-                src,
-                copy,
-            });
+            pieces.push(Piece { out: out.len(), len: text.len(), src, copy });
             out.push_str(text);
         }
     };
@@ -217,11 +198,7 @@ pub fn rewrite(sql: &str) -> Result<Option<Rewritten>> {
             continue;
         }
         if ordered[depth] {
-            return Err(error_at(
-                "the clause must come before ORDER BY and LIMIT",
-                t.line,
-                t.column,
-            ));
+            return Err(error_at("the clause must come before ORDER BY and LIMIT", t.line, t.column));
         }
         let k = clauses.len();
         let (sky_line, sky_col, sky_start) = (t.line, t.column, t.start);
@@ -279,11 +256,7 @@ pub fn rewrite(sql: &str) -> Result<Option<Rewritten>> {
                     (_, _) if end_tok < toks.len() => (toks[end_tok].line, toks[end_tok].column),
                     _ => line_col(sql, sql.len()),
                 };
-                return Err(error_at(
-                    "expected a dimension (an expression followed by MIN, MAX or DIFF)",
-                    l,
-                    c,
-                ));
+                return Err(error_at("expected a dimension (an expression followed by MIN, MAX or DIFF)", l, c));
             };
             let lt = &toks[last];
             let direction = match lt.word().as_deref() {
@@ -293,19 +266,11 @@ pub fn rewrite(sql: &str) -> Result<Option<Rewritten>> {
                 _ => {
                     let (l, c) = line_col(sql, lt.end);
                     let text = sql[toks[item[0]].start..lt.end].trim();
-                    return Err(error_at(
-                        format!("dimension '{text}' needs a direction: MIN, MAX or DIFF"),
-                        l,
-                        c,
-                    ));
+                    return Err(error_at(format!("dimension '{text}' needs a direction: MIN, MAX or DIFF"), l, c));
                 }
             };
             if item.len() < 2 {
-                return Err(error_at(
-                    format!("expected an expression before {direction}"),
-                    lt.line,
-                    lt.column,
-                ));
+                return Err(error_at(format!("expected an expression before {direction}"), lt.line, lt.column));
             }
             let first = &toks[item[0]];
             let e_end = toks[item[item.len() - 2]].end;
@@ -322,22 +287,10 @@ pub fn rewrite(sql: &str) -> Result<Option<Rewritten>> {
             push(&mut out, &format!("{MARKER}({k}, {n}, "), s, false);
             push(&mut out, &sql[s..e], s, true);
             push(&mut out, ")", e, false);
-            specs.push(DimSpec {
-                direction,
-                text: sql[s..e].to_string(),
-                line,
-                column,
-            });
+            specs.push(DimSpec { direction, text: sql[s..e].to_string(), line, column });
         }
-        let clause_end = if end_tok > i + 2 {
-            toks[end_tok - 1].end
-        } else {
-            toks[i + 1].end
-        };
-        if end_tok < toks.len()
-            && toks[end_tok].is("ORDER")
-            && toks.get(end_tok + 1).is_some_and(|t| t.is("BY"))
-        {
+        let clause_end = if end_tok > i + 2 { toks[end_tok - 1].end } else { toks[i + 1].end };
+        if end_tok < toks.len() && toks[end_tok].is("ORDER") && toks.get(end_tok + 1).is_some_and(|t| t.is("BY")) {
             // Merge with the level's own ORDER BY: the skyline keys come first.
             push(&mut out, ", ", toks[end_tok].start, false);
             cur = toks[end_tok + 1].end;
@@ -347,20 +300,10 @@ pub fn rewrite(sql: &str) -> Result<Option<Rewritten>> {
             cur = clause_end;
             i = end_tok;
         }
-        clauses.push(ClauseSpec {
-            distinct,
-            dims: specs,
-            line: sky_line,
-            column: sky_col,
-        });
+        clauses.push(ClauseSpec { distinct, dims: specs, line: sky_line, column: sky_col });
     }
     push(&mut out, &sql[cur..], cur, true);
-    Ok(Some(Rewritten {
-        sql: out,
-        clauses,
-        original: sql.to_string(),
-        pieces,
-    }))
+    Ok(Some(Rewritten { sql: out, clauses, original: sql.to_string(), pieces }))
 }
 
 impl Rewritten {
@@ -373,17 +316,8 @@ impl Rewritten {
             .rev()
             .find(|p| p.out <= b)
             .copied()
-            .unwrap_or(Piece {
-                out: 0,
-                len: 0,
-                src: 0,
-                copy: true,
-            });
-        let src = if p.copy {
-            p.src + (b - p.out).min(p.len)
-        } else {
-            p.src
-        };
+            .unwrap_or(Piece { out: 0, len: 0, src: 0, copy: true });
+        let src = if p.copy { p.src + (b - p.out).min(p.len) } else { p.src };
         line_col(&self.original, src)
     }
 
@@ -398,9 +332,7 @@ impl Rewritten {
                 let ld = tail.find(|c: char| !c.is_ascii_digit())?;
                 let line: u64 = tail[..ld].parse().ok()?;
                 let after = tail[ld..].strip_prefix(", Column: ")?;
-                let cd = after
-                    .find(|c: char| !c.is_ascii_digit())
-                    .unwrap_or(after.len());
+                let cd = after.find(|c: char| !c.is_ascii_digit()).unwrap_or(after.len());
                 let col: u64 = after[..cd].parse().ok()?;
                 Some((line, col, &after[cd..]))
             })();
@@ -426,20 +358,14 @@ impl Rewritten {
             DataFusionError::SQL(pe, bt) => {
                 let pe = match *pe {
                     ParserError::ParserError(s) => ParserError::ParserError(self.map_message(&s)),
-                    ParserError::TokenizerError(s) => {
-                        ParserError::TokenizerError(self.map_message(&s))
-                    }
+                    ParserError::TokenizerError(s) => ParserError::TokenizerError(self.map_message(&s)),
                     other => other,
                 };
                 DataFusionError::SQL(Box::new(pe), bt)
             }
             DataFusionError::Plan(s) => DataFusionError::Plan(self.map_message(&s)),
-            DataFusionError::Context(c, inner) => {
-                DataFusionError::Context(c, Box::new(self.map_error(*inner)))
-            }
-            DataFusionError::Diagnostic(d, inner) => {
-                DataFusionError::Diagnostic(d, Box::new(self.map_error(*inner)))
-            }
+            DataFusionError::Context(c, inner) => DataFusionError::Context(c, Box::new(self.map_error(*inner))),
+            DataFusionError::Diagnostic(d, inner) => DataFusionError::Diagnostic(d, Box::new(self.map_error(*inner))),
             other => other,
         }
     }
@@ -470,59 +396,26 @@ mod tests {
         assert_eq!((rw.clauses[1].line, rw.clauses[1].column), (2, 1));
         // A position inside a copied expression maps back to the original.
         let (l, c) = line_col(&rw.sql, rw.sql.find("b + 1").unwrap());
-        assert_eq!(
-            rw.original_position(l, c),
-            (1, sql.find("b + 1").unwrap() as u64 + 1)
-        );
+        assert_eq!(rw.original_position(l, c), (1, sql.find("b + 1").unwrap() as u64 + 1));
         let (l, c) = line_col(&rw.sql, rw.sql.find("LIMIT").unwrap());
-        assert_eq!(
-            rw.original_position(l, c),
-            (
-                2,
-                sql.lines().nth(1).unwrap().find("LIMIT").unwrap() as u64 + 1
-            )
-        );
-        assert_eq!(
-            rw.map_message("x at Line: 2, Column: 1 y"),
-            "x at Line: 2, Column: 1 y"
-        );
+        assert_eq!(rw.original_position(l, c), (2, sql.lines().nth(1).unwrap().find("LIMIT").unwrap() as u64 + 1));
+        assert_eq!(rw.map_message("x at Line: 2, Column: 1 y"), "x at Line: 2, Column: 1 y");
     }
 
     #[test]
     fn errors_point_at_the_clause() {
-        let e = rewrite("SELECT * FROM t SKYLINE OF a MIN WHERE b > 1")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("must follow WHERE") && e.contains("Line: 1, Column: 17"),
-            "{e}"
-        );
-        let e = rewrite("SELECT * FROM t ORDER BY a SKYLINE OF a MIN")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("before ORDER BY") && e.contains("Column: 28"),
-            "{e}"
-        );
-        let e = rewrite("SELECT * FROM t SKYLINE OF a MIN, b")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("'b' needs a direction") && e.contains("Column: 36"),
-            "{e}"
-        );
-        let e = rewrite("SELECT * FROM t SKYLINE OF")
-            .unwrap_err()
-            .to_string();
+        let e = rewrite("SELECT * FROM t SKYLINE OF a MIN WHERE b > 1").unwrap_err().to_string();
+        assert!(e.contains("must follow WHERE") && e.contains("Line: 1, Column: 17"), "{e}");
+        let e = rewrite("SELECT * FROM t ORDER BY a SKYLINE OF a MIN").unwrap_err().to_string();
+        assert!(e.contains("before ORDER BY") && e.contains("Column: 28"), "{e}");
+        let e = rewrite("SELECT * FROM t SKYLINE OF a MIN, b").unwrap_err().to_string();
+        assert!(e.contains("'b' needs a direction") && e.contains("Column: 36"), "{e}");
+        let e = rewrite("SELECT * FROM t SKYLINE OF").unwrap_err().to_string();
         assert!(e.contains("expected a dimension"), "{e}");
-        let e = rewrite("SELECT * FROM t SKYLINE OF MIN")
-            .unwrap_err()
-            .to_string();
+        let e = rewrite("SELECT * FROM t SKYLINE OF MIN").unwrap_err().to_string();
         assert!(e.contains("expected an expression before MIN"), "{e}");
         // Multi-byte text before the clause: columns count characters.
-        let e = rewrite("SELECT 'ü' AS x FROM t SKYLINE OF x")
-            .unwrap_err()
-            .to_string();
+        let e = rewrite("SELECT 'ü' AS x FROM t SKYLINE OF x").unwrap_err().to_string();
         assert!(e.contains("Column: 36"), "{e}");
     }
 }

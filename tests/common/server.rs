@@ -22,17 +22,7 @@ impl Server {
     /// `extra` arguments.
     pub fn start(extra: &[&str]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_ridgeline"));
-        cmd.args([
-            "serve",
-            "--tpch",
-            "0.01",
-            "--flight-sql",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
-            "--token",
-            TOKEN,
-        ]);
+        cmd.args(["serve", "--tpch", "0.01", "--flight-sql", "127.0.0.1:0", "--http", "127.0.0.1:0", "--token", TOKEN]);
         cmd.args(extra);
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("start ridgeline serve");
@@ -65,10 +55,7 @@ impl Server {
                 Ok(l) => l,
                 Err(_) => {
                     let _ = child.kill();
-                    panic!(
-                        "ridgeline serve did not start:\n{}",
-                        err_text.lock().unwrap()
-                    );
+                    panic!("ridgeline serve did not start:\n{}", err_text.lock().unwrap());
                 }
             };
             if let Some(a) = line.strip_prefix("ridgeline: HTTP listening on http://") {
@@ -78,12 +65,7 @@ impl Server {
                 flight = Some(a.trim().parse().unwrap());
             }
         }
-        Server {
-            child,
-            http: http.unwrap(),
-            flight: flight.unwrap(),
-            stderr: err_text,
-        }
+        Server { child, http: http.unwrap(), flight: flight.unwrap(), stderr: err_text }
     }
 
     /// What the server wrote to stderr so far.
@@ -98,13 +80,8 @@ impl Server {
 
     /// The resident set size of the server process (Linux).
     pub fn rss(&self) -> u64 {
-        let s =
-            std::fs::read_to_string(format!("/proc/{}/statm", self.child.id())).unwrap_or_default();
-        s.split_whitespace()
-            .nth(1)
-            .and_then(|p| p.parse::<u64>().ok())
-            .unwrap_or(0)
-            * 4096
+        let s = std::fs::read_to_string(format!("/proc/{}/statm", self.child.id())).unwrap_or_default();
+        s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()).unwrap_or(0) * 4096
     }
 
     /// `GET /health` as JSON.
@@ -134,14 +111,10 @@ impl HttpAnswer {
         String::from_utf8_lossy(&self.body).to_string()
     }
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
     }
 }
 
@@ -158,17 +131,9 @@ pub fn request_bytes(method: &str, path: &str, headers: &[(&str, &str)], body: &
 }
 
 /// One HTTP/1.1 request (Connection: close; chunked answers decoded).
-pub async fn http(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-) -> HttpAnswer {
+pub async fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> HttpAnswer {
     let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    s.write_all(&request_bytes(method, path, headers, body))
-        .await
-        .unwrap();
+    s.write_all(&request_bytes(method, path, headers, body)).await.unwrap();
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).await.unwrap();
     parse_answer(&raw)
@@ -185,46 +150,21 @@ pub async fn query(addr: SocketAddr, sql: &str, accept: Option<&str>) -> HttpAns
 }
 
 pub fn parse_answer(raw: &[u8]) -> HttpAnswer {
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .unwrap_or_else(|| panic!("no header end: {:?}", String::from_utf8_lossy(raw)));
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or_else(|| panic!("no header end: {:?}", String::from_utf8_lossy(raw)));
     let head = String::from_utf8_lossy(&raw[..split]).to_string();
     let mut lines = head.split("\r\n");
-    let status: u16 = lines
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
+    let status: u16 = lines.next().unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
     let headers: Vec<(String, String)> = lines
-        .filter_map(|l| {
-            l.split_once(':')
-                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        })
+        .filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
         .collect();
     let mut body = raw[split + 4..].to_vec();
-    let chunked = headers
-        .iter()
-        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    let chunked = headers.iter().any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
     if chunked {
         let mut out = Vec::new();
         let mut rest: &[u8] = &body;
         loop {
-            let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") else {
-                break;
-            };
-            let size = usize::from_str_radix(
-                String::from_utf8_lossy(&rest[..eol])
-                    .split(';')
-                    .next()
-                    .unwrap()
-                    .trim(),
-                16,
-            )
-            .unwrap();
+            let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") else { break };
+            let size = usize::from_str_radix(String::from_utf8_lossy(&rest[..eol]).split(';').next().unwrap().trim(), 16).unwrap();
             rest = &rest[eol + 2..];
             if size == 0 || rest.len() < size {
                 break;
@@ -234,17 +174,12 @@ pub fn parse_answer(raw: &[u8]) -> HttpAnswer {
         }
         body = out;
     }
-    HttpAnswer {
-        status,
-        headers,
-        body,
-    }
+    HttpAnswer { status, headers, body }
 }
 
 /// Reads an Arrow IPC stream.
 pub fn read_ipc(body: &[u8]) -> Vec<arrow::array::RecordBatch> {
-    let r = arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(body.to_vec()), None)
-        .expect("IPC stream");
+    let r = arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(body.to_vec()), None).expect("IPC stream");
     r.map(|b| b.expect("IPC batch")).collect()
 }
 

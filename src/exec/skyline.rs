@@ -311,22 +311,7 @@ pub fn dense_ranks(array: &ArrayRef, direction: SkylineDirection) -> Result<Vec<
         }
         return Ok(ranks);
     }
-    let opts = SortOptions {
-        descending: direction == SkylineDirection::Max,
-        nulls_first: false,
-    };
-    let idx = sort_to_indices(array.as_ref(), Some(opts), None)?;
-    let cmp = make_comparator(array.as_ref(), array.as_ref(), opts)?;
-    let idx = idx.values();
-    let mut r = 0u32;
-    for w in 1..n {
-        let (a, b) = (idx[w - 1] as usize, idx[w] as usize);
-        if cmp(a, b) != std::cmp::Ordering::Equal {
-            r += 1;
-        }
-        ranks[b] = r;
-    }
-    Ok(ranks)
+    dense_ranks_by_sort(array, direction)
 }
 
 /// Keys whose unsigned order is the column's sort order (ascending, as
@@ -408,9 +393,8 @@ fn order_keys(array: &ArrayRef) -> Option<Vec<u64>> {
     })
 }
 
-/// The comparison-sort dense ranks (every orderable type); the reference of the
-/// keyed path in tests.
-#[cfg(test)]
+/// The comparison-sort dense ranks (every orderable type): the path of the types
+/// without order-preserving keys, and the reference of the keyed path in tests.
 fn dense_ranks_by_sort(array: &ArrayRef, direction: SkylineDirection) -> Result<Vec<u32>> {
     let n = array.len();
     let mut ranks = vec![0u32; n];

@@ -800,6 +800,9 @@ const SORTED_GRID_MAX_BYTES: usize = 1 << 30;
 /// Median-mask bits that group rows in [`cpu_sorted_grid`] (at most).
 const SG_GROUP_BITS: usize = 8;
 
+/// Index bytes from which [`cpu_sorted_grid`] frees its index on another thread.
+const SG_FREE_ASIDE_BYTES: usize = 64 << 20;
+
 /// Buckets of rank range per sorted-list directory in [`cpu_sorted_grid`].
 const SG_BUCKETS: usize = 256;
 
@@ -1135,15 +1138,13 @@ fn cpu_sorted_grid(
             tq.elapsed().as_secs_f64() * 1e3
         );
     }
-    // The index (about 12 d + 30 bytes a row) is returned to the allocator on
+    // A large index (about 16 d + 56 bytes a row) is returned to the allocator on
     // another thread: unmapping it took 15-20 ms at 1M rows, d = 12, which the
-    // caller need not wait for.
+    // caller need not wait for. Small ones are dropped here (a thread costs more).
     let big = (key, qs, pos, data, dir, keyed, visit, dead_rows, dts, mts);
-    if let Err(e) = std::thread::Builder::new()
-        .name("skyline-free".into())
-        .spawn(move || drop(big))
-    {
-        drop(e);
+    if n * (16 * d + 56) >= SG_FREE_ASIDE_BYTES {
+        // A failed spawn drops `big` here.
+        let _ = std::thread::Builder::new().name("skyline-free".into()).spawn(move || drop(big));
     }
     out
 }

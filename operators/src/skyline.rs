@@ -793,6 +793,17 @@ fn radix_sort_high(v: &mut Vec<u64>, tmp: &mut Vec<u64>, bits: u32) {
     }
 }
 
+/// `v` cut into consecutive pieces of the given lengths (their sum at most `v.len()`).
+fn split_lengths<T>(mut v: &mut [T], lens: impl Iterator<Item = usize>) -> Vec<&mut [T]> {
+    let mut out = Vec::new();
+    for len in lens {
+        let (a, b) = std::mem::take(&mut v).split_at_mut(len);
+        out.push(a);
+        v = b;
+    }
+    out
+}
+
 /// Most bytes of sorted per-dimension lists [`cpu_sorted_grid`] may allocate
 /// (12 bytes per kept row and dimension); larger inputs run the blocked path.
 const SORTED_GRID_MAX_BYTES: usize = 1 << 30;
@@ -833,9 +844,10 @@ fn cpu_sorted_grid(
 ) -> Vec<u32> {
     let d = m.dims;
     let tp = Instant::now();
-    // Groups by the low `gbits` bits of M (all of them up to d = 12; wider masks
-    // would make groups of a few rows and rows with hundreds of subsets to look
-    // up); the other bits are tested per entry.
+    // Groups by the low `gbits` bits of M (`SG_GROUP_BITS`: all of them up to
+    // d = 8; more bits make smaller groups and more subset groups per row, whose
+    // per-group overhead cost more than the extra mask tests save); the other
+    // bits are tested per entry.
     let gbits = std::env::var("RIDGELINE_SKYLINE_GROUP_BITS")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
@@ -898,24 +910,19 @@ fn cpu_sorted_grid(
     let mut pos = vec![0u32; n * d];
     let t_keyed = tp.elapsed().as_secs_f64() * 1e3;
     {
-        // Split the three arrays into per-(k, g) segments, each sorted by rank k,
-        // in parallel.
+        // The three arrays cut into per-(k, g) segments (k-major, as they are laid
+        // out), each then sorted by rank k; one task per group, its d lists in
+        // turn (the group's rows stay in cache).
+        let glen = |_| (0..ng).map(|g| (gstart[g + 1] - gstart[g]) as usize);
+        let lens = || (0..d).flat_map(glen);
         let mut segs: Vec<(usize, usize, &mut [u32], &mut [u32], &mut [u32])> =
-            Vec::with_capacity(ng * d);
-        let (mut kr, mut qr, mut pr) = (&mut key[..], &mut qs[..], &mut pos[..]);
-        for k in 0..d {
-            for g in 0..ng {
-                let len = (gstart[g + 1] - gstart[g]) as usize;
-                let (a, b) = std::mem::take(&mut kr).split_at_mut(len);
-                let (c, e) = std::mem::take(&mut qr).split_at_mut(len);
-                let (f, h) = std::mem::take(&mut pr).split_at_mut(len);
-                segs.push((k, g, a, c, f));
-                kr = b;
-                qr = e;
-                pr = h;
-            }
-        }
-        // One task per group, its d lists in turn (the group's rows stay in cache).
+            split_lengths(&mut key, lens())
+                .into_iter()
+                .zip(split_lengths(&mut qs, lens()))
+                .zip(split_lengths(&mut pos, lens()))
+                .enumerate()
+                .map(|(s, ((a, b), c))| (s / ng, s % ng, a, b, c))
+                .collect();
         segs.sort_unstable_by_key(|t| (t.1, t.0));
         segs.par_chunks_mut(d).for_each_init(
             || (Vec::new(), Vec::new()),
@@ -939,13 +946,13 @@ fn cpu_sorted_grid(
         );
     }
     let t_lists = tp.elapsed().as_secs_f64() * 1e3;
-    let t_dir;
     // A directory per list segment: entry b counts the segment's keys below
-    // bucket b of the dimension's rank range, so the prefix bound needs one
-    // lookup and a search inside one bucket. A group of `len` rows gets about
-    // len / 8 buckets (a power of two, at most `SG_BUCKETS`; none below 16 rows,
-    // whose segment is searched whole), so the directories stay a small fraction
-    // of the lists.
+    // bucket b of the dimension's rank range, so a row's prefix ends at one
+    // looked-up entry (the end of its rank's bucket; keys above its rank there
+    // fail the scan's key test). A group of `len` rows gets about len / 16
+    // buckets (a power of two, at most `SG_BUCKETS`; none below 16 rows, whose
+    // segment is scanned whole), so the directories stay a small fraction of the
+    // lists.
     let shift: Vec<u32> = maxes
         .iter()
         .map(|mx| (32 - mx.leading_zeros()).saturating_sub(SG_BUCKETS.trailing_zeros()))
@@ -971,37 +978,26 @@ fn cpu_sorted_grid(
     }
     let per_k = doff[ng];
     let mut dir = vec![0u32; d * per_k];
-    {
-        let mut segs: Vec<(usize, usize, &mut [u32])> = Vec::with_capacity(ng * d);
-        let mut rest = &mut dir[..];
-        for k in 0..d {
-            for g in 0..ng {
-                let (a, b) = std::mem::take(&mut rest).split_at_mut(doff[g + 1] - doff[g]);
-                if !a.is_empty() {
-                    segs.push((k, g, a));
-                }
-                rest = b;
+    split_lengths(
+        &mut dir,
+        (0..d).flat_map(|_| (0..ng).map(|g| doff[g + 1] - doff[g])),
+    )
+    .into_par_iter()
+    .enumerate()
+    .with_min_len(16)
+    .for_each(|(sg, out)| {
+        let (k, g) = (sg / ng, sg % ng);
+        let keys = &key[k * n + gstart[g] as usize..k * n + gstart[g + 1] as usize];
+        let sh = shift[k] + SG_BUCKETS.trailing_zeros() - glog[g];
+        let mut j = 0;
+        for (b, o) in out.iter_mut().enumerate() {
+            while j < keys.len() && ((keys[j] >> sh) as usize) < b {
+                j += 1;
             }
+            *o = j as u32;
         }
-        segs.par_iter_mut()
-            .with_min_len(16)
-            .for_each(|(k, g, out)| {
-                let (s, e) = (
-                    *k * n + gstart[*g] as usize,
-                    *k * n + gstart[*g + 1] as usize,
-                );
-                let keys = &key[s..e];
-                let sh = shift[*k] + SG_BUCKETS.trailing_zeros() - glog[*g];
-                let mut j = 0;
-                for (b, o) in out.iter_mut().enumerate() {
-                    while j < keys.len() && ((keys[j] >> sh) as usize) < b {
-                        j += 1;
-                    }
-                    *o = j as u32;
-                }
-            });
-    }
-    t_dir = tp.elapsed().as_secs_f64() * 1e3;
+    });
+    let t_dir = tp.elapsed().as_secs_f64() * 1e3;
     // Every row's best dimension; rows are visited by (M, best dimension, rank
     // there), so consecutive rows search the same lists near the same place and
     // find them in cache.
@@ -1015,136 +1011,128 @@ fn cpu_sorted_grid(
         }
         k
     };
-    let mut visit: Vec<(u32, u32, u32, u32)> = (0..n)
+    let mut visit: Vec<(u32, u32, u32)> = (0..n)
         .into_par_iter()
         .map(|i| {
             let k = best(i);
-            (keyed[i].0, k as u32, data[i * d + k], i as u32)
+            (k as u32, data[i * d + k], i as u32)
         })
         .collect();
     let t_v0 = tp.elapsed().as_secs_f64() * 1e3;
     // `visit` is already in group order (as `keyed`): sort each group's range.
-    {
-        let mut ranges: Vec<&mut [(u32, u32, u32, u32)]> = Vec::with_capacity(ng);
-        let mut rest = &mut visit[..];
-        for g in 0..ng {
-            let (a, b) =
-                std::mem::take(&mut rest).split_at_mut((gstart[g + 1] - gstart[g]) as usize);
-            ranges.push(a);
-            rest = b;
-        }
-        ranges.par_iter_mut().for_each(|r| r.sort_unstable());
-    }
+    split_lengths(
+        &mut visit,
+        (0..ng).map(|g| (gstart[g + 1] - gstart[g]) as usize),
+    )
+    .into_par_iter()
+    .for_each(|r| r.sort_unstable());
     let t_index = tp.elapsed().as_secs_f64() * 1e3;
     if profile {
         eprintln!(
             "cpu skyline profile (sorted grid): index steps end at: masks {t_k0:.1}, group sort {t_k1:.1}, gather {t_keyed:.1}, lists {t_lists:.1}, directories {t_dir:.1}, visit order {t_v0:.1}, sorted {t_index:.1} ms"
         );
     }
-    let _ = (t_keyed, t_lists, t_dir);
     let tq = Instant::now();
-    let (dead_rows, dts, mts): (Vec<(u32, bool)>, Vec<u64>, Vec<u64>) = {
-        let res: Vec<((u32, bool), u64, u64)> = visit
-            .par_iter()
-            .with_min_len(32)
-            .map(|&(_, k, pk, i)| {
-                let k = k as usize;
-                let i = i as usize;
-                let (gi, mi, qi, _) = keyed[i];
-                let p = &data[i * d..(i + 1) * d];
-                let base = k * n;
-                let (mut dt, mut mt) = (0u64, 0u64);
-                let pb = pk >> shift[k];
-                let test_group = |g: usize, dt: &mut u64, mt: &mut u64| -> bool {
-                    let s = base + gstart[g] as usize;
-                    // Up to the end of pk's bucket: the bucket's keys above pk
-                    // fail the scan's key test.
-                    let hi = if glog[g] == 0 {
-                        base + gstart[g + 1] as usize
-                    } else {
-                        let b = (pb >> (SG_BUCKETS.trailing_zeros() - glog[g])) as usize;
-                        s + dir[k * per_k + doff[g] + b + 1] as usize
-                    };
-                    scan_mq_packed(
-                        &key[s..hi],
-                        &qs[s..hi],
-                        pk,
-                        mi,
-                        qi,
-                        mt,
-                        |j| prefetch_row(&data, pos[s + j] as usize * d),
-                        |j| {
-                            let o = pos[s + j] as usize;
-                            *dt += 1;
-                            dominates(&data[o * d..(o + 1) * d], p)
-                        },
-                    )
-                };
-                if (1u64 << gi.count_ones()) <= ng as u64 {
-                    let mut sub = 0u32;
-                    loop {
-                        mt += 1;
-                        let g = group_of[sub as usize];
-                        if g != u32::MAX && test_group(g as usize, &mut dt, &mut mt) {
-                            return ((i as u32, true), dt, mt);
-                        }
-                        if sub == gi {
-                            break;
-                        }
-                        sub = sub.wrapping_sub(gi) & gi;
-                    }
+    // Per visited row: (row in `keyed`, dominated, dominance tests, mask tests).
+    let res: Vec<(u32, bool, u64, u64)> = visit
+        .par_iter()
+        .with_min_len(32)
+        .map(|&(k, pk, i)| {
+            let k = k as usize;
+            let i = i as usize;
+            let (gi, mi, qi, _) = keyed[i];
+            let p = &data[i * d..(i + 1) * d];
+            let base = k * n;
+            let (mut dt, mut mt) = (0u64, 0u64);
+            let pb = pk >> shift[k];
+            let test_group = |g: usize, dt: &mut u64, mt: &mut u64| -> bool {
+                let s = base + gstart[g] as usize;
+                // Up to the end of pk's bucket: the bucket's keys above pk
+                // fail the scan's key test.
+                let hi = if glog[g] == 0 {
+                    base + gstart[g + 1] as usize
                 } else {
-                    for g in 0..ng {
-                        mt += 1;
-                        if gmask[g] & !gi == 0 && test_group(g, &mut dt, &mut mt) {
-                            return ((i as u32, true), dt, mt);
-                        }
+                    let b = (pb >> (SG_BUCKETS.trailing_zeros() - glog[g])) as usize;
+                    s + dir[k * per_k + doff[g] + b + 1] as usize
+                };
+                scan_mq_packed(
+                    &key[s..hi],
+                    &qs[s..hi],
+                    pk,
+                    mi,
+                    qi,
+                    mt,
+                    |j| prefetch_row(&data, pos[s + j] as usize * d),
+                    |j| {
+                        let o = pos[s + j] as usize;
+                        *dt += 1;
+                        dominates(&data[o * d..(o + 1) * d], p)
+                    },
+                )
+            };
+            if (1u64 << gi.count_ones()) <= ng as u64 {
+                let mut sub = 0u32;
+                loop {
+                    mt += 1;
+                    let g = group_of[sub as usize];
+                    if g != u32::MAX && test_group(g as usize, &mut dt, &mut mt) {
+                        return (i as u32, true, dt, mt);
+                    }
+                    if sub == gi {
+                        break;
+                    }
+                    sub = sub.wrapping_sub(gi) & gi;
+                }
+            } else {
+                for g in 0..ng {
+                    mt += 1;
+                    if gmask[g] & !gi == 0 && test_group(g, &mut dt, &mut mt) {
+                        return (i as u32, true, dt, mt);
                     }
                 }
-                ((i as u32, false), dt, mt)
-            })
-            .collect();
-        let dts = res.iter().map(|r| r.1).collect();
-        let mts = res.iter().map(|r| r.2).collect();
-        (res.into_iter().map(|r| r.0).collect(), dts, mts)
-    };
-    st.dominance_tests = dts.iter().sum();
-    st.mask_tests = mts.iter().sum();
+            }
+            (i as u32, false, dt, mt)
+        })
+        .collect();
+    st.dominance_tests = res.iter().map(|r| r.2).sum();
+    st.mask_tests = res.iter().map(|r| r.3).sum();
     st.chunks = 1;
     if profile {
         let (mut md, mut ma, mut dd, mut da, mut nd) = (0u64, 0u64, 0u64, 0u64, 0u64);
-        for (j, t) in dead_rows.iter().enumerate() {
-            if t.1 {
-                md += mts[j];
-                dd += dts[j];
+        for r in &res {
+            if r.1 {
+                md += r.3;
+                dd += r.2;
                 nd += 1;
             } else {
-                ma += mts[j];
-                da += dts[j];
+                ma += r.3;
+                da += r.2;
             }
         }
         eprintln!("cpu skyline profile (sorted grid): dominated rows {nd}: mask tests {md}, dominance tests {dd}; skyline rows: mask tests {ma}, dominance tests {da}");
     }
-    let mut out: Vec<u32> = dead_rows
+    let mut out: Vec<u32> = res
         .iter()
-        .filter(|t| !t.1)
-        .map(|t| keyed[t.0 as usize].3)
+        .filter(|r| !r.1)
+        .map(|r| keyed[r.0 as usize].3)
         .collect();
     out.par_sort_unstable();
     if profile {
         eprintln!(
-            "cpu skyline profile (sorted grid): index {t_index:.1} ms (at groups {t_keyed:.1}, lists {t_lists:.1}, directories {t_dir:.1}; {n} rows, {ng} groups, {} threads), tests {:.1} ms",
+            "cpu skyline profile (sorted grid): index {t_index:.1} ms ({n} rows, {ng} groups, {} threads), tests {:.1} ms",
             rayon::current_num_threads(),
             tq.elapsed().as_secs_f64() * 1e3
         );
     }
-    // A large index (about 16 d + 56 bytes a row) is returned to the allocator on
+    // A large index (about 16 d + 44 bytes a row) is returned to the allocator on
     // another thread: unmapping it took 15-20 ms at 1M rows, d = 12, which the
     // caller need not wait for. Small ones are dropped here (a thread costs more).
-    let big = (key, qs, pos, data, dir, keyed, visit, dead_rows, dts, mts);
-    if n * (16 * d + 56) >= SG_FREE_ASIDE_BYTES {
+    let big = (key, qs, pos, data, dir, keyed, visit, res);
+    if n * (16 * d + 44) >= SG_FREE_ASIDE_BYTES {
         // A failed spawn drops `big` here.
-        let _ = std::thread::Builder::new().name("skyline-free".into()).spawn(move || drop(big));
+        let _ = std::thread::Builder::new()
+            .name("skyline-free".into())
+            .spawn(move || drop(big));
     }
     out
 }

@@ -29,6 +29,22 @@
 //              and counted per mask so the host can record the next partition
 //              starts.
 //   repack     the kept points scattered to their partitions for the next level.
+//   sort_level before each level: every level-l partition (one workgroup each)
+//              sorted by its points' key, the sum of their ranks over the
+//              partition's own mask M' (ids and masks permuted; the keys stay in
+//              workgroup memory), and a directory of KDIR keys written per
+//              partition (the key at every KDIR-th of its length). A point q
+//              with M' a subset of its mask is dominated by p of M' only if p is
+//              no worse in every dimension, so in particular the key of p is at
+//              most q's own sum over M' (the dimensions of M' are the ones that
+//              discriminate: outside M' either p is below and q above the median,
+//              which always holds, or both are below, which q's sum does not
+//              see). The iterations therefore scan only the prefix of each
+//              partition up to the first directory key above q's sum (independent
+//              loads, no search chain), which skips about half of a partition's
+//              points before any mask test. Partitions too large for workgroup
+//              memory get an all-zero directory (no cut); so does every partition
+//              when the cut is off.
 //   alive_bits the rows not marked dead as a bitmap (the skyline, read back).
 //   iterate_wide
 //              the same iteration with one workgroup per point instead of one
@@ -57,6 +73,10 @@ struct Params {
     full: u32,
     npart: u32,
     stride: u32,
+    kshift: u32,
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> P: Params;
@@ -72,8 +92,17 @@ struct Params {
 @group(0) @binding(10) var<storage, read> ptab: array<u32>;
 @group(0) @binding(11) var<storage, read_write> idx_out: array<u32>;
 @group(0) @binding(12) var<storage, read_write> wq_out: array<u32>;
+// Working-set ids, writable (sort_level only; the iterations read `widx`).
+@group(0) @binding(13) var<storage, read_write> widx_rw: array<u32>;
+// Each level-l partition's key directory (see sort_level), written by sort_level ...
+@group(0) @binding(14) var<storage, read_write> kdir: array<u32>;
+// ... and read by the iterations (KDIR / 4 vectors a partition).
+@group(0) @binding(15) var<storage, read> kdir_r: array<vec4<u32>>;
 
 const WG: u32 = {{WG}}u;
+// The number of dimensions (= P.d), a constant so the dominance tests' loops unroll
+// and issue all of a row's loads at once.
+const D: u32 = {{D}}u;
 
 fn row_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
     return (wid.x + wid.y * nwg.x) * WG + lid;
@@ -189,6 +218,125 @@ fn repack(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     wq_out[pos] = m;
 }
 
+// ---------------------------------------------------------------------------------
+// sort_level: one workgroup per level-l partition (aux triples, P.npart of them).
+
+const SCAP: u32 = {{SCAP}}u;
+// Lanes of sort_level (partitions average tens to hundreds of points).
+const SWG: u32 = 64u;
+
+var<workgroup> s_key: array<u32, SCAP>;
+var<workgroup> s_pos: array<u32, SCAP>;
+var<workgroup> s_part: vec3<u32>;
+
+// Sum of row p's ranks (each shifted right by P.kshift, so d of them fit a u32) over
+// the dimensions in m. Monotone: p no worse than q everywhere => key(p) <= key(q).
+fn key_of(p: u32, m: u32) -> u32 {
+    let base = p * P.d;
+    var s = 0u;
+    var mm = m;
+    while mm != 0u {
+        s += ranks[base + firstTrailingBit(mm)] >> P.kshift;
+        mm &= mm - 1u;
+    }
+    return s;
+}
+
+const KDIR: u32 = 16u;
+
+// The end of the prefix of level-l partition `part` (working-set positions
+// [lo, hi), sorted by key) that can hold a dominator of a point whose sum over the
+// partition's mask is k: the start of the first directory slice whose first key
+// exceeds k (every later key does too), or hi.
+fn cut_end(part: u32, lo: u32, hi: u32, k: u32) -> u32 {
+    let a = kdir_r[part * 4u];
+    let b = kdir_r[part * 4u + 1u];
+    let c = kdir_r[part * 4u + 2u];
+    let e = kdir_r[part * 4u + 3u];
+    let kv = vec4<u32>(k);
+    let one = vec4<u32>(1u);
+    let zero = vec4<u32>(0u);
+    let cnt = select(zero, one, a <= kv) + select(zero, one, b <= kv)
+        + select(zero, one, c <= kv) + select(zero, one, e <= kv);
+    let slices = cnt.x + cnt.y + cnt.z + cnt.w;
+    if slices >= KDIR { return hi; }
+    return lo + slices * (hi - lo) / KDIR;
+}
+
+@compute @workgroup_size(SWG)
+fn sort_level(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+    let k = wid.x + wid.y * nwg.x;
+    if k >= P.npart { return; }
+    if lid == 0u {
+        s_part = vec3<u32>(aux[k * 3u], aux[k * 3u + 1u], aux[k * 3u + 2u]);
+    }
+    let part = workgroupUniformLoad(&s_part);
+    let m = part.x;
+    let start = part.y;
+    let len = part.z - part.y;
+    if len > SCAP {
+        // Too large to sort here: no cut (every key 0 <= any q's sum).
+        if lid < KDIR {
+            kdir[k * KDIR + lid] = 0u;
+        }
+        return;
+    }
+    var size = 1u;
+    while size < len { size <<= 1u; }
+    for (var t = lid; t < size; t += SWG) {
+        var key = 0xffffffffu;
+        if t < len {
+            key = key_of(widx_rw[start + t], m);
+        }
+        s_key[t] = key;
+        s_pos[t] = t;
+    }
+    workgroupBarrier();
+    // Bitonic sort of (key, position) by key; padding keys (all ones) go last.
+    for (var kk = 2u; kk <= size; kk <<= 1u) {
+        for (var jj = kk >> 1u; jj > 0u; jj >>= 1u) {
+            for (var t = lid; t < size; t += SWG) {
+                let o = t ^ jj;
+                if o > t {
+                    let a = s_key[t];
+                    let b = s_key[o];
+                    if (a > b) == ((t & kk) == 0u) && a != b {
+                        s_key[t] = b;
+                        s_key[o] = a;
+                        let pa = s_pos[t];
+                        s_pos[t] = s_pos[o];
+                        s_pos[o] = pa;
+                    }
+                }
+            }
+            workgroupBarrier();
+        }
+    }
+    // The directory (slice b starts at position b * len / KDIR); then ids and
+    // masks permuted through workgroup memory (each partition's entries are read
+    // and written by its own workgroup only).
+    if lid < KDIR {
+        kdir[k * KDIR + lid] = s_key[lid * len / KDIR];
+    }
+    workgroupBarrier();
+    for (var t = lid; t < len; t += SWG) {
+        s_key[t] = widx_rw[start + s_pos[t]];
+    }
+    workgroupBarrier();
+    for (var t = lid; t < len; t += SWG) {
+        widx_rw[start + t] = s_key[t];
+    }
+    workgroupBarrier();
+    for (var t = lid; t < len; t += SWG) {
+        s_key[t] = wq[start + s_pos[t]];
+    }
+    workgroupBarrier();
+    for (var t = lid; t < len; t += SWG) {
+        wq[start + t] = s_key[t];
+    }
+}
+
 // The survivors as bits: keep[w] bit b set iff row 32 w + b (< n) is not dead, so
 // the host reads n / 8 bytes back instead of 4 n.
 @compute @workgroup_size(WG)
@@ -206,32 +354,21 @@ fn alive_bits(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
     keep[w] = bits;
 }
 
-// Row p dominates row q (no worse everywhere, better somewhere). The loop stops at
-// the first worse rank through its condition.
-fn dominates(p: u32, q: u32) -> bool {
-    let pb = p * P.d;
-    let qb = q * P.d;
+// Row p against the point's own ranks q (held in registers): dominance (strict:
+// no worse everywhere and better somewhere), else the distinct-value test (no worse
+// everywhere, Algorithm 1, line 18). Every rank is loaded (no early exit), so the D
+// loads are independent and issue together.
+fn dom_private(p: u32, q: ptr<function, array<u32, D>>, strict: bool) -> bool {
+    let pb = p * D;
     var le = true;
     var lt = false;
-    for (var j = 0u; j < P.d && le; j++) {
+    for (var j = 0u; j < D; j++) {
         let a = ranks[pb + j];
-        let b = ranks[qb + j];
-        le = a <= b;
-        lt = lt || a < b;
+        let b = (*q)[j];
+        le = le & (a <= b);
+        lt = lt | (a < b);
     }
-    return le && lt;
-}
-
-// Row p is no worse than row q everywhere: dominance when the two are known to
-// differ (the "distinct-value" test of Algorithm 1, line 18).
-fn no_worse(p: u32, q: u32) -> bool {
-    let pb = p * P.d;
-    let qb = q * P.d;
-    var le = true;
-    for (var j = 0u; j < P.d && le; j++) {
-        le = ranks[pb + j] <= ranks[qb + j];
-    }
-    return le;
+    return le & (lt | !strict);
 }
 
 // The outcome of working-set point i (row pi, median mask mi) at level P.l: a
@@ -285,6 +422,10 @@ fn iterate_one(i: u32) -> vec2<u32> {
     let mi = mqi & 0xffffu;
     let qi = mqi >> 16u;
     let order = countOneBits(mi);
+    var qr: array<u32, D>;
+    for (var t = 0u; t < D; t++) {
+        qr[t] = ranks[pi * D + t];
+    }
     var dominated = false;
     var dts = 0u;
     var mts = 0u;
@@ -305,7 +446,8 @@ fn iterate_one(i: u32) -> vec2<u32> {
             j = aux[lo * 3u + 1u];
             k = 1u;
         }
-        end = aux[lo * 3u + 2u];
+        // Only the prefix whose keys are at most q's (see sort_level).
+        end = cut_end(lo, aux[lo * 3u + 1u], aux[lo * 3u + 2u], key_of(pi, mi));
         loop {
             if dominated || j >= end || steps >= limit { break; }
             steps += 1u;
@@ -315,7 +457,7 @@ fn iterate_one(i: u32) -> vec2<u32> {
                 mts += 1u;
                 if (qj | qi) == qi {
                     dts += 1u;
-                    dominated = dominates(widx[j], pi);
+                    dominated = dom_private(widx[j], &qr, true);
                 }
             }
             j += 1u;
@@ -326,7 +468,7 @@ fn iterate_one(i: u32) -> vec2<u32> {
         if k > 0u {
             let mk = aux[(k - 1u) * 3u];
             if (mk | mi) == mi {
-                end = aux[(k - 1u) * 3u + 2u];
+                end = cut_end(k - 1u, aux[(k - 1u) * 3u + 1u], aux[(k - 1u) * 3u + 2u], key_of(pi, mk));
                 same = mk | notmi;
             }
         }
@@ -340,7 +482,7 @@ fn iterate_one(i: u32) -> vec2<u32> {
                 // Eq. 1 (Eq. 2 holds by construction: this partition has a lower order).
                 if (mk | mi) == mi {
                     j = aux[k * 3u + 1u];
-                    end = aux[k * 3u + 2u];
+                    end = cut_end(k, j, aux[k * 3u + 2u], key_of(pi, mk));
                     same = mk | notmi;
                 }
                 k += 1u;
@@ -351,7 +493,7 @@ fn iterate_one(i: u32) -> vec2<u32> {
             // Eq. 4.
             if ((same & qj) | qi) == qi {
                 dts += 1u;
-                dominated = no_worse(widx[j], pi);
+                dominated = dom_private(widx[j], &qr, false);
             }
             j += 1u;
         }
@@ -397,6 +539,19 @@ var<workgroup> w_same: array<u32, WGW>;
 var<workgroup> w_pre: array<u32, WGW + 1u>;
 var<workgroup> w_dts: atomic<u32>;
 var<workgroup> w_mts: atomic<u32>;
+// The point's own ranks (for its sums over the candidate partitions' masks).
+var<workgroup> w_qr: array<u32, 16>;
+
+// The point's sum of ranks over the dimensions in m (key_of from w_qr).
+fn key_of_q(m: u32) -> u32 {
+    var s = 0u;
+    var mm = m;
+    while mm != 0u {
+        s += w_qr[firstTrailingBit(mm)] >> P.kshift;
+        mm &= mm - 1u;
+    }
+    return s;
+}
 
 // C(n, k) for n, k <= 16: the host appends the table to ptab (at 2^d + n * 17 + k).
 fn binom(n: u32, k: u32) -> u32 {
@@ -444,8 +599,16 @@ fn deposit(x: u32, m: u32) -> u32 {
 // dominance tests run (0 or 1).
 fn test_pos(j: u32, same: u32, qi: u32, pi: u32, strict: bool) -> u32 {
     if ((same & (wq[j] >> 16u)) | qi) != qi { return 0u; }
-    let pj = widx[j];
-    if select(no_worse(pj, pi), dominates(pj, pi), strict) {
+    let pb = widx[j] * D;
+    var le = true;
+    var lt = false;
+    for (var t = 0u; t < D; t++) {
+        let a = ranks[pb + t];
+        let b = w_qr[t];
+        le = le & (a <= b);
+        lt = lt | (a < b);
+    }
+    if le & (lt | !strict) {
         atomicStore(&w_found, 1u);
     }
     return 1u;
@@ -473,12 +636,17 @@ fn iterate_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     let order = countOneBits(mi);
     var dts = 0u;
     var mts = 0u;
+    if lid < P.d {
+        w_qr[lid] = ranks[pi * P.d + lid];
+    }
+    workgroupBarrier();
     if order == P.l {
         // Eq. 3: only the own partition can hold dominators.
         let lo = own_partition(mi);
         // Eq. 5 (Q_j has a bit Q_i lacks => p_j does not dominate p_i), then the
-        // full dominance test; the point itself skipped.
-        let end = aux[lo * 3u + 2u];
+        // full dominance test; the point itself skipped; only the prefix whose
+        // keys are at most q's (see sort_level).
+        let end = cut_end(lo, aux[lo * 3u + 1u], aux[lo * 3u + 2u], key_of_q(mi));
         for (var j = aux[lo * 3u + 1u] + lid; j < end; j += WGW) {
             if atomicLoad(&w_found) != 0u { break; }
             if j == i { continue; }
@@ -512,23 +680,45 @@ fn iterate_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
                     k = c;
                 }
                 if k != 0xffffffffu {
-                    let slot = atomicAdd(&w_cnt, 1u);
                     let start = aux[k * 3u + 1u];
+                    let mk = aux[k * 3u];
+                    // Only the prefix whose keys are at most q's sum over the
+                    // partition's mask (see sort_level).
+                    let len = cut_end(k, start, aux[k * 3u + 2u], key_of_q(mk)) - start;
+                    // P.pad0 = 1: one atomic gives the slot (bits 25..) and the
+                    // slot's offset in the joint range (bits 0..24), so offsets
+                    // follow slot order with no scan (the host sets it only where
+                    // WGW partitions cannot reach 2^25 points).
+                    var slot = 0u;
+                    if P.pad0 == 1u {
+                        let old = atomicAdd(&w_cnt, (1u << 25u) | len);
+                        slot = old >> 25u;
+                        w_pre[slot] = old & 0x1ffffffu;
+                    } else {
+                        slot = atomicAdd(&w_cnt, 1u);
+                        w_pre[slot + 1u] = len;
+                    }
                     w_start[slot] = start;
-                    w_same[slot] = aux[k * 3u] | notmi;
-                    w_pre[slot + 1u] = aux[k * 3u + 2u] - start;
+                    w_same[slot] = mk | notmi;
                 }
             }
             workgroupBarrier();
-            // The matching partitions' points as one range (sizes summed by lane 0),
-            // strided by the lanes: small partitions do not leave lanes idle.
+            // The matching partitions' points as one range (offsets from the packed
+            // atomic, or sizes summed by lane 0), strided by the lanes: small
+            // partitions do not leave lanes idle.
             if lid == 0u {
-                let cnt = atomicLoad(&w_cnt);
-                w_pre[0] = 0u;
-                for (var m = 0u; m < cnt; m++) {
-                    w_pre[m + 1u] += w_pre[m];
+                let packed = atomicLoad(&w_cnt);
+                if P.pad0 == 1u {
+                    let cnt = packed >> 25u;
+                    w_pre[cnt] = packed & 0x1ffffffu;
+                    w_n = w_pre[cnt];
+                } else {
+                    w_pre[0] = 0u;
+                    for (var m = 0u; m < packed; m++) {
+                        w_pre[m + 1u] += w_pre[m];
+                    }
+                    w_n = w_pre[packed];
                 }
-                w_n = w_pre[cnt];
             }
             let total = workgroupUniformLoad(&w_n);
             var m = 0u;

@@ -1403,6 +1403,11 @@ pub struct SkylineGpuOptions {
     /// partition. `Some(true)` / `Some(false)` force one way (tests;
     /// `RIDGELINE_SKYLINE_SUBSETS=always|never` where `None`, a diagnosis aid).
     pub subset_lookup: Option<bool>,
+    /// Sort each level's partitions by key (the sum of ranks over the partition's
+    /// mask) so that a point scans only the prefix of each partition that can hold
+    /// a dominator (`sort_level` in shaders/skyline.wgsl). `None`: on, unless
+    /// `RIDGELINE_SKYLINE_KEYCUT=off` (a diagnosis aid); tests compare both.
+    pub key_cut: Option<bool>,
 }
 
 /// SkyAlign's iteration kernel (shaders/skyline.wgsl).
@@ -1480,6 +1485,8 @@ struct SkyParams {
     full: u32,
     npart: u32,
     stride: u32,
+    kshift: u32,
+    pad: [u32; 3],
 }
 
 /// Elements per segment so that `len` elements sit in one segment.
@@ -1545,7 +1552,12 @@ fn launch_groups(
     if groups == 0 {
         return Ok(());
     }
-    let defs = [("WG", SKY_WG.to_string()), ("WGW", wide_wg().to_string())];
+    let defs = [
+        ("WG", SKY_WG.to_string()),
+        ("WGW", wide_wg().to_string()),
+        ("SCAP", sort_cap(ctx).to_string()),
+        ("D", p.d.to_string()),
+    ];
     let pipe = ctx.pipeline("skyline", SKY_WGSL, entry, &defs)?;
     let threads = groups * SKY_WG as u64;
     let max_dim = ctx.limits().max_compute_workgroups_per_dimension;
@@ -1586,6 +1598,29 @@ fn launch_groups(
     }
     ctx.submit(enc)?;
     Ok(())
+}
+
+/// Keys in each partition's directory (shaders/skyline.wgsl, `KDIR`).
+const KDIR: usize = 16;
+
+/// Most points of a partition `sort_level` sorts in workgroup memory (8 bytes a
+/// point): 4096, or the largest power of two the adapter's workgroup storage holds
+/// beside the iteration kernels' few arrays. Larger partitions are not cut.
+fn sort_cap(ctx: &GpuContext) -> u32 {
+    let lim = ctx.limits().max_compute_workgroup_storage_size.saturating_sub(4096);
+    let mut cap = 4096u32;
+    while cap > 256 && cap * 8 > lim {
+        cap /= 2;
+    }
+    cap
+}
+
+/// The right shift of every rank in a key (the sum of up to d ranks, see
+/// `sort_level`) so that the sum fits a `u32`; 0 unless ranks reach 2^28.
+fn key_shift(gmax: u32, d: usize) -> u32 {
+    (0..32)
+        .find(|&s| ((gmax as u64) >> s) * d as u64 <= u32::MAX as u64)
+        .unwrap_or(32)
 }
 
 /// Working-set positions per `iterate` launch.
@@ -1641,6 +1676,7 @@ fn gpu_chunk(
     step_limit: Option<u32>,
     kernel: SkylineKernel,
     subset_lookup: Option<bool>,
+    key_cut: bool,
 ) -> GpuResult<ChunkOut> {
     // RIDGELINE_SKYLINE_PROFILE=1: a line for the setup, one per level (working
     // set, partitions, wall times of preparation, iteration and repacking, its
@@ -1661,6 +1697,10 @@ fn gpu_chunk(
     launch(ctx, "minmax", base, &[(1, buf(&r)), (2, buf(&mm))], n)?;
     let v = mm.download::<u32>(ctx)?;
     let (tau, gmax) = (v[0], v[1]);
+    let base = SkyParams {
+        kshift: key_shift(gmax, d),
+        ..base
+    };
     // Quartiles of the surviving rows (line 2 filters inside every kernel below):
     // an MSD radix select, 8 bits a pass, over every (dimension, quartile) at once.
     let bits = 32 - gmax.leading_zeros();
@@ -1874,6 +1914,46 @@ fn gpu_chunk(
             enc.clear_buffer(res_buf, 0, Some(8 * ncur as u64));
         }
         ctx.submit(enc)?;
+        // Each partition sorted by key, with its key directory (see `sort_level`);
+        // an all-zero directory (no cut) where the cut is off.
+        let npart = parts.len() / 3;
+        let kdir = DeviceArray::alloc(ctx, npart * KDIR, 4)?;
+        mem.spike(kdir.device_bytes());
+        let mut sort_ms = 0.0;
+        if key_cut {
+            if profile {
+                ctx.wait()?;
+            }
+            let t_sort = Instant::now();
+            let p = SkyParams {
+                npart: npart as u32,
+                ..base
+            };
+            let binds = [
+                (1, buf(&r)),
+                (3, buf(&aux)),
+                (6, buf(&wq)),
+                (13, buf(&idx)),
+                (14, buf(&kdir)),
+            ];
+            launch_groups(ctx, "sort_level", p, &binds, npart as u64)?;
+            if profile {
+                ctx.wait()?;
+                sort_ms = t_sort.elapsed().as_secs_f64() * 1e3;
+            }
+            if let Some(mq) = &mq {
+                check_working_set(ctx, &idx, &wq, mq, &counts, order)?;
+                check_keys(ctx, &idx, &kdir, &parts, ranks, d, base.kshift, sort_cap(ctx))?;
+            }
+        } else {
+            let mut enc = ctx.encoder("skyline-keys");
+            enc.clear_buffer(buf(&kdir), 0, None);
+            ctx.submit(enc)?;
+        }
+        // Packed slot offsets in iterate_wide (pad[0] = 1) where no WGW partitions
+        // of this level reach 2^25 points together.
+        let max_len = parts.chunks_exact(3).map(|t| t[2] - t[1]).max().unwrap_or(0);
+        let packed = (max_len as u64 * wide_wg() as u64) < (1 << 25);
         let step = iterate_launch_rows(ctx);
         let prep_ms = t_prep.elapsed().as_secs_f64() * 1e3;
         let t_level = Instant::now();
@@ -1899,7 +1979,11 @@ fn gpu_chunk(
                         Some(true) => 1,
                         Some(false) => 2,
                     };
-                    let p = SkyParams { full, ..p };
+                    let p = SkyParams {
+                        full,
+                        pad: [packed as u32, 0, 0],
+                        ..p
+                    };
                     launch_groups(
                         ctx,
                         "iterate_wide",
@@ -1913,6 +1997,7 @@ fn gpu_chunk(
                             (8, buf(&dead)),
                             (9, buf(&keep)),
                             (10, buf(ptab)),
+                            (15, buf(&kdir)),
                         ],
                         (ncur - first).min(step) as u64,
                     )?;
@@ -1931,6 +2016,7 @@ fn gpu_chunk(
                         (7, buf(&idx)),
                         (8, buf(&dead)),
                         (9, buf(&keep)),
+                        (15, buf(&kdir)),
                     ],
                     (ncur - first).min(step),
                 )?;
@@ -2001,7 +2087,7 @@ fn gpu_chunk(
         mem.sub(&keep);
         if profile {
             eprintln!(
-                "skyline profile: level {l} ({lk:?}): working set {ncur}, {} partitions, prep {prep_ms:.3} ms, iterate {iterate_ms:.3} ms ({level_dts} dominance tests, {level_mts} mask tests), repack {:.3} ms, {next} kept",
+                "skyline profile: level {l} ({lk:?}): working set {ncur}, {} partitions, prep {prep_ms:.3} ms (sort {sort_ms:.3} ms), iterate {iterate_ms:.3} ms ({level_dts} dominance tests, {level_mts} mask tests), repack {:.3} ms, {next} kept",
                 parts.len() / 3,
                 t_repack.elapsed().as_secs_f64() * 1e3
             );
@@ -2129,6 +2215,55 @@ fn check_working_set(
     Ok(())
 }
 
+/// Debugging aid (`RIDGELINE_SKYLINE_CHECK`): after `sort_level`, every level-l
+/// partition is in ascending order of its points' sums of ranks over the
+/// partition's mask, and its directory holds the key at every KDIR-th of its
+/// length (all zero for partitions above the sort capacity).
+#[allow(clippy::too_many_arguments)]
+fn check_keys(
+    ctx: &GpuContext,
+    idx: &DeviceArray,
+    kdir: &DeviceArray,
+    parts: &[u32],
+    ranks: &[u32],
+    d: usize,
+    kshift: u32,
+    cap: u32,
+) -> GpuResult<()> {
+    let idx = idx.download::<u32>(ctx)?;
+    let dir = kdir.download::<u32>(ctx)?;
+    for (k, t) in parts.chunks_exact(3).enumerate() {
+        let (m, a, b) = (t[0], t[1] as usize, t[2] as usize);
+        let len = b - a;
+        let keys: Vec<u32> = (a..b)
+            .map(|i| {
+                let row = &ranks[idx[i] as usize * d..][..d];
+                (0..d)
+                    .filter(|&j| m >> j & 1 == 1)
+                    .map(|j| row[j] >> kshift)
+                    .sum::<u32>()
+            })
+            .collect();
+        let got = &dir[k * KDIR..(k + 1) * KDIR];
+        let want: Vec<u32> = if len > cap as usize {
+            vec![0; KDIR]
+        } else {
+            if keys.windows(2).any(|w| w[0] > w[1]) {
+                return Err(GpuError::Invalid(format!(
+                    "partition {m:#x} is not in key order"
+                )));
+            }
+            (0..KDIR).map(|s| keys[s * len / KDIR]).collect()
+        };
+        if got != want.as_slice() {
+            return Err(GpuError::Invalid(format!(
+                "partition {m:#x}: key directory {got:?}, expected {want:?}"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// SkyAlign on the GPU (Bøgh, Chester & Assent, VLDB 2015), with default options.
 pub fn skyline_gpu(ctx: &GpuContext, m: RankMatrix<'_>) -> GpuResult<(Vec<u32>, SkylineStats)> {
     skyline_gpu_with(ctx, m, &SkylineGpuOptions::default())
@@ -2181,6 +2316,9 @@ pub fn skyline_gpu_with(
         Some(l) if l > 0 && opts.kernel.is_none() => SkylineKernel::Thread,
         _ => SkylineKernel::choose(opts.kernel, ctx),
     };
+    let key_cut = opts.key_cut.unwrap_or_else(|| {
+        std::env::var("RIDGELINE_SKYLINE_KEYCUT").map_or(true, |v| v != "off")
+    });
     // Candidates: None = every row of `m`; Some((global ids, their rows)).
     let mut cand: Option<(Vec<u32>, Vec<u32>)> = None;
     loop {
@@ -2206,6 +2344,7 @@ pub fn skyline_gpu_with(
                 opts.step_limit,
                 kernel,
                 opts.subset_lookup,
+                key_cut,
             )?;
             st.dominance_tests += out.dominance_tests;
             st.mask_tests += out.mask_tests;

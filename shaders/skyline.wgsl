@@ -9,9 +9,13 @@
 //              of every dimension over the rows that survive the pre-filter: rows
 //              whose higher digits match the (dimension, quartile) prefix add to
 //              that pair's 256-bin histogram; also counts the surviving rows.
+//   qpick      after each qhist pass, on the device (no readback between
+//              passes): one workgroup per (dimension, quartile) scans its 256
+//              bins and appends the digit that holds its rank to its prefix.
 //   mask_hist  median mask M and quartile mask Q of every surviving row (mq[r] =
 //              M | Q << 16; dead[r] = 1 for the rows the pre-filter drops);
-//              histogram over M.
+//              histogram over M, followed by the surviving-row count and the
+//              quartile selection's error flag (from qpick's state).
 //   scatter    counting-sort scatter of the surviving row ids by M into the
 //              (|M|, M) order the host chose (cursors = each mask's first slot):
 //              the initial working set. Points inside one partition land in any
@@ -98,6 +102,8 @@ struct Params {
 @group(0) @binding(14) var<storage, read_write> kdir: array<u32>;
 // ... and read by the iterations (KDIR / 4 vectors a partition).
 @group(0) @binding(15) var<storage, read> kdir_r: array<vec4<u32>>;
+// qpick's state (see qpick).
+@group(0) @binding(16) var<storage, read_write> qst: array<u32>;
 
 const WG: u32 = {{WG}}u;
 // The number of dimensions (= P.d), a constant so the dominance tests' loops unroll
@@ -159,6 +165,55 @@ fn qhist(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     }
 }
 
+// qpick's state `qst`: [0, 3d) the prefixes (the quartiles after the last pass),
+// [3d, 6d) the ranks still sought inside them, 6d the surviving rows, 6d + 1 an
+// error flag (no surviving row, or a rank past the bins: never for a consistent
+// histogram). stats: qhist's histogram of this pass. P.full = 1 on the first pass.
+var<workgroup> q_scan: array<u32, 256>;
+
+@compute @workgroup_size(256)
+fn qpick(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let k = wid.x;
+    let n1 = atomicLoad(&stats[0]);
+    var kth = 0u;
+    if P.full == 1u {
+        // (n1 = 0 is reported below, after the barriers.)
+        kth = min((k % 3u + 1u) * (n1 / 4u) + ((k % 3u + 1u) * (n1 % 4u)) / 4u, max(n1, 1u) - 1u);
+    } else {
+        kth = qst[3u * P.d + k];
+    }
+    let prev = qst[k];
+    // Every lane has read the state before the winner rewrites it.
+    storageBarrier();
+    let c = atomicLoad(&stats[1u + k * 256u + lid]);
+    // Inclusive scan of the bins (Hillis-Steele).
+    q_scan[lid] = c;
+    workgroupBarrier();
+    for (var o = 1u; o < 256u; o <<= 1u) {
+        var v = q_scan[lid];
+        if lid >= o { v += q_scan[lid - o]; }
+        workgroupBarrier();
+        q_scan[lid] = v;
+        workgroupBarrier();
+    }
+    if P.full == 1u && n1 == 0u {
+        if lid == 0u { qst[6u * P.d + 1u] = 1u; }
+        return;
+    }
+    let incl = q_scan[lid];
+    let excl = incl - c;
+    if excl <= kth && kth < incl {
+        qst[k] = (select(prev, 0u, P.full == 1u) << 8u) | lid;
+        qst[3u * P.d + k] = kth - excl;
+    }
+    if lid == 255u && kth >= incl {
+        qst[6u * P.d + 1u] = 1u;
+    }
+    if k == 0u && lid == 0u && P.full == 1u {
+        qst[6u * P.d] = n1;
+    }
+}
+
 // aux[j * 3 + q]: quartile q + 1 of dimension j.
 fn masks(r: u32) -> vec2<u32> {
     let base = r * P.d;
@@ -181,6 +236,12 @@ fn mask_hist(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
              @builtin(local_invocation_index) lid: u32) {
     let r = row_index(wid, nwg, lid);
     if r >= P.n { return; }
+    if r == 0u {
+        // aux is qpick's state: the surviving rows and the error flag follow the
+        // 2^d counts, so one readback brings all three.
+        atomicStore(&stats[1u << P.d], aux[6u * P.d]);
+        atomicStore(&stats[(1u << P.d) + 1u], aux[6u * P.d + 1u]);
+    }
     if !survives(r) {
         dead[r] = 1u;
         return;
@@ -222,8 +283,8 @@ fn repack(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
 // sort_level: one workgroup per level-l partition (aux triples, P.npart of them).
 
 const SCAP: u32 = {{SCAP}}u;
-// Lanes of sort_level (partitions average tens to hundreds of points).
-const SWG: u32 = 64u;
+// Lanes of sort_level: 64 to 256 by the level's average partition size.
+const SWG: u32 = {{SWG}}u;
 
 var<workgroup> s_key: array<u32, SCAP>;
 var<workgroup> s_pos: array<u32, SCAP>;
@@ -628,6 +689,10 @@ fn iterate_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
         atomicStore(&w_mts, 0u);
         w_pt = vec2<u32>(widx[i], wq[i]);
     }
+    // The point's ranks (the uniform load below is also the barrier for them).
+    if lid < D {
+        w_qr[lid] = ranks[widx[i] * D + lid];
+    }
     let pt = workgroupUniformLoad(&w_pt);
     let pi = pt.x;
     let mqi = pt.y;
@@ -636,10 +701,6 @@ fn iterate_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     let order = countOneBits(mi);
     var dts = 0u;
     var mts = 0u;
-    if lid < P.d {
-        w_qr[lid] = ranks[pi * P.d + lid];
-    }
-    workgroupBarrier();
     if order == P.l {
         // Eq. 3: only the own partition can hold dominators.
         let lo = own_partition(mi);

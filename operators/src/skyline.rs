@@ -1408,6 +1408,10 @@ pub struct SkylineGpuOptions {
     /// a dominator (`sort_level` in shaders/skyline.wgsl). `None`: on, unless
     /// `RIDGELINE_SKYLINE_KEYCUT=off` (a diagnosis aid); tests compare both.
     pub key_cut: Option<bool>,
+    /// Check the device's intermediate results against host computations as the
+    /// algorithm runs (quartiles, working set after every sort and repacking, key
+    /// directories); slow, for tests. `RIDGELINE_SKYLINE_CHECK` turns it on too.
+    pub check: bool,
 }
 
 /// SkyAlign's iteration kernel (shaders/skyline.wgsl).
@@ -1557,6 +1561,8 @@ fn launch_groups(
         ("WGW", wide_wg().to_string()),
         ("SCAP", sort_cap(ctx).to_string()),
         ("D", p.d.to_string()),
+        // sort_level's lanes (pad[1], see `sort_lanes`); one variant elsewhere.
+        ("SWG", if entry == "sort_level" { p.pad[1] } else { 64 }.to_string()),
     ];
     let pipe = ctx.pipeline("skyline", SKY_WGSL, entry, &defs)?;
     let threads = groups * SKY_WG as u64;
@@ -1598,6 +1604,19 @@ fn launch_groups(
     }
     ctx.submit(enc)?;
     Ok(())
+}
+
+/// Points in a level's partitions.
+fn ncur_level(parts: &[u32]) -> usize {
+    parts.chunks_exact(3).map(|t| (t[2] - t[1]) as usize).sum()
+}
+
+/// `sort_level`'s lanes for a level: a quarter of the average partition size,
+/// from 64 to 256 (H100, 1M anticorrelated rows: 64 lanes took twice as long as
+/// 256 on d = 12's partitions of hundreds of points).
+fn sort_lanes(points: usize, npart: usize) -> u32 {
+    let avg = points / npart.max(1);
+    ((avg / 4).next_power_of_two() as u32).clamp(64, 256)
 }
 
 /// Keys in each partition's directory (shaders/skyline.wgsl, `KDIR`).
@@ -1677,6 +1696,7 @@ fn gpu_chunk(
     kernel: SkylineKernel,
     subset_lookup: Option<bool>,
     key_cut: bool,
+    check: bool,
 ) -> GpuResult<ChunkOut> {
     // RIDGELINE_SKYLINE_PROFILE=1: a line for the setup, one per level (working
     // set, partitions, wall times of preparation, iteration and repacking, its
@@ -1705,14 +1725,19 @@ fn gpu_chunk(
     // an MSD radix select, 8 bits a pass, over every (dimension, quartile) at once.
     let bits = 32 - gmax.leading_zeros();
     let passes = bits.div_ceil(8).max(1);
-    let mut prefix = vec![0u32; 3 * d];
-    let mut kth = vec![0u32; 3 * d];
-    let mut n1 = 0u32;
+    // The state (prefixes, ranks sought, surviving rows, error flag) stays on the
+    // device: qpick chooses each pass's digits there, so the passes run without a
+    // readback; mask_hist appends the row count and the flag to its histogram.
+    let quart = upload_one(ctx, &vec![0u32; 6 * d + 2])?;
+    let hist = upload_one(ctx, &vec![0u32; 1 + 3 * d * 256])?;
+    mem.spike(hist.device_bytes() + quart.device_bytes());
     for pass in 0..passes {
         let shift = 8 * (passes - 1 - pass);
-        let hist = upload_one(ctx, &vec![0u32; 1 + 3 * d * 256])?;
-        let aux = upload_one(ctx, &prefix)?;
-        mem.spike(hist.device_bytes() + aux.device_bytes());
+        if pass > 0 {
+            let mut enc = ctx.encoder("skyline-qhist-clear");
+            enc.clear_buffer(buf(&hist), 0, None);
+            ctx.submit(enc)?;
+        }
         let p = SkyParams {
             tau,
             shift,
@@ -1723,45 +1748,17 @@ fn gpu_chunk(
             ctx,
             "qhist",
             p,
-            &[(1, buf(&r)), (2, buf(&hist)), (3, buf(&aux))],
+            &[(1, buf(&r)), (2, buf(&hist)), (3, buf(&quart))],
             n,
         )?;
-        let h = hist.download::<u32>(ctx)?;
-        if pass == 0 {
-            n1 = h[0];
-            if n1 == 0 {
-                return Err(GpuError::Invalid("skyline pre-filter kept no row".into()));
-            }
-            for k in 0..3 * d {
-                kth[k] = (((k % 3 + 1) as u64 * n1 as u64 / 4) as u32).min(n1 - 1);
-            }
-        }
-        for k in 0..3 * d {
-            let bins = &h[1 + k * 256..1 + (k + 1) * 256];
-            let mut cum = 0u32;
-            let mut found = false;
-            for (digit, &c) in bins.iter().enumerate() {
-                if kth[k] < cum + c {
-                    prefix[k] = (prefix[k] << 8) | digit as u32;
-                    kth[k] -= cum;
-                    found = true;
-                    break;
-                }
-                cum += c;
-            }
-            if !found {
-                return Err(GpuError::Invalid(format!(
-                    "skyline quartile selection lost its rank ({k})"
-                )));
-            }
-        }
+        launch_groups(ctx, "qpick", p, &[(2, buf(&hist)), (16, buf(&quart))], 3 * d as u64)?;
     }
-    let quart = upload_one(ctx, &prefix)?;
+    drop(hist);
     // Median and quartile masks of every surviving row (mq[r] = M | Q << 16; dead[r]
     // = 1 for the rows the pre-filter drops), the histogram over M, then the
     // (|M|, M) order's partition starts.
     let masks = 1usize << d;
-    let mh = upload_one(ctx, &vec![0u32; masks])?;
+    let mh = upload_one(ctx, &vec![0u32; masks + 2])?;
     mem.add(&mh);
     let mq = DeviceArray::alloc_segmented(ctx, n, 4, one_seg(n))?;
     mem.add(&mq);
@@ -1782,6 +1779,31 @@ fn gpu_chunk(
         n,
     )?;
     let mut counts = mh.download::<u32>(ctx)?;
+    let (n1, qerr) = (counts[masks], counts[masks + 1]);
+    counts.truncate(masks);
+    if n1 == 0 {
+        return Err(GpuError::Invalid("skyline pre-filter kept no row".into()));
+    }
+    if qerr != 0 {
+        return Err(GpuError::Invalid(
+            "skyline quartile selection lost its rank".into(),
+        ));
+    }
+    if check {
+        let m = RankMatrix::new(n, d, ranks);
+        let kept: Vec<u32> = (0..n as u32)
+            .filter(|&r| prefilter_keeps(m.row(r as usize), tau))
+            .collect();
+        let want = cpu_quartiles(m, &kept);
+        let got = quart.download::<u32>(ctx)?;
+        if kept.len() != n1 as usize || got[..3 * d] != want[..] {
+            return Err(GpuError::Invalid(format!(
+                "skyline quartiles {:?} of {n1} rows, expected {want:?} of {}",
+                &got[..3 * d],
+                kept.len()
+            )));
+        }
+    }
     let (starts, acc) = mask_starts(&counts, order);
     if acc != n1 {
         return Err(GpuError::Invalid(format!(
@@ -1822,7 +1844,6 @@ fn gpu_chunk(
     drop(cursors);
     mem.sub(&mh);
     drop(mh);
-    let check = std::env::var_os("RIDGELINE_SKYLINE_CHECK").is_some();
     let mq = if check {
         Some(mq)
     } else {
@@ -1927,6 +1948,7 @@ fn gpu_chunk(
             let t_sort = Instant::now();
             let p = SkyParams {
                 npart: npart as u32,
+                pad: [0, sort_lanes(ncur_level(&parts), npart), 0],
                 ..base
             };
             let binds = [
@@ -2345,6 +2367,7 @@ pub fn skyline_gpu_with(
                 kernel,
                 opts.subset_lookup,
                 key_cut,
+                opts.check || std::env::var_os("RIDGELINE_SKYLINE_CHECK").is_some(),
             )?;
             st.dominance_tests += out.dominance_tests;
             st.mask_tests += out.mask_tests;

@@ -568,3 +568,66 @@ fn cpu_algorithms_agree_large() {
         }
     }
 }
+
+/// The device's intermediate results checked against host computations while the
+/// algorithm runs (`SkylineGpuOptions::check`: the quartiles qpick selects, the
+/// working set after every level's sort and repacking, every partition's key order
+/// and directory), with the key cut on and off, and the cut's effect: it must
+/// remove mask tests on anticorrelated data.
+#[test]
+fn device_steps_checked() {
+    let c = ctx();
+    let Some(c) = c.as_deref() else { return };
+    let run = |m: RankMatrix<'_>, want: &[u32], what: &str| -> Vec<u64> {
+        let mut mts = Vec::new();
+        for kernel in [SkylineKernel::Mixed, SkylineKernel::Thread] {
+            for key_cut in [true, false] {
+                let opts = SkylineGpuOptions {
+                    kernel: Some(kernel),
+                    key_cut: Some(key_cut),
+                    check: true,
+                    ..Default::default()
+                };
+                let (got, st) = skyline_gpu_with(c, m, &opts)
+                    .unwrap_or_else(|e| panic!("{kernel:?} cut {key_cut} on {what}: {e}"));
+                assert_eq!(got, want, "{kernel:?} cut {key_cut} differs: {what} ({st:?})");
+                mts.push(st.mask_tests);
+            }
+        }
+        mts
+    };
+    for (k, dist) in [Dist::Independent, Dist::Anticorrelated].into_iter().enumerate() {
+        for (d, n) in [(2usize, 700usize), (5, 3001), (12, 2500), (16, 1500)] {
+            let vals = generate(dist, n, d, (d * 11 + k) as u64);
+            let ranks = dense_ranks(&vals, n, d);
+            let m = RankMatrix::new(n, d, &ranks);
+            run(m, &skyline_reference(m), &format!("{dist:?} n={n} d={d}"));
+        }
+    }
+    // Ties: equal keys inside a partition, and rows equal to the point itself.
+    let (n, d) = (2999, 6);
+    let mut vals = generate(Dist::Anticorrelated, n, d, 77);
+    quantize(&mut vals, 3);
+    let ranks = dense_ranks(&vals, n, d);
+    let m = RankMatrix::new(n, d, &ranks);
+    run(m, &skyline_reference(m), "ties");
+    // Partitions of 5000 rows: above the sort's capacity (all-zero directories).
+    let half = 5000u32;
+    let mut ranks = Vec::new();
+    for i in 0..half {
+        ranks.extend_from_slice(&[i, half - 1 - i]);
+        ranks.extend_from_slice(&[i + 1, half - i]);
+    }
+    let m = RankMatrix::new(2 * half as usize, 2, &ranks);
+    run(m, &(0..half).map(|i| 2 * i).collect::<Vec<u32>>(), "anti-diagonal");
+    // The cut's effect (mask tests of Mixed with and without it).
+    let (n, d) = (12000, 10);
+    let vals = generate(Dist::Anticorrelated, n, d, 5);
+    let ranks = dense_ranks(&vals, n, d);
+    let m = RankMatrix::new(n, d, &ranks);
+    let mts = run(m, &skyline_cpu(m, 0).0, "anticorrelated n=12000 d=10");
+    assert!(
+        mts[0] * 4 < mts[1] * 3,
+        "the key cut should remove at least a quarter of the mask tests: {mts:?}"
+    );
+}

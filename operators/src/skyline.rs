@@ -1405,8 +1405,10 @@ pub struct SkylineGpuOptions {
     pub subset_lookup: Option<bool>,
     /// Sort each level's partitions by key (the sum of ranks over the partition's
     /// mask) so that a point scans only the prefix of each partition that can hold
-    /// a dominator (`sort_level` in shaders/skyline.wgsl). `None`: on, unless
-    /// `RIDGELINE_SKYLINE_KEYCUT=off` (a diagnosis aid); tests compare both.
+    /// a dominator (`sort_level` in shaders/skyline.wgsl). `None`: on for levels
+    /// whose partitions average at least 64 points (see `cut_min`), off with
+    /// `RIDGELINE_SKYLINE_KEYCUT=off` (a diagnosis aid); `Some(true)`: every
+    /// level; `Some(false)`: none. Tests compare all three.
     pub key_cut: Option<bool>,
     /// Check the device's intermediate results against host computations as the
     /// algorithm runs (quartiles, working set after every sort and repacking, key
@@ -1606,6 +1608,18 @@ fn launch_groups(
     Ok(())
 }
 
+/// The smallest average partition size (points) at which a level is sorted for
+/// the key cut: 64 (`RIDGELINE_SKYLINE_CUT_MIN`, a diagnosis aid). Smaller
+/// partitions cost a workgroup's sort each but hold few points to skip; on the
+/// H100 (1M rows, d = 12 and 16, two rounds of 0 / 32 / 64 / 128) 64 was best
+/// on anticorrelated data, within the rounds' 10% noise elsewhere.
+fn cut_min() -> usize {
+    std::env::var("RIDGELINE_SKYLINE_CUT_MIN")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64)
+}
+
 /// Points in a level's partitions.
 fn ncur_level(parts: &[u32]) -> usize {
     parts.chunks_exact(3).map(|t| (t[2] - t[1]) as usize).sum()
@@ -1695,7 +1709,7 @@ fn gpu_chunk(
     step_limit: Option<u32>,
     kernel: SkylineKernel,
     subset_lookup: Option<bool>,
-    key_cut: bool,
+    key_cut: usize,
     check: bool,
 ) -> GpuResult<ChunkOut> {
     // RIDGELINE_SKYLINE_PROFILE=1: a line for the setup, one per level (working
@@ -1941,7 +1955,10 @@ fn gpu_chunk(
         let kdir = DeviceArray::alloc(ctx, npart * KDIR, 4)?;
         mem.spike(kdir.device_bytes());
         let mut sort_ms = 0.0;
-        if key_cut {
+        // Levels whose partitions average fewer points than cut_min() are not
+        // sorted: there a partition costs a workgroup's sort but holds few points
+        // to skip.
+        if key_cut != usize::MAX && ncur_level(&parts) >= key_cut.saturating_mul(npart) {
             if profile {
                 ctx.wait()?;
             }
@@ -2338,9 +2355,13 @@ pub fn skyline_gpu_with(
         Some(l) if l > 0 && opts.kernel.is_none() => SkylineKernel::Thread,
         _ => SkylineKernel::choose(opts.kernel, ctx),
     };
-    let key_cut = opts.key_cut.unwrap_or_else(|| {
-        std::env::var("RIDGELINE_SKYLINE_KEYCUT").map_or(true, |v| v != "off")
-    });
+    // The smallest average partition size of a sorted level (usize::MAX: none).
+    let key_cut = match opts.key_cut {
+        Some(true) => 0,
+        Some(false) => usize::MAX,
+        None if std::env::var("RIDGELINE_SKYLINE_KEYCUT").is_ok_and(|v| v == "off") => usize::MAX,
+        None => cut_min(),
+    };
     // Candidates: None = every row of `m`; Some((global ids, their rows)).
     let mut cand: Option<(Vec<u32>, Vec<u32>)> = None;
     loop {

@@ -572,8 +572,8 @@ fn cpu_algorithms_agree_large() {
 /// The device's intermediate results checked against host computations while the
 /// algorithm runs (`SkylineGpuOptions::check`: the quartiles qpick selects, the
 /// working set after every level's sort and repacking, every partition's key order
-/// and directory), with the key cut on and off, and the cut's effect: it must
-/// remove mask tests on anticorrelated data.
+/// and directory), with the key cut on every level, on none and chosen per level,
+/// and the cut's effect: it must remove mask tests on anticorrelated data.
 #[test]
 fn device_steps_checked() {
     let c = ctx();
@@ -581,16 +581,16 @@ fn device_steps_checked() {
     let run = |m: RankMatrix<'_>, want: &[u32], what: &str| -> Vec<u64> {
         let mut mts = Vec::new();
         for kernel in [SkylineKernel::Mixed, SkylineKernel::Thread] {
-            for key_cut in [true, false] {
+            for key_cut in [Some(true), Some(false), None] {
                 let opts = SkylineGpuOptions {
                     kernel: Some(kernel),
-                    key_cut: Some(key_cut),
+                    key_cut,
                     check: true,
                     ..Default::default()
                 };
                 let (got, st) = skyline_gpu_with(c, m, &opts)
-                    .unwrap_or_else(|e| panic!("{kernel:?} cut {key_cut} on {what}: {e}"));
-                assert_eq!(got, want, "{kernel:?} cut {key_cut} differs: {what} ({st:?})");
+                    .unwrap_or_else(|e| panic!("{kernel:?} cut {key_cut:?} on {what}: {e}"));
+                assert_eq!(got, want, "{kernel:?} cut {key_cut:?} differs: {what} ({st:?})");
                 mts.push(st.mask_tests);
             }
         }

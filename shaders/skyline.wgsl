@@ -77,10 +77,10 @@ struct Params {
     full: u32,
     npart: u32,
     stride: u32,
-    kshift: u32,
-    pad0: u32,
-    pad1: u32,
-    pad2: u32,
+    kshift: u32,   // right shift of every rank in a key (sort_level)
+    packed: u32,   // iterate_wide: slot offsets from one packed atomic
+    sort_lanes: u32, // sort_level's SWG (host side only)
+    pad: u32,
 }
 
 @group(0) @binding(0) var<uniform> P: Params;
@@ -746,12 +746,12 @@ fn iterate_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
                     // Only the prefix whose keys are at most q's sum over the
                     // partition's mask (see sort_level).
                     let len = cut_end(k, start, aux[k * 3u + 2u], key_of_q(mk)) - start;
-                    // P.pad0 = 1: one atomic gives the slot (bits 25..) and the
+                    // P.packed = 1: one atomic gives the slot (bits 25..) and the
                     // slot's offset in the joint range (bits 0..24), so offsets
                     // follow slot order with no scan (the host sets it only where
                     // WGW partitions cannot reach 2^25 points).
                     var slot = 0u;
-                    if P.pad0 == 1u {
+                    if P.packed == 1u {
                         let old = atomicAdd(&w_cnt, (1u << 25u) | len);
                         slot = old >> 25u;
                         w_pre[slot] = old & 0x1ffffffu;
@@ -769,7 +769,7 @@ fn iterate_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
             // partitions do not leave lanes idle.
             if lid == 0u {
                 let packed = atomicLoad(&w_cnt);
-                if P.pad0 == 1u {
+                if P.packed == 1u {
                     let cnt = packed >> 25u;
                     w_pre[cnt] = packed & 0x1ffffffu;
                     w_n = w_pre[cnt];

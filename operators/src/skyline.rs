@@ -1491,8 +1491,13 @@ struct SkyParams {
     full: u32,
     npart: u32,
     stride: u32,
+    /// Right shift of every rank in a key (see `key_shift`).
     kshift: u32,
-    pad: [u32; 3],
+    /// iterate_wide: 1 where slot offsets come from one packed atomic.
+    packed: u32,
+    /// sort_level's lanes (the `SWG` constant its pipeline is built with).
+    sort_lanes: u32,
+    pad: u32,
 }
 
 /// Elements per segment so that `len` elements sit in one segment.
@@ -1563,8 +1568,8 @@ fn launch_groups(
         ("WGW", wide_wg().to_string()),
         ("SCAP", sort_cap(ctx).to_string()),
         ("D", p.d.to_string()),
-        // sort_level's lanes (pad[1], see `sort_lanes`); one variant elsewhere.
-        ("SWG", if entry == "sort_level" { p.pad[1] } else { 64 }.to_string()),
+        // sort_level's lanes (see `sort_lanes`); one variant elsewhere.
+        ("SWG", if entry == "sort_level" { p.sort_lanes } else { 64 }.to_string()),
     ];
     let pipe = ctx.pipeline("skyline", SKY_WGSL, entry, &defs)?;
     let threads = groups * SKY_WG as u64;
@@ -1943,29 +1948,33 @@ fn gpu_chunk(
             None
         };
         mem.spike(aux.device_bytes() + ptab.as_ref().map_or(0, |t| t.device_bytes()));
+        // Each partition sorted by key, with its key directory (see `sort_level`);
+        // an all-zero directory (no cut) where the cut is off. Levels whose
+        // partitions average fewer points than `key_cut` are not sorted: there a
+        // partition costs a workgroup's sort but holds few points to skip.
+        let npart = parts.len() / 3;
+        let level_points = ncur_level(&parts);
+        let sorted = key_cut != usize::MAX && level_points >= key_cut.saturating_mul(npart);
+        let kdir = DeviceArray::alloc(ctx, npart * KDIR, 4)?;
+        mem.spike(kdir.device_bytes());
         let mut enc = ctx.encoder("skyline-clear");
         enc.clear_buffer(buf(&stats), 16, Some(4 * (1 + masks) as u64));
         if step_limit > 0 {
             enc.clear_buffer(res_buf, 0, Some(8 * ncur as u64));
         }
+        if !sorted {
+            enc.clear_buffer(buf(&kdir), 0, None);
+        }
         ctx.submit(enc)?;
-        // Each partition sorted by key, with its key directory (see `sort_level`);
-        // an all-zero directory (no cut) where the cut is off.
-        let npart = parts.len() / 3;
-        let kdir = DeviceArray::alloc(ctx, npart * KDIR, 4)?;
-        mem.spike(kdir.device_bytes());
         let mut sort_ms = 0.0;
-        // Levels whose partitions average fewer points than cut_min() are not
-        // sorted: there a partition costs a workgroup's sort but holds few points
-        // to skip.
-        if key_cut != usize::MAX && ncur_level(&parts) >= key_cut.saturating_mul(npart) {
+        if sorted {
             if profile {
                 ctx.wait()?;
             }
             let t_sort = Instant::now();
             let p = SkyParams {
                 npart: npart as u32,
-                pad: [0, sort_lanes(ncur_level(&parts), npart), 0],
+                sort_lanes: sort_lanes(level_points, npart),
                 ..base
             };
             let binds = [
@@ -1984,12 +1993,8 @@ fn gpu_chunk(
                 check_working_set(ctx, &idx, &wq, mq, &counts, order)?;
                 check_keys(ctx, &idx, &kdir, &parts, ranks, d, base.kshift, sort_cap(ctx))?;
             }
-        } else {
-            let mut enc = ctx.encoder("skyline-keys");
-            enc.clear_buffer(buf(&kdir), 0, None);
-            ctx.submit(enc)?;
         }
-        // Packed slot offsets in iterate_wide (pad[0] = 1) where no WGW partitions
+        // Packed slot offsets in iterate_wide where no WGW partitions
         // of this level reach 2^25 points together.
         let max_len = parts.chunks_exact(3).map(|t| t[2] - t[1]).max().unwrap_or(0);
         let packed = (max_len as u64 * wide_wg() as u64) < (1 << 25);
@@ -2020,7 +2025,7 @@ fn gpu_chunk(
                     };
                     let p = SkyParams {
                         full,
-                        pad: [packed as u32, 0, 0],
+                        packed: packed as u32,
                         ..p
                     };
                     launch_groups(

@@ -604,6 +604,13 @@ fn device_steps_checked() {
             run(m, &skyline_reference(m), &format!("{dist:?} n={n} d={d}"));
         }
     }
+    // Edge sizes: one and two rows, one below a workgroup, one above 2^12.
+    for n in [1usize, 2, 63, 4097] {
+        let vals = generate(Dist::Anticorrelated, n, 3, n as u64);
+        let ranks = dense_ranks(&vals, n, 3);
+        let m = RankMatrix::new(n, 3, &ranks);
+        run(m, &skyline_reference(m), &format!("anticorrelated n={n} d=3"));
+    }
     // Ties: equal keys inside a partition, and rows equal to the point itself.
     let (n, d) = (2999, 6);
     let mut vals = generate(Dist::Anticorrelated, n, d, 77);

@@ -29,9 +29,14 @@
 //              |M| > l walks the level-l partitions, skips those with Eq. 1 (one
 //              mask test each), and inside the others uses Eq. 4 before a
 //              distinct-value dominance test. Dominated points are marked dead;
-//              points with |M| > l that survive are flagged for the repacking
-//              and counted per mask so the host can record the next partition
-//              starts.
+//              points with |M| > l that survive are counted per mask (for
+//              `plan`) and moved by the repacking.
+//   plan       after each level, one workgroup: the kept points' per-mask counts
+//              give each mask's first slot in the next working set, the next
+//              level's partition bounds, its size and its dispatch sizes (the
+//              level table), so the host records every level ahead and the levels
+//              run back to back, the iterations and repacking dispatched
+//              indirectly.
 //   repack     the kept points scattered to their partitions for the next level.
 //   sort_level before each level: every level-l partition (one workgroup each)
 //              sorted by its points' key, the sum of their ranks over the
@@ -104,6 +109,16 @@ struct Params {
 @group(0) @binding(15) var<storage, read> kdir_r: array<vec4<u32>>;
 // qpick's state (see qpick).
 @group(0) @binding(16) var<storage, read_write> qst: array<u32>;
+// The level table (see `plan`): LVW words per level, written by plan ...
+@group(0) @binding(17) var<storage, read_write> lvl_w: array<u32>;
+// ... and read by the iterations and the repacking (the working set's size).
+@group(0) @binding(18) var<storage, read> lvl: array<u32>;
+// The masks in (|M|, M) order (plan).
+@group(0) @binding(19) var<storage, read> ordm: array<u32>;
+// Each mask's first slot in the next working set (plan writes, repack counts on).
+@group(0) @binding(20) var<storage, read_write> cur_w: array<u32>;
+// The next level's partition table (plan fills in the bounds).
+@group(0) @binding(21) var<storage, read_write> aux_w: array<u32>;
 
 const WG: u32 = {{WG}}u;
 // The number of dimensions (= P.d), a constant so the dominance tests' loops unroll
@@ -265,18 +280,97 @@ fn scatter(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
     wq[pos] = m;
 }
 
-// Repacking after a level: the kept working-set points (keep[i] = 1) go to their
-// mask's next slot (stats = each mask's first slot in (|M|, M) order), ids and
-// masks together; the order inside a partition is arbitrary.
+// The level table: LVW words for each level l at l * LVW: [0, 3) the
+// workgroups of a per-point dispatch over the level's working set (WG points a
+// group), [3, 6) those of a workgroup-per-point dispatch, both as indirect dispatch
+// arguments (x, y, 1) with x at most P.stride; [9] the working set's size.
+const LVW: u32 = 16u;
+
+fn level_size(l: u32) -> u32 {
+    return lvl[l * LVW + 9u];
+}
+
+// Repacking after level P.l: the kept working-set points (not dead, |M| > l) go
+// to their mask's next slot (stats = each mask's first slot in (|M|, M) order, from
+// `plan`), ids and masks together; the order inside a partition is arbitrary.
 @compute @workgroup_size(WG)
 fn repack(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
           @builtin(local_invocation_index) lid: u32) {
     let i = row_index(wid, nwg, lid);
-    if i >= P.n || keep[i] == 0u { return; }
+    if i >= level_size(P.l) { return; }
     let m = wq[i];
+    let r = widx[i];
+    if dead[r] != 0u || countOneBits(m & 0xffffu) <= P.l { return; }
     let pos = atomicAdd(&stats[m & 0xffffu], 1u);
-    idx_out[pos] = widx[i];
+    idx_out[pos] = r;
     wq_out[pos] = m;
+}
+
+// plan: after level P.l's iteration, on the device, so that the levels run without
+// a readback. One workgroup: the kept points' per-mask counts (stats[5 ..]) in
+// (|M|, M) order, from order position P.tau on (the masks with |M| > l; the others
+// hold no kept point), give each mask's first slot in the next working set
+// (cur_w, the repacking's cursors); the next level's partition table (aux_w, P.npart
+// triples whose masks the host wrote) gets its bounds; the level table's entry of
+// the next level (P.shift) gets the working set's size and its dispatch sizes.
+const PWG: u32 = 256u;
+var<workgroup> p_tot: array<u32, PWG>;
+
+fn dispatch_args(at: u32, groups: u32) {
+    var x = groups;
+    var y = 1u;
+    if groups > P.stride {
+        x = P.stride;
+        y = (groups + P.stride - 1u) / P.stride;
+    }
+    lvl_w[at] = x;
+    lvl_w[at + 1u] = y;
+    lvl_w[at + 2u] = 1u;
+}
+
+@compute @workgroup_size(PWG)
+fn plan(@builtin(local_invocation_index) lid: u32) {
+    let masks = 1u << P.d;
+    let off = min(P.tau, masks);
+    let per = (masks - off + PWG - 1u) / PWG;
+    let a = min(off + lid * per, masks);
+    let b = min(a + per, masks);
+    // Each lane sums a run of the order, the runs' sums are scanned, and each lane
+    // walks its run again writing first slots.
+    var s = 0u;
+    for (var t = a; t < b; t++) {
+        s += atomicLoad(&stats[5u + ordm[t]]);
+    }
+    p_tot[lid] = s;
+    workgroupBarrier();
+    for (var o = 1u; o < PWG; o <<= 1u) {
+        var v = p_tot[lid];
+        if lid >= o { v += p_tot[lid - o]; }
+        workgroupBarrier();
+        p_tot[lid] = v;
+        workgroupBarrier();
+    }
+    var run = p_tot[lid] - s;
+    for (var t = a; t < b; t++) {
+        let m = ordm[t];
+        cur_w[m] = run;
+        run += atomicLoad(&stats[5u + m]);
+    }
+    storageBarrier();
+    workgroupBarrier();
+    for (var k = lid; k < P.npart; k += PWG) {
+        let m = aux_w[3u * k];
+        let st = cur_w[m];
+        aux_w[3u * k + 1u] = st;
+        aux_w[3u * k + 2u] = st + atomicLoad(&stats[5u + m]);
+    }
+    if lid == 0u {
+        let total = p_tot[PWG - 1u];
+        let at = P.shift * LVW;
+        dispatch_args(at, (total + WG - 1u) / WG);
+        dispatch_args(at + 3u, total);
+        lvl_w[at + 9u] = total;
+    }
 }
 
 // ---------------------------------------------------------------------------------
@@ -434,13 +528,12 @@ fn dom_private(p: u32, q: ptr<function, array<u32, D>>, strict: bool) -> bool {
 
 // The outcome of working-set point i (row pi, median mask mi) at level P.l: a
 // dominated row is dead; a survivor above the level stays in the working set
-// (keep flag, counted under its mask for the next partition starts).
+// (counted under its mask for the next partition starts; `repack` moves it).
 fn settle(i: u32, pi: u32, mi: u32, dominated: bool) {
     if dominated {
         dead[pi] = 1u;
     }
     let kept = !dominated && countOneBits(mi) > P.l;
-    keep[i] = select(0u, 1u, kept);
     if kept {
         atomicAdd(&stats[5u + mi], 1u);
     }
@@ -578,7 +671,7 @@ fn iterate(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
            @builtin(local_invocation_index) lid: u32) {
     // P.shift: the first working-set position of this launch.
     let i = row_index(wid, nwg, lid) + P.shift;
-    if i >= P.n { return; }
+    if i >= level_size(P.l) { return; }
     if P.full > 0u && res[2u * i] == 0xffffffffu { return; }
     let c = iterate_one(i);
     add64(0u, c.x);
@@ -680,7 +773,7 @@ fn iterate_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
                 @builtin(local_invocation_index) lid: u32) {
     // P.shift: the first working-set position of this launch; one point a workgroup.
     let i = wid.x + wid.y * nwg.x + P.shift;
-    if i >= P.n { return; }
+    if i >= level_size(P.l) { return; }
     // Lane 0 reads the point; the uniform load makes its mask workgroup-uniform, so
     // the partition loop below (with its barriers) is in uniform control flow.
     if lid == 0u {

@@ -1410,6 +1410,12 @@ pub struct SkylineGpuOptions {
     /// `RIDGELINE_SKYLINE_KEYCUT=off` (a diagnosis aid); `Some(true)`: every
     /// level; `Some(false)`: none. Tests compare all three.
     pub key_cut: Option<bool>,
+    /// Working-set positions per launch of the iteration kernels (`None`: 32768
+    /// on CPU adapters, `RIDGELINE_SKYLINE_LAUNCH_ROWS` if set, else unbounded;
+    /// `Some(0)`: unbounded). Unbounded launches without a step bound are sized on
+    /// the device (indirect dispatch from the level table `plan` writes), so the
+    /// levels run without a readback; bounded ones read each level's size back.
+    pub launch_rows: Option<usize>,
     /// Check the device's intermediate results against host computations as the
     /// algorithm runs (quartiles, working set after every sort and repacking, key
     /// directories); slow, for tests. `RIDGELINE_SKYLINE_CHECK` turns it on too.
@@ -1563,6 +1569,34 @@ fn launch_groups(
     if groups == 0 {
         return Ok(());
     }
+    let mut enc = ctx.encoder(entry);
+    record(ctx, &mut enc, entry, p, bindings, Groups::Direct(groups))?;
+    ctx.submit(enc)?;
+    Ok(())
+}
+
+/// Workgroups of a dispatch: a count, or indirect arguments in a buffer at a byte
+/// offset (the level table, see `plan` in shaders/skyline.wgsl).
+enum Groups<'a> {
+    Direct(u64),
+    Indirect(&'a wgpu::Buffer, u64),
+}
+
+/// Words per level in the level table (shaders/skyline.wgsl, `LVW`).
+const LVW: usize = 16;
+
+/// Records one dispatch of `entry` into `enc`.
+fn record(
+    ctx: &GpuContext,
+    enc: &mut wgpu::CommandEncoder,
+    entry: &str,
+    p: SkyParams,
+    bindings: &[(u32, &wgpu::Buffer)],
+    groups: Groups<'_>,
+) -> GpuResult<()> {
+    if matches!(groups, Groups::Direct(0)) {
+        return Ok(());
+    }
     let defs = [
         ("WG", SKY_WG.to_string()),
         ("WGW", wide_wg().to_string()),
@@ -1572,16 +1606,19 @@ fn launch_groups(
         ("SWG", if entry == "sort_level" { p.sort_lanes } else { 64 }.to_string()),
     ];
     let pipe = ctx.pipeline("skyline", SKY_WGSL, entry, &defs)?;
-    let threads = groups * SKY_WG as u64;
     let max_dim = ctx.limits().max_compute_workgroups_per_dimension;
-    if groups > max_dim as u64 * max_dim as u64 {
-        return Err(GpuError::Invalid(format!("skyline {entry}: {groups} workgroups ({threads} invocations) exceed the dispatch limit")));
-    }
-    let (x, y, z) = dispatch_dims(groups, max_dim);
-    let ub = ctx.uniform(&SkyParams {
-        stride: x * SKY_WG,
-        ..p
-    });
+    let dims = match groups {
+        Groups::Direct(g) => {
+            if g > max_dim as u64 * max_dim as u64 {
+                return Err(GpuError::Invalid(format!(
+                    "skyline {entry}: {g} workgroups exceed the dispatch limit"
+                )));
+            }
+            Some(dispatch_dims(g, max_dim))
+        }
+        Groups::Indirect(..) => None,
+    };
+    let ub = ctx.uniform(&p);
     let mut entries = vec![wgpu::BindGroupEntry {
         binding: 0,
         resource: ub.as_entire_binding(),
@@ -1599,17 +1636,17 @@ fn launch_groups(
             entries: &entries,
         })
     })?;
-    let mut enc = ctx.encoder(entry);
-    {
-        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: Some(entry),
-            timestamp_writes: None,
-        });
-        pass.set_pipeline(&pipe);
-        pass.set_bind_group(0, &bg, &[]);
-        pass.dispatch_workgroups(x, y, z);
+    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+        label: Some(entry),
+        timestamp_writes: None,
+    });
+    pass.set_pipeline(&pipe);
+    pass.set_bind_group(0, &bg, &[]);
+    match (dims, groups) {
+        (Some((x, y, z)), _) => pass.dispatch_workgroups(x, y, z),
+        (None, Groups::Indirect(b, off)) => pass.dispatch_workgroups_indirect(b, off),
+        (None, Groups::Direct(_)) => unreachable!(),
     }
-    ctx.submit(enc)?;
     Ok(())
 }
 
@@ -1715,6 +1752,7 @@ fn gpu_chunk(
     kernel: SkylineKernel,
     subset_lookup: Option<bool>,
     key_cut: usize,
+    launch_rows: Option<usize>,
     check: bool,
 ) -> GpuResult<ChunkOut> {
     // RIDGELINE_SKYLINE_PROFILE=1: a line for the setup, one per level (working
@@ -1869,7 +1907,7 @@ fn gpu_chunk(
         mem.sub(&mq);
         None
     };
-    // C(n, k) for n, k <= 16, appended to every level's partition table (ptab).
+    // C(n, k) for n, k <= 16, appended to the partition lookup table (ptab).
     let mut binoms = vec![0u32; 17 * 17];
     for a in 0..17usize {
         binoms[a * 17] = 1;
@@ -1893,82 +1931,114 @@ fn gpu_chunk(
     if profile {
         eprintln!("skyline profile: n {n} d {d} kernel {kernel:?}: setup (upload, quartiles, masks, sort) {:.3} ms, {n1} rows after the pre-filter", t_chunk.elapsed().as_secs_f64() * 1e3);
     }
-    // The resume state's stand-in where the iteration has no step bound.
-    let no_res = upload_one(ctx, &[0u32; 4])?;
-    mem.add(&no_res);
-    let mut ncur = n1;
-    let mut last = [0u32; 4];
-    let mut resumed = 0u32;
-    for l in 0..=d {
-        if ncur == 0 {
-            break;
-        }
-        let t_prep = Instant::now();
-        // The level-l partitions (line 12): (mask, start, end) in working-set positions.
-        let mut parts = Vec::new();
+    // The level plan, fixed here from the first working set: a level's partitions
+    // are its masks that hold points now (a partition may empty later, never
+    // appear). Their bounds move as points leave: the device's `plan` kernel
+    // rewrites them after every level, with the next working set's size and
+    // dispatch sizes, so the levels run back to back with no readback. The
+    // per-level choices (kernel, key cut, packed offsets) use these first counts.
+    let mut level_parts: Vec<Vec<u32>> = vec![Vec::new(); d + 1];
+    {
         let mut pos = 0u32;
         for &mk in order {
             let c = counts[mk as usize];
-            if c > 0 && mk.count_ones() as usize == l {
-                parts.extend_from_slice(&[mk, pos, pos + c]);
+            if c > 0 {
+                level_parts[mk.count_ones() as usize].extend_from_slice(&[mk, pos, pos + c]);
             }
             pos += c;
         }
-        if parts.is_empty() {
-            continue;
+    }
+    let levels: Vec<usize> = (0..=d).filter(|&l| !level_parts[l].is_empty()).collect();
+    // Mask -> its partition's index in its level + 1 (0: no partition), then the
+    // binomial table (iterate_wide enumerates subsets of a mask).
+    let mut tab = vec![0u32; masks];
+    for parts in &level_parts {
+        for (k, t) in parts.chunks_exact(3).enumerate() {
+            tab[t[0] as usize] = k as u32 + 1;
         }
-        let keep = DeviceArray::alloc(ctx, ncur, 4)?;
-        mem.add(&keep);
-        let res = if step_limit > 0 {
-            let r = DeviceArray::alloc_segmented(ctx, 2 * ncur, 4, one_seg(2 * ncur))?;
-            mem.add(&r);
-            Some(r)
-        } else {
-            None
-        };
-        let res_buf = res.as_ref().map_or(buf(&no_res), buf);
-        let aux = upload_one(ctx, &parts)?;
+    }
+    tab.extend_from_slice(&binoms);
+    let ptab = upload_one(ctx, &tab)?;
+    mem.add(&ptab);
+    let mut auxs = Vec::with_capacity(d + 1);
+    for parts in &level_parts {
+        let a = upload_one(ctx, parts)?;
+        mem.add(&a);
+        auxs.push(a);
+    }
+    let ordm = upload_one(ctx, order)?;
+    mem.add(&ordm);
+    let cur = DeviceArray::alloc(ctx, masks, 4)?;
+    mem.add(&cur);
+    // The level table (LVW words a level, see `plan`): the first level's entry here.
+    let max_dim = ctx.limits().max_compute_workgroups_per_dimension;
+    let mut lv = vec![0u32; LVW * (d + 1)];
+    let first = levels[0] * LVW;
+    let (x, y, z) = dispatch_dims((n1 as u64).div_ceil(SKY_WG as u64), max_dim);
+    lv[first..first + 3].copy_from_slice(&[x, y, z]);
+    let (x, y, z) = dispatch_dims(n1 as u64, max_dim);
+    lv[first + 3..first + 6].copy_from_slice(&[x, y, z]);
+    lv[first + 9] = n1 as u32;
+    let lvl = upload_one(ctx, &lv)?;
+    mem.add(&lvl);
+    // The next working set's ids and masks (the repacking writes them; then the
+    // pairs swap).
+    let mut idx2 = DeviceArray::alloc(ctx, n1, 4)?;
+    mem.add(&idx2);
+    let mut wq2 = DeviceArray::alloc(ctx, n1, 4)?;
+    mem.add(&wq2);
+    let max_parts = level_parts.iter().map(|p| p.len() / 3).max().unwrap_or(1);
+    let kdir = DeviceArray::alloc(ctx, max_parts.max(1) * KDIR, 4)?;
+    mem.add(&kdir);
+    // The resume state (2 words a point) where the iteration has a step bound, else
+    // a stand-in.
+    let res = upload_one(ctx, &vec![0u32; if step_limit > 0 { 2 * n1 } else { 4 }])?;
+    mem.add(&res);
+    // Launches sized on the host (CPU adapters: bounded launches; step bounds: the
+    // resume loop) read each level's working-set size back; otherwise the
+    // iterations are dispatched indirectly from the level table.
+    let step = launch_rows.unwrap_or_else(|| iterate_launch_rows(ctx));
+    let host_sized = step_limit > 0 || step != usize::MAX;
+    let step = step.max(1);
+    // Host copies for the checks and the profile.
+    let mut ncur = n1;
+    let mut last = [0u32; 4];
+    let mut resumed = 0u32;
+    let mut enc = ctx.encoder("skyline-levels");
+    for (li, &l) in levels.iter().enumerate() {
+        let t_level = Instant::now();
+        let parts = &level_parts[l];
+        let npart = parts.len() / 3;
+        let aux = &auxs[l];
         let lk = match kernel {
-            SkylineKernel::Mixed if l < thread_levels(d) || parts.len() / 3 <= thread_parts() => {
+            SkylineKernel::Mixed if l < thread_levels(d) || npart <= thread_parts() => {
                 SkylineKernel::Thread
             }
             SkylineKernel::Mixed => SkylineKernel::Wide,
             k => k,
         };
-        // For iterate_wide: the level's mask -> partition index + 1 table (0: no
-        // such partition), then the binomial table (it enumerates subsets of a mask).
-        let ptab = if lk == SkylineKernel::Wide {
-            let mut tab = vec![0u32; masks];
-            for (k, t) in parts.chunks_exact(3).enumerate() {
-                tab[t[0] as usize] = k as u32 + 1;
-            }
-            tab.extend_from_slice(&binoms);
-            Some(upload_one(ctx, &tab)?)
-        } else {
-            None
-        };
-        mem.spike(aux.device_bytes() + ptab.as_ref().map_or(0, |t| t.device_bytes()));
         // Each partition sorted by key, with its key directory (see `sort_level`);
         // an all-zero directory (no cut) where the cut is off. Levels whose
         // partitions average fewer points than `key_cut` are not sorted: there a
         // partition costs a workgroup's sort but holds few points to skip.
-        let npart = parts.len() / 3;
-        let level_points = ncur_level(&parts);
+        let level_points = ncur_level(parts);
         let sorted = key_cut != usize::MAX && level_points >= key_cut.saturating_mul(npart);
-        let kdir = DeviceArray::alloc(ctx, npart * KDIR, 4)?;
-        mem.spike(kdir.device_bytes());
-        let mut enc = ctx.encoder("skyline-clear");
         enc.clear_buffer(buf(&stats), 16, Some(4 * (1 + masks) as u64));
         if step_limit > 0 {
-            enc.clear_buffer(res_buf, 0, Some(8 * ncur as u64));
+            enc.clear_buffer(buf(&res), 0, None);
         }
         if !sorted {
-            enc.clear_buffer(buf(&kdir), 0, None);
+            enc.clear_buffer(buf(&kdir), 0, Some((npart * KDIR * 4) as u64));
         }
-        ctx.submit(enc)?;
+        if host_sized && li > 0 {
+            // This level's size, from the table the previous plan wrote.
+            ctx.submit(std::mem::replace(&mut enc, ctx.encoder("skyline-levels")))?;
+            ncur = lvl.download::<u32>(ctx)?[l * LVW + 9] as usize;
+        }
         let mut sort_ms = 0.0;
         if sorted {
             if profile {
+                ctx.submit(std::mem::replace(&mut enc, ctx.encoder("skyline-levels")))?;
                 ctx.wait()?;
             }
             let t_sort = Instant::now();
@@ -1979,143 +2049,195 @@ fn gpu_chunk(
             };
             let binds = [
                 (1, buf(&r)),
-                (3, buf(&aux)),
+                (3, buf(aux)),
                 (6, buf(&wq)),
                 (13, buf(&idx)),
                 (14, buf(&kdir)),
             ];
-            launch_groups(ctx, "sort_level", p, &binds, npart as u64)?;
+            record(ctx, &mut enc, "sort_level", p, &binds, Groups::Direct(npart as u64))?;
             if profile {
+                ctx.submit(std::mem::replace(&mut enc, ctx.encoder("skyline-levels")))?;
                 ctx.wait()?;
                 sort_ms = t_sort.elapsed().as_secs_f64() * 1e3;
             }
             if let Some(mq) = &mq {
+                ctx.submit(std::mem::replace(&mut enc, ctx.encoder("skyline-levels")))?;
+                let dev_parts = aux.download::<u32>(ctx)?;
                 check_working_set(ctx, &idx, &wq, mq, &counts, order)?;
-                check_keys(ctx, &idx, &kdir, &parts, ranks, d, base.kshift, sort_cap(ctx))?;
+                check_keys(ctx, &idx, &kdir, &dev_parts[..3 * npart], ranks, d, base.kshift, sort_cap(ctx))?;
             }
         }
         // Packed slot offsets in iterate_wide where no WGW partitions
         // of this level reach 2^25 points together.
         let max_len = parts.chunks_exact(3).map(|t| t[2] - t[1]).max().unwrap_or(0);
         let packed = (max_len as u64 * wide_wg() as u64) < (1 << 25);
-        let step = iterate_launch_rows(ctx);
-        let prep_ms = t_prep.elapsed().as_secs_f64() * 1e3;
-        let t_level = Instant::now();
-        let s = loop {
-            for first in (0..ncur).step_by(step) {
-                let p = SkyParams {
-                    n: ncur as u32,
-                    l: l as u32,
-                    npart: (parts.len() / 3) as u32,
-                    shift: first as u32,
-                    full: step_limit,
-                    ..base
-                };
-                if let Some(ptab) = &ptab {
-                    // `full` carries the subset lookup choice (no step bound here).
-                    let env = || match std::env::var("RIDGELINE_SKYLINE_SUBSETS").ok().as_deref() {
-                        Some("always") => Some(true),
-                        Some("never") => Some(false),
-                        _ => None,
-                    };
-                    let full = match subset_lookup.or_else(env) {
-                        None => 0,
-                        Some(true) => 1,
-                        Some(false) => 2,
-                    };
+        let t_iter = Instant::now();
+        let p = SkyParams {
+            l: l as u32,
+            npart: npart as u32,
+            full: step_limit,
+            ..base
+        };
+        let region = (l * LVW * 4) as u64;
+        if lk == SkylineKernel::Wide {
+            // `full` carries the subset lookup choice (no step bound here).
+            let env = || match std::env::var("RIDGELINE_SKYLINE_SUBSETS").ok().as_deref() {
+                Some("always") => Some(true),
+                Some("never") => Some(false),
+                _ => None,
+            };
+            let full = match subset_lookup.or_else(env) {
+                None => 0,
+                Some(true) => 1,
+                Some(false) => 2,
+            };
+            let binds = [
+                (1, buf(&r)),
+                (2, buf(&stats)),
+                (3, buf(aux)),
+                (6, buf(&wq)),
+                (7, buf(&idx)),
+                (8, buf(&dead)),
+                (10, buf(&ptab)),
+                (15, buf(&kdir)),
+                (18, buf(&lvl)),
+            ];
+            if host_sized {
+                for first in (0..ncur).step_by(step) {
                     let p = SkyParams {
                         full,
                         packed: packed as u32,
+                        shift: first as u32,
                         ..p
                     };
-                    launch_groups(
-                        ctx,
-                        "iterate_wide",
-                        p,
-                        &[
-                            (1, buf(&r)),
-                            (2, buf(&stats)),
-                            (3, buf(&aux)),
-                            (6, buf(&wq)),
-                            (7, buf(&idx)),
-                            (8, buf(&dead)),
-                            (9, buf(&keep)),
-                            (10, buf(ptab)),
-                            (15, buf(&kdir)),
-                        ],
-                        (ncur - first).min(step) as u64,
-                    )?;
-                    continue;
+                    let g = Groups::Direct((ncur - first).min(step) as u64);
+                    record(ctx, &mut enc, "iterate_wide", p, &binds, g)?;
                 }
-                launch(
-                    ctx,
-                    "iterate",
-                    p,
-                    &[
-                        (1, buf(&r)),
-                        (2, buf(&stats)),
-                        (3, buf(&aux)),
-                        (4, res_buf),
-                        (6, buf(&wq)),
-                        (7, buf(&idx)),
-                        (8, buf(&dead)),
-                        (9, buf(&keep)),
-                        (15, buf(&kdir)),
-                    ],
-                    (ncur - first).min(step),
-                )?;
+            } else {
+                let p = SkyParams {
+                    full,
+                    packed: packed as u32,
+                    ..p
+                };
+                let g = Groups::Indirect(buf(&lvl), region + 12);
+                record(ctx, &mut enc, "iterate_wide", p, &binds, g)?;
             }
-            let s = stats.download::<u32>(ctx)?;
-            if s[4] == 0 {
-                break s;
+        } else {
+            let binds = [
+                (1, buf(&r)),
+                (2, buf(&stats)),
+                (3, buf(aux)),
+                (4, buf(&res)),
+                (6, buf(&wq)),
+                (7, buf(&idx)),
+                (8, buf(&dead)),
+                (15, buf(&kdir)),
+                (18, buf(&lvl)),
+            ];
+            if host_sized {
+                loop {
+                    for first in (0..ncur).step_by(step) {
+                        let p = SkyParams {
+                            shift: first as u32,
+                            ..p
+                        };
+                        let g = Groups::Direct(((ncur - first).min(step) as u64).div_ceil(SKY_WG as u64));
+                        record(ctx, &mut enc, "iterate", p, &binds, g)?;
+                    }
+                    if step_limit == 0 {
+                        break;
+                    }
+                    ctx.submit(std::mem::replace(&mut enc, ctx.encoder("skyline-levels")))?;
+                    let s = stats.download::<u32>(ctx)?;
+                    if s[4] == 0 {
+                        break;
+                    }
+                    resumed += 1;
+                    enc.clear_buffer(buf(&stats), 16, Some(4));
+                }
+            } else {
+                let g = Groups::Indirect(buf(&lvl), region);
+                record(ctx, &mut enc, "iterate", p, &binds, g)?;
             }
-            resumed += 1;
-            let mut enc = ctx.encoder("skyline-clear");
-            enc.clear_buffer(buf(&stats), 16, Some(4));
-            ctx.submit(enc)?;
-        };
-        if let Some(r) = res {
-            mem.sub(&r);
         }
-        let iterate_ms = t_level.elapsed().as_secs_f64() * 1e3;
+        let mut iterate_ms = 0.0;
+        if profile {
+            ctx.submit(std::mem::replace(&mut enc, ctx.encoder("skyline-levels")))?;
+            ctx.wait()?;
+            iterate_ms = t_iter.elapsed().as_secs_f64() * 1e3;
+        }
         let t_repack = Instant::now();
-        let level_tests = |s: &[u32], k: usize| {
-            (s[k] as u64 | (s[k + 1] as u64) << 32) - (last[k] as u64 | (last[k + 1] as u64) << 32)
-        };
-        let (level_dts, level_mts) = (level_tests(&s, 0), level_tests(&s, 2));
-        last.copy_from_slice(&s[..4]);
-        counts.copy_from_slice(&s[5..]);
-        let next: usize = counts.iter().map(|&c| c as usize).sum();
-        if next > 0 {
-            // Repacking (line 25): the kept points scattered to their mask's
-            // partition in (|M|, M) order (the per-mask counts just read give each
-            // mask's first slot; atomic cursors; any order inside a partition), as
-            // the first sort did: no count pass and no readback.
-            let cursors = upload_one(ctx, &mask_starts(&counts, order).0)?;
-            let idx2 = DeviceArray::alloc(ctx, next, 4)?;
-            let wq2 = DeviceArray::alloc(ctx, next, 4)?;
-            mem.spike(cursors.device_bytes() + idx2.device_bytes() + wq2.device_bytes());
+        // Repacking (line 25): `plan` turns the kept points' per-mask counts into
+        // each mask's first slot, the next level's partition bounds and sizes; the
+        // kept points are scattered to their mask's partition in (|M|, M) order
+        // (atomic cursors; any order inside a partition).
+        if let Some(&lnext) = levels.get(li + 1) {
+            let off: usize = (0..=l).map(|k| binoms[d * 17 + k] as usize).sum();
             let p = SkyParams {
-                n: ncur as u32,
+                l: l as u32,
+                tau: off as u32,
+                shift: lnext as u32,
+                npart: (level_parts[lnext].len() / 3) as u32,
+                stride: max_dim,
                 ..base
             };
             let binds = [
-                (2, buf(&cursors)),
+                (2, buf(&stats)),
+                (17, buf(&lvl)),
+                (19, buf(&ordm)),
+                (20, buf(&cur)),
+                (21, buf(&auxs[lnext])),
+            ];
+            record(ctx, &mut enc, "plan", p, &binds, Groups::Direct(1))?;
+            let p = SkyParams { l: l as u32, ..base };
+            let binds = [
+                (2, buf(&cur)),
                 (6, buf(&wq)),
                 (7, buf(&idx)),
-                (9, buf(&keep)),
+                (8, buf(&dead)),
                 (11, buf(&idx2)),
                 (12, buf(&wq2)),
+                (18, buf(&lvl)),
             ];
-            launch(ctx, "repack", p, &binds, ncur)?;
-            mem.sub(&idx);
-            mem.sub(&wq);
-            idx = idx2;
-            wq = wq2;
-            mem.add(&idx);
-            mem.add(&wq);
+            if host_sized {
+                let g = Groups::Direct((ncur as u64).div_ceil(SKY_WG as u64));
+                record(ctx, &mut enc, "repack", p, &binds, g)?;
+            } else {
+                record(ctx, &mut enc, "repack", p, &binds, Groups::Indirect(buf(&lvl), region))?;
+            }
+            std::mem::swap(&mut idx, &mut idx2);
+            std::mem::swap(&mut wq, &mut wq2);
+        }
+        if profile || mq.is_some() || li == 0 || li + 1 == levels.len() {
+            // Submitted at the first level (so the device starts) and the last.
+            ctx.submit(std::mem::replace(&mut enc, ctx.encoder("skyline-levels")))?;
+        }
+        if profile || mq.is_some() {
+            let s = stats.download::<u32>(ctx)?;
+            let level_tests = |s: &[u32], k: usize| {
+                (s[k] as u64 | (s[k + 1] as u64) << 32) - (last[k] as u64 | (last[k + 1] as u64) << 32)
+            };
+            let (level_dts, level_mts) = (level_tests(&s, 0), level_tests(&s, 2));
+            last.copy_from_slice(&s[..4]);
+            counts.copy_from_slice(&s[5..]);
+            let next: usize = counts.iter().map(|&c| c as usize).sum();
             if let Some(mq) = &mq {
-                check_working_set(ctx, &idx, &wq, mq, &counts, order)?;
+                if let Some(&lnext) = levels.get(li + 1) {
+                    // The plan kernel's table against the host's.
+                    let lvv = lvl.download::<u32>(ctx)?;
+                    let got = auxs[lnext].download::<u32>(ctx)?;
+                    let st = mask_starts(&counts, order).0;
+                    let want: Vec<u32> = level_parts[lnext]
+                        .chunks_exact(3)
+                        .flat_map(|t| [t[0], st[t[0] as usize], st[t[0] as usize] + counts[t[0] as usize]])
+                        .collect();
+                    if got[..want.len()] != want[..] || lvv[lnext * LVW + 9] as usize != next {
+                        return Err(GpuError::Invalid(format!(
+                            "level {l}: the device's plan of level {lnext} differs from the host's"
+                        )));
+                    }
+                    check_working_set(ctx, &idx, &wq, mq, &counts, order)?;
+                }
                 let dd = dead.download::<u32>(ctx)?;
                 let mqv = mq.download::<u32>(ctx)?;
                 let want = (0..n)
@@ -2127,37 +2249,39 @@ fn gpu_chunk(
                     )));
                 }
             }
+            if profile {
+                eprintln!(
+                    "skyline profile: level {l} ({lk:?}): working set {ncur}, {npart} partitions, sort {sort_ms:.3} ms, iterate {iterate_ms:.3} ms ({level_dts} dominance tests, {level_mts} mask tests), plan and repack {:.3} ms, {next} kept; level {:.3} ms",
+                    t_repack.elapsed().as_secs_f64() * 1e3,
+                    t_level.elapsed().as_secs_f64() * 1e3,
+                );
+            }
+            ncur = next;
         }
-        mem.sub(&keep);
-        if profile {
-            eprintln!(
-                "skyline profile: level {l} ({lk:?}): working set {ncur}, {} partitions, prep {prep_ms:.3} ms (sort {sort_ms:.3} ms), iterate {iterate_ms:.3} ms ({level_dts} dominance tests, {level_mts} mask tests), repack {:.3} ms, {next} kept",
-                parts.len() / 3,
-                t_repack.elapsed().as_secs_f64() * 1e3
-            );
-        }
-        ncur = next;
     }
+    ctx.submit(enc)?;
     let t_fin = Instant::now();
     if profile {
         ctx.wait()?;
     }
     let t_dl = Instant::now();
-    // The survivors as a bitmap (n / 8 bytes read back), listed in parallel.
+    // The survivors as a bitmap (n / 8 bytes read back), listed in parallel; the
+    // test counters (stats[0..4]) come back behind it in the same readback.
     let words = n.div_ceil(32);
-    let bits = DeviceArray::alloc(ctx, words, 4)?;
+    let bits = DeviceArray::alloc(ctx, words + 4, 4)?;
     mem.spike(bits.device_bytes());
-    launch(
-        ctx,
-        "alive_bits",
-        SkyParams {
-            n: n as u32,
-            ..base
-        },
-        &[(8, buf(&dead)), (9, buf(&bits))],
-        words,
-    )?;
-    let bits = bits.download::<u32>(ctx)?;
+    let mut enc = ctx.encoder("skyline-finish");
+    let p = SkyParams {
+        n: n as u32,
+        ..base
+    };
+    let g = Groups::Direct((words as u64).div_ceil(SKY_WG as u64));
+    record(ctx, &mut enc, "alive_bits", p, &[(8, buf(&dead)), (9, buf(&bits))], g)?;
+    enc.copy_buffer_to_buffer(buf(&stats), 0, buf(&bits), 4 * words as u64, 16);
+    ctx.submit(enc)?;
+    let mut bits = bits.download::<u32>(ctx)?;
+    last.copy_from_slice(&bits[words..words + 4]);
+    bits.truncate(words);
     let t_rows = Instant::now();
     let rows = bits_to_rows(&bits);
     if profile {
@@ -2226,9 +2350,18 @@ fn check_working_set(
     counts: &[u32],
     order: &[u32],
 ) -> GpuResult<()> {
-    let idx = idx.download::<u32>(ctx)?;
+    // The working set fills the first sum(counts) slots of its buffers.
+    let len: usize = counts.iter().map(|&c| c as usize).sum();
+    let mut idx = idx.download::<u32>(ctx)?;
     let wq = wq.download::<u32>(ctx)?;
     let mq = mq.download::<u32>(ctx)?;
+    if idx.len() < len {
+        return Err(GpuError::Invalid(format!(
+            "working set of {len} points in a buffer of {}",
+            idx.len()
+        )));
+    }
+    idx.truncate(len);
     if let Some(k) = (0..idx.len()).find(|&k| wq[k] != mq[idx[k] as usize]) {
         return Err(GpuError::Invalid(format!(
             "working set mask at {k} is not its row's"
@@ -2291,6 +2424,9 @@ fn check_keys(
         let got = &dir[k * KDIR..(k + 1) * KDIR];
         let want: Vec<u32> = if len > cap as usize {
             vec![0; KDIR]
+        } else if len == 0 {
+            // An emptied partition: every key above any sum (nothing to scan).
+            vec![u32::MAX; KDIR]
         } else {
             if keys.windows(2).any(|w| w[0] > w[1]) {
                 return Err(GpuError::Invalid(format!(
@@ -2393,6 +2529,7 @@ pub fn skyline_gpu_with(
                 kernel,
                 opts.subset_lookup,
                 key_cut,
+                opts.launch_rows.map(|r| if r == 0 { usize::MAX } else { r.max(SKY_WG as usize) }),
                 opts.check || std::env::var_os("RIDGELINE_SKYLINE_CHECK").is_some(),
             )?;
             st.dominance_tests += out.dominance_tests;

@@ -441,17 +441,20 @@ fn iteration_kernels_agree() {
     let Some(c) = c.as_deref() else { return };
     let run = |m: RankMatrix<'_>, want: &[u32], what: &str, chunk: usize| {
         let mut tests = Vec::new();
+        // Launches sized on the host (None on CPU adapters) and on the device
+        // (Some(0): indirect dispatch from the level table).
         let variants = [
-            (SkylineKernel::Thread, None),
-            (SkylineKernel::Wide, None),
-            (SkylineKernel::Wide, Some(true)),
-            (SkylineKernel::Wide, Some(false)),
-            (SkylineKernel::Mixed, None),
+            (SkylineKernel::Thread, None, None),
+            (SkylineKernel::Wide, None, None),
+            (SkylineKernel::Wide, Some(true), Some(0)),
+            (SkylineKernel::Wide, Some(false), Some(0)),
+            (SkylineKernel::Mixed, None, Some(0)),
         ];
-        for (kernel, subset_lookup) in variants {
+        for (kernel, subset_lookup, launch_rows) in variants {
             let opts = SkylineGpuOptions {
                 kernel: Some(kernel),
                 subset_lookup,
+                launch_rows,
                 max_chunk_rows: chunk,
                 ..Default::default()
             };
@@ -580,17 +583,28 @@ fn device_steps_checked() {
     let Some(c) = c.as_deref() else { return };
     let run = |m: RankMatrix<'_>, want: &[u32], what: &str| -> Vec<u64> {
         let mut mts = Vec::new();
-        for kernel in [SkylineKernel::Mixed, SkylineKernel::Thread] {
+        // Levels sized on the device (Some(0): indirect dispatch from the level
+        // table the plan kernel writes) and on the host (bounded launches).
+        for (kernel, rows) in [
+            (SkylineKernel::Mixed, Some(0)),
+            (SkylineKernel::Thread, None),
+            (SkylineKernel::Wide, Some(256)),
+        ] {
             for key_cut in [Some(true), Some(false), None] {
                 let opts = SkylineGpuOptions {
                     kernel: Some(kernel),
                     key_cut,
+                    launch_rows: rows,
                     check: true,
                     ..Default::default()
                 };
-                let (got, st) = skyline_gpu_with(c, m, &opts)
-                    .unwrap_or_else(|e| panic!("{kernel:?} cut {key_cut:?} on {what}: {e}"));
-                assert_eq!(got, want, "{kernel:?} cut {key_cut:?} differs: {what} ({st:?})");
+                let (got, st) = skyline_gpu_with(c, m, &opts).unwrap_or_else(|e| {
+                    panic!("{kernel:?} rows {rows:?} cut {key_cut:?} on {what}: {e}")
+                });
+                assert_eq!(
+                    got, want,
+                    "{kernel:?} rows {rows:?} cut {key_cut:?} differs: {what} ({st:?})"
+                );
                 mts.push(st.mask_tests);
             }
         }

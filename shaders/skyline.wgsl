@@ -682,6 +682,8 @@ fn iterate(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
 // iterate_wide: one workgroup of WGW lanes per working-set point (see the header).
 
 const WGW: u32 = {{WGW}}u;
+// Positions a lane takes per step of iterate_wide's joint range (see there).
+const WU: u32 = {{WU}}u;
 
 var<workgroup> w_found: atomic<u32>;
 var<workgroup> w_cnt: atomic<u32>;
@@ -752,7 +754,12 @@ fn deposit(x: u32, m: u32) -> u32 {
 // distinct-value test) where it passes; a dominator sets w_found. Returns the
 // dominance tests run (0 or 1).
 fn test_pos(j: u32, same: u32, qi: u32, pi: u32, strict: bool) -> u32 {
-    if ((same & (wq[j] >> 16u)) | qi) != qi { return 0u; }
+    return test_mq(j, wq[j], same, qi, strict);
+}
+
+// test_pos with position j's mask word already loaded (mqj = wq[j]).
+fn test_mq(j: u32, mqj: u32, same: u32, qi: u32, strict: bool) -> u32 {
+    if ((same & (mqj >> 16u)) | qi) != qi { return 0u; }
     let pb = widx[j] * D;
     var le = true;
     var lt = false;
@@ -876,14 +883,33 @@ fn iterate_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
             }
             let total = workgroupUniformLoad(&w_n);
             var m = 0u;
-            for (var t = lid; t < total; t += WGW) {
+            // WU positions a lane per step (t0, t0 + WGW, ...): their mask words
+            // are all loaded before the first is tested, so the loads overlap.
+            for (var t0 = lid; t0 < total; t0 += WGW * WU) {
                 if atomicLoad(&w_found) != 0u { break; }
-                while t >= w_pre[m + 1u] {
-                    m += 1u;
+                var js: array<u32, WU>;
+                var qs: array<u32, WU>;
+                var ss: array<u32, WU>;
+                for (var u = 0u; u < WU; u++) {
+                    let t = t0 + u * WGW;
+                    js[u] = 0xffffffffu;
+                    if t < total {
+                        while t >= w_pre[m + 1u] {
+                            m += 1u;
+                        }
+                        let j = w_start[m] + t - w_pre[m];
+                        js[u] = j;
+                        ss[u] = w_same[m];
+                        qs[u] = wq[j];
+                    }
                 }
-                mts += 1u;
-                // Eq. 4, then the distinct-value dominance test.
-                dts += test_pos(w_start[m] + t - w_pre[m], w_same[m], qi, pi, false);
+                for (var u = 0u; u < WU; u++) {
+                    if js[u] != 0xffffffffu {
+                        mts += 1u;
+                        // Eq. 4, then the distinct-value dominance test.
+                        dts += test_mq(js[u], qs[u], ss[u], qi, false);
+                    }
+                }
             }
             workgroupBarrier();
             if lid == 0u {

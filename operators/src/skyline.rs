@@ -1486,6 +1486,16 @@ fn wide_wg() -> u32 {
         .unwrap_or(64)
 }
 
+/// Positions of `iterate_wide`'s joint range a lane loads before testing them
+/// (`RIDGELINE_SKYLINE_WIDE_UNROLL`, 1 to 8, a diagnosis aid).
+fn wide_unroll() -> u32 {
+    std::env::var("RIDGELINE_SKYLINE_WIDE_UNROLL")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|v| (1..=8).contains(v))
+        .unwrap_or(2)
+}
+
 #[repr(C)]
 #[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
 struct SkyParams {
@@ -1600,6 +1610,7 @@ fn record(
     let defs = [
         ("WG", SKY_WG.to_string()),
         ("WGW", wide_wg().to_string()),
+        ("WU", wide_unroll().to_string()),
         ("SCAP", sort_cap(ctx).to_string()),
         ("D", p.d.to_string()),
         // sort_level's lanes (see `sort_lanes`); one variant elsewhere.
@@ -1760,6 +1771,18 @@ fn gpu_chunk(
     // tests) and one for the finish, on stderr.
     let profile = std::env::var_os("RIDGELINE_SKYLINE_PROFILE").is_some();
     let t_chunk = Instant::now();
+    // The setup's steps (profile only: each waits for the device).
+    let mut t_mark = t_chunk;
+    let mut steps = String::new();
+    let mut mark = |what: &str| -> GpuResult<()> {
+        if profile {
+            ctx.wait()?;
+            let now = Instant::now();
+            steps += &format!("{what} {:.3}, ", (now - t_mark).as_secs_f64() * 1e3);
+            t_mark = now;
+        }
+        Ok(())
+    };
     let mut mem = Mem::default();
     let (nu, du) = (n as u32, d as u32);
     let base = SkyParams {
@@ -1770,10 +1793,12 @@ fn gpu_chunk(
     // Upload and the pre-filter's tau (Algorithm 1, line 1).
     let r = DeviceArray::upload_segmented(ctx, ranks, one_seg(ranks.len()))?;
     mem.add(&r);
+    mark("upload")?;
     let mm = upload_one(ctx, &[u32::MAX, 0])?;
     launch(ctx, "minmax", base, &[(1, buf(&r)), (2, buf(&mm))], n)?;
     let v = mm.download::<u32>(ctx)?;
     let (tau, gmax) = (v[0], v[1]);
+    mark("minmax")?;
     let base = SkyParams {
         kshift: key_shift(gmax, d),
         ..base
@@ -1811,6 +1836,7 @@ fn gpu_chunk(
         launch_groups(ctx, "qpick", p, &[(2, buf(&hist)), (16, buf(&quart))], 3 * d as u64)?;
     }
     drop(hist);
+    mark("quartiles")?;
     // Median and quartile masks of every surviving row (mq[r] = M | Q << 16; dead[r]
     // = 1 for the rows the pre-filter drops), the histogram over M, then the
     // (|M|, M) order's partition starts.
@@ -1836,6 +1862,7 @@ fn gpu_chunk(
         n,
     )?;
     let mut counts = mh.download::<u32>(ctx)?;
+    mark("masks")?;
     let (n1, qerr) = (counts[masks], counts[masks + 1]);
     counts.truncate(masks);
     if n1 == 0 {
@@ -1896,6 +1923,7 @@ fn gpu_chunk(
         ],
         n,
     )?;
+    mark("scatter")?;
     // (Back to the pool; later work on the queue runs after the scatter.)
     mem.sub(&cursors);
     drop(cursors);
@@ -1929,7 +1957,7 @@ fn gpu_chunk(
         }),
     };
     if profile {
-        eprintln!("skyline profile: n {n} d {d} kernel {kernel:?}: setup (upload, quartiles, masks, sort) {:.3} ms, {n1} rows after the pre-filter", t_chunk.elapsed().as_secs_f64() * 1e3);
+        eprintln!("skyline profile: n {n} d {d} kernel {kernel:?}: setup {:.3} ms ({steps}ms), {n1} rows after the pre-filter", t_chunk.elapsed().as_secs_f64() * 1e3);
     }
     // The level plan, fixed here from the first working set: a level's partitions
     // are its masks that hold points now (a partition may empty later, never

@@ -144,38 +144,99 @@ fn survives(r: u32) -> bool {
     return mn < P.tau || mx == P.tau;
 }
 
+var<workgroup> mm_min: atomic<u32>;
+var<workgroup> mm_max: atomic<u32>;
+
+// Reduced in workgroup memory first: one global atomic each per workgroup (one per
+// row put a million atomics on two addresses).
 @compute @workgroup_size(WG)
 fn minmax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
           @builtin(local_invocation_index) lid: u32) {
-    let r = row_index(wid, nwg, lid);
-    if r >= P.n { return; }
-    let base = r * P.d;
-    var mx = 0u;
-    for (var j = 0u; j < P.d; j++) {
-        mx = max(mx, ranks[base + j]);
+    if lid == 0u {
+        atomicStore(&mm_min, 0xffffffffu);
+        atomicStore(&mm_max, 0u);
     }
-    atomicMin(&stats[0], mx);
-    atomicMax(&stats[1], mx);
+    workgroupBarrier();
+    let r = row_index(wid, nwg, lid);
+    if r < P.n {
+        let base = r * P.d;
+        var mx = 0u;
+        for (var j = 0u; j < P.d; j++) {
+            mx = max(mx, ranks[base + j]);
+        }
+        atomicMin(&mm_min, mx);
+        atomicMax(&mm_max, mx);
+    }
+    workgroupBarrier();
+    if lid == 0u {
+        atomicMin(&stats[0], atomicLoad(&mm_min));
+        atomicMax(&stats[1], atomicLoad(&mm_max));
+    }
 }
 
 // aux[j * 3 + q] = the prefix (digits above `shift + 8`) selected so far for
 // quartile q + 1 of dimension j; P.full = 1 on the first pass (no prefix yet).
-// stats[0] counts surviving rows; stats[1 + (j * 3 + q) * 256 + digit] the bins.
+// stats[0] counts surviving rows; stats[1 + (j * 3 + q) * 256 + digit] the bins
+// (on the first pass, where the three quartiles of a dimension share one
+// histogram, stats[1 + j * 256 + digit]).
+//
+// A grid-stride loop (the host launches a few hundred workgroups). The first pass
+// counts every surviving row's digit of every dimension: in workgroup memory, then
+// one global atomic per bin and workgroup (a global atomic per row and dimension
+// was most of the quartiles' time). Later passes count only the rows inside a
+// quartile's prefix (about 1/256 of them), straight into the global bins.
+const QBINS: u32 = 4096u;
+var<workgroup> q_loc: array<atomic<u32>, QBINS>;
+var<workgroup> q_rows: atomic<u32>;
+
 @compute @workgroup_size(WG)
 fn qhist(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
          @builtin(local_invocation_index) lid: u32) {
-    let r = row_index(wid, nwg, lid);
-    if r >= P.n || !survives(r) { return; }
-    atomicAdd(&stats[0], 1u);
-    let base = r * P.d;
-    for (var j = 0u; j < P.d; j++) {
-        let v = ranks[base + j];
-        let digit = (v >> P.shift) & 255u;
-        for (var q = 0u; q < 3u; q++) {
-            let k = j * 3u + q;
-            if P.full == 1u || (v >> (P.shift + 8u)) == aux[k] {
-                atomicAdd(&stats[1u + k * 256u + digit], 1u);
+    let full = P.full == 1u;
+    let bins = P.d * 256u;
+    if full {
+        for (var b = lid; b < bins; b += WG) {
+            atomicStore(&q_loc[b], 0u);
+        }
+        if lid == 0u {
+            atomicStore(&q_rows, 0u);
+        }
+    }
+    workgroupBarrier();
+    let groups = nwg.x * nwg.y;
+    var kept = 0u;
+    for (var r = (wid.x + wid.y * nwg.x) * WG + lid; r < P.n; r += groups * WG) {
+        if !survives(r) { continue; }
+        kept += 1u;
+        let base = r * P.d;
+        for (var j = 0u; j < P.d; j++) {
+            let v = ranks[base + j];
+            let digit = (v >> P.shift) & 255u;
+            if full {
+                atomicAdd(&q_loc[j * 256u + digit], 1u);
+                continue;
             }
+            for (var q = 0u; q < 3u; q++) {
+                let k = j * 3u + q;
+                if (v >> (P.shift + 8u)) == aux[k] {
+                    atomicAdd(&stats[1u + k * 256u + digit], 1u);
+                }
+            }
+        }
+    }
+    if full {
+        if kept != 0u {
+            atomicAdd(&q_rows, kept);
+        }
+        workgroupBarrier();
+        for (var b = lid; b < bins; b += WG) {
+            let c = atomicLoad(&q_loc[b]);
+            if c != 0u {
+                atomicAdd(&stats[1u + b], c);
+            }
+        }
+        if lid == 0u {
+            atomicAdd(&stats[0], atomicLoad(&q_rows));
         }
     }
 }
@@ -200,7 +261,8 @@ fn qpick(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
     let prev = qst[k];
     // Every lane has read the state before the winner rewrites it.
     storageBarrier();
-    let c = atomicLoad(&stats[1u + k * 256u + lid]);
+    // (The first pass's histogram is per dimension, see qhist.)
+    let c = atomicLoad(&stats[1u + select(k, k / 3u, P.full == 1u) * 256u + lid]);
     // Inclusive scan of the bins (Hillis-Steele).
     q_scan[lid] = c;
     workgroupBarrier();

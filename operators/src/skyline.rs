@@ -1813,12 +1813,13 @@ fn gpu_chunk(
     let quart = upload_one(ctx, &vec![0u32; 6 * d + 2])?;
     let hist = upload_one(ctx, &vec![0u32; 1 + 3 * d * 256])?;
     mem.spike(hist.device_bytes() + quart.device_bytes());
+    // qhist strides over the rows with a few hundred workgroups (see there).
+    let qgroups = (n as u64).div_ceil(SKY_WG as u64).min(512);
+    let mut enc = ctx.encoder("skyline-quartiles");
     for pass in 0..passes {
         let shift = 8 * (passes - 1 - pass);
         if pass > 0 {
-            let mut enc = ctx.encoder("skyline-qhist-clear");
             enc.clear_buffer(buf(&hist), 0, None);
-            ctx.submit(enc)?;
         }
         let p = SkyParams {
             tau,
@@ -1826,15 +1827,12 @@ fn gpu_chunk(
             full: (pass == 0) as u32,
             ..base
         };
-        launch(
-            ctx,
-            "qhist",
-            p,
-            &[(1, buf(&r)), (2, buf(&hist)), (3, buf(&quart))],
-            n,
-        )?;
-        launch_groups(ctx, "qpick", p, &[(2, buf(&hist)), (16, buf(&quart))], 3 * d as u64)?;
+        let binds = [(1, buf(&r)), (2, buf(&hist)), (3, buf(&quart))];
+        record(ctx, &mut enc, "qhist", p, &binds, Groups::Direct(qgroups))?;
+        let binds = [(2, buf(&hist)), (16, buf(&quart))];
+        record(ctx, &mut enc, "qpick", p, &binds, Groups::Direct(3 * d as u64))?;
     }
+    ctx.submit(enc)?;
     drop(hist);
     mark("quartiles")?;
     // Median and quartile masks of every surviving row (mq[r] = M | Q << 16; dead[r]

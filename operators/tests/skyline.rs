@@ -625,6 +625,12 @@ fn device_steps_checked() {
         let m = RankMatrix::new(n, 3, &ranks);
         run(m, &skyline_reference(m), &format!("anticorrelated n={n} d=3"));
     }
+    // More rows than qhist's workgroups cover in one stride (512 x 256).
+    let (n, d) = (140_000, 3);
+    let vals = generate(Dist::Independent, n, d, 3);
+    let ranks = dense_ranks(&vals, n, d);
+    let m = RankMatrix::new(n, d, &ranks);
+    run(m, &skyline_cpu(m, 0).0, "independent n=140000 d=3");
     // Ties: equal keys inside a partition, and rows equal to the point itself.
     let (n, d) = (2999, 6);
     let mut vals = generate(Dist::Anticorrelated, n, d, 77);

@@ -74,9 +74,6 @@ pub(crate) struct StagingPool {
     small: Mutex<SmallWrites>,
 }
 
-/// Uploads of at least this many bytes are pipelined (see `upload_stream`).
-const PIPELINE_MIN: u64 = 16 << 20;
-
 /// Bytes of one staging chunk for small writes, and the most writes wait for.
 const SMALL_CHUNK: u64 = 1 << 20;
 /// Chunks for small writes kept (each 1 MiB, mapped again after its submission).
@@ -298,16 +295,7 @@ impl GpuContext {
         if total % 4 != 0 {
             return Err(GpuError::Invalid(format!("upload of {total} bytes is not a multiple of 4")));
         }
-        // Large uploads go in four pieces through separate stages, so the host's
-        // copy into one piece overlaps the device's copy of the one before
-        // (one 48 MiB piece: host copy then device copy, 1.8-1.9 ms on the H100
-        // machine).
-        let stage_bytes = if total >= PIPELINE_MIN {
-            (total / 4).div_ceil(1 << 20).max(4) * (1 << 20)
-        } else {
-            self.staging.stage_bytes
-        }
-        .min(self.staging.stage_bytes);
+        let stage_bytes = self.staging.stage_bytes;
         let mut start = 0u64;
         while start < total {
             let len = (total - start).min(stage_bytes);

@@ -69,9 +69,9 @@
 // Mask bits (Algorithm 1, lines 8-9): M[j] = p[j] > q2[j]; Q[j] = p[j] > (M[j] ? q3[j]
 // : q1[j]). d <= 16, so M | Q << 16 packs into one u32.
 //
-// Counters (u64 as lo/hi u32 pairs, carry by atomics): stats[0..2] dominance tests,
-// stats[2..4] mask tests; stats[4] unfinished invocations (see `iterate`);
-// stats[5..] is the per-mask histogram of kept points.
+// Counters (u64 as lo/hi u32 pairs, carry by atomics, striped, see add64): ctr
+// holds the dominance and mask tests; stats[4] counts unfinished invocations (see
+// `iterate`); stats[5..] is the per-mask histogram of kept points.
 
 struct Params {
     n: u32,
@@ -119,6 +119,8 @@ struct Params {
 @group(0) @binding(20) var<storage, read_write> cur_w: array<u32>;
 // The next level's partition table (plan fills in the bounds).
 @group(0) @binding(21) var<storage, read_write> aux_w: array<u32>;
+// The test counters (see add64).
+@group(0) @binding(22) var<storage, read_write> ctr: array<atomic<u32>>;
 
 const WG: u32 = {{WG}}u;
 // The number of dimensions (= P.d), a constant so the dominance tests' loops unroll
@@ -612,11 +614,19 @@ fn own_partition(m: u32) -> u32 {
     return lo;
 }
 
-fn add64(at: u32, x: u32) {
+// The test counters, striped: CSTRIPES copies of (dominance tests lo, hi, mask
+// tests lo, hi), chosen by workgroup, summed by the host (one pair of addresses
+// taking an atomic from every point serialised the iterations' last step).
+const CSTRIPES: u32 = 256u;
+
+// Adds x to the u64 counter `at` (0: dominance tests, 2: mask tests) of the
+// stripe of workgroup g.
+fn add64(g: u32, at: u32, x: u32) {
     if x == 0u { return; }
-    let old = atomicAdd(&stats[at], x);
+    let a = (g % CSTRIPES) * 4u + at;
+    let old = atomicAdd(&ctr[a], x);
     if old + x < old {
-        atomicAdd(&stats[at + 1u], 1u);
+        atomicAdd(&ctr[a + 1u], 1u);
     }
 }
 
@@ -736,8 +746,9 @@ fn iterate(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
     if i >= level_size(P.l) { return; }
     if P.full > 0u && res[2u * i] == 0xffffffffu { return; }
     let c = iterate_one(i);
-    add64(0u, c.x);
-    add64(2u, c.y);
+    let g = wid.x + wid.y * nwg.x;
+    add64(g, 0u, c.x);
+    add64(g, 2u, c.y);
 }
 
 // ---------------------------------------------------------------------------------
@@ -985,7 +996,8 @@ fn iterate_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     workgroupBarrier();
     if lid == 0u {
         settle(i, pi, mi, atomicLoad(&w_found) != 0u);
-        add64(0u, atomicLoad(&w_dts));
-        add64(2u, atomicLoad(&w_mts));
+        let g = wid.x + wid.y * nwg.x;
+        add64(g, 0u, atomicLoad(&w_dts));
+        add64(g, 2u, atomicLoad(&w_mts));
     }
 }

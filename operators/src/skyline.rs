@@ -1592,6 +1592,20 @@ enum Groups<'a> {
     Indirect(&'a wgpu::Buffer, u64),
 }
 
+/// Stripes of the test counters (shaders/skyline.wgsl, `CSTRIPES`).
+const CSTRIPES: usize = 256;
+
+/// (dominance tests, mask tests) from the striped counters: per stripe the
+/// dominance tests' low and high words, then the mask tests'.
+fn sum_counters(v: &[u32]) -> (u64, u64) {
+    v.chunks_exact(4).fold((0, 0), |(a, b), c| {
+        (
+            a + (c[0] as u64 | (c[1] as u64) << 32),
+            b + (c[2] as u64 | (c[3] as u64) << 32),
+        )
+    })
+}
+
 /// Words per level in the level table (shaders/skyline.wgsl, `LVW`).
 const LVW: usize = 16;
 
@@ -2028,7 +2042,10 @@ fn gpu_chunk(
     let step = step.max(1);
     // Host copies for the checks and the profile.
     let mut ncur = n1;
-    let mut last = [0u32; 4];
+    let mut last = (0u64, 0u64);
+    // The striped test counters (see `add64` in shaders/skyline.wgsl).
+    let ctr = upload_one(ctx, &vec![0u32; 4 * CSTRIPES])?;
+    mem.add(&ctr);
     let mut resumed = 0u32;
     let mut enc = ctx.encoder("skyline-levels");
     for (li, &l) in levels.iter().enumerate() {
@@ -2127,6 +2144,7 @@ fn gpu_chunk(
                 (10, buf(&ptab)),
                 (15, buf(&kdir)),
                 (18, buf(&lvl)),
+                (22, buf(&ctr)),
             ];
             if host_sized {
                 for first in (0..ncur).step_by(step) {
@@ -2159,6 +2177,7 @@ fn gpu_chunk(
                 (8, buf(&dead)),
                 (15, buf(&kdir)),
                 (18, buf(&lvl)),
+                (22, buf(&ctr)),
             ];
             if host_sized {
                 loop {
@@ -2240,11 +2259,9 @@ fn gpu_chunk(
         }
         if profile || mq.is_some() {
             let s = stats.download::<u32>(ctx)?;
-            let level_tests = |s: &[u32], k: usize| {
-                (s[k] as u64 | (s[k + 1] as u64) << 32) - (last[k] as u64 | (last[k + 1] as u64) << 32)
-            };
-            let (level_dts, level_mts) = (level_tests(&s, 0), level_tests(&s, 2));
-            last.copy_from_slice(&s[..4]);
+            let now = sum_counters(&ctr.download::<u32>(ctx)?);
+            let (level_dts, level_mts) = (now.0 - last.0, now.1 - last.1);
+            last = now;
             counts.copy_from_slice(&s[5..]);
             let next: usize = counts.iter().map(|&c| c as usize).sum();
             if let Some(mq) = &mq {
@@ -2294,7 +2311,7 @@ fn gpu_chunk(
     // The survivors as a bitmap (n / 8 bytes read back), listed in parallel; the
     // test counters (stats[0..4]) come back behind it in the same readback.
     let words = n.div_ceil(32);
-    let bits = DeviceArray::alloc(ctx, words + 4, 4)?;
+    let bits = DeviceArray::alloc(ctx, words + 4 * CSTRIPES, 4)?;
     mem.spike(bits.device_bytes());
     let mut enc = ctx.encoder("skyline-finish");
     let p = SkyParams {
@@ -2303,7 +2320,7 @@ fn gpu_chunk(
     };
     let g = Groups::Direct((words as u64).div_ceil(SKY_WG as u64));
     record(ctx, &mut enc, "alive_bits", p, &[(8, buf(&dead)), (9, buf(&bits))], g)?;
-    enc.copy_buffer_to_buffer(buf(&stats), 0, buf(&bits), 4 * words as u64, 16);
+    enc.copy_buffer_to_buffer(buf(&ctr), 0, buf(&bits), 4 * words as u64, 16 * CSTRIPES as u64);
     ctx.submit(enc)?;
     // The rows' vector, its pages touched while the device finishes the levels.
     let mut out: Vec<u32> = Vec::with_capacity(n);
@@ -2313,7 +2330,7 @@ fn gpu_chunk(
     // SAFETY: every element was just initialised.
     unsafe { out.set_len(n) };
     let mut bits = bits.download::<u32>(ctx)?;
-    last.copy_from_slice(&bits[words..words + 4]);
+    last = sum_counters(&bits[words..words + 4 * CSTRIPES]);
     bits.truncate(words);
     let t_rows = Instant::now();
     let rows = bits_to_rows_into(&bits, out);
@@ -2330,8 +2347,8 @@ fn gpu_chunk(
     }
     Ok(ChunkOut {
         rows,
-        dominance_tests: last[0] as u64 | (last[1] as u64) << 32,
-        mask_tests: last[2] as u64 | (last[3] as u64) << 32,
+        dominance_tests: last.0,
+        mask_tests: last.1,
         device_bytes: mem.peak,
         resumed,
     })
@@ -2341,6 +2358,7 @@ fn gpu_chunk(
 /// counted per chunk of words, then written in parallel into one exact-size vector
 /// (per-chunk vectors and their concatenation cost 2.2 ms at 600k rows on the H100
 /// machine's host, mostly first touches of fresh memory).
+#[cfg(test)]
 fn bits_to_rows(bits: &[u32]) -> Vec<u32> {
     bits_to_rows_into(bits, Vec::new())
 }

@@ -121,9 +121,6 @@ struct Params {
 @group(0) @binding(21) var<storage, read_write> aux_w: array<u32>;
 // The test counters (see add64).
 @group(0) @binding(22) var<storage, read_write> ctr: array<atomic<u32>>;
-// The bit-packed rank matrix as uploaded, and the rank matrix it widens into.
-@group(0) @binding(23) var<storage, read> packed: array<u32>;
-@group(0) @binding(24) var<storage, read_write> ranks_w: array<u32>;
 
 const WG: u32 = {{WG}}u;
 // The number of dimensions (= P.d), a constant so the dominance tests' loops unroll
@@ -147,25 +144,6 @@ fn survives(r: u32) -> bool {
         mx = max(mx, v);
     }
     return mn < P.tau || mx == P.tau;
-}
-
-// unpack: value k of the rank matrix (P.n values) from its P.shift-bit field in
-// `packed`, where each group of 32 values fills P.shift words (the host packs
-// them so: fewer bytes cross to the device).
-@compute @workgroup_size(WG)
-fn unpack(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-          @builtin(local_invocation_index) lid: u32) {
-    let k = row_index(wid, nwg, lid);
-    if k >= P.n { return; }
-    let b = P.shift;
-    let bit = (k % 32u) * b;
-    let w = (k / 32u) * b + bit / 32u;
-    let sh = bit % 32u;
-    var v = packed[w] >> sh;
-    if sh + b > 32u {
-        v |= packed[w + 1u] << (32u - sh);
-    }
-    ranks_w[k] = v & ((1u << b) - 1u);
 }
 
 var<workgroup> mm_min: atomic<u32>;

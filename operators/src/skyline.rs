@@ -1516,122 +1516,6 @@ struct SkyParams {
     pad: u32,
 }
 
-/// The rank matrix as an upload stream of `bits`-bit values (bits < 32): each
-/// group of 32 values fills `bits` words, value t of a group at bits
-/// [t * bits, (t + 1) * bits) of the group (little-endian words). `bad` is set if
-/// some value does not fit (the caller then uploads the plain matrix).
-struct PackedRanks<'a> {
-    vals: &'a [u32],
-    bits: u32,
-    bad: std::sync::atomic::AtomicBool,
-}
-
-impl PackedRanks<'_> {
-    fn words(&self) -> usize {
-        self.vals.len().div_ceil(32) * self.bits as usize
-    }
-
-    /// Group g's `bits` words into `out`.
-    fn group(&self, g: usize, out: &mut [u32]) -> u32 {
-        let vals = &self.vals[(32 * g).min(self.vals.len())..(32 * g + 32).min(self.vals.len())];
-        let b = self.bits;
-        let mut acc = 0u64;
-        let mut have = 0u32;
-        let mut k = 0;
-        let mut all = 0u32;
-        for &v in vals {
-            all |= v;
-            acc |= (v as u64) << have;
-            have += b;
-            if have >= 32 {
-                out[k] = acc as u32;
-                k += 1;
-                acc >>= 32;
-                have -= 32;
-            }
-        }
-        while k < b as usize {
-            out[k] = acc as u32;
-            acc >>= 32;
-            k += 1;
-        }
-        all
-    }
-}
-
-impl crate::transfer::UploadSource for PackedRanks<'_> {
-    fn len_bytes(&self) -> u64 {
-        4 * self.words() as u64
-    }
-    fn write(&self, offset: u64, mut dst: wgpu::WriteOnly<'_, [u8]>) {
-        let b = self.bits as usize;
-        let w0 = offset as usize / 4;
-        let w1 = w0 + dst.len() / 4;
-        // Groups packed into a local buffer, copied out a few KiB at a time.
-        const GROUPS: usize = 64;
-        let mut buf = [0u32; GROUPS * 32];
-        let mut all = 0u32;
-        let mut g = w0 / b;
-        let mut w = w0;
-        while w < w1 {
-            let gn = GROUPS.min(w1.div_ceil(b) - g);
-            for k in 0..gn {
-                all |= self.group(g + k, &mut buf[k * b..(k + 1) * b]);
-            }
-            let first = w - g * b;
-            let take = (gn * b - first).min(w1 - w);
-            let at = 4 * (w - w0);
-            dst.slice(at..at + 4 * take)
-                .copy_from_slice(bytemuck::cast_slice(&buf[first..first + take]));
-            w += take;
-            g += gn;
-        }
-        if all >> self.bits != 0 {
-            self.bad.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
-}
-
-/// Bits a packed upload of the ranks of `n` rows takes: dense ranks are below n
-/// (`RIDGELINE_SKYLINE_PACK=off`: 32, no packing; a diagnosis aid).
-fn pack_bits(n: usize) -> u32 {
-    if std::env::var("RIDGELINE_SKYLINE_PACK").is_ok_and(|v| v == "off") {
-        return 32;
-    }
-    (usize::BITS - n.saturating_sub(1).leading_zeros()).max(1)
-}
-
-/// Uploads the rank matrix, bit-packed where its values fit fewer bits (fewer bytes
-/// cross to the device; `unpack` widens them there), else as it is.
-fn upload_ranks(ctx: &GpuContext, ranks: &[u32], n: usize, d: usize, mem: &mut Mem) -> GpuResult<DeviceArray> {
-    let bits = pack_bits(n);
-    if bits < 32 && ranks.len() >= 32 {
-        let src = PackedRanks {
-            vals: ranks,
-            bits,
-            bad: false.into(),
-        };
-        let words = src.words();
-        let packed = DeviceArray::upload_from(ctx, words, 4, one_seg(words), &src)?;
-        if !src.bad.load(std::sync::atomic::Ordering::Relaxed) {
-            let r = DeviceArray::alloc_segmented(ctx, ranks.len(), 4, one_seg(ranks.len()))?;
-            mem.add(&r);
-            mem.spike(packed.device_bytes());
-            let p = SkyParams {
-                n: ranks.len() as u32,
-                d: d as u32,
-                shift: bits,
-                ..Default::default()
-            };
-            launch(ctx, "unpack", p, &[(23, buf(&packed)), (24, buf(&r))], ranks.len())?;
-            return Ok(r);
-        }
-    }
-    let r = DeviceArray::upload_segmented(ctx, ranks, one_seg(ranks.len()))?;
-    mem.add(&r);
-    Ok(r)
-}
-
 /// Elements per segment so that `len` elements sit in one segment.
 fn one_seg(len: usize) -> usize {
     len.max(1).div_ceil(4) * 4
@@ -1921,7 +1805,8 @@ fn gpu_chunk(
         ..Default::default()
     };
     // Upload and the pre-filter's tau (Algorithm 1, line 1).
-    let r = upload_ranks(ctx, ranks, n, d, &mut mem)?;
+    let r = DeviceArray::upload_segmented(ctx, ranks, one_seg(ranks.len()))?;
+    mem.add(&r);
     mark("upload")?;
     let mm = upload_one(ctx, &[u32::MAX, 0])?;
     launch(ctx, "minmax", base, &[(1, buf(&r)), (2, buf(&mm))], n)?;
@@ -2742,51 +2627,7 @@ pub fn skyline_gpu_with(
 
 #[cfg(test)]
 mod tests {
-    use super::{bits_to_rows, dense_ranks_u64, radix_sort_high, PackedRanks};
-    use crate::transfer::UploadSource;
-
-    /// The packed stream, written in pieces at 4096-byte offsets as the staging
-    /// copy does, holds every value at its field (unpack's arithmetic), for sizes
-    /// around the 32-value groups and widths 1..31; a value too wide is flagged.
-    #[test]
-    fn packed_ranks_round_trip() {
-        let mut seed = 7u64;
-        let mut rnd = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
-        for bits in [1u32, 3, 8, 13, 20, 24, 31] {
-            for len in [32usize, 33, 63, 64, 65, 1000, 5000, 70_001] {
-                let vals: Vec<u32> = (0..len).map(|_| (rnd() as u32) & ((1u32 << bits) - 1)).collect();
-                let src = PackedRanks { vals: &vals, bits, bad: false.into() };
-                let total = src.len_bytes() as usize;
-                let mut bytes = vec![0u8; total];
-                for start in (0..total).step_by(4096 * 3) {
-                    let end = (start + 4096 * 3).min(total);
-                    src.write(start as u64, wgpu::WriteOnly::from(&mut bytes[start..end]));
-                }
-                assert!(!src.bad.load(std::sync::atomic::Ordering::Relaxed));
-                let words: Vec<u32> = bytes.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
-                for (k, &v) in vals.iter().enumerate() {
-                    let bit = (k % 32) as u32 * bits;
-                    let w = (k / 32) * bits as usize + (bit / 32) as usize;
-                    let sh = bit % 32;
-                    let mut got = words[w] >> sh;
-                    if sh + bits > 32 {
-                        got |= words[w + 1] << (32 - sh);
-                    }
-                    assert_eq!(got & ((1u32 << bits) - 1), v, "bits {bits} len {len} value {k}");
-                }
-            }
-        }
-        let vals = vec![5u32; 40];
-        let src = PackedRanks { vals: &vals, bits: 2, bad: false.into() };
-        let mut bytes = vec![0u8; src.len_bytes() as usize];
-        src.write(0, wgpu::WriteOnly::from(&mut bytes[..]));
-        assert!(src.bad.load(std::sync::atomic::Ordering::Relaxed));
-    }
+    use super::{bits_to_rows, dense_ranks_u64, radix_sort_high};
 
     #[test]
     fn dense_ranks_of_keys() {

@@ -1839,8 +1839,9 @@ fn gpu_chunk(
     let quart = upload_one(ctx, &vec![0u32; 6 * d + 2])?;
     let hist = upload_one(ctx, &vec![0u32; 1 + 3 * d * 256])?;
     mem.spike(hist.device_bytes() + quart.device_bytes());
-    // qhist strides over the rows with a few hundred workgroups (see there).
-    let qgroups = (n as u64).div_ceil(SKY_WG as u64).min(512);
+    // qhist's first pass strides over the rows with a few hundred workgroups (see
+    // there); later passes take a row per invocation.
+    let qgroups = (n as u64).div_ceil(SKY_WG as u64);
     let mut enc = ctx.encoder("skyline-quartiles");
     for pass in 0..passes {
         let shift = 8 * (passes - 1 - pass);
@@ -1854,7 +1855,8 @@ fn gpu_chunk(
             ..base
         };
         let binds = [(1, buf(&r)), (2, buf(&hist)), (3, buf(&quart))];
-        record(ctx, &mut enc, "qhist", p, &binds, Groups::Direct(qgroups))?;
+        let g = if pass == 0 { qgroups.min(512) } else { qgroups };
+        record(ctx, &mut enc, "qhist", p, &binds, Groups::Direct(g))?;
         let binds = [(2, buf(&hist)), (16, buf(&quart))];
         record(ctx, &mut enc, "qpick", p, &binds, Groups::Direct(3 * d as u64))?;
     }

@@ -482,68 +482,6 @@ fn cut_end(part: u32, lo: u32, hi: u32, k: u32) -> u32 {
     return lo + slices * (hi - lo) / KDIR;
 }
 
-// Partitions above SCAP points (up to P.stride) are ordered by key bucket
-// instead: NB buckets of equal width w over the partition's key range [lo, hi],
-// counted, scanned and scattered (through idx_out / wq_out, which the repacking
-// fills only after the level) and copied back. Every point at or after position p
-// is then in p's bucket or a later one, so its key is at least the bucket's lower
-// bound: that bound is the directory's key for a slice starting at p (a slice
-// whose bound exceeds q's sum holds no dominator of q, as with the exact sort).
-const NB: u32 = 1024u;
-var<workgroup> b_hist: array<atomic<u32>, NB>;
-var<workgroup> b_lo: atomic<u32>;
-var<workgroup> b_hi: atomic<u32>;
-
-fn bucket_sort(k: u32, m: u32, start: u32, len: u32, lid: u32) {
-    if lid == 0u {
-        atomicStore(&b_lo, 0xffffffffu);
-        atomicStore(&b_hi, 0u);
-    }
-    for (var t = lid; t < NB; t += SWG) {
-        atomicStore(&b_hist[t], 0u);
-    }
-    workgroupBarrier();
-    for (var t = lid; t < len; t += SWG) {
-        let key = key_of(widx_rw[start + t], m);
-        atomicMin(&b_lo, key);
-        atomicMax(&b_hi, key);
-    }
-    workgroupBarrier();
-    let lo = atomicLoad(&b_lo);
-    let w = (atomicLoad(&b_hi) - lo) / NB + 1u;
-    for (var t = lid; t < len; t += SWG) {
-        let key = key_of(widx_rw[start + t], m);
-        atomicAdd(&b_hist[(key - lo) / w], 1u);
-    }
-    workgroupBarrier();
-    // Exclusive scan of the buckets (lane 0: NB steps in workgroup memory).
-    if lid == 0u {
-        var acc = 0u;
-        for (var b = 0u; b < NB; b++) {
-            let c = atomicLoad(&b_hist[b]);
-            atomicStore(&b_hist[b], acc);
-            acc += c;
-        }
-    }
-    workgroupBarrier();
-    for (var t = lid; t < len; t += SWG) {
-        let p = widx_rw[start + t];
-        let pos = atomicAdd(&b_hist[(key_of(p, m) - lo) / w], 1u);
-        idx_out[start + pos] = p;
-        wq_out[start + pos] = wq[start + t];
-    }
-    storageBarrier();
-    workgroupBarrier();
-    for (var t = lid; t < len; t += SWG) {
-        widx_rw[start + t] = idx_out[start + t];
-        wq[start + t] = wq_out[start + t];
-    }
-    if lid < KDIR {
-        let key = key_of(idx_out[start + lid * len / KDIR], m);
-        kdir[k * KDIR + lid] = lo + ((key - lo) / w) * w;
-    }
-}
-
 @compute @workgroup_size(SWG)
 fn sort_level(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
@@ -557,10 +495,6 @@ fn sort_level(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
     let start = part.y;
     let len = part.z - part.y;
     if len > SCAP {
-        if len <= P.stride {
-            bucket_sort(k, m, start, len, lid);
-            return;
-        }
         // Too large to sort here: no cut (every key 0 <= any q's sum).
         if lid < KDIR {
             kdir[k * KDIR + lid] = 0u;

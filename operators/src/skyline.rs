@@ -1700,17 +1700,6 @@ fn sort_lanes(points: usize, npart: usize) -> u32 {
     ((avg / 4).next_power_of_two() as u32).clamp(64, 256)
 }
 
-/// Most points of a partition `sort_level` orders by key bucket (above
-/// `sort_cap`): 32768 (`RIDGELINE_SKYLINE_BUCKET_CAP`, 0 for none, a diagnosis
-/// aid). One workgroup walks the partition four times, so much larger partitions
-/// cost more than their cut saves; larger ones are not cut.
-fn bucket_cap() -> u32 {
-    std::env::var("RIDGELINE_SKYLINE_BUCKET_CAP")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(32768)
-}
-
 /// Keys in each partition's directory (shaders/skyline.wgsl, `KDIR`).
 const KDIR: usize = 16;
 
@@ -1718,8 +1707,7 @@ const KDIR: usize = 16;
 /// point): 4096, or the largest power of two the adapter's workgroup storage holds
 /// beside the iteration kernels' few arrays. Larger partitions are not cut.
 fn sort_cap(ctx: &GpuContext) -> u32 {
-    // (Beside the bucket sort's 4 KiB of counts and the iterations' arrays.)
-    let lim = ctx.limits().max_compute_workgroup_storage_size.saturating_sub(8192);
+    let lim = ctx.limits().max_compute_workgroup_storage_size.saturating_sub(4096);
     let mut cap = 4096u32;
     while cap > 256 && cap * 8 > lim {
         cap /= 2;
@@ -2102,15 +2090,12 @@ fn gpu_chunk(
             let p = SkyParams {
                 npart: npart as u32,
                 sort_lanes: sort_lanes(level_points, npart),
-                stride: bucket_cap(),
                 ..base
             };
             let binds = [
                 (1, buf(&r)),
                 (3, buf(aux)),
                 (6, buf(&wq)),
-                (11, buf(&idx2)),
-                (12, buf(&wq2)),
                 (13, buf(&idx)),
                 (14, buf(&kdir)),
             ];
@@ -2124,8 +2109,7 @@ fn gpu_chunk(
                 ctx.submit(std::mem::replace(&mut enc, ctx.encoder("skyline-levels")))?;
                 let dev_parts = aux.download::<u32>(ctx)?;
                 check_working_set(ctx, &idx, &wq, mq, &counts, order)?;
-                let caps = (sort_cap(ctx), bucket_cap());
-                check_keys(ctx, &idx, &kdir, &dev_parts[..3 * npart], ranks, d, base.kshift, caps)?;
+                check_keys(ctx, &idx, &kdir, &dev_parts[..3 * npart], ranks, d, base.kshift, sort_cap(ctx))?;
             }
         }
         // Packed slot offsets in iterate_wide where no WGW partitions
@@ -2485,7 +2469,7 @@ fn check_keys(
     ranks: &[u32],
     d: usize,
     kshift: u32,
-    (cap, bucket_cap): (u32, u32),
+    cap: u32,
 ) -> GpuResult<()> {
     let idx = idx.download::<u32>(ctx)?;
     let dir = kdir.download::<u32>(ctx)?;
@@ -2502,25 +2486,7 @@ fn check_keys(
             })
             .collect();
         let got = &dir[k * KDIR..(k + 1) * KDIR];
-        let want: Vec<u32> = if len > cap as usize && len <= bucket_cap as usize {
-            // Ordered by key bucket: each slice's key is the lower bound of its
-            // first point's bucket, so no later point's key is below it.
-            let lo = *keys.iter().min().unwrap();
-            let w = (keys.iter().max().unwrap() - lo) / 1024 + 1;
-            let mut suffix_min = keys.clone();
-            for i in (0..len.saturating_sub(1)).rev() {
-                suffix_min[i] = suffix_min[i].min(suffix_min[i + 1]);
-            }
-            for s in 0..KDIR {
-                let at = s * len / KDIR;
-                if suffix_min[at] < lo + (keys[at] - lo) / w * w {
-                    return Err(GpuError::Invalid(format!(
-                        "partition {m:#x}: a point after position {at} is below its bucket"
-                    )));
-                }
-            }
-            (0..KDIR).map(|s| lo + (keys[s * len / KDIR] - lo) / w * w).collect()
-        } else if len > cap as usize {
+        let want: Vec<u32> = if len > cap as usize {
             vec![0; KDIR]
         } else if len == 0 {
             // An emptied partition: every key above any sum (nothing to scan).

@@ -638,8 +638,7 @@ fn device_steps_checked() {
     let ranks = dense_ranks(&vals, n, d);
     let m = RankMatrix::new(n, d, &ranks);
     run(m, &skyline_reference(m), "ties");
-    // Partitions of 5000 rows: above the workgroup sort's capacity (at most 4096),
-    // so ordered by key bucket (see `bucket_sort`).
+    // Partitions of 5000 rows: above the sort's capacity (all-zero directories).
     let half = 5000u32;
     let mut ranks = Vec::new();
     for i in 0..half {

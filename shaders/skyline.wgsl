@@ -121,6 +121,8 @@ struct Params {
 @group(0) @binding(21) var<storage, read_write> aux_w: array<u32>;
 // The test counters (see add64).
 @group(0) @binding(22) var<storage, read_write> ctr: array<atomic<u32>>;
+// `stats` read plainly (plan: the per-mask counts the iteration left).
+@group(0) @binding(25) var<storage, read> cnt: array<u32>;
 
 const WG: u32 = {{WG}}u;
 // The number of dimensions (= P.d), a constant so the dominance tests' loops unroll
@@ -371,7 +373,7 @@ fn repack(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
 }
 
 // plan: after level P.l's iteration, on the device, so that the levels run without
-// a readback. One workgroup: the kept points' per-mask counts (stats[5 ..]) in
+// a readback. One workgroup: the kept points' per-mask counts (cnt[5 ..]) in
 // (|M|, M) order, from order position P.tau on (the masks with |M| > l; the others
 // hold no kept point), give each mask's first slot in the next working set
 // (cur_w, the repacking's cursors); the next level's partition table (aux_w, P.npart
@@ -400,10 +402,19 @@ fn plan(@builtin(local_invocation_index) lid: u32) {
     let a = min(off + lid * per, masks);
     let b = min(a + per, masks);
     // Each lane sums a run of the order, the runs' sums are scanned, and each lane
-    // walks its run again writing first slots.
+    // walks its run again writing first slots; four masks a step, so their loads
+    // overlap (plain loads through `cnt`: atomic ones were not overlapped).
     var s = 0u;
-    for (var t = a; t < b; t++) {
-        s += atomicLoad(&stats[5u + ordm[t]]);
+    var t = a;
+    for (; t + 4u <= b; t += 4u) {
+        let m0 = ordm[t];
+        let m1 = ordm[t + 1u];
+        let m2 = ordm[t + 2u];
+        let m3 = ordm[t + 3u];
+        s += cnt[5u + m0] + cnt[5u + m1] + cnt[5u + m2] + cnt[5u + m3];
+    }
+    for (; t < b; t++) {
+        s += cnt[5u + ordm[t]];
     }
     p_tot[lid] = s;
     workgroupBarrier();
@@ -415,10 +426,26 @@ fn plan(@builtin(local_invocation_index) lid: u32) {
         workgroupBarrier();
     }
     var run = p_tot[lid] - s;
-    for (var t = a; t < b; t++) {
+    t = a;
+    for (; t + 4u <= b; t += 4u) {
+        let m0 = ordm[t];
+        let m1 = ordm[t + 1u];
+        let m2 = ordm[t + 2u];
+        let m3 = ordm[t + 3u];
+        let c0 = cnt[5u + m0];
+        let c1 = cnt[5u + m1];
+        let c2 = cnt[5u + m2];
+        let c3 = cnt[5u + m3];
+        cur_w[m0] = run;
+        cur_w[m1] = run + c0;
+        cur_w[m2] = run + c0 + c1;
+        cur_w[m3] = run + c0 + c1 + c2;
+        run += c0 + c1 + c2 + c3;
+    }
+    for (; t < b; t++) {
         let m = ordm[t];
         cur_w[m] = run;
-        run += atomicLoad(&stats[5u + m]);
+        run += cnt[5u + m];
     }
     storageBarrier();
     workgroupBarrier();
@@ -426,7 +453,7 @@ fn plan(@builtin(local_invocation_index) lid: u32) {
         let m = aux_w[3u * k];
         let st = cur_w[m];
         aux_w[3u * k + 1u] = st;
-        aux_w[3u * k + 2u] = st + atomicLoad(&stats[5u + m]);
+        aux_w[3u * k + 2u] = st + cnt[5u + m];
     }
     if lid == 0u {
         let total = p_tot[PWG - 1u];

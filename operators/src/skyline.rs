@@ -2229,7 +2229,7 @@ fn gpu_chunk(
                 ..base
             };
             let binds = [
-                (2, buf(&stats)),
+                (25, buf(&stats)),
                 (17, buf(&lvl)),
                 (19, buf(&ordm)),
                 (20, buf(&cur)),

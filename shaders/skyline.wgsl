@@ -521,9 +521,8 @@ fn sort_level(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
     let m = part.x;
     let start = part.y;
     let len = part.z - part.y;
-    if len > SCAP || len < P.stride {
-        // Too large to sort here, or smaller than the host's minimum (P.stride):
-        // no cut (every key 0 <= any q's sum).
+    if len > SCAP {
+        // Too large to sort here: no cut (every key 0 <= any q's sum).
         if lid < KDIR {
             kdir[k * KDIR + lid] = 0u;
         }

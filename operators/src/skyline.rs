@@ -1687,16 +1687,6 @@ fn cut_min() -> usize {
         .unwrap_or(64)
 }
 
-/// The fewest points of a partition `sort_level` sorts (smaller ones get no cut,
-/// decided on the device by the partition's size at that level): 0
-/// (`RIDGELINE_SKYLINE_CUT_PART`, a diagnosis aid).
-fn cut_part() -> u32 {
-    std::env::var("RIDGELINE_SKYLINE_CUT_PART")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
 /// Points in a level's partitions.
 fn ncur_level(parts: &[u32]) -> usize {
     parts.chunks_exact(3).map(|t| (t[2] - t[1]) as usize).sum()
@@ -2100,7 +2090,6 @@ fn gpu_chunk(
             let p = SkyParams {
                 npart: npart as u32,
                 sort_lanes: sort_lanes(level_points, npart),
-                stride: cut_part(),
                 ..base
             };
             let binds = [
@@ -2120,7 +2109,7 @@ fn gpu_chunk(
                 ctx.submit(std::mem::replace(&mut enc, ctx.encoder("skyline-levels")))?;
                 let dev_parts = aux.download::<u32>(ctx)?;
                 check_working_set(ctx, &idx, &wq, mq, &counts, order)?;
-                check_keys(ctx, &idx, &kdir, &dev_parts[..3 * npart], ranks, d, base.kshift, (sort_cap(ctx), cut_part()))?;
+                check_keys(ctx, &idx, &kdir, &dev_parts[..3 * npart], ranks, d, base.kshift, sort_cap(ctx))?;
             }
         }
         // Packed slot offsets in iterate_wide where no WGW partitions
@@ -2480,7 +2469,7 @@ fn check_keys(
     ranks: &[u32],
     d: usize,
     kshift: u32,
-    (cap, min): (u32, u32),
+    cap: u32,
 ) -> GpuResult<()> {
     let idx = idx.download::<u32>(ctx)?;
     let dir = kdir.download::<u32>(ctx)?;
@@ -2497,7 +2486,7 @@ fn check_keys(
             })
             .collect();
         let got = &dir[k * KDIR..(k + 1) * KDIR];
-        let want: Vec<u32> = if len > cap as usize || len < min as usize {
+        let want: Vec<u32> = if len > cap as usize {
             vec![0; KDIR]
         } else if len == 0 {
             // An emptied partition: every key above any sum (nothing to scan).

@@ -1587,6 +1587,7 @@ fn launch_groups(
 
 /// Workgroups of a dispatch: a count, or indirect arguments in a buffer at a byte
 /// offset (the level table, see `plan` in shaders/skyline.wgsl).
+#[derive(Clone, Copy)]
 enum Groups<'a> {
     Direct(u64),
     Indirect(&'a wgpu::Buffer, u64),
@@ -1632,17 +1633,13 @@ fn record(
     ];
     let pipe = ctx.pipeline("skyline", SKY_WGSL, entry, &defs)?;
     let max_dim = ctx.limits().max_compute_workgroups_per_dimension;
-    let dims = match groups {
-        Groups::Direct(g) => {
-            if g > max_dim as u64 * max_dim as u64 {
-                return Err(GpuError::Invalid(format!(
-                    "skyline {entry}: {g} workgroups exceed the dispatch limit"
-                )));
-            }
-            Some(dispatch_dims(g, max_dim))
+    if let Groups::Direct(g) = groups {
+        if g > max_dim as u64 * max_dim as u64 {
+            return Err(GpuError::Invalid(format!(
+                "skyline {entry}: {g} workgroups exceed the dispatch limit"
+            )));
         }
-        Groups::Indirect(..) => None,
-    };
+    }
     let ub = ctx.uniform(&p);
     let mut entries = vec![wgpu::BindGroupEntry {
         binding: 0,
@@ -1667,10 +1664,12 @@ fn record(
     });
     pass.set_pipeline(&pipe);
     pass.set_bind_group(0, &bg, &[]);
-    match (dims, groups) {
-        (Some((x, y, z)), _) => pass.dispatch_workgroups(x, y, z),
-        (None, Groups::Indirect(b, off)) => pass.dispatch_workgroups_indirect(b, off),
-        (None, Groups::Direct(_)) => unreachable!(),
+    match groups {
+        Groups::Direct(g) => {
+            let (x, y, z) = dispatch_dims(g, max_dim);
+            pass.dispatch_workgroups(x, y, z);
+        }
+        Groups::Indirect(b, off) => pass.dispatch_workgroups_indirect(b, off),
     }
     Ok(())
 }

@@ -1521,11 +1521,14 @@ fn one_seg(len: usize) -> usize {
     len.max(1).div_ceil(4) * 4
 }
 
+/// `data` in a new one-segment array. Through the small-write queue (one copy with
+/// the next submission): a staging upload of its own each took a 64 MiB stage, and
+/// the level tables' dozen uploads waited for the device once the stages ran out.
 fn upload_one(ctx: &GpuContext, data: &[u32]) -> GpuResult<DeviceArray> {
-    if data.is_empty() {
-        return DeviceArray::upload_segmented(ctx, &[0u32], 4);
-    }
-    DeviceArray::upload_segmented(ctx, data, one_seg(data.len()))
+    let data = if data.is_empty() { &[0u32][..] } else { data };
+    let a = DeviceArray::alloc_segmented(ctx, data.len(), 4, one_seg(data.len()))?;
+    ctx.write_small(buf(&a), 0, bytemuck::cast_slice(data))?;
+    Ok(a)
 }
 
 fn buf(a: &DeviceArray) -> &wgpu::Buffer {

@@ -1759,6 +1759,13 @@ fn mask_starts(counts: &[u32], order: &[u32]) -> (Vec<u32>, u32) {
     (starts, acc)
 }
 
+/// Mask `m`'s partition as (mask, start, end) in working-set positions, given
+/// each mask's first slot and count.
+fn part_bounds(m: u32, starts: &[u32], counts: &[u32]) -> [u32; 3] {
+    let (s, c) = (starts[m as usize], counts[m as usize]);
+    [m, s, s + c]
+}
+
 struct ChunkOut {
     /// Local row indices of the chunk's skyline (any order).
     rows: Vec<u32>,
@@ -1982,14 +1989,9 @@ fn gpu_chunk(
     // dispatch sizes, so the levels run back to back with no readback. The
     // per-level choices (kernel, key cut, packed offsets) use these first counts.
     let mut level_parts: Vec<Vec<u32>> = vec![Vec::new(); d + 1];
-    {
-        let mut pos = 0u32;
-        for &mk in order {
-            let c = counts[mk as usize];
-            if c > 0 {
-                level_parts[mk.count_ones() as usize].extend_from_slice(&[mk, pos, pos + c]);
-            }
-            pos += c;
+    for &mk in order {
+        if counts[mk as usize] > 0 {
+            level_parts[mk.count_ones() as usize].extend_from_slice(&part_bounds(mk, &starts, &counts));
         }
     }
     let levels: Vec<usize> = (0..=d).filter(|&l| !level_parts[l].is_empty()).collect();
@@ -2276,7 +2278,7 @@ fn gpu_chunk(
                     let st = mask_starts(&counts, order).0;
                     let want: Vec<u32> = level_parts[lnext]
                         .chunks_exact(3)
-                        .flat_map(|t| [t[0], st[t[0] as usize], st[t[0] as usize] + counts[t[0] as usize]])
+                        .flat_map(|t| part_bounds(t[0], &st, &counts))
                         .collect();
                     if got[..want.len()] != want[..] || lvv[lnext * LVW + 9] as usize != next {
                         return Err(GpuError::Invalid(format!(

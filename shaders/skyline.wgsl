@@ -59,8 +59,10 @@
 //              the same iteration with one workgroup per point instead of one
 //              invocation: the point's lanes test 64 level-l partitions at a time
 //              with Eq. 1 (or Eq. 3: its own partition only), then stride through
-//              every matching partition's points together (Eq. 4 / Eq. 5 before the
-//              dominance tests), stopping at the first dominator any lane finds. A
+//              every matching partition's points together in steps (each lane
+//              runs Eq. 4 / Eq. 5 on a few positions and queues those that pass,
+//              then the lanes take the queued dominance tests together; see
+//              scan_range), stopping after the step that finds a dominator. A
 //              point's work grows with the number of level-l partitions below its
 //              mask (C(|M|, l) of them), so one invocation per point leaves the
 //              warps of high-|M| points running long after the rest; spreading each
@@ -782,8 +784,6 @@ fn iterate(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
 // iterate_wide: one workgroup of WGW lanes per working-set point (see the header).
 
 const WGW: u32 = {{WGW}}u;
-// Positions a lane takes per step of iterate_wide's joint range (see there).
-const WU: u32 = {{WU}}u;
 
 var<workgroup> w_found: atomic<u32>;
 var<workgroup> w_cnt: atomic<u32>;
@@ -797,6 +797,11 @@ var<workgroup> w_dts: atomic<u32>;
 var<workgroup> w_mts: atomic<u32>;
 // The point's own ranks (for its sums over the candidate partitions' masks).
 var<workgroup> w_qr: array<u32, 16>;
+// Positions a lane tests per step of the joint range (see scan_range); the
+// positions that pass the step's mask tests, and their count.
+const WQS: u32 = {{WQS}}u;
+var<workgroup> w_q: array<u32, WGW * WQS>;
+var<workgroup> w_qn: atomic<u32>;
 
 // The point's sum of ranks over the dimensions in m (key_of from w_qr).
 fn key_of_q(m: u32) -> u32 {
@@ -849,17 +854,11 @@ fn deposit(x: u32, m: u32) -> u32 {
     return r;
 }
 
-// Eq. 4 (or Eq. 5 with same all ones) between working-set position j and point pi:
-// ((same & Q_j) | Q_i) == Q_i, then the dominance test (strict: full; else the
-// distinct-value test) where it passes; a dominator sets w_found. Returns the
-// dominance tests run (0 or 1).
-fn test_pos(j: u32, same: u32, qi: u32, pi: u32, strict: bool) -> u32 {
-    return test_mq(j, wq[j], same, qi, strict);
-}
-
-// test_pos with position j's mask word already loaded (mqj = wq[j]).
-fn test_mq(j: u32, mqj: u32, same: u32, qi: u32, strict: bool) -> u32 {
-    if ((same & (mqj >> 16u)) | qi) != qi { return 0u; }
+// The dominance test of working-set position j against the point (w_qr): no
+// worse in every dimension and, if strict, better in one (strict: within the
+// point's own partition; elsewhere the masks differ, so the rows do); a dominator
+// sets w_found.
+fn dominates_q(j: u32, strict: bool) {
     let pb = widx[j] * D;
     var le = true;
     var lt = false;
@@ -872,7 +871,64 @@ fn test_mq(j: u32, mqj: u32, same: u32, qi: u32, strict: bool) -> u32 {
     if le & (lt | !strict) {
         atomicStore(&w_found, 1u);
     }
-    return 1u;
+}
+
+// The joint range of the candidate partitions in w_start / w_same / w_pre (its
+// `total` positions, workgroup-uniform) against working-set point i (quartile mask
+// qi), in steps of WGW * WQS positions. A step has two phases: every lane loads
+// WQS positions' mask words and runs Eq. 4 (Eq. 5 where `same` is all ones) on
+// them, queueing the positions that pass; then the lanes take the queue's
+// dominance tests together. A lane's tests thus never wait on one another's
+// loads: about one position in thirty passes, so a lane that tested as it went
+// stalled its warp on a dependent load chain (id, then ranks) nearly every step.
+// Stops after the step in which a dominator turns up. Returns this lane's
+// (dominance tests, mask tests).
+fn scan_range(lid: u32, total: u32, qi: u32, i: u32, strict: bool) -> vec2<u32> {
+    var dts = 0u;
+    var mts = 0u;
+    var m = 0u;
+    for (var t0 = 0u; t0 < total; t0 += WGW * WQS) {
+        var js: array<u32, WQS>;
+        var qs: array<u32, WQS>;
+        var ss: array<u32, WQS>;
+        for (var u = 0u; u < WQS; u++) {
+            let t = t0 + u * WGW + lid;
+            js[u] = 0xffffffffu;
+            if t < total {
+                while t >= w_pre[m + 1u] {
+                    m += 1u;
+                }
+                let j = w_start[m] + t - w_pre[m];
+                // The point itself (in its own partition) is skipped.
+                if j != i {
+                    js[u] = j;
+                    ss[u] = w_same[m];
+                    qs[u] = wq[j];
+                }
+            }
+        }
+        for (var u = 0u; u < WQS; u++) {
+            if js[u] != 0xffffffffu {
+                mts += 1u;
+                if ((ss[u] & (qs[u] >> 16u)) | qi) == qi {
+                    w_q[atomicAdd(&w_qn, 1u)] = js[u];
+                }
+            }
+        }
+        workgroupBarrier();
+        let qn = atomicLoad(&w_qn);
+        for (var e = lid; e < qn; e += WGW) {
+            dts += 1u;
+            dominates_q(w_q[e], strict);
+        }
+        workgroupBarrier();
+        if lid == 0u {
+            w_stop = atomicLoad(&w_found);
+            atomicStore(&w_qn, 0u);
+        }
+        if workgroupUniformLoad(&w_stop) != 0u { break; }
+    }
+    return vec2<u32>(dts, mts);
 }
 
 @compute @workgroup_size(WGW)
@@ -885,6 +941,8 @@ fn iterate_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     // the partition loop below (with its barriers) is in uniform control flow.
     if lid == 0u {
         atomicStore(&w_found, 0u);
+        w_stop = 0u;
+        atomicStore(&w_qn, 0u);
         atomicStore(&w_dts, 0u);
         atomicStore(&w_mts, 0u);
         w_pt = vec2<u32>(widx[i], wq[i]);
@@ -902,18 +960,22 @@ fn iterate_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     var dts = 0u;
     var mts = 0u;
     if order == P.l {
-        // Eq. 3: only the own partition can hold dominators.
-        let lo = own_partition(mi);
-        // Eq. 5 (Q_j has a bit Q_i lacks => p_j does not dominate p_i), then the
-        // full dominance test; the point itself skipped; only the prefix whose
-        // keys are at most q's (see sort_level).
-        let end = cut_end(lo, aux[lo * 3u + 1u], aux[lo * 3u + 2u], key_of_q(mi));
-        for (var j = aux[lo * 3u + 1u] + lid; j < end; j += WGW) {
-            if atomicLoad(&w_found) != 0u { break; }
-            if j == i { continue; }
-            mts += 1u;
-            dts += test_pos(j, 0xffffffffu, qi, pi, true);
+        // Eq. 3: only the own partition can hold dominators; Eq. 5 (Q_j has a bit
+        // Q_i lacks => p_j does not dominate p_i) before the full dominance test;
+        // only the prefix whose keys are at most q's (see sort_level).
+        if lid == 0u {
+            let lo = own_partition(mi);
+            let start = aux[lo * 3u + 1u];
+            let len = cut_end(lo, start, aux[lo * 3u + 2u], key_of_q(mi)) - start;
+            w_start[0] = start;
+            w_same[0] = 0xffffffffu;
+            w_pre[0] = 0u;
+            w_pre[1] = len;
+            w_n = len;
         }
+        let c = scan_range(lid, workgroupUniformLoad(&w_n), qi, i, true);
+        dts += c.x;
+        mts += c.y;
     } else {
         let notmi = ~mi;
         // Candidate partitions, WGW at a time: the level-l subsets of M (looked up
@@ -981,40 +1043,9 @@ fn iterate_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
                     w_n = w_pre[packed];
                 }
             }
-            let total = workgroupUniformLoad(&w_n);
-            var m = 0u;
-            // WU positions a lane per step (t0, t0 + WGW, ...): their mask words
-            // are all loaded before the first is tested, so the loads overlap.
-            for (var t0 = lid; t0 < total; t0 += WGW * WU) {
-                if atomicLoad(&w_found) != 0u { break; }
-                var js: array<u32, WU>;
-                var qs: array<u32, WU>;
-                var ss: array<u32, WU>;
-                for (var u = 0u; u < WU; u++) {
-                    let t = t0 + u * WGW;
-                    js[u] = 0xffffffffu;
-                    if t < total {
-                        while t >= w_pre[m + 1u] {
-                            m += 1u;
-                        }
-                        let j = w_start[m] + t - w_pre[m];
-                        js[u] = j;
-                        ss[u] = w_same[m];
-                        qs[u] = wq[j];
-                    }
-                }
-                for (var u = 0u; u < WU; u++) {
-                    if js[u] != 0xffffffffu {
-                        mts += 1u;
-                        // Eq. 4, then the distinct-value dominance test.
-                        dts += test_mq(js[u], qs[u], ss[u], qi, false);
-                    }
-                }
-            }
-            workgroupBarrier();
-            if lid == 0u {
-                w_stop = atomicLoad(&w_found);
-            }
+            let r = scan_range(lid, workgroupUniformLoad(&w_n), qi, i, false);
+            dts += r.x;
+            mts += r.y;
             if workgroupUniformLoad(&w_stop) != 0u { break; }
         }
     }

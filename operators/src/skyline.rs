@@ -1486,14 +1486,17 @@ fn wide_wg() -> u32 {
         .unwrap_or(64)
 }
 
-/// Positions of `iterate_wide`'s joint range a lane loads before testing them
-/// (`RIDGELINE_SKYLINE_WIDE_UNROLL`, 1 to 8, a diagnosis aid).
-fn wide_unroll() -> u32 {
-    std::env::var("RIDGELINE_SKYLINE_WIDE_UNROLL")
+/// Positions of `iterate_wide`'s joint range a lane tests per step before the
+/// workgroup runs the step's queued dominance tests together (4;
+/// `RIDGELINE_SKYLINE_WIDE_STEP`, 1 to 16, a diagnosis aid). H100, 1M
+/// anticorrelated rows, d = 12: 2 and 8 were slower than 4 (BENCHMARKS.md,
+/// session 19).
+fn wide_step() -> u32 {
+    std::env::var("RIDGELINE_SKYLINE_WIDE_STEP")
         .ok()
         .and_then(|v| v.parse::<u32>().ok())
-        .filter(|v| (1..=8).contains(v))
-        .unwrap_or(2)
+        .filter(|v| (1..=16).contains(v))
+        .unwrap_or(4)
 }
 
 #[repr(C)]
@@ -1628,7 +1631,7 @@ fn record(
     let defs = [
         ("WG", SKY_WG.to_string()),
         ("WGW", wide_wg().to_string()),
-        ("WU", wide_unroll().to_string()),
+        ("WQS", wide_step().to_string()),
         ("SCAP", sort_cap(ctx).to_string()),
         ("D", p.d.to_string()),
         // sort_level's lanes (see `sort_lanes`); one variant elsewhere.

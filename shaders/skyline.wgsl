@@ -874,16 +874,16 @@ fn dominates_q(j: u32, strict: bool) {
 }
 
 // The joint range of the candidate partitions in w_start / w_same / w_pre (its
-// `total` positions, workgroup-uniform) against working-set point i (quartile mask
-// qi), in steps of WGW * WQS positions. A step has two phases: every lane loads
-// WQS positions' mask words and runs Eq. 4 (Eq. 5 where `same` is all ones) on
-// them, queueing the positions that pass; then the lanes take the queue's
-// dominance tests together. A lane's tests thus never wait on one another's
-// loads: about one position in thirty passes, so a lane that tested as it went
-// stalled its warp on a dependent load chain (id, then ranks) nearly every step.
+// `total` positions, workgroup-uniform) against the point (quartile mask qi), in
+// steps of WGW * WQS positions. A step has two phases: every lane loads WQS
+// positions' mask words and runs Eq. 4 on them, queueing the positions that pass;
+// then the lanes take the queue's distinct-value dominance tests together. A
+// lane's tests thus never wait on one another's loads: about one position in
+// thirty passes, so a lane that tested as it went stalled its warp on a dependent
+// load chain (id, then ranks) nearly every step.
 // Stops after the step in which a dominator turns up. Returns this lane's
 // (dominance tests, mask tests).
-fn scan_range(lid: u32, total: u32, qi: u32, i: u32, strict: bool) -> vec2<u32> {
+fn scan_range(lid: u32, total: u32, qi: u32) -> vec2<u32> {
     var dts = 0u;
     var mts = 0u;
     var m = 0u;
@@ -899,12 +899,9 @@ fn scan_range(lid: u32, total: u32, qi: u32, i: u32, strict: bool) -> vec2<u32> 
                     m += 1u;
                 }
                 let j = w_start[m] + t - w_pre[m];
-                // The point itself (in its own partition) is skipped.
-                if j != i {
-                    js[u] = j;
-                    ss[u] = w_same[m];
-                    qs[u] = wq[j];
-                }
+                js[u] = j;
+                ss[u] = w_same[m];
+                qs[u] = wq[j];
             }
         }
         for (var u = 0u; u < WQS; u++) {
@@ -919,7 +916,7 @@ fn scan_range(lid: u32, total: u32, qi: u32, i: u32, strict: bool) -> vec2<u32> 
         let qn = atomicLoad(&w_qn);
         for (var e = lid; e < qn; e += WGW) {
             dts += 1u;
-            dominates_q(w_q[e], strict);
+            dominates_q(w_q[e], false);
         }
         workgroupBarrier();
         if lid == 0u {
@@ -960,22 +957,23 @@ fn iterate_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     var dts = 0u;
     var mts = 0u;
     if order == P.l {
-        // Eq. 3: only the own partition can hold dominators; Eq. 5 (Q_j has a bit
-        // Q_i lacks => p_j does not dominate p_i) before the full dominance test;
-        // only the prefix whose keys are at most q's (see sort_level).
-        if lid == 0u {
-            let lo = own_partition(mi);
-            let start = aux[lo * 3u + 1u];
-            let len = cut_end(lo, start, aux[lo * 3u + 2u], key_of_q(mi)) - start;
-            w_start[0] = start;
-            w_same[0] = 0xffffffffu;
-            w_pre[0] = 0u;
-            w_pre[1] = len;
-            w_n = len;
+        // Eq. 3: only the own partition can hold dominators. Each lane tests as
+        // it goes (own partitions are mostly small: the stepped scan's barriers
+        // cost more here than they save, BENCHMARKS.md session 19): Eq. 5 (Q_j has
+        // a bit Q_i lacks => p_j does not dominate p_i), then the full dominance
+        // test; the point itself skipped; only the prefix whose keys are at most
+        // q's (see sort_level).
+        let lo = own_partition(mi);
+        let end = cut_end(lo, aux[lo * 3u + 1u], aux[lo * 3u + 2u], key_of_q(mi));
+        for (var j = aux[lo * 3u + 1u] + lid; j < end; j += WGW) {
+            if atomicLoad(&w_found) != 0u { break; }
+            if j == i { continue; }
+            mts += 1u;
+            if ((wq[j] >> 16u) | qi) == qi {
+                dts += 1u;
+                dominates_q(j, true);
+            }
         }
-        let c = scan_range(lid, workgroupUniformLoad(&w_n), qi, i, true);
-        dts += c.x;
-        mts += c.y;
     } else {
         let notmi = ~mi;
         // Candidate partitions, WGW at a time: the level-l subsets of M (looked up
@@ -1043,7 +1041,7 @@ fn iterate_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
                     w_n = w_pre[packed];
                 }
             }
-            let r = scan_range(lid, workgroupUniformLoad(&w_n), qi, i, false);
+            let r = scan_range(lid, workgroupUniformLoad(&w_n), qi);
             dts += r.x;
             mts += r.y;
             if workgroupUniformLoad(&w_stop) != 0u { break; }

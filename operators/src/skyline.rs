@@ -1486,6 +1486,15 @@ fn wide_wg() -> u32 {
         .unwrap_or(64)
 }
 
+/// Whether `iterate_wide` may take its slots and offsets from one packed atomic
+/// (slot count in bits 25.., offset in bits 0..24) with `wgw` lanes and partitions
+/// of at most `max_len` points: no `wgw` partitions reach 2^25 points together,
+/// and the count (up to `wgw`) fits the 7 high bits (so never with 128 lanes:
+/// the count 128 wrapped to 0 and lost a batch's dominators).
+fn packed_slots(max_len: u32, wgw: u32) -> bool {
+    wgw < 128 && (max_len as u64 * wgw as u64) < (1 << 25)
+}
+
 /// Positions of `iterate_wide`'s joint range a lane tests per step before the
 /// workgroup runs the step's queued dominance tests together (4;
 /// `RIDGELINE_SKYLINE_WIDE_STEP`, 1 to 16, a diagnosis aid). H100, 1M
@@ -2119,10 +2128,9 @@ fn gpu_chunk(
                 check_keys(ctx, &idx, &kdir, &dev_parts[..3 * npart], ranks, d, base.kshift, sort_cap(ctx))?;
             }
         }
-        // Packed slot offsets in iterate_wide where no WGW partitions
-        // of this level reach 2^25 points together.
+        // Packed slot offsets in iterate_wide where they fit (see packed_slots).
         let max_len = parts.chunks_exact(3).map(|t| t[2] - t[1]).max().unwrap_or(0);
-        let packed = (max_len as u64 * wide_wg() as u64) < (1 << 25);
+        let packed = packed_slots(max_len, wide_wg());
         let t_iter = Instant::now();
         let p = SkyParams {
             l: l as u32,
@@ -2636,6 +2644,19 @@ pub fn skyline_gpu_with(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn packed_slots_fit() {
+        use super::packed_slots;
+        assert!(packed_slots(1000, 64));
+        assert!(packed_slots(1000, 32));
+        // The slot count needs 8 bits with 128 or more lanes.
+        assert!(!packed_slots(10, 128));
+        assert!(!packed_slots(10, 256));
+        // 64 partitions of 2^19 points reach 2^25.
+        assert!(!packed_slots(1 << 19, 64));
+        assert!(packed_slots((1 << 19) - 1, 64));
+    }
+
     use super::{bits_to_rows, dense_ranks_u64, radix_sort_high};
 
     #[test]

@@ -1453,20 +1453,6 @@ impl SkylineKernel {
     }
 }
 
-/// Under [`SkylineKernel::Mixed`], levels below this one run the per-invocation
-/// kernel: max(2, d / 4) (`RIDGELINE_SKYLINE_THREAD_LEVELS`, a diagnosis aid). In
-/// the low levels every point has few partitions below its mask and few points in
-/// them, so a workgroup per point costs more than it balances (H100, 1M
-/// anticorrelated rows: d = 12 level 2 1.6 ms per invocation against 2.3 ms
-/// wide; d = 16 levels 2 and 3 0.7 and 1.6 against 1.8 and 2.8 ms; from level 3
-/// at d = 12 and level 4 at d = 16 wide wins).
-fn thread_levels(d: usize) -> usize {
-    std::env::var("RIDGELINE_SKYLINE_THREAD_LEVELS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or((d / 4).max(2))
-}
-
 /// Under [`SkylineKernel::Mixed`], levels with at most this many partitions also
 /// run the per-invocation kernel (`RIDGELINE_SKYLINE_THREAD_PARTS`, a diagnosis aid).
 fn thread_parts() -> usize {
@@ -1484,6 +1470,81 @@ fn wide_wg() -> u32 {
         .and_then(|v| v.parse::<u32>().ok())
         .filter(|v| v.is_power_of_two() && (32..=256).contains(v))
         .unwrap_or(64)
+}
+
+/// The estimated work of level `l` from the first working set's per-mask counts:
+/// for each point with |M| > l, the points of the level-l partitions below its
+/// mask (the sum over the l-subsets S of M of count(S), by a zeta transform over
+/// the d bits, in u32: no sum exceeds the row count); returns their mean and
+/// coefficient of variation over those points.
+fn level_work(counts: &[u32], d: usize, l: usize) -> (f64, f64) {
+    let masks = 1usize << d;
+    let mut f: Vec<u32> = (0..masks)
+        .map(|m| if m.count_ones() as usize == l { counts[m] } else { 0 })
+        .collect();
+    // Bit b: every mask with b set adds the mask without it (contiguous halves, so
+    // the adds vectorise).
+    for b in 0..d {
+        let h = 1usize << b;
+        for block in f.chunks_exact_mut(2 * h) {
+            let (lo, hi) = block.split_at_mut(h);
+            for (x, y) in hi.iter_mut().zip(lo.iter()) {
+                *x += *y;
+            }
+        }
+    }
+    let (mut n, mut s1, mut s2) = (0f64, 0f64, 0f64);
+    for m in 0..masks {
+        if m.count_ones() as usize > l && counts[m] > 0 {
+            let c = counts[m] as f64;
+            let w = f[m] as f64;
+            n += c;
+            s1 += c * w;
+            s2 += c * w * w;
+        }
+    }
+    if n == 0.0 {
+        return (0.0, 0.0);
+    }
+    let mean = s1 / n;
+    let var = (s2 / n - mean * mean).max(0.0);
+    (mean, if mean > 0.0 { var.sqrt() / mean } else { 0.0 })
+}
+
+/// Under [`SkylineKernel::Mixed`], a level with more than `thread_parts()`
+/// partitions runs the wide kernel once its estimated work a point (see
+/// [`level_work`]) plus its partition count reaches this. Per-invocation points
+/// test every partition's mask and then their candidates alone, so they pay for
+/// uneven work; a workgroup per point costs a fixed overhead. H100, 1M rows (work
+/// + partitions, faster kernel): anticorrelated d = 12 level 2 783 thread, level 3
+/// 2487 wide; independent d = 12 level 2 3961 wide; anticorrelated d = 16 levels
+/// 2-4 207 / 813 thread, 2387 wide; independent d = 16 levels 2, 3 577 thread,
+/// 1640 wide (BENCHMARKS.md, session 19).
+const WIDE_WORK: f64 = 1200.0;
+
+/// C(n, k).
+#[cfg(test)]
+fn binomial(n: usize, k: usize) -> usize {
+    (0..k).fold(1, |acc, i| acc * (n - i) / (i + 1))
+}
+
+/// The first level that runs the wide kernel under [`SkylineKernel::Mixed`]
+/// (levels with at most `thread_parts()` partitions excepted): the first whose
+/// work estimate plus partition count reaches [`WIDE_WORK`]; `levels` are the
+/// levels that hold points with their partition counts, ascending. Every later
+/// level runs wide too, so at most a few levels are estimated.
+/// `RIDGELINE_SKYLINE_THREAD_LEVELS` fixes it instead (a diagnosis aid).
+fn mixed_wide_from(counts: &[u32], d: usize, levels: &[(usize, usize)]) -> usize {
+    if let Some(v) = std::env::var("RIDGELINE_SKYLINE_THREAD_LEVELS").ok().and_then(|v| v.parse().ok()) {
+        return v;
+    }
+    let parts = thread_parts();
+    for &(l, npart) in levels {
+        if npart > parts && level_work(counts, d, l).0 + npart as f64 >= WIDE_WORK {
+            return l;
+        }
+    }
+    d + 1
 }
 
 /// Whether `iterate_wide` may take its slots and offsets from one packed atomic
@@ -2065,6 +2126,17 @@ fn gpu_chunk(
     let ctr = upload_one(ctx, &vec![0u32; 4 * CSTRIPES])?;
     mem.add(&ctr);
     let mut resumed = 0u32;
+    // The first counts, for the profile's work estimates (`counts` follows the
+    // levels where they are read back).
+    let counts0 = if profile { counts.clone() } else { Vec::new() };
+    // The first level of the wide kernel under Mixed (see mixed_wide_from).
+    let wide_from = match kernel {
+        SkylineKernel::Mixed => {
+            let lv: Vec<(usize, usize)> = levels.iter().map(|&l| (l, level_parts[l].len() / 3)).collect();
+            mixed_wide_from(&counts, d, &lv)
+        }
+        _ => 0,
+    };
     let mut enc = ctx.encoder("skyline-levels");
     for (li, &l) in levels.iter().enumerate() {
         let t_level = Instant::now();
@@ -2072,7 +2144,7 @@ fn gpu_chunk(
         let npart = parts.len() / 3;
         let aux = &auxs[l];
         let lk = match kernel {
-            SkylineKernel::Mixed if l < thread_levels(d) || npart <= thread_parts() => {
+            SkylineKernel::Mixed if l < wide_from || npart <= thread_parts() => {
                 SkylineKernel::Thread
             }
             SkylineKernel::Mixed => SkylineKernel::Wide,
@@ -2310,8 +2382,9 @@ fn gpu_chunk(
                 }
             }
             if profile {
+                let (wm, wcv) = level_work(&counts0, d, l);
                 eprintln!(
-                    "skyline profile: level {l} ({lk:?}): working set {ncur}, {npart} partitions, sort {sort_ms:.3} ms, iterate {iterate_ms:.3} ms ({level_dts} dominance tests, {level_mts} mask tests), plan and repack {:.3} ms, {next} kept; level {:.3} ms",
+                    "skyline profile: level {l} ({lk:?}): working set {ncur}, {npart} partitions, sort {sort_ms:.3} ms, iterate {iterate_ms:.3} ms ({level_dts} dominance tests, {level_mts} mask tests), plan and repack {:.3} ms, {next} kept; level {:.3} ms; estimated work {wm:.0} a point, cv {wcv:.2}",
                     t_repack.elapsed().as_secs_f64() * 1e3,
                     t_level.elapsed().as_secs_f64() * 1e3,
                 );
@@ -2644,6 +2717,56 @@ pub fn skyline_gpu_with(
 
 #[cfg(test)]
 mod tests {
+    /// The zeta-transform estimate against a direct sum over subsets, and the
+    /// Mixed kernel's first wide level.
+    #[test]
+    fn level_work_and_wide_from() {
+        use super::{level_work, mixed_wide_from, WIDE_WORK};
+        let d = 7;
+        let mut seed = 12345u64;
+        let counts: Vec<u32> = (0..1usize << d)
+            .map(|_| {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((seed >> 33) % 50) as u32 * ((seed >> 20) & 1) as u32
+            })
+            .collect();
+        for l in 0..=d {
+            let (mut n, mut s1, mut s2) = (0f64, 0f64, 0f64);
+            for m in 0..1usize << d {
+                if m.count_ones() as usize <= l || counts[m] == 0 {
+                    continue;
+                }
+                let w: u32 = (0..1usize << d)
+                    .filter(|&s| s & !m == 0 && s.count_ones() as usize == l)
+                    .map(|s| counts[s])
+                    .sum();
+                let c = counts[m] as f64;
+                n += c;
+                s1 += c * w as f64;
+                s2 += c * (w as f64) * (w as f64);
+            }
+            let (mean, cv) = level_work(&counts, d, l);
+            if n == 0.0 {
+                assert_eq!((mean, cv), (0.0, 0.0), "level {l}");
+                continue;
+            }
+            let want = s1 / n;
+            assert!((mean - want).abs() < 1e-9 * want.max(1.0), "level {l}: {mean} against {want}");
+            let want_cv = ((s2 / n - want * want).max(0.0)).sqrt() / want;
+            assert!(want == 0.0 || (cv - want_cv).abs() < 1e-9, "level {l}: cv {cv} against {want_cv}");
+        }
+        // Uniform counts c: level l's work is c * C(|M|, l) averaged over the
+        // masks above it; with c large the first level with more than 16
+        // partitions (d = 7: level 2, 21 of them) goes wide, with c = 0 none.
+        let many = vec![200u32; 1 << d];
+        let levels: Vec<(usize, usize)> = (0..=d).map(|l| (l, super::binomial(d, l))).collect();
+        assert!(level_work(&many, d, 2).0 + 21.0 >= WIDE_WORK);
+        assert_eq!(mixed_wide_from(&many, d, &levels), 2);
+        let few = vec![1u32; 1 << d];
+        // Work is at most 35 a point here: no level reaches the threshold.
+        assert_eq!(mixed_wide_from(&few, d, &levels), d + 1);
+    }
+
     #[test]
     fn packed_slots_fit() {
         use super::packed_slots;

@@ -1511,16 +1511,18 @@ fn level_work(counts: &[u32], d: usize, l: usize) -> (f64, f64) {
     (mean, if mean > 0.0 { var.sqrt() / mean } else { 0.0 })
 }
 
-/// Under [`SkylineKernel::Mixed`], a level with more than `thread_parts()`
-/// partitions runs the wide kernel once its estimated work a point (see
-/// [`level_work`]) plus its partition count reaches this. Per-invocation points
-/// test every partition's mask and then their candidates alone, so they pay for
-/// uneven work; a workgroup per point costs a fixed overhead. H100, 1M rows (work
-/// + partitions, faster kernel): anticorrelated d = 12 level 2 783 thread, level 3
-/// 2487 wide; independent d = 12 level 2 3961 wide; anticorrelated d = 16 levels
-/// 2-4 207 / 813 thread, 2387 wide; independent d = 16 levels 2, 3 577 thread,
-/// 1640 wide (BENCHMARKS.md, session 19).
-const WIDE_WORK: f64 = 1200.0;
+/// Under [`SkylineKernel::Mixed`], a level below max(2, d / 4) with more than
+/// `thread_parts()` partitions still runs the wide kernel where its estimated work
+/// a point (see [`level_work`]) reaches this: per-invocation points then carry
+/// long and uneven work (warps wait for their slowest point), which a workgroup per
+/// point spreads. H100, 1M rows (estimate, faster kernel): anticorrelated d = 12
+/// level 2 717 per invocation (1.46 against 2.37 ms); independent d = 12 level 2
+/// 3895 wide (1.53 against 3.92 ms); anticorrelated d = 16 levels 2, 3 87 and 253
+/// per invocation; independent d = 16 level 2 457 per invocation, level 3 1080
+/// wide (3.71 against 5.90 ms). A threshold on work plus partitions instead sent
+/// 100k-row inputs' middle levels to the per-invocation kernel, 1.4-1.6x slower
+/// (BENCHMARKS.md, session 19).
+const WIDE_WORK: f64 = 900.0;
 
 /// C(n, k).
 #[cfg(test)]
@@ -1529,22 +1531,26 @@ fn binomial(n: usize, k: usize) -> usize {
 }
 
 /// The first level that runs the wide kernel under [`SkylineKernel::Mixed`]
-/// (levels with at most `thread_parts()` partitions excepted): the first whose
-/// work estimate plus partition count reaches [`WIDE_WORK`]; `levels` are the
-/// levels that hold points with their partition counts, ascending. Every later
-/// level runs wide too, so at most a few levels are estimated.
-/// `RIDGELINE_SKYLINE_THREAD_LEVELS` fixes it instead (a diagnosis aid).
+/// (levels with at most `thread_parts()` partitions excepted): max(2, d / 4), or
+/// an earlier level whose work estimate reaches [`WIDE_WORK`]; `levels` are the
+/// levels that hold points with their partition counts. In the low levels every
+/// point has few partitions below its mask and few points in them, so a workgroup
+/// per point costs more than it balances (H100, 1M anticorrelated rows: d = 12
+/// level 2 1.6 ms per invocation against 2.3 ms wide; from level 3 at d = 12 and
+/// level 4 at d = 16 wide wins). `RIDGELINE_SKYLINE_THREAD_LEVELS` fixes it instead
+/// (a diagnosis aid).
 fn mixed_wide_from(counts: &[u32], d: usize, levels: &[(usize, usize)]) -> usize {
     if let Some(v) = std::env::var("RIDGELINE_SKYLINE_THREAD_LEVELS").ok().and_then(|v| v.parse().ok()) {
         return v;
     }
+    let base = (d / 4).max(2);
     let parts = thread_parts();
     for &(l, npart) in levels {
-        if npart > parts && level_work(counts, d, l).0 + npart as f64 >= WIDE_WORK {
+        if l < base && npart > parts && level_work(counts, d, l).0 >= WIDE_WORK {
             return l;
         }
     }
-    d + 1
+    base
 }
 
 /// Whether `iterate_wide` may take its slots and offsets from one packed atomic
@@ -2755,16 +2761,19 @@ mod tests {
             let want_cv = ((s2 / n - want * want).max(0.0)).sqrt() / want;
             assert!(want == 0.0 || (cv - want_cv).abs() < 1e-9, "level {l}: cv {cv} against {want_cv}");
         }
-        // Uniform counts c: level l's work is c * C(|M|, l) averaged over the
-        // masks above it; with c large the first level with more than 16
-        // partitions (d = 7: level 2, 21 of them) goes wide, with c = 0 none.
-        let many = vec![200u32; 1 << d];
+        // Uniform counts c at d = 12: level 2 (66 partitions) goes wide early
+        // where c makes its work large; otherwise wide starts at max(2, d / 4) = 3.
+        let d = 12;
         let levels: Vec<(usize, usize)> = (0..=d).map(|l| (l, super::binomial(d, l))).collect();
-        assert!(level_work(&many, d, 2).0 + 21.0 >= WIDE_WORK);
+        let many = vec![200u32; 1 << d];
+        assert!(level_work(&many, d, 2).0 >= WIDE_WORK);
         assert_eq!(mixed_wide_from(&many, d, &levels), 2);
         let few = vec![1u32; 1 << d];
-        // Work is at most 35 a point here: no level reaches the threshold.
-        assert_eq!(mixed_wide_from(&few, d, &levels), d + 1);
+        assert!(level_work(&few, d, 2).0 < WIDE_WORK);
+        assert_eq!(mixed_wide_from(&few, d, &levels), 3);
+        // d = 8: max(2, 2) = 2 and levels 0, 1 have at most 16 partitions.
+        let levels8: Vec<(usize, usize)> = (0..=8).map(|l| (l, super::binomial(8, l))).collect();
+        assert_eq!(mixed_wide_from(&vec![1000u32; 256], 8, &levels8), 2);
     }
 
     #[test]

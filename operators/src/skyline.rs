@@ -2348,10 +2348,12 @@ fn gpu_chunk(
             std::mem::swap(&mut idx, &mut idx2);
             std::mem::swap(&mut wq, &mut wq2);
         }
-        if profile || mq.is_some() || li == 0 || li + 1 == levels.len() {
-            // Submitted at the first level (so the device starts) and the last.
-            ctx.submit(std::mem::replace(&mut enc, ctx.encoder("skyline-levels")))?;
-        }
+        // Every level is submitted as soon as it is recorded, so the device runs
+        // it while the host records the next (recording all levels took the host
+        // 0.8-1.2 ms on the H100 machine; submitting only the first and the last
+        // level left the device waiting for it: d = 12 15.0-15.3 against 14.8-14.9
+        // ms, BENCHMARKS.md session 19).
+        ctx.submit(std::mem::replace(&mut enc, ctx.encoder("skyline-levels")))?;
         if profile || mq.is_some() {
             let s = stats.download::<u32>(ctx)?;
             let now = sum_counters(&ctr.download::<u32>(ctx)?);

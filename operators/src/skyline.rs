@@ -69,10 +69,13 @@
 //!      point a workgroup of 64 lanes: they find the candidate partitions 64 at a
 //!      time (by Eq. 1 over every partition, or by looking up the level-l subsets
 //!      of M in a mask -> partition table where that takes fewer rounds), then
-//!      stride through the matching partitions' points as one range, stopping at
-//!      the first dominator any lane finds. The low levels (below max(2, d / 4))
-//!      and levels of at most 16 partitions, where every point's work is small,
-//!      keep `iterate` ([`SkylineKernel::Mixed`], the default on GPUs). At 1M
+//!      stride through the matching partitions' points as one range in steps
+//!      (mask tests first, queueing the points that pass, then the queued
+//!      dominance tests together), stopping after the step that finds a
+//!      dominator. The low levels (below max(2, d / 4), unless the host's estimate
+//!      of a level's work says otherwise, see `mixed_wide_from`) and levels of at
+//!      most 16 partitions, where every point's work is small, keep `iterate`
+//!      ([`SkylineKernel::Mixed`], the default on GPUs). At 1M
 //!      anticorrelated d = 12 rows the whole skyline went from 99.6 to 21.9 ms on
 //!      the H100, d = 16 from 130 to 38 ms (BENCHMARKS.md, session 15).
 //!   5. The skyline: the rows not flagged dead (the pre-filter flags its drops),
@@ -1432,7 +1435,8 @@ pub enum SkylineKernel {
     /// and the points of each matching partition, so points below many partitions
     /// (high |M|) no longer hold up their warps. No step bound.
     Wide,
-    /// `iterate` for the low levels (below max(2, d / 4)) and levels of at most 16
+    /// `iterate` for the low levels (below max(2, d / 4), or below an earlier
+    /// level whose estimated work a point is large) and levels of at most 16
     /// partitions, where a point's work is small and a workgroup per point costs
     /// more than it balances; `iterate_wide` for the rest. No step bound.
     Mixed,

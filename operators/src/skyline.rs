@@ -1524,7 +1524,7 @@ fn level_work(counts: &[u32], d: usize, l: usize) -> (f64, f64) {
 /// 3895 wide (1.53 against 3.92 ms); anticorrelated d = 16 levels 2, 3 87 and 253
 /// per invocation; independent d = 16 level 2 457 per invocation, level 3 1080
 /// wide (3.71 against 5.90 ms). A threshold on work plus partitions instead sent
-/// 100k-row inputs' middle levels to the per-invocation kernel, 1.4-1.6x slower
+/// 100k-row inputs' middle levels to the per-invocation kernel, up to 1.6x slower
 /// (BENCHMARKS.md, session 19).
 const WIDE_WORK: f64 = 900.0;
 

@@ -2147,8 +2147,8 @@ fn gpu_chunk(
         }
         _ => 0,
     };
-    let mut enc = ctx.encoder("skyline-levels");
     for (li, &l) in levels.iter().enumerate() {
+        let mut enc = ctx.encoder("skyline-levels");
         let t_level = Instant::now();
         let parts = &level_parts[l];
         let npart = parts.len() / 3;
@@ -2357,7 +2357,7 @@ fn gpu_chunk(
         // 0.8-1.2 ms on the H100 machine; submitting only the first and the last
         // level left the device waiting for it: d = 12 15.0-15.3 against 14.8-14.9
         // ms, BENCHMARKS.md session 19).
-        ctx.submit(std::mem::replace(&mut enc, ctx.encoder("skyline-levels")))?;
+        ctx.submit(enc)?;
         if profile || mq.is_some() {
             let s = stats.download::<u32>(ctx)?;
             let now = sum_counters(&ctr.download::<u32>(ctx)?);
@@ -2404,7 +2404,6 @@ fn gpu_chunk(
             ncur = next;
         }
     }
-    ctx.submit(enc)?;
     let t_fin = Instant::now();
     if profile {
         ctx.wait()?;

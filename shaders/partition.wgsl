@@ -46,7 +46,7 @@ struct Params {
     nb: u32,           // digits of this pass
     dshift: u32,       // digit shift of this pass
     total: u32,        // rows of the whole array
-    pad0: u32,
+    dbits: u32,        // bits of a digit that can be set (fused scatter's ballots)
     pad1: u32,
 }
 
@@ -63,6 +63,7 @@ const F_VALID: u32 = 4u;
 const F_DIRECT: u32 = 8u;
 const F_PREV: u32 = 16u;
 const F_HASH: u32 = 32u;
+const F_MULTI: u32 = 64u;
 
 {{KEY_FNS}}
 
@@ -81,11 +82,6 @@ const F_HASH: u32 = 32u;
 @group(0) @binding(12) var<storage, read_write> poffs: array<u32>;
 @group(0) @binding(13) var<storage, read> pid_prev: array<u32>;
 @group(0) @binding(15) var<uniform> p: Params;
-
-var<workgroup> hist: array<atomic<u32>, NB>;
-var<workgroup> ballot: array<atomic<u32>, 2048>; // NB * MW for WG <= 256
-var<workgroup> run: array<u32, NB>;
-var<workgroup> base: array<u32, NB>;
 
 fn mix32(x: u32) -> u32 {
     var h = x;
@@ -154,6 +150,20 @@ fn row_pid(r: u32) -> u32 {
     {{ROW_PID}}
 }
 
+fn digit(x: u32) -> u32 {
+    return (x >> p.dshift) & 255u;
+}
+
+// Everything above is the prelude that shaders/partition_scatter.wgsl is
+// appended to (bindings, ids, digits); the kernels below use workgroup memory
+// of their own.
+// @@PRELUDE_END@@
+
+var<workgroup> hist: array<atomic<u32>, NB>;
+var<workgroup> ballot: array<atomic<u32>, 2048>; // NB * MW for WG <= 256
+var<workgroup> run: array<u32, NB>;
+var<workgroup> base: array<u32, NB>;
+
 @compute @workgroup_size(WG)
 fn pid_radix(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let i = row_index(wid, nwg, lid);
@@ -170,10 +180,6 @@ fn pid_hash(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     h = fold_key(h, i);
     if ((p.flags & F_LAST) != 0u) { h = h % p.fanout; }
     pids[i] = h;
-}
-
-fn digit(x: u32) -> u32 {
-    return (x >> p.dshift) & 255u;
 }
 
 @compute @workgroup_size(WG)

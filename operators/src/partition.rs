@@ -78,6 +78,7 @@ use crate::timing::KernelTimer;
 use rayon::prelude::*;
 
 const PARTITION_WGSL: &str = include_str!("../../shaders/partition.wgsl");
+const SCATTER_WGSL: &str = include_str!("../../shaders/partition_scatter.wgsl");
 
 /// The word a NULL key contributes to the hash (ASCII "null").
 pub const NULL_TAG: u32 = 0x6e75_6c6c;
@@ -91,6 +92,7 @@ const F_VALID: u32 = 4;
 const F_DIRECT: u32 = 8;
 const F_PREV: u32 = 16;
 const F_HASH: u32 = 32;
+const F_MULTI: u32 = 64;
 
 /// The murmur3 32-bit finalizer.
 #[inline]
@@ -460,13 +462,19 @@ pub struct PartitionOptions {
     pub workgroup_size: u32,
     /// Rows per tile (one histogram column), a multiple of `workgroup_size`.
     pub tile_rows: u32,
+    /// One-pass partitions on adapters with subgroups of 4 to 32 lanes: rank and
+    /// scatter in one kernel that sorts each tile by digit in workgroup memory and
+    /// writes every partition's rows of a tile as one run
+    /// (shaders/partition_scatter.wgsl). `false` keeps the rank kernel and the
+    /// per-column moves (the only path for several passes).
+    pub fused: bool,
 }
 
 impl Default for PartitionOptions {
     /// 256 invocations, 16384-row tiles (histogram scratch 1/16 of a u32 column
     /// per 256 digits, see the module documentation).
     fn default() -> Self {
-        PartitionOptions { workgroup_size: 256, tile_rows: 16384 }
+        PartitionOptions { workgroup_size: 256, tile_rows: 16384, fused: true }
     }
 }
 
@@ -517,7 +525,7 @@ struct Params {
     nb: u32,
     dshift: u32,
     total: u32,
-    pad0: u32,
+    dbits: u32,
     pad1: u32,
 }
 
@@ -633,6 +641,204 @@ fn record_move_validity(ctx: &GpuContext, k: &Kernels, pass: &mut Pass, idx: &De
     Ok(())
 }
 
+/// Workgroup shape of the fused rank-and-scatter kernel on this adapter, or
+/// `None` where it cannot run (no subgroups, subgroups outside 4..=32 lanes, too
+/// little workgroup memory or too few storage bindings).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FusedShape {
+    /// Invocations: 8 subgroups of the smallest size, 32..=256.
+    swg: u32,
+    /// Rows per invocation and round.
+    items: u32,
+    /// Subgroups a workgroup can have (counters in workgroup memory).
+    nsgmax: u32,
+}
+
+fn fused_shape(ctx: &GpuContext) -> Option<FusedShape> {
+    if !ctx.has_subgroups() {
+        return None;
+    }
+    let (smin, smax) = (ctx.info().subgroup_min_size, ctx.info().subgroup_max_size);
+    if smin < 4 || smax > 32 || smin > smax {
+        return None;
+    }
+    let swg = (8 * smin).clamp(32, 256);
+    if swg % smax != 0 || ctx.limits().max_storage_buffers_per_shader_stage < 8 {
+        return None;
+    }
+    // RIDGELINE_PARTITION_ITEMS (4..=16) is for measuring; 16 by default.
+    let mut items = std::env::var("RIDGELINE_PARTITION_ITEMS").ok().and_then(|v| v.parse::<u32>().ok()).filter(|i| (1..=16).contains(i)).unwrap_or(16);
+    let storage = |items: u32| 8192 + 8 * swg * items + 3 * 1024 + 64;
+    while items > 1 && storage(items) > ctx.limits().max_compute_workgroup_storage_size {
+        items /= 2;
+    }
+    if storage(items) > ctx.limits().max_compute_workgroup_storage_size {
+        return None;
+    }
+    Some(FusedShape { swg, items, nsgmax: swg / smin })
+}
+
+/// The WGSL of one column's part of the fused kernel: (bindings, moves).
+/// Column `j` binds `16 + 4j` (input), `17 + 4j` (output) and, with validity,
+/// `18 + 4j` / `19 + 4j` (input / output bitmap).
+fn fused_column_wgsl(j: usize, wide: bool, validity: bool) -> (String, String) {
+    let b = 16 + 4 * j;
+    let t = if wide { "vec2<u32>" } else { "u32" };
+    let mut decl = format!(
+        "@group(0) @binding({}) var<storage, read> ci{j}: array<{t}>;\n@group(0) @binding({}) var<storage, read_write> co{j}: array<{t}>;\n",
+        b,
+        b + 1
+    );
+    let (stage, value) = if wide {
+        ("sa[pos[k]] = v.x; sb[pos[k]] = v.y;", "vec2<u32>(sa[i], sb[i])")
+    } else {
+        ("sa[pos[k]] = v;", "sa[i]")
+    };
+    let mut code = format!(
+        "        // column {j}
+        workgroupBarrier();
+        for (var k = 0u; k < ITEMS; k++) {{
+            let row = sbase + k * sgs;
+            if (row < tend) {{ let v = ci{j}[row]; {stage} }}
+        }}
+        workgroupBarrier();
+        for (var jj = 0u; jj < ITEMS; jj++) {{
+            let i = jj * SWG + lid;
+            let g = gd[jj];
+            if (i < rcount && in_out(g)) {{ co{j}[g - p.out_first] = {value}; }}
+        }}
+"
+    );
+    if validity {
+        decl += &format!(
+            "@group(0) @binding({}) var<storage, read> cvi{j}: array<u32>;\n@group(0) @binding({}) var<storage, read_write> cvo{j}: array<atomic<u32>>;\n",
+            b + 2,
+            b + 3
+        );
+        code += &format!(
+            "        workgroupBarrier();
+        for (var k = 0u; k < ITEMS; k++) {{
+            let row = sbase + k * sgs;
+            if (row < tend) {{ sa[pos[k]] = (cvi{j}[row / 32u] >> (row % 32u)) & 1u; }}
+        }}
+        workgroupBarrier();
+        for (var jj = 0u; jj < ITEMS; jj++) {{
+            let i = jj * SWG + lid;
+            let g = gd[jj];
+            if (i < rcount && in_out(g) && sa[i] != 0u) {{
+                let q = g - p.out_first;
+                atomicOr(&cvo{j}[q / 32u], 1u << (q % 32u));
+            }}
+        }}
+"
+        );
+    }
+    (decl, code)
+}
+
+/// Records the fused rank-and-scatter of every column (one digit pass, ids
+/// computed from the one key column): one dispatch per group of columns (as
+/// many as the storage bindings allow, at most 8) and per (input segment,
+/// output segment).
+#[allow(clippy::too_many_arguments)]
+fn record_fused(
+    ctx: &GpuContext,
+    k: &Kernels,
+    shape: FusedShape,
+    pass: &mut Pass,
+    columns: &[Column<'_>],
+    outputs: &[CompactedColumn],
+    key: &Column<'_>,
+    base: Params,
+    counts: &GpuBuffer,
+    offs: &GpuBuffer,
+    seg_tiles: &[usize],
+) -> GpuResult<()> {
+    let budget = ctx.limits().max_storage_buffers_per_shader_stage.saturating_sub(4).min(64);
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut used = u32::MAX;
+    for (i, c) in columns.iter().enumerate() {
+        let cost = if c.validity.is_some() { 4 } else { 2 };
+        match groups.last_mut() {
+            Some(g) if used + cost <= budget && g.len() < 8 => {
+                g.push(i);
+                used += cost;
+            }
+            _ => {
+                groups.push(vec![i]);
+                used = cost;
+            }
+        }
+    }
+    let key_wide = key.values.elem_size() == 8;
+    let fns = if key_wide {
+        "fn klo(k: vec2<u32>) -> u32 { return k.x; }\nfn khi(k: vec2<u32>) -> u32 { return k.y; }\nconst KWIDE: bool = true;"
+    } else {
+        "fn klo(k: u32) -> u32 { return k; }\nfn khi(k: u32) -> u32 { return 0u; }\nconst KWIDE: bool = false;"
+    };
+    let nsegs = key.values.num_segments();
+    let nout = outputs[0].values.num_segments();
+    for g in &groups {
+        let sig: String = g
+            .iter()
+            .map(|&i| format!("{}{}", columns[i].values.elem_size(), if columns[i].validity.is_some() { "v" } else { "" }))
+            .collect::<Vec<_>>()
+            .join(",");
+        let defs = [
+            ("KT", if key_wide { "vec2<u32>" } else { "u32" }.to_string()),
+            ("T", "u32".to_string()),
+            ("KEY_FNS", fns.to_string()),
+            ("WG", k.wg.to_string()),
+            ("CHUNKS", k.chunks.to_string()),
+            ("ROW_PID", "return key_pid(r);".to_string()),
+            ("SWG", shape.swg.to_string()),
+            ("ITEMS", shape.items.to_string()),
+            ("NSGMAX", shape.nsgmax.to_string()),
+            ("COLS", sig),
+        ];
+        let pipe = ctx.pipeline_lazy("partition_scatter", "scatter", &defs, || {
+            let prelude = PARTITION_WGSL.split("// @@PRELUDE_END@@").next().unwrap_or_default();
+            let (mut decls, mut moves) = (String::new(), String::new());
+            for (j, &i) in g.iter().enumerate() {
+                let (d, m) = fused_column_wgsl(j, columns[i].values.elem_size() == 8, columns[i].validity.is_some());
+                decls += &d;
+                moves += &m;
+            }
+            Ok(format!("{prelude}\n{}", SCATTER_WGSL.replace("{{COL_DECLS}}", &decls).replace("{{COL_MOVES}}", &moves)))
+        })?;
+        let mut tb = 0usize;
+        for s in 0..nsegs {
+            let (kb, _, rows) = key.values.segment(s);
+            let vb = key.validity.map_or(kb, |v| v.segment(s).0);
+            for t in 0..nout {
+                let (_, out_first, out_rows) = outputs[0].values.segment(t);
+                let ub = ctx.uniform(&Params {
+                    n: rows as u32,
+                    tiles: seg_tiles[s] as u32,
+                    tile_base: tb as u32,
+                    out_first: out_first as u32,
+                    out_rows: out_rows as u32,
+                    flags: base.flags | if nout > 1 { F_MULTI } else { 0 },
+                    ..base
+                });
+                let mut e = vec![entry(0, kb), entry(1, vb), entry(4, counts.raw()), entry(5, offs.raw()), entry(15, &ub)];
+                for (j, &i) in g.iter().enumerate() {
+                    let b = 16 + 4 * j as u32;
+                    e.push(entry(b, columns[i].values.segment(s).0));
+                    e.push(entry(b + 1, outputs[i].values.segment(t).0));
+                    if let (Some(vin), Some(vout)) = (columns[i].validity, &outputs[i].validity) {
+                        e.push(entry(b + 2, vin.segment(s).0));
+                        e.push(entry(b + 3, vout.segment(t).0));
+                    }
+                }
+                pass.dispatch(ctx, &pipe, &e, seg_tiles[s] as u64)?;
+            }
+            tb += seg_tiles[s];
+        }
+    }
+    Ok(())
+}
+
 /// Partitions `columns` by the key columns `keys` (indices into `columns`) with
 /// the default options. All columns must have the same length and `seg_rows`.
 pub fn partition_gpu(ctx: &GpuContext, columns: &[Column<'_>], keys: &[usize], func: &PartitionFn) -> GpuResult<Partitioned> {
@@ -736,6 +942,7 @@ fn partition_impl(
     };
     let key_pid = Params { shift, mask, fanout, flags: fflags | if kc0.validity.is_some() { F_VALID } else { 0 }, ..Default::default() };
     let inline = passes == 1 && keys.len() == 1;
+    let fused = if opts.fused && inline { fused_shape(ctx) } else { None };
     let groups = |rows: usize| (rows as u64).div_ceil(wg as u64);
     let ids = if inline { None } else { Some(scratch(ctx, n, seg, &mut row_bytes)?) };
     pass.label = "ids";
@@ -791,6 +998,8 @@ fn partition_impl(
     let mut keep_bufs: Vec<GpuBuffer> = Vec::new();
     let mut last_offs: Option<GpuBuffer> = None;
     let mut dest: Option<DeviceArray> = None;
+    let mut single_counts: Option<GpuBuffer> = None;
+    let dbits = if fanout <= 1 { 0 } else { (32 - (fanout.min(256) - 1).leading_zeros()).min(8) };
     for ps in 0..passes {
         let dshift = 8 * ps;
         let nb = if fanout <= 1 { 1 } else { (((fanout - 1) >> dshift) + 1).min(256) };
@@ -822,6 +1031,13 @@ fn partition_impl(
         pass.label = "scan";
         sk.record(ctx, &mut pass, &[(counts.raw(), offs.raw(), m)], ScanKind::Exclusive, total.raw())?;
         hist_bytes += pass.keep[before..].iter().map(|b| b.size()).sum::<u64>();
+        if fused.is_some() {
+            // ranked and scattered in step 4, one kernel per column group
+            single_counts = Some(counts);
+            last_offs = Some(offs);
+            keep_bufs.push(total);
+            break;
+        }
         let dst = scratch(ctx, n, seg, &mut row_bytes)?;
         let mut tb = 0usize;
         pass.label = "rank";
@@ -860,13 +1076,12 @@ fn partition_impl(
     hist_bytes += poffs.size();
     let fgroups = (fanout as u64 + 1).div_ceil(wg as u64);
     pass.label = "offsets";
-    let dest = match dest {
-        Some(d) => {
+    let dest = match &last_offs {
+        Some(offs) => {
             let pipe = k.pipe(ctx, false, "gather_offsets")?;
             let ub = ctx.uniform(&Params { fanout, total_tiles: total_tiles as u32, total: n as u32, ..Default::default() });
-            let offs = last_offs.as_ref().expect("single pass keeps its offsets");
             pass.dispatch(ctx, &pipe, &[entry(5, offs.raw()), entry(12, poffs.raw()), entry(15, &ub)], fgroups)?;
-            d
+            dest
         }
         None => {
             let fill = k.pipe(ctx, false, "fill_offsets")?;
@@ -898,16 +1113,28 @@ fn partition_impl(
             let d = scratch(ctx, n, seg, &mut row_bytes)?;
             record_move(ctx, &k, &mut pass, &src, None, &d)?;
             keep_arrays.push(src);
-            d
+            Some(d)
         }
     };
     // 4. scatter the columns
-    pass.label = "move columns";
-    for (c, o) in columns.iter().zip(&outputs) {
-        record_move(ctx, &k, &mut pass, &dest, Some(c.values), &o.values)?;
-        if let (Some(vin), Some(vout)) = (c.validity, &o.validity) {
-            record_move_validity(ctx, &k, &mut pass, &dest, vin, vout)?;
+    match (&dest, fused) {
+        (Some(dest), _) => {
+            pass.label = "move columns";
+            for (c, o) in columns.iter().zip(&outputs) {
+                record_move(ctx, &k, &mut pass, dest, Some(c.values), &o.values)?;
+                if let (Some(vin), Some(vout)) = (c.validity, &o.validity) {
+                    record_move_validity(ctx, &k, &mut pass, dest, vin, vout)?;
+                }
+            }
         }
+        (None, Some(shape)) => {
+            pass.label = "rank+scatter";
+            let counts = single_counts.as_ref().expect("fused pass keeps its histogram");
+            let offs = last_offs.as_ref().expect("fused pass keeps its offsets");
+            let base = Params { total_tiles: total_tiles as u32, nb: fanout.clamp(1, 256), dshift: 0, dbits, ..key_pid };
+            record_fused(ctx, &k, shape, &mut pass, columns, &outputs, kc0, base, counts, offs, &seg_tiles)?;
+        }
+        (None, None) => return Err(GpuError::Invalid("partition without destinations".into())),
     }
     // the per-dispatch profile's timer (one pass per dispatch)
     let each = match &timing {
@@ -945,7 +1172,7 @@ fn partition_impl(
             }
         }
     }
-    drop((pass, keep_arrays, keep_bufs, last_offs, cur_ids, dest));
+    drop((pass, keep_arrays, keep_bufs, last_offs, single_counts, cur_ids, dest));
     stats.histogram_bytes = hist_bytes;
     stats.row_scratch_bytes = row_bytes;
     Ok(Partitioned { offsets, columns: outputs, stats })

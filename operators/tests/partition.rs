@@ -115,13 +115,20 @@ fn check(ctx: &GpuContext, host: &[HostColumn<'_>], keys: &[usize], func: Partit
         arrays.push((v, b));
     }
     let cols: Vec<Column<'_>> = arrays.iter().map(|(v, b)| Column { values: v, validity: b.as_ref() }).collect();
-    let got = partition_gpu_with(ctx, &cols, keys, &func, opts).unwrap();
-    for c in &got.columns {
-        assert_eq!(c.values.seg_rows(), seg, "{what}: output segmentation");
+    // both scatter paths: the fused rank-and-scatter kernel (one pass, where the
+    // adapter has subgroups) and the rank kernel plus per-column moves
+    let mut stats = None;
+    for fused in [opts.fused, !opts.fused] {
+        let o = PartitionOptions { fused, ..*opts };
+        let got = partition_gpu_with(ctx, &cols, keys, &func, &o).unwrap();
+        for c in &got.columns {
+            assert_eq!(c.values.seg_rows(), seg, "{what}: output segmentation");
+        }
+        let g = download(ctx, &got, &want);
+        assert!(g == want, "{what}: GPU n={n} seg={seg} {func:?} {o:?}: {}", first_diff(&g, &want));
+        stats.get_or_insert(got.stats);
     }
-    let g = download(ctx, &got, &want);
-    assert!(g == want, "{what}: GPU n={n} seg={seg} {func:?} {opts:?}: {}", first_diff(&g, &want));
-    got.stats
+    stats.unwrap()
 }
 
 const SIZES: &[usize] = &[0, 1, 2, 31, 255, 257, 4097, 16_385, 100_003];
@@ -192,9 +199,9 @@ fn segments_tiles_and_workgroups() {
         for fanout in [2u32, 256, 4096, 70_000] {
             for opts in [
                 PartitionOptions::default(),
-                PartitionOptions { workgroup_size: 64, tile_rows: 256 },
-                PartitionOptions { workgroup_size: 256, tile_rows: 256 },
-                PartitionOptions { workgroup_size: 32, tile_rows: 96 },
+                PartitionOptions { workgroup_size: 64, tile_rows: 256, ..Default::default() },
+                PartitionOptions { workgroup_size: 256, tile_rows: 256, ..Default::default() },
+                PartitionOptions { workgroup_size: 32, tile_rows: 96, ..Default::default() },
             ] {
                 check(&ctx, &host, &[0], PartitionFn::Hash { fanout }, seg, &opts, "segments");
             }
@@ -210,6 +217,12 @@ fn scratch_is_small_and_errors_are_typed() {
     let host = [HostColumn::u32(&keys)];
     let st = check(&ctx, &host, &[0], PartitionFn::Hash { fanout: 256 }, ctx.segment_rows(), &PartitionOptions::default(), "scratch");
     assert_eq!(st.passes, 1);
+    // the fused rank-and-scatter (subgroups of 4..=32 lanes) keeps no per-row
+    // scratch; the rank kernel keeps a destination per row
+    let (smin, smax) = (ctx.info().subgroup_min_size, ctx.info().subgroup_max_size);
+    let fused = ctx.has_subgroups() && smin >= 4 && smax <= 32;
+    eprintln!("subgroups {} {smin}..{smax}: fused scatter {fused}", ctx.has_subgroups());
+    assert_eq!(st.row_scratch_bytes == 0, fused, "{st:?}");
     let frac = st.histogram_bytes as f64 / st.input_bytes as f64;
     // 256 digits x 64 tiles x 2 matrices: 128 KiB of 4 MiB (n/16 bytes per matrix
     // at any n: 3.1% of a lone u32 key column), plus the scan state and offsets.

@@ -1,0 +1,194 @@
+// Fused rank-and-scatter of a one-pass partition (operators/src/partition.rs,
+// `fused` path): the stable scatter step of radix partitioning (histogram ->
+// exclusive scan -> scatter), with the rows of each tile sorted by digit in
+// workgroup memory first so every partition's rows of a tile leave as one
+// contiguous run: the local-sort-then-write idea of GPU radix sorts (Merrill &
+// Grimshaw's tile ranking; the subgroup "match" ranking of one-sweep sorts),
+// here driven by the per-tile histograms and their prefix sums (Zhang, Wang &
+// Ross, ADMS 2020, computed by the crate's scan) instead of a chained scan.
+//
+// Appended to the prelude of shaders/partition.wgsl (Params, bindings 0-15,
+// `row_pid`, `digit`). One workgroup per histogram tile of TILE rows, walked in
+// rounds of R = SWG * ITEMS rows:
+//
+// 1. Rank. Subgroup g of the workgroup owns rows [g * S * ITEMS, (g + 1) * S *
+//    ITEMS) of the round (S = subgroup size), item k of lane l being row
+//    g * S * ITEMS + k * S + l, so rows stay in input order. Per item, the lanes
+//    holding the same digit are found by one ballot per digit bit (`p.dbits` of
+//    them); the lowest such lane adds their count to the subgroup's counter of
+//    the digit (`wcnt`, workgroup atomics) and the old value is shuffled to the
+//    others: a row's rank among the subgroup's rows of its digit is that old
+//    value plus the popcount of the matching lanes below it.
+// 2. Scan. Per digit, an exclusive sum over the subgroups' counters (in
+//    subgroup order, which is row order), then an exclusive scan of the digits'
+//    totals over the digits: `dstart[d]`, the digit's first slot in the
+//    round's sorted order. `gcur[d]` is the digit's first output row for the
+//    round: the scanned histogram entry of (digit, tile) plus the digit's rows
+//    in the tile's earlier rounds (`run`).
+// 3. Destinations. Every row writes its output row into slot
+//    `dstart[d] + counter + rank` of `sb`; every invocation then reads the
+//    destinations of slots lid, lid + SWG, ... into registers (`gd`).
+// 4. Columns (code generated per column by partition.rs). Each row
+//    stores its value into its slot (`sa`, and `sb` for the high words of 8-byte
+//    values), then the invocations write the slots in order: consecutive
+//    invocations write consecutive rows of one partition. Validity bits go the
+//    same way and are set with atomicOr in the zeroed output bitmap.
+//
+// With several output segments (F_MULTI) each dispatch covers one (input
+// segment, output segment) pair and writes only the rows landing in its output
+// segment; a tile whose rows all land elsewhere (its digits' output ranges,
+// from the histogram and its scan, miss the segment) returns at once.
+//
+// Assumes full subgroups of at most 32 lanes and SWG a multiple of the
+// subgroup size; NSGMAX = SWG / smallest subgroup size counters (partition.rs
+// picks SWG = 8 x the smallest subgroup size, at most 256).
+
+const SWG: u32 = {{SWG}}u;
+const ITEMS: u32 = {{ITEMS}}u;
+const R: u32 = SWG * ITEMS;
+const NSGMAX: u32 = {{NSGMAX}}u;
+const DPT: u32 = NB / SWG;
+
+{{COL_DECLS}}
+
+var<workgroup> wcnt: array<atomic<u32>, 2048>; // NSGMAX * NB, NSGMAX <= 8
+var<workgroup> sa: array<u32, R>;
+var<workgroup> sb: array<u32, R>;
+var<workgroup> run: array<u32, NB>;
+var<workgroup> gcur: array<u32, NB>;
+var<workgroup> dstart: array<u32, NB>;
+var<workgroup> part: array<u32, NSGMAX>;
+var<workgroup> lo_hi: array<atomic<u32>, 2>;
+var<workgroup> skip_tile: u32;
+
+fn in_out(d: u32) -> bool {
+    return d >= p.out_first && d - p.out_first < p.out_rows;
+}
+
+@compute @workgroup_size(SWG)
+fn scatter(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(subgroup_invocation_id) lane: u32,
+    @builtin(subgroup_size) sgs: u32,
+    @builtin(subgroup_id) sg_id: u32,
+    @builtin(num_subgroups) nsg: u32,
+) {
+    let tile = wid.x + wid.y * nwg.x;
+    if (tile >= p.tiles) { return; }
+    let tstart = tile * TILE;
+    let tend = min(tstart + TILE, p.n);
+    let col = p.tile_base + tile;
+    for (var e = 0u; e < DPT; e++) {
+        let d = lid * DPT + e;
+        var b = 0u;
+        if (d < p.nb) { b = offs[d * p.total_tiles + col]; }
+        run[d] = b;
+    }
+    if ((p.flags & F_MULTI) != 0u) {
+        // Skip the tile when none of its rows lands in this output segment.
+        if (lid == 0u) {
+            atomicStore(&lo_hi[0], 0xffffffffu);
+            atomicStore(&lo_hi[1], 0u);
+        }
+        workgroupBarrier();
+        for (var e = 0u; e < DPT; e++) {
+            let d = lid * DPT + e;
+            if (d < p.nb) {
+                let c = counts[d * p.total_tiles + col];
+                if (c > 0u) {
+                    atomicMin(&lo_hi[0], run[d]);
+                    atomicMax(&lo_hi[1], run[d] + c);
+                }
+            }
+        }
+        workgroupBarrier();
+        if (lid == 0u) {
+            let lo = atomicLoad(&lo_hi[0]);
+            let hi = atomicLoad(&lo_hi[1]);
+            skip_tile = select(0u, 1u, hi <= p.out_first || lo >= p.out_first + p.out_rows);
+        }
+        if (workgroupUniformLoad(&skip_tile) != 0u) { return; }
+    }
+    let lt = (1u << lane) - 1u;
+    for (var rb = tstart; rb < tend; rb += R) {
+        for (var w = lid; w < NSGMAX * NB; w += SWG) { atomicStore(&wcnt[w], 0u); }
+        workgroupBarrier();
+        let rcount = min(R, tend - rb);
+        let sbase = rb + sg_id * sgs * ITEMS + lane;
+        // 1. rank
+        var dig: array<u32, ITEMS>;
+        for (var k = 0u; k < ITEMS; k++) {
+            let row = sbase + k * sgs;
+            var d = 0u;
+            if (row < tend) { d = digit(row_pid(row)); }
+            dig[k] = d;
+        }
+        for (var k = 0u; k < ITEMS; k++) {
+            let valid = sbase + k * sgs < tend;
+            let d = dig[k];
+            var m = subgroupBallot(valid).x;
+            for (var b = 0u; b < p.dbits; b++) {
+                let on = ((d >> b) & 1u) != 0u;
+                let bb = subgroupBallot(on).x;
+                m &= select(~bb, bb, on);
+            }
+            let cnt = countOneBits(m);
+            let r = countOneBits(m & lt);
+            var old = 0u;
+            if (valid && r == 0u) { old = atomicAdd(&wcnt[sg_id * NB + d], cnt); }
+            old = subgroupShuffle(old, min(firstTrailingBit(m), sgs - 1u));
+            dig[k] = ((old + r) << 8u) | d;
+        }
+        workgroupBarrier();
+        // 2. scan: per digit over the subgroups, then over the digits
+        var sum = 0u;
+        for (var e = 0u; e < DPT; e++) {
+            let d = lid * DPT + e;
+            var s = 0u;
+            for (var w = 0u; w < nsg; w++) {
+                let c = atomicLoad(&wcnt[w * NB + d]);
+                atomicStore(&wcnt[w * NB + d], s);
+                s += c;
+            }
+            dstart[d] = s;
+            sum += s;
+        }
+        let ex = subgroupExclusiveAdd(sum);
+        if (lane == sgs - 1u) { part[sg_id] = ex + sum; }
+        workgroupBarrier();
+        var pre = ex;
+        for (var w = 0u; w < sg_id; w++) { pre += part[w]; }
+        for (var e = 0u; e < DPT; e++) {
+            let d = lid * DPT + e;
+            let t = dstart[d];
+            dstart[d] = pre;
+            pre += t;
+            gcur[d] = run[d];
+            run[d] += t;
+        }
+        workgroupBarrier();
+        // 3. destinations into the slots
+        var pos: array<u32, ITEMS>;
+        for (var k = 0u; k < ITEMS; k++) {
+            pos[k] = 0u;
+            if (sbase + k * sgs < tend) {
+                let d = dig[k] & 255u;
+                let within = atomicLoad(&wcnt[sg_id * NB + d]) + (dig[k] >> 8u);
+                pos[k] = dstart[d] + within;
+                sb[pos[k]] = gcur[d] + within;
+            }
+        }
+        workgroupBarrier();
+        var gd: array<u32, ITEMS>;
+        for (var j = 0u; j < ITEMS; j++) {
+            let i = j * SWG + lid;
+            gd[j] = 0u;
+            if (i < rcount) { gd[j] = sb[i]; }
+        }
+        // 4. columns
+{{COL_MOVES}}
+        workgroupBarrier();
+    }
+}

@@ -48,6 +48,8 @@ const ITEMS: u32 = {{ITEMS}}u;
 const R: u32 = SWG * ITEMS;
 const NSGMAX: u32 = {{NSGMAX}}u;
 const DPT: u32 = NB / SWG;
+const VARIANT: u32 = {{VARIANT}}u; // measuring only: 0 normal
+const DBITS: u32 = {{DBITS}}u;
 
 {{COL_DECLS}}
 
@@ -117,19 +119,31 @@ fn scatter(
         workgroupBarrier();
         let rcount = min(R, tend - rb);
         let sbase = rb + sg_id * sgs * ITEMS + lane;
-        // 1. rank
         var dig: array<u32, ITEMS>;
-        for (var k = 0u; k < ITEMS; k++) {
-            let row = sbase + k * sgs;
+        var pos: array<u32, ITEMS>;
+        var gd: array<u32, ITEMS>;
+        if (VARIANT == 3u) {
+            //@unroll
+            pos[@K] = sg_id * sgs * ITEMS + @K * sgs + lane;
+            gd[@K] = rb + @K * SWG + lid;
+            //@end
+        } else {
+        // 1. rank (the item loops are unrolled by partition.rs, so the
+        // per-item arrays are indexed by constants and stay in registers)
+        //@unroll
+        {
+            let row = sbase + @K * sgs;
             var d = 0u;
             if (row < tend) { d = digit(row_pid(row)); }
-            dig[k] = d;
+            dig[@K] = d;
         }
-        for (var k = 0u; k < ITEMS; k++) {
-            let valid = sbase + k * sgs < tend;
-            let d = dig[k];
+        //@end
+        //@unroll
+        {
+            let valid = sbase + @K * sgs < tend;
+            let d = dig[@K];
             var m = subgroupBallot(valid).x;
-            for (var b = 0u; b < p.dbits; b++) {
+            for (var b = 0u; b < DBITS; b++) {
                 let on = ((d >> b) & 1u) != 0u;
                 let bb = subgroupBallot(on).x;
                 m &= select(~bb, bb, on);
@@ -139,8 +153,9 @@ fn scatter(
             var old = 0u;
             if (valid && r == 0u) { old = atomicAdd(&wcnt[sg_id * NB + d], cnt); }
             old = subgroupShuffle(old, min(firstTrailingBit(m), sgs - 1u));
-            dig[k] = ((old + r) << 8u) | d;
+            dig[@K] = ((old + r) << 8u) | d;
         }
+        //@end
         workgroupBarrier();
         // 2. scan: per digit over the subgroups, then over the digits
         var sum = 0u;
@@ -170,22 +185,20 @@ fn scatter(
         }
         workgroupBarrier();
         // 3. destinations into the slots
-        var pos: array<u32, ITEMS>;
-        for (var k = 0u; k < ITEMS; k++) {
-            pos[k] = 0u;
-            if (sbase + k * sgs < tend) {
-                let d = dig[k] & 255u;
-                let within = atomicLoad(&wcnt[sg_id * NB + d]) + (dig[k] >> 8u);
-                pos[k] = dstart[d] + within;
-                sb[pos[k]] = gcur[d] + within;
-            }
+        //@unroll
+        pos[@K] = 0u;
+        if (sbase + @K * sgs < tend) {
+            let d = dig[@K] & 255u;
+            let within = atomicLoad(&wcnt[sg_id * NB + d]) + (dig[@K] >> 8u);
+            pos[@K] = dstart[d] + within;
+            sb[pos[@K]] = gcur[d] + within;
         }
+        //@end
         workgroupBarrier();
-        var gd: array<u32, ITEMS>;
-        for (var j = 0u; j < ITEMS; j++) {
-            let i = j * SWG + lid;
-            gd[j] = 0u;
-            if (i < rcount) { gd[j] = sb[i]; }
+        //@unroll
+        gd[@K] = 0u;
+        if (@K * SWG + lid < rcount) { gd[@K] = sb[@K * SWG + lid]; }
+        //@end
         }
         // 4. columns
 {{COL_MOVES}}

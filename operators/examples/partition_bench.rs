@@ -1,10 +1,13 @@
 //! Partition timings: `cargo run -p ridgeline-operators --release --example
-//! partition_bench -- [min_log2_n] [max_log2_n] [payload_columns] [reps] [cpu: 0|1]`.
+//! partition_bench -- [min_log2_n] [max_log2_n] [payload_columns] [reps] [cpu: 0|1]`;
+//! `RIDGELINE_PARTITION_FANOUTS=2,256` picks the fan-outs.
 //! For n = 2^min .. 2^max (default 2^20 .. 2^26) and fan-outs 2, 16, 256, 4096:
 //! the GPU hash partition of a u32 key plus `payload_columns` u32 columns
 //! (GPU-resident input, device time of the partition's compute pass, median of
 //! `reps`), its GB/s (input read + output written), the histogram scratch as a
-//! share of the input, and optionally the CPU fast path's wall time.
+//! share of the input, the same partition through the rank kernel and
+//! per-column moves instead of the fused rank-and-scatter, and optionally the
+//! CPU fast path's wall time.
 use ridgeline_operators::partition::{bench_partition, partition_cpu, HostColumn, PartitionFn};
 
 fn main() {
@@ -16,18 +19,32 @@ fn main() {
     let cpu = a.get(5).is_some_and(|s| s != "0");
     let ctx = ridgeline_operators::global().expect("a GPU adapter");
     println!("adapter: {} ({:?})", ctx.info().name, ctx.info().device_type);
-    println!("| n | fan-out | passes | GPU ms | GB/s | wall ms | hist scratch | CPU ms |");
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    let fanouts: Vec<u32> = std::env::var("RIDGELINE_PARTITION_FANOUTS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|f| f.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![2, 16, 256, 4096]);
+    println!("| n | fan-out | passes | GPU ms | GB/s | wall ms | hist scratch | rank + moves ms | CPU ms |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for lg in lo..=hi {
         let n = 1usize << lg;
-        for fanout in [2u32, 16, 256, 4096] {
-            let b = match bench_partition(&ctx, n, fanout, payload, reps) {
+        for &fanout in &fanouts {
+            let b = match bench_partition(&ctx, n, fanout, payload, reps, true) {
                 Ok(b) => b,
                 Err(e) => {
                     println!("| 2^{lg} | {fanout} | error: {e} |");
                     continue;
                 }
             };
+            let (unfused, uprof) = match bench_partition(&ctx, n, fanout, payload, reps, false) {
+                Ok(u) => (format!("{:.2}", u.ms), u.profile),
+                Err(e) => (format!("error: {e}"), Vec::new()),
+            };
+            for (what, prof) in [("fused", &b.profile), ("rank + moves", &uprof)] {
+                if !prof.is_empty() {
+                    let steps: Vec<String> = prof.iter().map(|(l, ms)| format!("{l} {ms:.3}")).collect();
+                    println!("| 2^{lg} | {fanout} | profile {what}: {} |", steps.join(", "));
+                }
+            }
             let cpu_ms = if cpu {
                 let keys: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761)).collect();
                 let pays: Vec<Vec<u32>> = (0..payload).map(|c| (0..n as u32).map(|i| i ^ c as u32).collect()).collect();
@@ -47,7 +64,7 @@ fn main() {
                 "-".into()
             };
             println!(
-                "| 2^{lg} | {fanout} | {} | {:.2} | {:.2} | {:.1} | {:.2}% | {cpu_ms} |",
+                "| 2^{lg} | {fanout} | {} | {:.2} | {:.2} | {:.1} | {:.2}% | {unfused} | {cpu_ms} |",
                 b.stats.passes,
                 b.ms,
                 b.gb_per_s,

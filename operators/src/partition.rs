@@ -690,22 +690,25 @@ fn fused_column_wgsl(j: usize, wide: bool, validity: bool) -> (String, String) {
         b + 1
     );
     let (stage, value) = if wide {
-        ("sa[pos[k]] = v.x; sb[pos[k]] = v.y;", "vec2<u32>(sa[i], sb[i])")
+        ("sa[pos[@K]] = v.x; sb[pos[@K]] = v.y;", "vec2<u32>(sa[i], sb[i])")
     } else {
-        ("sa[pos[k]] = v;", "sa[i]")
+        ("sa[pos[@K]] = v;", "sa[i]")
     };
     let mut code = format!(
         "        // column {j}
+        if (VARIANT != 2u) {{
         workgroupBarrier();
-        for (var k = 0u; k < ITEMS; k++) {{
-            let row = sbase + k * sgs;
-            if (row < tend) {{ let v = ci{j}[row]; {stage} }}
-        }}
+        //@unroll
+        if (sbase + @K * sgs < tend) {{ let v = ci{j}[sbase + @K * sgs]; {stage} }}
+        //@end
         workgroupBarrier();
-        for (var jj = 0u; jj < ITEMS; jj++) {{
-            let i = jj * SWG + lid;
-            let g = gd[jj];
+        //@unroll
+        {{
+            let i = @K * SWG + lid;
+            let g = gd[@K];
             if (i < rcount && in_out(g)) {{ co{j}[g - p.out_first] = {value}; }}
+        }}
+        //@end
         }}
 "
     );
@@ -717,23 +720,48 @@ fn fused_column_wgsl(j: usize, wide: bool, validity: bool) -> (String, String) {
         );
         code += &format!(
             "        workgroupBarrier();
-        for (var k = 0u; k < ITEMS; k++) {{
-            let row = sbase + k * sgs;
-            if (row < tend) {{ sa[pos[k]] = (cvi{j}[row / 32u] >> (row % 32u)) & 1u; }}
+        //@unroll
+        {{
+            let row = sbase + @K * sgs;
+            if (row < tend) {{ sa[pos[@K]] = (cvi{j}[row / 32u] >> (row % 32u)) & 1u; }}
         }}
+        //@end
         workgroupBarrier();
-        for (var jj = 0u; jj < ITEMS; jj++) {{
-            let i = jj * SWG + lid;
-            let g = gd[jj];
+        //@unroll
+        {{
+            let i = @K * SWG + lid;
+            let g = gd[@K];
             if (i < rcount && in_out(g) && sa[i] != 0u) {{
                 let q = g - p.out_first;
                 atomicOr(&cvo{j}[q / 32u], 1u << (q % 32u));
             }}
         }}
+        //@end
 "
         );
     }
     (decl, code)
+}
+
+/// Repeats every `//@unroll` .. `//@end` block of `src` once per item, with
+/// `@K` replaced by the item's number: the per-item arrays of the fused kernel
+/// are then indexed by constants (kept in registers; a loop indexing them
+/// dynamically put them in memory).
+fn unroll_items(src: &str, items: u32) -> String {
+    let mut out = String::with_capacity(src.len() * 2);
+    let mut rest = src;
+    while let Some(a) = rest.find("//@unroll\n") {
+        out.push_str(&rest[..a]);
+        let body_start = a + "//@unroll\n".len();
+        let Some(e) = rest[body_start..].find("//@end\n") else { break };
+        let body = &rest[body_start..body_start + e];
+        for k in 0..items {
+            out.push_str(&body.replace("@K", &format!("{k}u")));
+        }
+        rest = &rest[body_start + e + "//@end\n".len()..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Records the fused rank-and-scatter of every column (one digit pass, ids
@@ -795,6 +823,8 @@ fn record_fused(
             ("ITEMS", shape.items.to_string()),
             ("NSGMAX", shape.nsgmax.to_string()),
             ("COLS", sig),
+            ("DBITS", base.dbits.to_string()),
+            ("VARIANT", std::env::var("RIDGELINE_PARTITION_VARIANT").unwrap_or_else(|_| "0".into())),
         ];
         let pipe = ctx.pipeline_lazy("partition_scatter", "scatter", &defs, || {
             let prelude = PARTITION_WGSL.split("// @@PRELUDE_END@@").next().unwrap_or_default();
@@ -804,7 +834,8 @@ fn record_fused(
                 decls += &d;
                 moves += &m;
             }
-            Ok(format!("{prelude}\n{}", SCATTER_WGSL.replace("{{COL_DECLS}}", &decls).replace("{{COL_MOVES}}", &moves)))
+            let src = SCATTER_WGSL.replace("{{COL_DECLS}}", &decls).replace("{{COL_MOVES}}", &moves);
+            Ok(format!("{prelude}\n{}", unroll_items(&src, shape.items)))
         })?;
         let mut tb = 0usize;
         for s in 0..nsegs {
@@ -1207,7 +1238,8 @@ pub struct PartitionBench {
 /// Times the hash partition of `n` rows of one pseudo-random u32 key plus
 /// `payload_columns` u32 columns into `fanout` partitions (GPU-resident input, the
 /// context's segmentation): one warm-up run, then the median of `reps` (at least 1).
-pub fn bench_partition(ctx: &GpuContext, n: usize, fanout: u32, payload_columns: usize, reps: usize) -> GpuResult<PartitionBench> {
+/// `fused` picks the scatter path ([`PartitionOptions::fused`]).
+pub fn bench_partition(ctx: &GpuContext, n: usize, fanout: u32, payload_columns: usize, reps: usize, fused: bool) -> GpuResult<PartitionBench> {
     let mut state = 0x9E37_79B9_7F4A_7C15u64;
     let keys: Vec<u32> = (0..n)
         .map(|_| {
@@ -1223,7 +1255,7 @@ pub fn bench_partition(ctx: &GpuContext, n: usize, fanout: u32, payload_columns:
     drop(keys);
     let cols: Vec<Column<'_>> = arrays.iter().map(Column::new).collect();
     let func = PartitionFn::Hash { fanout };
-    let opts = PartitionOptions::default();
+    let opts = PartitionOptions { fused, ..Default::default() };
     let (mut times, mut walls) = (Vec::new(), Vec::new());
     let mut stats = PartitionStats::default();
     crate::timing::warm_up(crate::timing::WARM_UP_MS, || {

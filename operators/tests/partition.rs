@@ -256,9 +256,11 @@ fn hash_matches_documented_function() {
 #[test]
 fn bench_helper_runs() {
     let Some(ctx) = test_context() else { return };
-    let b = bench_partition(&ctx, 1 << 14, 16, 1, 1).unwrap();
-    assert!(b.ms > 0.0 && b.gb_per_s > 0.0);
-    assert_eq!(b.stats.passes, 1);
+    for fused in [true, false] {
+        let b = bench_partition(&ctx, 1 << 14, 16, 1, 1, fused).unwrap();
+        assert!(b.ms > 0.0 && b.gb_per_s > 0.0);
+        assert_eq!(b.stats.passes, 1);
+    }
 }
 
 #[test]

@@ -584,14 +584,16 @@ pub fn partition(lo: u32, hi: u32, iterations: usize) -> Result<()> {
         ctx.info().name,
         ctx.info().backend
     );
-    println!("| n | fan-out | GPU ms | GPU wall ms | GB/s | cub one-pass ms (same bytes) | scratch % of input | CPU ms | CPU/GPU |");
-    println!("|{}", " --- |".repeat(9));
+    println!("| n | fan-out | GPU ms | GPU wall ms | GB/s | rank + moves ms | cub one-pass ms (same bytes) | scratch % of input | CPU ms | CPU/GPU |");
+    println!("|{}", " --- |".repeat(10));
     for k in lo..=hi {
         let n = 1usize << k;
         let keys: Vec<u32> = (0..n as u64).map(|i| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as u32).collect();
         let pay: Vec<u32> = (0..n as u32).collect();
         for fanout in [2u32, 16, 256, 4096] {
-            let b = bench_partition(&ctx, n, fanout, 1, iterations).map_err(|e| DataFusionError::Execution(e.to_string()))?;
+            let b = bench_partition(&ctx, n, fanout, 1, iterations, true).map_err(|e| DataFusionError::Execution(e.to_string()))?;
+            // the same partition through the rank kernel and per-column moves
+            let unfused = bench_partition(&ctx, n, fanout, 1, iterations, false).map_err(|e| DataFusionError::Execution(e.to_string()))?;
             let cols = [HostColumn::u32(&keys), HostColumn::u32(&pay)];
             let mut best = f64::INFINITY;
             for _ in 0..iterations.max(1) {
@@ -603,16 +605,19 @@ pub fn partition(lo: u32, hi: u32, iterations: usize) -> Result<()> {
             let cub = 5.5 / 4.0 * n as f64 / (1u64 << 28) as f64;
             let s = &b.stats;
             println!(
-                "| 2^{k} | {fanout} | {:.3} | {:.3} | {:.1} | {cub:.4} | {:.2} | {best:.2} | {:.1} |",
+                "| 2^{k} | {fanout} | {:.3} | {:.3} | {:.1} | {:.3} | {cub:.4} | {:.2} | {best:.2} | {:.1} |",
                 b.ms,
                 b.wall_ms,
                 b.gb_per_s,
+                unfused.ms,
                 s.histogram_bytes as f64 * 100.0 / s.input_bytes.max(1) as f64,
                 best / b.ms
             );
-            if !b.profile.is_empty() {
-                let steps: Vec<String> = b.profile.iter().map(|(l, ms)| format!("{l} {ms:.3}")).collect();
-                println!("|  | profile (ms per step, each dispatch its own timed pass) | {} |", steps.join(", "));
+            for (what, pb) in [("fused", &b), ("rank + moves", &unfused)] {
+                if !pb.profile.is_empty() {
+                    let steps: Vec<String> = pb.profile.iter().map(|(l, ms)| format!("{l} {ms:.3}")).collect();
+                    println!("|  | profile {what} (ms per step, each dispatch its own timed pass) | {} |", steps.join(", "));
+                }
             }
         }
     }

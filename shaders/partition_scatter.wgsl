@@ -46,20 +46,26 @@
 const SWG: u32 = {{SWG}}u;
 const ITEMS: u32 = {{ITEMS}}u;
 const R: u32 = SWG * ITEMS;
+const BALW: u32 = {{BALW}}u;
+const WCNT: u32 = {{WCNT}}u;
 const NSGMAX: u32 = {{NSGMAX}}u;
 const DPT: u32 = NB / SWG;
 const VARIANT: u32 = {{VARIANT}}u; // measuring only: 0 normal
 const DBITS: u32 = {{DBITS}}u;
+const RANK_CHUNK: bool = {{RANK_CHUNK}};
+const SMW: u32 = SWG / 32u;
 
 {{COL_DECLS}}
 
-var<workgroup> wcnt: array<atomic<u32>, 2048>; // NSGMAX * NB, NSGMAX <= 8
+var<workgroup> wcnt: array<atomic<u32>, WCNT>; // NSGMAX * NB (subgroup ranking) or NB
 var<workgroup> sa: array<u32, R>;
 var<workgroup> sb: array<u32, R>;
 var<workgroup> run: array<u32, NB>;
 var<workgroup> gcur: array<u32, NB>;
 var<workgroup> dstart: array<u32, NB>;
 var<workgroup> part: array<u32, NSGMAX>;
+var<workgroup> runr: array<u32, NB>;
+var<workgroup> bal: array<atomic<u32>, BALW>;
 var<workgroup> lo_hi: array<atomic<u32>, 2>;
 var<workgroup> skip_tile: u32;
 
@@ -115,16 +121,22 @@ fn scatter(
     }
     let lt = (1u << lane) - 1u;
     for (var rb = tstart; rb < tend; rb += R) {
-        for (var w = lid; w < NSGMAX * NB; w += SWG) { atomicStore(&wcnt[w], 0u); }
+        for (var w = lid; w < WCNT; w += SWG) { atomicStore(&wcnt[w], 0u); }
         workgroupBarrier();
         let rcount = min(R, tend - rb);
-        let sbase = rb + sg_id * sgs * ITEMS + lane;
+        // item k of this invocation is row sbase + k * istride
+        var sbase = rb + sg_id * sgs * ITEMS + lane;
+        var istride = sgs;
+        if (RANK_CHUNK) {
+            sbase = rb + lid;
+            istride = SWG;
+        }
         var dig: array<u32, ITEMS>;
         var pos: array<u32, ITEMS>;
         var gd: array<u32, ITEMS>;
         if (VARIANT == 3u) {
             //@unroll
-            pos[@K] = sg_id * sgs * ITEMS + @K * sgs + lane;
+            pos[@K] = sbase - rb + @K * istride;
             gd[@K] = rb + @K * SWG + lid;
             //@end
         } else {
@@ -132,18 +144,54 @@ fn scatter(
         // per-item arrays are indexed by constants and stay in registers)
         //@unroll
         {
-            let row = sbase + @K * sgs;
+            let row = sbase + @K * istride;
             var d = 0u;
             if (row < tend) { d = digit(row_pid(row)); }
             dig[@K] = d;
         }
         //@end
+        if (RANK_CHUNK) {
+        // Chunk ranking: item k of every invocation forms a chunk of SWG
+        // consecutive rows; each row sets its bit in its digit's mask words
+        // (double-buffered by step), its rank is the popcount of the bits below
+        // it plus the digit's running count in the round (`runr`).
+        for (var e = lid; e < NB; e += SWG) { runr[e] = 0u; }
+        workgroupBarrier();
         //@unroll
         {
-            let valid = sbase + @K * sgs < tend;
+            let valid = sbase + @K * istride < tend;
+            let d = dig[@K];
+            let bw = (@K % 2u) * NB * SMW + d * SMW;
+            if (valid) { atomicOr(&bal[bw + lid / 32u], 1u << (lid % 32u)); }
+            workgroupBarrier();
+            var r = 0u;
+            var cnt = 0u;
+            if (valid) {
+                for (var w = 0u; w < SMW; w++) {
+                    let m = atomicLoad(&bal[bw + w]);
+                    if (w < lid / 32u) { r += countOneBits(m); }
+                    if (w == lid / 32u) { r += countOneBits(m & ((1u << (lid % 32u)) - 1u)); }
+                    cnt += countOneBits(m);
+                }
+                dig[@K] = ((runr[d] + r) << 8u) | d;
+            }
+            workgroupBarrier();
+            if (valid) {
+                if (r + 1u == cnt) {
+                    runr[d] += cnt;
+                    atomicStore(&wcnt[d], cnt + atomicLoad(&wcnt[d]));
+                }
+                atomicStore(&bal[bw + lid / 32u], 0u);
+            }
+        }
+        //@end
+        } else {
+        //@unroll
+        {
+            let valid = sbase + @K * istride < tend;
             let d = dig[@K];
             var m = subgroupBallot(valid).x;
-            for (var b = 0u; b < DBITS; b++) {
+            for (var b = 0u; b < select(DBITS, 0u, VARIANT == 6u); b++) {
                 let on = ((d >> b) & 1u) != 0u;
                 let bb = subgroupBallot(on).x;
                 m &= select(~bb, bb, on);
@@ -151,18 +199,27 @@ fn scatter(
             let cnt = countOneBits(m);
             let r = countOneBits(m & lt);
             var old = 0u;
+            if (VARIANT != 5u) {
             if (valid && r == 0u) { old = atomicAdd(&wcnt[sg_id * NB + d], cnt); }
             old = subgroupShuffle(old, min(firstTrailingBit(m), sgs - 1u));
+            }
             dig[@K] = ((old + r) << 8u) | d;
         }
         //@end
+        }
         workgroupBarrier();
+        if (VARIANT == 7u) {
+            //@unroll
+            pos[@K] = sbase - rb + @K * istride;
+            gd[@K] = rb + @K * SWG + lid + (dig[@K] & 1u);
+            //@end
+        } else {
         // 2. scan: per digit over the subgroups, then over the digits
         var sum = 0u;
         for (var e = 0u; e < DPT; e++) {
             let d = lid * DPT + e;
             var s = 0u;
-            for (var w = 0u; w < nsg; w++) {
+            for (var w = 0u; w < select(nsg, 1u, RANK_CHUNK); w++) {
                 let c = atomicLoad(&wcnt[w * NB + d]);
                 atomicStore(&wcnt[w * NB + d], s);
                 s += c;
@@ -187,9 +244,9 @@ fn scatter(
         // 3. destinations into the slots
         //@unroll
         pos[@K] = 0u;
-        if (sbase + @K * sgs < tend) {
+        if (sbase + @K * istride < tend) {
             let d = dig[@K] & 255u;
-            let within = atomicLoad(&wcnt[sg_id * NB + d]) + (dig[@K] >> 8u);
+            let within = select(atomicLoad(&wcnt[sg_id * NB + d]), 0u, RANK_CHUNK) + (dig[@K] >> 8u);
             pos[@K] = dstart[d] + within;
             sb[pos[@K]] = gcur[d] + within;
         }
@@ -199,6 +256,7 @@ fn scatter(
         gd[@K] = 0u;
         if (@K * SWG + lid < rcount) { gd[@K] = sb[@K * SWG + lid]; }
         //@end
+        }
         }
         // 4. columns
 {{COL_MOVES}}

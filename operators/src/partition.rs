@@ -652,6 +652,9 @@ struct FusedShape {
     items: u32,
     /// Subgroups a workgroup can have (counters in workgroup memory).
     nsgmax: u32,
+    /// Rank by chunks of the workgroup (mask words in workgroup memory) instead
+    /// of by subgroup ballots.
+    chunk_rank: bool,
 }
 
 fn fused_shape(ctx: &GpuContext) -> Option<FusedShape> {
@@ -668,14 +671,20 @@ fn fused_shape(ctx: &GpuContext) -> Option<FusedShape> {
     }
     // RIDGELINE_PARTITION_ITEMS (4..=16) is for measuring; 16 by default.
     let mut items = std::env::var("RIDGELINE_PARTITION_ITEMS").ok().and_then(|v| v.parse::<u32>().ok()).filter(|i| (1..=16).contains(i)).unwrap_or(16);
-    let storage = |items: u32| 8192 + 8 * swg * items + 3 * 1024 + 64;
+    let chunk_rank = std::env::var("RIDGELINE_PARTITION_RANK").map_or(true, |v| v != "ballot");
+    let nsgmax = swg / smin;
+    // counters, two staging arrays of R words, four digit arrays, mask words
+    let storage = |items: u32| {
+        let (wcnt, bal) = if chunk_rank { (256, 2 * 256 * (swg / 32).max(1)) } else { (256 * nsgmax, 1) };
+        4 * (wcnt + bal) + 8 * swg * items + 4 * 1024 + 64
+    };
     while items > 1 && storage(items) > ctx.limits().max_compute_workgroup_storage_size {
         items /= 2;
     }
     if storage(items) > ctx.limits().max_compute_workgroup_storage_size {
         return None;
     }
-    Some(FusedShape { swg, items, nsgmax: swg / smin })
+    Some(FusedShape { swg, items, nsgmax, chunk_rank })
 }
 
 /// The WGSL of one column's part of the fused kernel: (bindings, moves).
@@ -699,7 +708,7 @@ fn fused_column_wgsl(j: usize, wide: bool, validity: bool) -> (String, String) {
         if (VARIANT != 2u) {{
         workgroupBarrier();
         //@unroll
-        if (sbase + @K * sgs < tend) {{ let v = ci{j}[sbase + @K * sgs]; {stage} }}
+        if (sbase + @K * istride < tend) {{ let v = ci{j}[sbase + @K * istride]; {stage} }}
         //@end
         workgroupBarrier();
         //@unroll
@@ -722,7 +731,7 @@ fn fused_column_wgsl(j: usize, wide: bool, validity: bool) -> (String, String) {
             "        workgroupBarrier();
         //@unroll
         {{
-            let row = sbase + @K * sgs;
+            let row = sbase + @K * istride;
             if (row < tend) {{ sa[pos[@K]] = (cvi{j}[row / 32u] >> (row % 32u)) & 1u; }}
         }}
         //@end
@@ -824,6 +833,9 @@ fn record_fused(
             ("NSGMAX", shape.nsgmax.to_string()),
             ("COLS", sig),
             ("DBITS", base.dbits.to_string()),
+            ("RANK_CHUNK", shape.chunk_rank.to_string()),
+            ("BALW", if shape.chunk_rank { 2 * 256 * (shape.swg / 32).max(1) } else { 1 }.to_string()),
+            ("WCNT", if shape.chunk_rank { 256 } else { 256 * shape.nsgmax }.to_string()),
             ("VARIANT", std::env::var("RIDGELINE_PARTITION_VARIANT").unwrap_or_else(|_| "0".into())),
         ];
         let pipe = ctx.pipeline_lazy("partition_scatter", "scatter", &defs, || {

@@ -48,11 +48,13 @@ const ITEMS: u32 = {{ITEMS}}u;
 const R: u32 = SWG * ITEMS;
 const BALW: u32 = {{BALW}}u;
 const WCNT: u32 = {{WCNT}}u;
+const SMASK: u32 = {{SMASK}}u;
 const NSGMAX: u32 = {{NSGMAX}}u;
 const DPT: u32 = NB / SWG;
 const VARIANT: u32 = {{VARIANT}}u; // measuring only: 0 normal
 const DBITS: u32 = {{DBITS}}u;
 const RANK_CHUNK: bool = {{RANK_CHUNK}};
+const RANK_MASK: bool = {{RANK_MASK}};
 const SMW: u32 = SWG / 32u;
 
 {{COL_DECLS}}
@@ -66,6 +68,7 @@ var<workgroup> dstart: array<u32, NB>;
 var<workgroup> part: array<u32, NSGMAX>;
 var<workgroup> runr: array<u32, NB>;
 var<workgroup> bal: array<atomic<u32>, BALW>;
+var<workgroup> smask: array<atomic<u32>, SMASK>;
 var<workgroup> lo_hi: array<atomic<u32>, 2>;
 var<workgroup> skip_tile: u32;
 
@@ -183,6 +186,33 @@ fn scatter(
                 }
                 atomicStore(&bal[bw + lid / 32u], 0u);
             }
+        }
+        //@end
+        } else if (RANK_MASK) {
+        // Mask ranking: each row sets its lane's bit in its subgroup's mask word
+        // of its digit; after a subgroup barrier the word holds the lanes with
+        // the same digit (what the ballots below find bit by bit).
+        //@unroll
+        {
+            let valid = sbase + @K * istride < tend;
+            let d = dig[@K];
+            let a = sg_id * NB + d;
+            if (valid) { atomicOr(&smask[a], 1u << lane); }
+            subgroupBarrier();
+            var m = 0u;
+            var old = 0u;
+            if (valid) {
+                m = atomicLoad(&smask[a]);
+                old = atomicLoad(&wcnt[a]);
+            }
+            subgroupBarrier();
+            let r = countOneBits(m & lt);
+            if (valid && r == 0u) {
+                atomicStore(&wcnt[a], old + countOneBits(m));
+                atomicStore(&smask[a], 0u);
+            }
+            subgroupBarrier();
+            dig[@K] = ((old + r) << 8u) | d;
         }
         //@end
         } else {

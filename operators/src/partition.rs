@@ -652,9 +652,20 @@ struct FusedShape {
     items: u32,
     /// Subgroups a workgroup can have (counters in workgroup memory).
     nsgmax: u32,
-    /// Rank by chunks of the workgroup (mask words in workgroup memory) instead
-    /// of by subgroup ballots.
-    chunk_rank: bool,
+    /// How rows are ranked in a round.
+    rank: FusedRank,
+}
+
+/// Ranking of the fused kernel (see shaders/partition_scatter.wgsl).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FusedRank {
+    /// Per subgroup: one ballot per digit bit finds the lanes with the same digit.
+    Ballot,
+    /// Per subgroup: lanes set their bit in a mask word per digit in workgroup
+    /// memory (subgroup barriers between the steps).
+    Mask,
+    /// Per chunk of the workgroup: mask words per digit, workgroup barriers.
+    Chunk,
 }
 
 fn fused_shape(ctx: &GpuContext) -> Option<FusedShape> {
@@ -669,13 +680,25 @@ fn fused_shape(ctx: &GpuContext) -> Option<FusedShape> {
     if swg % smax != 0 || ctx.limits().max_storage_buffers_per_shader_stage < 8 {
         return None;
     }
-    // RIDGELINE_PARTITION_ITEMS (4..=16) is for measuring; 16 by default.
-    let mut items = std::env::var("RIDGELINE_PARTITION_ITEMS").ok().and_then(|v| v.parse::<u32>().ok()).filter(|i| (1..=16).contains(i)).unwrap_or(16);
-    let chunk_rank = std::env::var("RIDGELINE_PARTITION_RANK").map_or(true, |v| v != "ballot");
+    // RIDGELINE_PARTITION_ITEMS (1..=16) is for measuring; 4 by default (on the
+    // H100 4 beat 8 and 16: more workgroups fit).
+    let mut items = std::env::var("RIDGELINE_PARTITION_ITEMS").ok().and_then(|v| v.parse::<u32>().ok()).filter(|i| (1..=16).contains(i)).unwrap_or(4);
+    // RIDGELINE_PARTITION_RANK (ballot, mask, chunk) is for measuring.
+    let rank = match std::env::var("RIDGELINE_PARTITION_RANK").as_deref() {
+        Ok("chunk") => FusedRank::Chunk,
+        Ok("mask") if ctx.has_subgroup_barriers() => FusedRank::Mask,
+        Ok("ballot") => FusedRank::Ballot,
+        _ if ctx.has_subgroup_barriers() => FusedRank::Mask,
+        _ => FusedRank::Ballot,
+    };
     let nsgmax = swg / smin;
     // counters, two staging arrays of R words, four digit arrays, mask words
     let storage = |items: u32| {
-        let (wcnt, bal) = if chunk_rank { (256, 2 * 256 * (swg / 32).max(1)) } else { (256 * nsgmax, 1) };
+        let (wcnt, bal) = match rank {
+            FusedRank::Chunk => (256, 2 * 256 * (swg / 32).max(1)),
+            FusedRank::Mask => (256 * nsgmax, 256 * nsgmax),
+            FusedRank::Ballot => (256 * nsgmax, 1),
+        };
         4 * (wcnt + bal) + 8 * swg * items + 4 * 1024 + 64
     };
     while items > 1 && storage(items) > ctx.limits().max_compute_workgroup_storage_size {
@@ -684,7 +707,7 @@ fn fused_shape(ctx: &GpuContext) -> Option<FusedShape> {
     if storage(items) > ctx.limits().max_compute_workgroup_storage_size {
         return None;
     }
-    Some(FusedShape { swg, items, nsgmax, chunk_rank })
+    Some(FusedShape { swg, items, nsgmax, rank })
 }
 
 /// The WGSL of one column's part of the fused kernel: (bindings, moves).
@@ -833,9 +856,11 @@ fn record_fused(
             ("NSGMAX", shape.nsgmax.to_string()),
             ("COLS", sig),
             ("DBITS", base.dbits.to_string()),
-            ("RANK_CHUNK", shape.chunk_rank.to_string()),
-            ("BALW", if shape.chunk_rank { 2 * 256 * (shape.swg / 32).max(1) } else { 1 }.to_string()),
-            ("WCNT", if shape.chunk_rank { 256 } else { 256 * shape.nsgmax }.to_string()),
+            ("RANK_CHUNK", (shape.rank == FusedRank::Chunk).to_string()),
+            ("RANK_MASK", (shape.rank == FusedRank::Mask).to_string()),
+            ("BALW", if shape.rank == FusedRank::Chunk { 2 * 256 * (shape.swg / 32).max(1) } else { 1 }.to_string()),
+            ("WCNT", if shape.rank == FusedRank::Chunk { 256 } else { 256 * shape.nsgmax }.to_string()),
+            ("SMASK", if shape.rank == FusedRank::Mask { 256 * shape.nsgmax } else { 1 }.to_string()),
             ("VARIANT", std::env::var("RIDGELINE_PARTITION_VARIANT").unwrap_or_else(|_| "0".into())),
         ];
         let pipe = ctx.pipeline_lazy("partition_scatter", "scatter", &defs, || {

@@ -14,7 +14,7 @@
 // 1. Rank. Subgroup g of the workgroup owns rows [g * S * ITEMS, (g + 1) * S *
 //    ITEMS) of the round (S = subgroup size), item k of lane l being row
 //    g * S * ITEMS + k * S + l, so rows stay in input order. Per item, the lanes
-//    holding the same digit are found by one ballot per digit bit (`p.dbits` of
+//    holding the same digit are found by one ballot per digit bit (DBITS of
 //    them); the lowest such lane adds their count to the subgroup's counter of
 //    the digit (`wcnt`, workgroup atomics) and the old value is shuffled to the
 //    others: a row's rank among the subgroup's rows of its digit is that old
@@ -39,6 +39,16 @@
 // segment; a tile whose rows all land elsewhere (its digits' output ranges,
 // from the histogram and its scan, miss the segment) returns at once.
 //
+// The loops over a round's items are written once between //@unroll and
+// //@end and repeated per item by partition.rs (`unroll_items`), so the
+// per-item arrays (`dig`, `pos`, `gd`) are indexed by constants and stay in
+// registers.
+//
+// On the H100 (2^26..2^28 rows) ranking by ballots beat two alternatives:
+// lanes setting bits in per-subgroup mask words in workgroup memory with
+// subgroup barriers (1.1-1.8x slower), and the rank kernel's scheme of
+// workgroup-wide mask words per chunk of SWG rows (1.5-2x slower).
+//
 // Assumes full subgroups of at most 32 lanes and SWG a multiple of the
 // subgroup size; NSGMAX = SWG / smallest subgroup size counters (partition.rs
 // picks SWG = 8 x the smallest subgroup size, at most 256).
@@ -46,29 +56,20 @@
 const SWG: u32 = {{SWG}}u;
 const ITEMS: u32 = {{ITEMS}}u;
 const R: u32 = SWG * ITEMS;
-const BALW: u32 = {{BALW}}u;
-const WCNT: u32 = {{WCNT}}u;
-const SMASK: u32 = {{SMASK}}u;
+const WCNT: u32 = NSGMAX * NB;
 const NSGMAX: u32 = {{NSGMAX}}u;
 const DPT: u32 = NB / SWG;
-const VARIANT: u32 = {{VARIANT}}u; // measuring only: 0 normal
 const DBITS: u32 = {{DBITS}}u;
-const RANK_CHUNK: bool = {{RANK_CHUNK}};
-const RANK_MASK: bool = {{RANK_MASK}};
-const SMW: u32 = SWG / 32u;
 
 {{COL_DECLS}}
 
-var<workgroup> wcnt: array<atomic<u32>, WCNT>; // NSGMAX * NB (subgroup ranking) or NB
+var<workgroup> wcnt: array<atomic<u32>, WCNT>;
 var<workgroup> sa: array<u32, R>;
 var<workgroup> sb: array<u32, R>;
 var<workgroup> run: array<u32, NB>;
 var<workgroup> gcur: array<u32, NB>;
 var<workgroup> dstart: array<u32, NB>;
 var<workgroup> part: array<u32, NSGMAX>;
-var<workgroup> runr: array<u32, NB>;
-var<workgroup> bal: array<atomic<u32>, BALW>;
-var<workgroup> smask: array<atomic<u32>, SMASK>;
 var<workgroup> lo_hi: array<atomic<u32>, 2>;
 var<workgroup> skip_tile: u32;
 
@@ -128,21 +129,11 @@ fn scatter(
         workgroupBarrier();
         let rcount = min(R, tend - rb);
         // item k of this invocation is row sbase + k * istride
-        var sbase = rb + sg_id * sgs * ITEMS + lane;
-        var istride = sgs;
-        if (RANK_CHUNK) {
-            sbase = rb + lid;
-            istride = SWG;
-        }
+        let sbase = rb + sg_id * sgs * ITEMS + lane;
+        let istride = sgs;
         var dig: array<u32, ITEMS>;
         var pos: array<u32, ITEMS>;
         var gd: array<u32, ITEMS>;
-        if (VARIANT == 3u) {
-            //@unroll
-            pos[@K] = sbase - rb + @K * istride;
-            gd[@K] = rb + @K * SWG + lid;
-            //@end
-        } else {
         // 1. rank (the item loops are unrolled by partition.rs, so the
         // per-item arrays are indexed by constants and stay in registers)
         //@unroll
@@ -153,75 +144,12 @@ fn scatter(
             dig[@K] = d;
         }
         //@end
-        if (RANK_CHUNK) {
-        // Chunk ranking: item k of every invocation forms a chunk of SWG
-        // consecutive rows; each row sets its bit in its digit's mask words
-        // (double-buffered by step), its rank is the popcount of the bits below
-        // it plus the digit's running count in the round (`runr`).
-        for (var e = lid; e < NB; e += SWG) { runr[e] = 0u; }
-        workgroupBarrier();
-        //@unroll
-        {
-            let valid = sbase + @K * istride < tend;
-            let d = dig[@K];
-            let bw = (@K % 2u) * NB * SMW + d * SMW;
-            if (valid) { atomicOr(&bal[bw + lid / 32u], 1u << (lid % 32u)); }
-            workgroupBarrier();
-            var r = 0u;
-            var cnt = 0u;
-            if (valid) {
-                for (var w = 0u; w < SMW; w++) {
-                    let m = atomicLoad(&bal[bw + w]);
-                    if (w < lid / 32u) { r += countOneBits(m); }
-                    if (w == lid / 32u) { r += countOneBits(m & ((1u << (lid % 32u)) - 1u)); }
-                    cnt += countOneBits(m);
-                }
-                dig[@K] = ((runr[d] + r) << 8u) | d;
-            }
-            workgroupBarrier();
-            if (valid) {
-                if (r + 1u == cnt) {
-                    runr[d] += cnt;
-                    atomicStore(&wcnt[d], cnt + atomicLoad(&wcnt[d]));
-                }
-                atomicStore(&bal[bw + lid / 32u], 0u);
-            }
-        }
-        //@end
-        } else if (RANK_MASK) {
-        // Mask ranking: each row sets its lane's bit in its subgroup's mask word
-        // of its digit; after a subgroup barrier the word holds the lanes with
-        // the same digit (what the ballots below find bit by bit).
-        //@unroll
-        {
-            let valid = sbase + @K * istride < tend;
-            let d = dig[@K];
-            let a = sg_id * NB + d;
-            if (valid) { atomicOr(&smask[a], 1u << lane); }
-            subgroupBarrier();
-            var m = 0u;
-            var old = 0u;
-            if (valid) {
-                m = atomicLoad(&smask[a]);
-                old = atomicLoad(&wcnt[a]);
-            }
-            subgroupBarrier();
-            let r = countOneBits(m & lt);
-            if (valid && r == 0u) {
-                atomicStore(&wcnt[a], old + countOneBits(m));
-                atomicStore(&smask[a], 0u);
-            }
-            subgroupBarrier();
-            dig[@K] = ((old + r) << 8u) | d;
-        }
-        //@end
-        } else {
         //@unroll
         {
             let valid = sbase + @K * istride < tend;
             let d = dig[@K];
             var m = subgroupBallot(valid).x;
-            for (var b = 0u; b < select(DBITS, 0u, VARIANT == 6u); b++) {
+            for (var b = 0u; b < DBITS; b++) {
                 let on = ((d >> b) & 1u) != 0u;
                 let bb = subgroupBallot(on).x;
                 m &= select(~bb, bb, on);
@@ -229,27 +157,18 @@ fn scatter(
             let cnt = countOneBits(m);
             let r = countOneBits(m & lt);
             var old = 0u;
-            if (VARIANT != 5u) {
             if (valid && r == 0u) { old = atomicAdd(&wcnt[sg_id * NB + d], cnt); }
             old = subgroupShuffle(old, min(firstTrailingBit(m), sgs - 1u));
-            }
             dig[@K] = ((old + r) << 8u) | d;
         }
         //@end
-        }
         workgroupBarrier();
-        if (VARIANT == 7u) {
-            //@unroll
-            pos[@K] = sbase - rb + @K * istride;
-            gd[@K] = rb + @K * SWG + lid + (dig[@K] & 1u);
-            //@end
-        } else {
         // 2. scan: per digit over the subgroups, then over the digits
         var sum = 0u;
         for (var e = 0u; e < DPT; e++) {
             let d = lid * DPT + e;
             var s = 0u;
-            for (var w = 0u; w < select(nsg, 1u, RANK_CHUNK); w++) {
+            for (var w = 0u; w < nsg; w++) {
                 let c = atomicLoad(&wcnt[w * NB + d]);
                 atomicStore(&wcnt[w * NB + d], s);
                 s += c;
@@ -276,7 +195,7 @@ fn scatter(
         pos[@K] = 0u;
         if (sbase + @K * istride < tend) {
             let d = dig[@K] & 255u;
-            let within = select(atomicLoad(&wcnt[sg_id * NB + d]), 0u, RANK_CHUNK) + (dig[@K] >> 8u);
+            let within = atomicLoad(&wcnt[sg_id * NB + d]) + (dig[@K] >> 8u);
             pos[@K] = dstart[d] + within;
             sb[pos[@K]] = gcur[d] + within;
         }
@@ -286,8 +205,6 @@ fn scatter(
         gd[@K] = 0u;
         if (@K * SWG + lid < rcount) { gd[@K] = sb[@K * SWG + lid]; }
         //@end
-        }
-        }
         // 4. columns
 {{COL_MOVES}}
         workgroupBarrier();

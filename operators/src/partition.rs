@@ -37,6 +37,18 @@
 //!    end the composed permutation is inverted, so every column is scattered once.
 //! 3. Every column (4-byte words; 8-byte columns as `vec2<u32>`; validity bits by
 //!    `atomicOr` into the zeroed output bitmap) is scattered by the destinations.
+//!
+//!    **Fused** ([`PartitionOptions::fused`], the default for one pass and one
+//!    key column on adapters with subgroups of 4..=32 lanes): steps 2's rank
+//!    and 3 are one kernel (shaders/partition_scatter.wgsl). Per round of
+//!    `8 x subgroup size x 4` rows of a tile it ranks the rows by subgroup
+//!    ballots, sorts them by digit in workgroup memory and writes every
+//!    partition's rows of the round as one run, so stores are coalesced instead
+//!    of one per row at random, and no destinations array is written or read.
+//!    Up to 8 columns share a dispatch (as the storage bindings allow). On the
+//!    H100 at 2^28 rows (u32 key + u32 payload) it takes 6.1 / 6.0 / 10.1 ms at
+//!    2 / 16 / 256 partitions where the rank kernel and moves take 7.7 / 9.1 /
+//!    16.2 ms (BENCHMARKS.md).
 //! 4. The fan-out + 1 offsets come from the scanned matrix (one pass) or from the
 //!    sorted ids (several passes), and are read back (one synchronisation).
 //!
@@ -652,20 +664,6 @@ struct FusedShape {
     items: u32,
     /// Subgroups a workgroup can have (counters in workgroup memory).
     nsgmax: u32,
-    /// How rows are ranked in a round.
-    rank: FusedRank,
-}
-
-/// Ranking of the fused kernel (see shaders/partition_scatter.wgsl).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum FusedRank {
-    /// Per subgroup: one ballot per digit bit finds the lanes with the same digit.
-    Ballot,
-    /// Per subgroup: lanes set their bit in a mask word per digit in workgroup
-    /// memory (subgroup barriers between the steps).
-    Mask,
-    /// Per chunk of the workgroup: mask words per digit, workgroup barriers.
-    Chunk,
 }
 
 fn fused_shape(ctx: &GpuContext) -> Option<FusedShape> {
@@ -681,33 +679,19 @@ fn fused_shape(ctx: &GpuContext) -> Option<FusedShape> {
         return None;
     }
     // RIDGELINE_PARTITION_ITEMS (1..=16) is for measuring; 4 by default (on the
-    // H100 4 beat 8 and 16: more workgroups fit).
+    // H100 4 beat 2, 8 and 16 at 2^26..2^28 rows: the workgroup memory of 16
+    // leaves room for fewer workgroups).
     let mut items = std::env::var("RIDGELINE_PARTITION_ITEMS").ok().and_then(|v| v.parse::<u32>().ok()).filter(|i| (1..=16).contains(i)).unwrap_or(4);
-    // RIDGELINE_PARTITION_RANK (ballot, mask, chunk) is for measuring.
-    let rank = match std::env::var("RIDGELINE_PARTITION_RANK").as_deref() {
-        Ok("chunk") => FusedRank::Chunk,
-        Ok("mask") if ctx.has_subgroup_barriers() => FusedRank::Mask,
-        Ok("ballot") => FusedRank::Ballot,
-        _ if ctx.has_subgroup_barriers() => FusedRank::Mask,
-        _ => FusedRank::Ballot,
-    };
     let nsgmax = swg / smin;
-    // counters, two staging arrays of R words, four digit arrays, mask words
-    let storage = |items: u32| {
-        let (wcnt, bal) = match rank {
-            FusedRank::Chunk => (256, 2 * 256 * (swg / 32).max(1)),
-            FusedRank::Mask => (256 * nsgmax, 256 * nsgmax),
-            FusedRank::Ballot => (256 * nsgmax, 1),
-        };
-        4 * (wcnt + bal) + 8 * swg * items + 4 * 1024 + 64
-    };
+    // subgroup counters, two staging arrays of R words, three digit arrays
+    let storage = |items: u32| 4 * 256 * nsgmax + 8 * swg * items + 3 * 1024 + 64;
     while items > 1 && storage(items) > ctx.limits().max_compute_workgroup_storage_size {
         items /= 2;
     }
     if storage(items) > ctx.limits().max_compute_workgroup_storage_size {
         return None;
     }
-    Some(FusedShape { swg, items, nsgmax, rank })
+    Some(FusedShape { swg, items, nsgmax })
 }
 
 /// The WGSL of one column's part of the fused kernel: (bindings, moves).
@@ -728,7 +712,6 @@ fn fused_column_wgsl(j: usize, wide: bool, validity: bool) -> (String, String) {
     };
     let mut code = format!(
         "        // column {j}
-        if (VARIANT != 2u) {{
         workgroupBarrier();
         //@unroll
         if (sbase + @K * istride < tend) {{ let v = ci{j}[sbase + @K * istride]; {stage} }}
@@ -741,7 +724,6 @@ fn fused_column_wgsl(j: usize, wide: bool, validity: bool) -> (String, String) {
             if (i < rcount && in_out(g)) {{ co{j}[g - p.out_first] = {value}; }}
         }}
         //@end
-        }}
 "
     );
     if validity {
@@ -856,12 +838,6 @@ fn record_fused(
             ("NSGMAX", shape.nsgmax.to_string()),
             ("COLS", sig),
             ("DBITS", base.dbits.to_string()),
-            ("RANK_CHUNK", (shape.rank == FusedRank::Chunk).to_string()),
-            ("RANK_MASK", (shape.rank == FusedRank::Mask).to_string()),
-            ("BALW", if shape.rank == FusedRank::Chunk { 2 * 256 * (shape.swg / 32).max(1) } else { 1 }.to_string()),
-            ("WCNT", if shape.rank == FusedRank::Chunk { 256 } else { 256 * shape.nsgmax }.to_string()),
-            ("SMASK", if shape.rank == FusedRank::Mask { 256 * shape.nsgmax } else { 1 }.to_string()),
-            ("VARIANT", std::env::var("RIDGELINE_PARTITION_VARIANT").unwrap_or_else(|_| "0".into())),
         ];
         let pipe = ctx.pipeline_lazy("partition_scatter", "scatter", &defs, || {
             let prelude = PARTITION_WGSL.split("// @@PRELUDE_END@@").next().unwrap_or_default();

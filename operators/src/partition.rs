@@ -778,10 +778,19 @@ fn unroll_items(src: &str, items: u32) -> String {
     out
 }
 
-/// Records the fused rank-and-scatter of every column (one digit pass, ids
-/// computed from the one key column): one dispatch per group of columns (as
-/// many as the storage bindings allow, at most 8) and per (input segment,
-/// output segment).
+/// Where the fused kernel gets each row's partition id: computed from the one
+/// key column, or read from an ids array (several key columns, or the digit
+/// passes after the first).
+#[derive(Clone, Copy)]
+enum IdSource<'a> {
+    Key(&'a Column<'a>),
+    Ids(&'a DeviceArray),
+}
+
+/// Records the fused rank-and-scatter of every column for the digit at
+/// `base.dshift`: one dispatch per group of columns (as many as the storage
+/// bindings allow, at most 8) and per (input segment, output segment).
+/// `outputs[i]` receives `columns[i]` (values, validity).
 #[allow(clippy::too_many_arguments)]
 fn record_fused(
     ctx: &GpuContext,
@@ -789,8 +798,8 @@ fn record_fused(
     shape: FusedShape,
     pass: &mut Pass,
     columns: &[Column<'_>],
-    outputs: &[CompactedColumn],
-    key: &Column<'_>,
+    outputs: &[(&DeviceArray, Option<&DeviceArray>)],
+    ids: IdSource<'_>,
     base: Params,
     counts: &GpuBuffer,
     offs: &GpuBuffer,
@@ -812,14 +821,14 @@ fn record_fused(
             }
         }
     }
-    let key_wide = key.values.elem_size() == 8;
+    let key_wide = matches!(ids, IdSource::Key(key) if key.values.elem_size() == 8);
     let fns = if key_wide {
         "fn klo(k: vec2<u32>) -> u32 { return k.x; }\nfn khi(k: vec2<u32>) -> u32 { return k.y; }\nconst KWIDE: bool = true;"
     } else {
         "fn klo(k: u32) -> u32 { return k; }\nfn khi(k: u32) -> u32 { return 0u; }\nconst KWIDE: bool = false;"
     };
-    let nsegs = key.values.num_segments();
-    let nout = outputs[0].values.num_segments();
+    let nsegs = columns[0].values.num_segments();
+    let nout = outputs[0].0.num_segments();
     for g in &groups {
         let sig: String = g
             .iter()
@@ -832,7 +841,7 @@ fn record_fused(
             ("KEY_FNS", fns.to_string()),
             ("WG", k.wg.to_string()),
             ("CHUNKS", k.chunks.to_string()),
-            ("ROW_PID", "return key_pid(r);".to_string()),
+            ("ROW_PID", if matches!(ids, IdSource::Key(_)) { "return key_pid(r);" } else { "return pid_in[r];" }.to_string()),
             ("SWG", shape.swg.to_string()),
             ("ITEMS", shape.items.to_string()),
             ("NSGMAX", shape.nsgmax.to_string()),
@@ -852,10 +861,9 @@ fn record_fused(
         })?;
         let mut tb = 0usize;
         for s in 0..nsegs {
-            let (kb, _, rows) = key.values.segment(s);
-            let vb = key.validity.map_or(kb, |v| v.segment(s).0);
+            let rows = columns[0].values.segment(s).2;
             for t in 0..nout {
-                let (_, out_first, out_rows) = outputs[0].values.segment(t);
+                let (_, out_first, out_rows) = outputs[0].0.segment(t);
                 let ub = ctx.uniform(&Params {
                     n: rows as u32,
                     tiles: seg_tiles[s] as u32,
@@ -865,12 +873,20 @@ fn record_fused(
                     flags: base.flags | if nout > 1 { F_MULTI } else { 0 },
                     ..base
                 });
-                let mut e = vec![entry(0, kb), entry(1, vb), entry(4, counts.raw()), entry(5, offs.raw()), entry(15, &ub)];
+                let mut e = vec![entry(4, counts.raw()), entry(5, offs.raw()), entry(15, &ub)];
+                match ids {
+                    IdSource::Key(key) => {
+                        let kb = key.values.segment(s).0;
+                        e.push(entry(0, kb));
+                        e.push(entry(1, key.validity.map_or(kb, |v| v.segment(s).0)));
+                    }
+                    IdSource::Ids(a) => e.push(entry(3, a.segment(s).0)),
+                }
                 for (j, &i) in g.iter().enumerate() {
                     let b = 16 + 4 * j as u32;
                     e.push(entry(b, columns[i].values.segment(s).0));
-                    e.push(entry(b + 1, outputs[i].values.segment(t).0));
-                    if let (Some(vin), Some(vout)) = (columns[i].validity, &outputs[i].validity) {
+                    e.push(entry(b + 1, outputs[i].0.segment(t).0));
+                    if let (Some(vin), Some(vout)) = (columns[i].validity, outputs[i].1) {
                         e.push(entry(b + 2, vin.segment(s).0));
                         e.push(entry(b + 3, vout.segment(t).0));
                     }
@@ -986,7 +1002,7 @@ fn partition_impl(
     };
     let key_pid = Params { shift, mask, fanout, flags: fflags | if kc0.validity.is_some() { F_VALID } else { 0 }, ..Default::default() };
     let inline = passes == 1 && keys.len() == 1;
-    let fused = if opts.fused && inline { fused_shape(ctx) } else { None };
+    let fused = if opts.fused { fused_shape(ctx) } else { None };
     let groups = |rows: usize| (rows as u64).div_ceil(wg as u64);
     let ids = if inline { None } else { Some(scratch(ctx, n, seg, &mut row_bytes)?) };
     pass.label = "ids";
@@ -1044,6 +1060,34 @@ fn partition_impl(
     let mut dest: Option<DeviceArray> = None;
     let mut single_counts: Option<GpuBuffer> = None;
     let dbits = if fanout <= 1 { 0 } else { (32 - (fanout.min(256) - 1).leading_zeros()).min(8) };
+    // Fused passes over an ids array (several key columns, or several digit
+    // passes): every pass moves all columns plus the ids, through temporary
+    // copies of the columns between passes (each written once: validity zeroed).
+    let fused_ids = fused.is_some() && !inline;
+    let mut moved_all = false;
+    let mut temps: Vec<Vec<CompactedColumn>> = Vec::new();
+    if fused_ids {
+        for _ in 0..(passes as usize - 1).min(2) {
+            let mut t = Vec::with_capacity(columns.len());
+            for c in columns {
+                let values = DeviceArray::alloc_segmented(ctx, n, c.values.elem_size(), seg)?;
+                row_bytes += values.device_bytes();
+                let validity = match c.validity {
+                    Some(_) => {
+                        let v = DeviceArray::alloc_segmented(ctx, n.div_ceil(32), 4, seg / 32)?;
+                        for i in 0..v.num_segments() {
+                            enc.clear_buffer(v.segment(i).0, 0, None);
+                        }
+                        row_bytes += v.device_bytes();
+                        Some(v)
+                    }
+                    None => None,
+                };
+                t.push(CompactedColumn { values, validity });
+            }
+            temps.push(t);
+        }
+    }
     for ps in 0..passes {
         let dshift = 8 * ps;
         let nb = if fanout <= 1 { 1 } else { (((fanout - 1) >> dshift) + 1).min(256) };
@@ -1075,12 +1119,45 @@ fn partition_impl(
         pass.label = "scan";
         sk.record(ctx, &mut pass, &[(counts.raw(), offs.raw(), m)], ScanKind::Exclusive, total.raw())?;
         hist_bytes += pass.keep[before..].iter().map(|b| b.size()).sum::<u64>();
-        if fused.is_some() {
+        if fused.is_some() && inline {
             // ranked and scattered in step 4, one kernel per column group
             single_counts = Some(counts);
             last_offs = Some(offs);
             keep_bufs.push(total);
             break;
+        }
+        if let (Some(shape), true) = (fused, fused_ids) {
+            let ids_now = cur_ids.take().expect("fused passes keep an ids array");
+            let next_ids = scratch(ctx, n, seg, &mut row_bytes)?;
+            let last = ps + 1 == passes;
+            let src_cols: Vec<Column<'_>> = if ps == 0 {
+                columns.to_vec()
+            } else {
+                temps[(ps as usize - 1) % 2].iter().map(|c| Column { values: &c.values, validity: c.validity.as_ref() }).collect()
+            };
+            let dst_cols = if last { &outputs } else { &temps[ps as usize % 2] };
+            let mut ins = src_cols;
+            ins.push(Column { values: &ids_now, validity: None });
+            let mut outs: Vec<(&DeviceArray, Option<&DeviceArray>)> = dst_cols.iter().map(|o| (&o.values, o.validity.as_ref())).collect();
+            outs.push((&next_ids, None));
+            let pdbits = if nb <= 1 { 0 } else { 32 - (nb - 1).leading_zeros() };
+            let base = Params { total_tiles: total_tiles as u32, nb, dshift, dbits: pdbits, ..key_pid };
+            pass.label = "rank+scatter";
+            record_fused(ctx, &k, shape, &mut pass, &ins, &outs, IdSource::Ids(&ids_now), base, &counts, &offs, &seg_tiles)?;
+            keep_arrays.push(ids_now);
+            cur_ids = Some(next_ids);
+            keep_bufs.extend([counts, total]);
+            if passes == 1 {
+                // offsets straight from the scanned matrix
+                last_offs = Some(offs);
+            } else {
+                keep_bufs.push(offs);
+            }
+            if last {
+                moved_all = true;
+                break;
+            }
+            continue;
         }
         let dst = scratch(ctx, n, seg, &mut row_bytes)?;
         let mut tb = 0usize;
@@ -1151,6 +1228,9 @@ fn partition_impl(
                 });
                 pass.dispatch(ctx, &bp, &[entry(3, pb), entry(13, prev), entry(12, poffs.raw()), entry(15, &ub)], groups(rows))?;
             }
+            if moved_all {
+                None
+            } else {
             // invert the composed permutation: dest[src[j]] = j
             pass.label = "invert";
             let src = src.take().expect("several passes track row numbers");
@@ -1158,6 +1238,7 @@ fn partition_impl(
             record_move(ctx, &k, &mut pass, &src, None, &d)?;
             keep_arrays.push(src);
             Some(d)
+            }
         }
     };
     // 4. scatter the columns
@@ -1171,12 +1252,14 @@ fn partition_impl(
                 }
             }
         }
+        (None, _) if moved_all => {}
         (None, Some(shape)) => {
             pass.label = "rank+scatter";
             let counts = single_counts.as_ref().expect("fused pass keeps its histogram");
             let offs = last_offs.as_ref().expect("fused pass keeps its offsets");
             let base = Params { total_tiles: total_tiles as u32, nb: fanout.clamp(1, 256), dshift: 0, dbits, ..key_pid };
-            record_fused(ctx, &k, shape, &mut pass, columns, &outputs, kc0, base, counts, offs, &seg_tiles)?;
+            let outs: Vec<(&DeviceArray, Option<&DeviceArray>)> = outputs.iter().map(|o| (&o.values, o.validity.as_ref())).collect();
+            record_fused(ctx, &k, shape, &mut pass, columns, &outs, IdSource::Key(kc0), base, counts, offs, &seg_tiles)?;
         }
         (None, None) => return Err(GpuError::Invalid("partition without destinations".into())),
     }
@@ -1216,7 +1299,7 @@ fn partition_impl(
             }
         }
     }
-    drop((pass, keep_arrays, keep_bufs, last_offs, single_counts, cur_ids, dest));
+    drop((pass, keep_arrays, keep_bufs, last_offs, single_counts, cur_ids, dest, temps));
     stats.histogram_bytes = hist_bytes;
     stats.row_scratch_bytes = row_bytes;
     Ok(Partitioned { offsets, columns: outputs, stats })

@@ -38,17 +38,21 @@
 //! 3. Every column (4-byte words; 8-byte columns as `vec2<u32>`; validity bits by
 //!    `atomicOr` into the zeroed output bitmap) is scattered by the destinations.
 //!
-//!    **Fused** ([`PartitionOptions::fused`], the default for one pass and one
-//!    key column on adapters with subgroups of 4..=32 lanes): steps 2's rank
-//!    and 3 are one kernel (shaders/partition_scatter.wgsl). Per round of
-//!    `8 x subgroup size x 4` rows of a tile it ranks the rows by subgroup
-//!    ballots, sorts them by digit in workgroup memory and writes every
-//!    partition's rows of the round as one run, so stores are coalesced instead
-//!    of one per row at random, and no destinations array is written or read.
-//!    Up to 8 columns share a dispatch (as the storage bindings allow). On the
-//!    H100 at 2^28 rows (u32 key + u32 payload) it takes 6.1 / 6.0 / 10.1 ms at
-//!    2 / 16 / 256 partitions where the rank kernel and moves take 7.7 / 9.1 /
-//!    16.2 ms (BENCHMARKS.md).
+//!    **Fused** ([`PartitionOptions::fused`], the default on adapters with
+//!    subgroups of 4..=32 lanes): step 2's rank and step 3 are one kernel
+//!    (shaders/partition_scatter.wgsl). Per round of `8 x subgroup size x 4`
+//!    rows of a tile it ranks the rows by subgroup ballots, sorts them by digit
+//!    in workgroup memory and writes every partition's rows of the round as one
+//!    run, so stores are coalesced instead of one per row at random, and no
+//!    destinations array is written or read. Up to 8 columns share a dispatch
+//!    (as the storage bindings allow). With one key column and one pass the ids
+//!    come from the key; otherwise from the ids array, and every pass moves all
+//!    columns plus the ids (LSD, stable), through temporary copies of the
+//!    columns between passes (so the multi-pass per-row scratch is the ids twice
+//!    plus one or two copies of the columns, instead of the permutation arrays).
+//!    On the H100 at 2^28 rows (u32 key + u32 payload) it takes 6.1 / 6.0 / 9.9
+//!    / 22.7 ms at 2 / 16 / 256 / 4096 partitions where the rank kernel and the
+//!    moves take 7.7 / 8.9 / 15.9 / 59.7 ms (BENCHMARKS.md, session 20).
 //! 4. The fan-out + 1 offsets come from the scanned matrix (one pass) or from the
 //!    sorted ids (several passes), and are read back (one synchronisation).
 //!
@@ -69,9 +73,11 @@
 //! default 16384-row tiles and 256 digits, `n / 16` bytes each: together 3.1% of
 //! a lone `u32` key column, 1.6% of a key plus one `u32` payload), the scan's
 //! look-back state and the `F + 1` offsets. Per-row scratch (not in the
-//! histogram figure, reported apart): the ids and the destinations (8 bytes a
-//! row), plus for several passes the moved ids, row numbers and the composed
-//! permutation (16 more bytes a row).
+//! histogram figure, reported apart): none for the fused kernel with ids from
+//! the key; the fused passes over ids keep two ids arrays (8 bytes a row) plus
+//! one copy of the columns (two for three passes); the unfused path keeps the
+//! ids and the destinations (8 bytes a row), plus for several passes the moved
+//! ids, row numbers and the composed permutation (16 more bytes a row).
 //!
 //! # CPU
 //!
@@ -474,11 +480,11 @@ pub struct PartitionOptions {
     pub workgroup_size: u32,
     /// Rows per tile (one histogram column), a multiple of `workgroup_size`.
     pub tile_rows: u32,
-    /// One-pass partitions on adapters with subgroups of 4 to 32 lanes: rank and
-    /// scatter in one kernel that sorts each tile by digit in workgroup memory and
-    /// writes every partition's rows of a tile as one run
+    /// On adapters with subgroups of 4 to 32 lanes: rank and scatter in one
+    /// kernel per digit pass that sorts each round of a tile by digit in
+    /// workgroup memory and writes every partition's rows of it as one run
     /// (shaders/partition_scatter.wgsl). `false` keeps the rank kernel and the
-    /// per-column moves (the only path for several passes).
+    /// per-column moves (and, for several passes, the composed permutation).
     pub fused: bool,
 }
 
@@ -501,8 +507,9 @@ pub struct PartitionStats {
     /// total included) and the `fanout + 1` offsets: the scratch the 5% target is
     /// about.
     pub histogram_bytes: u64,
-    /// Device bytes of per-row scratch (ids, destinations; for several passes the
-    /// moved ids, row numbers and composed permutation).
+    /// Device bytes of per-row scratch (ids; destinations and, for several
+    /// passes, moved ids, row numbers and the composed permutation without
+    /// fusion; copies of the columns between fused passes).
     pub row_scratch_bytes: u64,
     /// Logical bytes of the input columns (values plus validity).
     pub input_bytes: u64,

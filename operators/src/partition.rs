@@ -674,7 +674,9 @@ struct FusedShape {
 }
 
 fn fused_shape(ctx: &GpuContext) -> Option<FusedShape> {
-    if !ctx.has_subgroups() {
+    // RIDGELINE_PARTITION_FUSED=0 turns the fused kernel off everywhere (to
+    // compare the paths inside whole operators, as `bench aggregate` does).
+    if !ctx.has_subgroups() || std::env::var("RIDGELINE_PARTITION_FUSED").is_ok_and(|v| v == "0") {
         return None;
     }
     let (smin, smax) = (ctx.info().subgroup_min_size, ctx.info().subgroup_max_size);

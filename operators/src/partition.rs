@@ -38,8 +38,8 @@
 //! 3. Every column (4-byte words; 8-byte columns as `vec2<u32>`; validity bits by
 //!    `atomicOr` into the zeroed output bitmap) is scattered by the destinations.
 //!
-//!    **Fused** ([`PartitionOptions::fused`], the default on adapters with
-//!    subgroups of 4..=32 lanes): step 2's rank and step 3 are one kernel
+//!    **Fused** ([`PartitionOptions::fused`], the default on GPUs (not CPU
+//!    adapters, where it measured slower) with subgroups of 4..=32 lanes): step 2's rank and step 3 are one kernel
 //!    (shaders/partition_scatter.wgsl). Per round of `8 x subgroup size x 4`
 //!    rows of a tile it ranks the rows by subgroup ballots, sorts them by digit
 //!    in workgroup memory and writes every partition's rows of the round as one
@@ -483,16 +483,19 @@ pub struct PartitionOptions {
     /// On adapters with subgroups of 4 to 32 lanes: rank and scatter in one
     /// kernel per digit pass that sorts each round of a tile by digit in
     /// workgroup memory and writes every partition's rows of it as one run
-    /// (shaders/partition_scatter.wgsl). `false` keeps the rank kernel and the
-    /// per-column moves (and, for several passes, the composed permutation).
-    pub fused: bool,
+    /// (shaders/partition_scatter.wgsl). `Some(false)` keeps the rank kernel and
+    /// the per-column moves (and, for several passes, the composed permutation).
+    /// `None` (the default) fuses except on CPU adapters: on lavapipe the fused
+    /// kernel measured 1.7-1.9x slower than the rank kernel and moves (`cargo
+    /// bench --bench partition`, 2^22 rows), on the H100 1.05-2.6x faster.
+    pub fused: Option<bool>,
 }
 
 impl Default for PartitionOptions {
     /// 256 invocations, 16384-row tiles (histogram scratch 1/16 of a u32 column
     /// per 256 digits, see the module documentation).
     fn default() -> Self {
-        PartitionOptions { workgroup_size: 256, tile_rows: 16384, fused: true }
+        PartitionOptions { workgroup_size: 256, tile_rows: 16384, fused: None }
     }
 }
 
@@ -1011,7 +1014,7 @@ fn partition_impl(
     };
     let key_pid = Params { shift, mask, fanout, flags: fflags | if kc0.validity.is_some() { F_VALID } else { 0 }, ..Default::default() };
     let inline = passes == 1 && keys.len() == 1;
-    let fused = if opts.fused { fused_shape(ctx) } else { None };
+    let fused = if opts.fused.unwrap_or(!ctx.is_cpu_adapter()) { fused_shape(ctx) } else { None };
     let groups = |rows: usize| (rows as u64).div_ceil(wg as u64);
     let ids = if inline { None } else { Some(scratch(ctx, n, seg, &mut row_bytes)?) };
     pass.label = "ids";
@@ -1343,7 +1346,7 @@ pub struct PartitionBench {
 /// Times the hash partition of `n` rows of one pseudo-random u32 key plus
 /// `payload_columns` u32 columns into `fanout` partitions (GPU-resident input, the
 /// context's segmentation): one warm-up run, then the median of `reps` (at least 1).
-/// `fused` picks the scatter path ([`PartitionOptions::fused`]).
+/// `fused` picks the scatter path ([`PartitionOptions::fused`], forced either way).
 pub fn bench_partition(ctx: &GpuContext, n: usize, fanout: u32, payload_columns: usize, reps: usize, fused: bool) -> GpuResult<PartitionBench> {
     let mut state = 0x9E37_79B9_7F4A_7C15u64;
     let keys: Vec<u32> = (0..n)
@@ -1360,7 +1363,7 @@ pub fn bench_partition(ctx: &GpuContext, n: usize, fanout: u32, payload_columns:
     drop(keys);
     let cols: Vec<Column<'_>> = arrays.iter().map(Column::new).collect();
     let func = PartitionFn::Hash { fanout };
-    let opts = PartitionOptions { fused, ..Default::default() };
+    let opts = PartitionOptions { fused: Some(fused), ..Default::default() };
     let (mut times, mut walls) = (Vec::new(), Vec::new());
     let mut stats = PartitionStats::default();
     crate::timing::warm_up(crate::timing::WARM_UP_MS, || {

@@ -115,10 +115,11 @@ fn check(ctx: &GpuContext, host: &[HostColumn<'_>], keys: &[usize], func: Partit
         arrays.push((v, b));
     }
     let cols: Vec<Column<'_>> = arrays.iter().map(|(v, b)| Column { values: v, validity: b.as_ref() }).collect();
-    // both scatter paths: the fused rank-and-scatter kernel (one pass, where the
-    // adapter has subgroups) and the rank kernel plus per-column moves
+    // both scatter paths, forced: the fused rank-and-scatter kernel (where the
+    // adapter has subgroups of 4..=32 lanes) and the rank kernel plus per-column
+    // moves
     let mut stats = None;
-    for fused in [opts.fused, !opts.fused] {
+    for fused in [Some(true), Some(false)] {
         let o = PartitionOptions { fused, ..*opts };
         let got = partition_gpu_with(ctx, &cols, keys, &func, &o).unwrap();
         for c in &got.columns {
@@ -217,8 +218,8 @@ fn scratch_is_small_and_errors_are_typed() {
     let host = [HostColumn::u32(&keys)];
     let st = check(&ctx, &host, &[0], PartitionFn::Hash { fanout: 256 }, ctx.segment_rows(), &PartitionOptions::default(), "scratch");
     assert_eq!(st.passes, 1);
-    // the fused rank-and-scatter (subgroups of 4..=32 lanes) keeps no per-row
-    // scratch; the rank kernel keeps a destination per row
+    // the fused rank-and-scatter (forced first by `check`; subgroups of 4..=32
+    // lanes) keeps no per-row scratch; the rank kernel keeps a destination per row
     let (smin, smax) = (ctx.info().subgroup_min_size, ctx.info().subgroup_max_size);
     let fused = ctx.has_subgroups() && smin >= 4 && smax <= 32;
     eprintln!("subgroups {} {smin}..{smax}: fused scatter {fused}", ctx.has_subgroups());

@@ -26,6 +26,9 @@
 //   the chunk with the same digit is the popcount of the mask bits before its own,
 //   plus the running count of the digit in the tile's earlier chunks, plus the
 //   scanned offset of (digit, tile). Deterministic and stable.
+// * The fused rank-and-scatter kernel (the default on GPUs) is
+//   shaders/partition_scatter.wgsl, appended to this file's prelude (all up to
+//   the @@PRELUDE_END@@ marker); it replaces `rank` and the moves.
 // * `move_values` / `move_iota` / `move_validity`: `out[idx[i]] = in[i]` (or the
 //   row number, or the validity bit) restricted to one output segment.
 // * `gather_offsets`, `fill_offsets`, `bounds`: the fan-out + 1 partition
@@ -46,7 +49,7 @@ struct Params {
     nb: u32,           // digits of this pass
     dshift: u32,       // digit shift of this pass
     total: u32,        // rows of the whole array
-    dbits: u32,        // bits of a digit that can be set (fused scatter's ballots)
+    pad0: u32,
     pad1: u32,
 }
 

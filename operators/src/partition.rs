@@ -38,9 +38,9 @@
 //! 3. Every column (4-byte words; 8-byte columns as `vec2<u32>`; validity bits by
 //!    `atomicOr` into the zeroed output bitmap) is scattered by the destinations.
 //!
-//!    **Fused** ([`PartitionOptions::fused`], the default on GPUs (not CPU
-//!    adapters, where it measured slower) with subgroups of 4..=32 lanes): step 2's rank and step 3 are one kernel
-//!    (shaders/partition_scatter.wgsl). Per round of `8 x subgroup size x 4`
+//!    **Fused** ([`PartitionOptions::fused`]; the default on GPUs with subgroups
+//!    of 4..=32 lanes, not on CPU adapters, where it measured slower): step 2's
+//!    rank and step 3 are one kernel (shaders/partition_scatter.wgsl). Per round of `8 x subgroup size x 4`
 //!    rows of a tile it ranks the rows by subgroup ballots, sorts them by digit
 //!    in workgroup memory and writes every partition's rows of the round as one
 //!    run, so stores are coalesced instead of one per row at random, and no
@@ -547,7 +547,7 @@ struct Params {
     nb: u32,
     dshift: u32,
     total: u32,
-    dbits: u32,
+    pad0: u32,
     pad1: u32,
 }
 
@@ -568,21 +568,33 @@ impl Kernels {
     }
 
     fn build(&self, ctx: &GpuContext, key_wide: bool, val_wide: bool, inline: bool, entry: &str) -> GpuResult<std::sync::Arc<wgpu::ComputePipeline>> {
-        let word = |wide: bool| if wide { "vec2<u32>" } else { "u32" };
-        let fns = if key_wide {
-            "fn klo(k: vec2<u32>) -> u32 { return k.x; }\nfn khi(k: vec2<u32>) -> u32 { return k.y; }\nconst KWIDE: bool = true;"
-        } else {
-            "fn klo(k: u32) -> u32 { return k; }\nfn khi(k: u32) -> u32 { return 0u; }\nconst KWIDE: bool = false;"
-        };
         let defs = [
             ("KT", word(key_wide).to_string()),
             ("T", word(val_wide).to_string()),
-            ("KEY_FNS", fns.to_string()),
+            ("KEY_FNS", key_fns(key_wide).to_string()),
             ("WG", self.wg.to_string()),
             ("CHUNKS", self.chunks.to_string()),
             ("ROW_PID", if inline { "return key_pid(r);" } else { "return pid_in[r];" }.to_string()),
         ];
         ctx.pipeline("partition", PARTITION_WGSL, entry, &defs)
+    }
+}
+
+/// The WGSL type of a 4- or 8-byte value.
+fn word(wide: bool) -> &'static str {
+    if wide {
+        "vec2<u32>"
+    } else {
+        "u32"
+    }
+}
+
+/// The key accessors of shaders/partition.wgsl for a 4- or 8-byte key.
+fn key_fns(key_wide: bool) -> &'static str {
+    if key_wide {
+        "fn klo(k: vec2<u32>) -> u32 { return k.x; }\nfn khi(k: vec2<u32>) -> u32 { return k.y; }\nconst KWIDE: bool = true;"
+    } else {
+        "fn klo(k: u32) -> u32 { return k; }\nfn khi(k: u32) -> u32 { return 0u; }\nconst KWIDE: bool = false;"
     }
 }
 
@@ -800,7 +812,7 @@ enum IdSource<'a> {
 }
 
 /// Records the fused rank-and-scatter of every column for the digit at
-/// `base.dshift`: one dispatch per group of columns (as many as the storage
+/// `base.dshift` (`base.nb` digits): one dispatch per group of columns (as many as the storage
 /// bindings allow, at most 8) and per (input segment, output segment).
 /// `outputs[i]` receives `columns[i]` (values, validity).
 #[allow(clippy::too_many_arguments)]
@@ -834,11 +846,7 @@ fn record_fused(
         }
     }
     let key_wide = matches!(ids, IdSource::Key(key) if key.values.elem_size() == 8);
-    let fns = if key_wide {
-        "fn klo(k: vec2<u32>) -> u32 { return k.x; }\nfn khi(k: vec2<u32>) -> u32 { return k.y; }\nconst KWIDE: bool = true;"
-    } else {
-        "fn klo(k: u32) -> u32 { return k; }\nfn khi(k: u32) -> u32 { return 0u; }\nconst KWIDE: bool = false;"
-    };
+    let dbits = if base.nb <= 1 { 0 } else { 32 - (base.nb - 1).leading_zeros() };
     let nsegs = columns[0].values.num_segments();
     let nout = outputs[0].0.num_segments();
     for g in &groups {
@@ -848,9 +856,9 @@ fn record_fused(
             .collect::<Vec<_>>()
             .join(",");
         let defs = [
-            ("KT", if key_wide { "vec2<u32>" } else { "u32" }.to_string()),
+            ("KT", word(key_wide).to_string()),
             ("T", "u32".to_string()),
-            ("KEY_FNS", fns.to_string()),
+            ("KEY_FNS", key_fns(key_wide).to_string()),
             ("WG", k.wg.to_string()),
             ("CHUNKS", k.chunks.to_string()),
             ("ROW_PID", if matches!(ids, IdSource::Key(_)) { "return key_pid(r);" } else { "return pid_in[r];" }.to_string()),
@@ -858,7 +866,7 @@ fn record_fused(
             ("ITEMS", shape.items.to_string()),
             ("NSGMAX", shape.nsgmax.to_string()),
             ("COLS", sig),
-            ("DBITS", base.dbits.to_string()),
+            ("DBITS", dbits.to_string()),
         ];
         let pipe = ctx.pipeline_lazy("partition_scatter", "scatter", &defs, || {
             let prelude = PARTITION_WGSL.split("// @@PRELUDE_END@@").next().unwrap_or_default();
@@ -1070,15 +1078,11 @@ fn partition_impl(
     let mut keep_bufs: Vec<GpuBuffer> = Vec::new();
     let mut last_offs: Option<GpuBuffer> = None;
     let mut dest: Option<DeviceArray> = None;
-    let mut single_counts: Option<GpuBuffer> = None;
-    let dbits = if fanout <= 1 { 0 } else { (32 - (fanout.min(256) - 1).leading_zeros()).min(8) };
-    // Fused passes over an ids array (several key columns, or several digit
-    // passes): every pass moves all columns plus the ids, through temporary
-    // copies of the columns between passes (each written once: validity zeroed).
-    let fused_ids = fused.is_some() && !inline;
-    let mut moved_all = false;
+    // Fused passes: each ranks by its digit and moves every column (with
+    // several passes, plus the ids), through temporary copies of the columns
+    // between passes (each written once: validity zeroed).
     let mut temps: Vec<Vec<CompactedColumn>> = Vec::new();
-    if fused_ids {
+    if fused.is_some() {
         for _ in 0..(passes as usize - 1).min(2) {
             let mut t = Vec::with_capacity(columns.len());
             for c in columns {
@@ -1131,33 +1135,35 @@ fn partition_impl(
         pass.label = "scan";
         sk.record(ctx, &mut pass, &[(counts.raw(), offs.raw(), m)], ScanKind::Exclusive, total.raw())?;
         hist_bytes += pass.keep[before..].iter().map(|b| b.size()).sum::<u64>();
-        if fused.is_some() && inline {
-            // ranked and scattered in step 4, one kernel per column group
-            single_counts = Some(counts);
-            last_offs = Some(offs);
-            keep_bufs.push(total);
-            break;
-        }
-        if let (Some(shape), true) = (fused, fused_ids) {
-            let ids_now = cur_ids.take().expect("fused passes keep an ids array");
-            let next_ids = scratch(ctx, n, seg, &mut row_bytes)?;
+        if let Some(shape) = fused {
+            // ids from the key (one pass, one key column) or the ids array, moved
+            // along for the next pass and the offsets when there are several
+            let ids_now = cur_ids.take();
+            let next_ids = match (&ids_now, passes) {
+                (Some(_), 2..) => Some(scratch(ctx, n, seg, &mut row_bytes)?),
+                _ => None,
+            };
             let last = ps + 1 == passes;
-            let src_cols: Vec<Column<'_>> = if ps == 0 {
+            let mut ins: Vec<Column<'_>> = if ps == 0 {
                 columns.to_vec()
             } else {
                 temps[(ps as usize - 1) % 2].iter().map(|c| Column { values: &c.values, validity: c.validity.as_ref() }).collect()
             };
             let dst_cols = if last { &outputs } else { &temps[ps as usize % 2] };
-            let mut ins = src_cols;
-            ins.push(Column { values: &ids_now, validity: None });
             let mut outs: Vec<(&DeviceArray, Option<&DeviceArray>)> = dst_cols.iter().map(|o| (&o.values, o.validity.as_ref())).collect();
-            outs.push((&next_ids, None));
-            let pdbits = if nb <= 1 { 0 } else { 32 - (nb - 1).leading_zeros() };
-            let base = Params { total_tiles: total_tiles as u32, nb, dshift, dbits: pdbits, ..key_pid };
+            if let (Some(a), Some(nx)) = (&ids_now, &next_ids) {
+                ins.push(Column::new(a));
+                outs.push((nx, None));
+            }
+            let src = match &ids_now {
+                Some(a) => IdSource::Ids(a),
+                None => IdSource::Key(kc0),
+            };
+            let base = Params { total_tiles: total_tiles as u32, nb, dshift, ..key_pid };
             pass.label = "rank+scatter";
-            record_fused(ctx, &k, shape, &mut pass, &ins, &outs, IdSource::Ids(&ids_now), base, &counts, &offs, &seg_tiles)?;
-            keep_arrays.push(ids_now);
-            cur_ids = Some(next_ids);
+            record_fused(ctx, &k, shape, &mut pass, &ins, &outs, src, base, &counts, &offs, &seg_tiles)?;
+            keep_arrays.extend(ids_now);
+            cur_ids = next_ids;
             keep_bufs.extend([counts, total]);
             if passes == 1 {
                 // offsets straight from the scanned matrix
@@ -1166,7 +1172,6 @@ fn partition_impl(
                 keep_bufs.push(offs);
             }
             if last {
-                moved_all = true;
                 break;
             }
             continue;
@@ -1240,40 +1245,29 @@ fn partition_impl(
                 });
                 pass.dispatch(ctx, &bp, &[entry(3, pb), entry(13, prev), entry(12, poffs.raw()), entry(15, &ub)], groups(rows))?;
             }
-            if moved_all {
-                None
+            if fused.is_some() {
+                None // the fused passes moved every column
             } else {
-            // invert the composed permutation: dest[src[j]] = j
-            pass.label = "invert";
-            let src = src.take().expect("several passes track row numbers");
-            let d = scratch(ctx, n, seg, &mut row_bytes)?;
-            record_move(ctx, &k, &mut pass, &src, None, &d)?;
-            keep_arrays.push(src);
-            Some(d)
+                // invert the composed permutation: dest[src[j]] = j
+                pass.label = "invert";
+                let src = src.take().expect("several passes track row numbers");
+                let d = scratch(ctx, n, seg, &mut row_bytes)?;
+                record_move(ctx, &k, &mut pass, &src, None, &d)?;
+                keep_arrays.push(src);
+                Some(d)
             }
         }
     };
     // 4. scatter the columns
-    match (&dest, fused) {
-        (Some(dest), _) => {
-            pass.label = "move columns";
-            for (c, o) in columns.iter().zip(&outputs) {
-                record_move(ctx, &k, &mut pass, dest, Some(c.values), &o.values)?;
-                if let (Some(vin), Some(vout)) = (c.validity, &o.validity) {
-                    record_move_validity(ctx, &k, &mut pass, dest, vin, vout)?;
-                }
+    // (the fused passes moved every column already)
+    if let Some(dest) = &dest {
+        pass.label = "move columns";
+        for (c, o) in columns.iter().zip(&outputs) {
+            record_move(ctx, &k, &mut pass, dest, Some(c.values), &o.values)?;
+            if let (Some(vin), Some(vout)) = (c.validity, &o.validity) {
+                record_move_validity(ctx, &k, &mut pass, dest, vin, vout)?;
             }
         }
-        (None, _) if moved_all => {}
-        (None, Some(shape)) => {
-            pass.label = "rank+scatter";
-            let counts = single_counts.as_ref().expect("fused pass keeps its histogram");
-            let offs = last_offs.as_ref().expect("fused pass keeps its offsets");
-            let base = Params { total_tiles: total_tiles as u32, nb: fanout.clamp(1, 256), dshift: 0, dbits, ..key_pid };
-            let outs: Vec<(&DeviceArray, Option<&DeviceArray>)> = outputs.iter().map(|o| (&o.values, o.validity.as_ref())).collect();
-            record_fused(ctx, &k, shape, &mut pass, columns, &outs, IdSource::Key(kc0), base, counts, offs, &seg_tiles)?;
-        }
-        (None, None) => return Err(GpuError::Invalid("partition without destinations".into())),
     }
     // the per-dispatch profile's timer (one pass per dispatch)
     let each = match &timing {
@@ -1311,7 +1305,7 @@ fn partition_impl(
             }
         }
     }
-    drop((pass, keep_arrays, keep_bufs, last_offs, single_counts, cur_ids, dest, temps));
+    drop((pass, keep_arrays, keep_bufs, last_offs, cur_ids, dest, temps));
     stats.histogram_bytes = hist_bytes;
     stats.row_scratch_bytes = row_bytes;
     Ok(Partitioned { offsets, columns: outputs, stats })

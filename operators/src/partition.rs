@@ -919,6 +919,31 @@ fn record_fused(
     Ok(())
 }
 
+/// Device columns shaped like `columns` (`n` rows, `seg` rows a segment; a
+/// validity bitmap where the input has one), not initialised.
+fn alloc_like(ctx: &GpuContext, columns: &[Column<'_>], n: usize, seg: usize) -> GpuResult<Vec<CompactedColumn>> {
+    columns
+        .iter()
+        .map(|c| {
+            let values = DeviceArray::alloc_segmented(ctx, n, c.values.elem_size(), seg)?;
+            let validity = match c.validity {
+                Some(_) => Some(DeviceArray::alloc_segmented(ctx, n.div_ceil(32), 4, seg / 32)?),
+                None => None,
+            };
+            Ok(CompactedColumn { values, validity })
+        })
+        .collect()
+}
+
+/// Zeroes the validity bitmaps of `cols` (the scatters set bits with atomicOr).
+fn clear_validity(enc: &mut wgpu::CommandEncoder, cols: &[CompactedColumn]) {
+    for v in cols.iter().filter_map(|c| c.validity.as_ref()) {
+        for i in 0..v.num_segments() {
+            enc.clear_buffer(v.segment(i).0, 0, None);
+        }
+    }
+}
+
 /// Partitions `columns` by the key columns `keys` (indices into `columns`) with
 /// the default options. All columns must have the same length and `seg_rows`.
 pub fn partition_gpu(ctx: &GpuContext, columns: &[Column<'_>], keys: &[usize], func: &PartitionFn) -> GpuResult<Partitioned> {
@@ -988,28 +1013,14 @@ fn partition_impl(
         .iter()
         .map(|c| (c.values.len() * c.values.elem_size() + c.validity.map_or(0, |v| v.len() * 4)) as u64)
         .sum::<u64>();
-    let mut outputs = Vec::with_capacity(columns.len());
-    for c in columns {
-        let values = DeviceArray::alloc_segmented(ctx, n, c.values.elem_size(), seg)?;
-        let validity = match c.validity {
-            Some(_) => Some(DeviceArray::alloc_segmented(ctx, n.div_ceil(32), 4, seg / 32)?),
-            None => None,
-        };
-        outputs.push(CompactedColumn { values, validity });
-    }
+    let outputs = alloc_like(ctx, columns, n, seg)?;
     let mut stats = PartitionStats { passes, input_bytes, ..Default::default() };
     if n == 0 {
         return Ok(Partitioned { offsets: vec![0; fanout as usize + 1], columns: outputs, stats });
     }
     let mut pass = Pass::default();
     let mut enc = ctx.encoder("partition");
-    for o in &outputs {
-        if let Some(v) = &o.validity {
-            for i in 0..v.num_segments() {
-                enc.clear_buffer(v.segment(i).0, 0, None);
-            }
-        }
-    }
+    clear_validity(&mut enc, &outputs);
     let mut row_bytes = 0u64;
     let mut hist_bytes = 0u64;
     // 1. partition ids: computed inside the digit kernels from the one key column
@@ -1084,23 +1095,9 @@ fn partition_impl(
     let mut temps: Vec<Vec<CompactedColumn>> = Vec::new();
     if fused.is_some() {
         for _ in 0..(passes as usize - 1).min(2) {
-            let mut t = Vec::with_capacity(columns.len());
-            for c in columns {
-                let values = DeviceArray::alloc_segmented(ctx, n, c.values.elem_size(), seg)?;
-                row_bytes += values.device_bytes();
-                let validity = match c.validity {
-                    Some(_) => {
-                        let v = DeviceArray::alloc_segmented(ctx, n.div_ceil(32), 4, seg / 32)?;
-                        for i in 0..v.num_segments() {
-                            enc.clear_buffer(v.segment(i).0, 0, None);
-                        }
-                        row_bytes += v.device_bytes();
-                        Some(v)
-                    }
-                    None => None,
-                };
-                t.push(CompactedColumn { values, validity });
-            }
+            let t = alloc_like(ctx, columns, n, seg)?;
+            clear_validity(&mut enc, &t);
+            row_bytes += t.iter().map(|c| c.values.device_bytes() + c.validity.as_ref().map_or(0, |v| v.device_bytes())).sum::<u64>();
             temps.push(t);
         }
     }

@@ -108,12 +108,10 @@ fn is_valid(i: u32) -> bool {
     return (p.flags & F_VALID) == 0u || ((kvalid[i / 32u] >> (i % 32u)) & 1u) != 0u;
 }
 
-// Radix digits or a direct id of row i's key (NULL: partition 0).
-fn radix_pid(i: u32) -> u32 {
-    if (!is_valid(i)) { return 0u; }
-    let k = keys[i];
-    let lo = klo(k);
-    let hi = khi(k);
+// Radix digits or a direct id of a key given by its low and high words
+// (NULL: partition 0).
+fn radix_pid_of(lo: u32, hi: u32, valid: bool) -> u32 {
+    if (!valid) { return 0u; }
     if ((p.flags & F_DIRECT) != 0u) {
         return select(p.fanout - 1u, lo, hi == 0u && lo < p.fanout);
     }
@@ -126,13 +124,12 @@ fn radix_pid(i: u32) -> u32 {
     return v & p.mask;
 }
 
-// The hash of row i's key folded into h.
-fn fold_key(h0: u32, i: u32) -> u32 {
+// A key's hash folded into h.
+fn fold_of(h0: u32, lo: u32, hi: u32, valid: bool) -> u32 {
     var h = h0;
-    if (is_valid(i)) {
-        let k = keys[i];
-        h = hash_combine(h, klo(k));
-        if (KWIDE) { h = hash_combine(h, khi(k)); }
+    if (valid) {
+        h = hash_combine(h, lo);
+        if (KWIDE) { h = hash_combine(h, hi); }
     } else {
         h = hash_combine(h, NULL_TAG);
         if (KWIDE) { h = hash_combine(h, NULL_TAG); }
@@ -140,17 +137,50 @@ fn fold_key(h0: u32, i: u32) -> u32 {
     return h;
 }
 
-// The partition id of row i computed from its one key column (F_HASH: the hash
-// modulo the fan-out, else radix/direct): what `histogram` and `rank` use
-// instead of reading `pid_in` when one key column and one digit pass suffice.
+// Row i's key as (low word, high word, valid).
+fn key_words(i: u32) -> vec3<u32> {
+    let k = keys[i];
+    return vec3<u32>(klo(k), khi(k), select(0u, 1u, is_valid(i)));
+}
+
+fn radix_pid(i: u32) -> u32 {
+    let w = key_words(i);
+    return radix_pid_of(w.x, w.y, w.z != 0u);
+}
+
+// The hash of row i's key folded into h.
+fn fold_key(h0: u32, i: u32) -> u32 {
+    let w = key_words(i);
+    return fold_of(h0, w.x, w.y, w.z != 0u);
+}
+
+// The partition id of a key given as (low word, high word, valid) (F_HASH:
+// the hash modulo the fan-out, else radix/direct): what `histogram` and
+// `rank` use instead of reading `pid_in` when one key column and one digit
+// pass suffice.
+fn words_pid(w: vec3<u32>) -> u32 {
+    if ((p.flags & F_HASH) != 0u) { return fold_of(0u, w.x, w.y, w.z != 0u) % p.fanout; }
+    return radix_pid_of(w.x, w.y, w.z != 0u);
+}
+
 fn key_pid(i: u32) -> u32 {
-    if ((p.flags & F_HASH) != 0u) { return fold_key(0u, i) % p.fanout; }
-    return radix_pid(i);
+    return words_pid(key_words(i));
+}
+
+// What the digit kernels read of row r (`row_raw`: loads only) and the
+// partition id computed from it (`raw_pid`), split so the fused kernel can
+// issue the loads a round ahead.
+fn row_raw(r: u32) -> vec3<u32> {
+    {{ROW_RAW}}
+}
+
+fn raw_pid(w: vec3<u32>) -> u32 {
+    {{RAW_PID}}
 }
 
 // The partition id of row r as the digit kernels see it.
 fn row_pid(r: u32) -> u32 {
-    {{ROW_PID}}
+    return raw_pid(row_raw(r));
 }
 
 fn digit(x: u32) -> u32 {

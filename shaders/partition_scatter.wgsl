@@ -124,9 +124,14 @@ fn scatter(
         if (workgroupUniformLoad(&skip_tile) != 0u) { return; }
     }
     let lt = (1u << lane) - 1u;
+{{KEY_PREFETCH}}{{COL_PREFETCH}}
+    for (var w = lid; w < WCNT; w += SWG) { atomicStore(&wcnt[w], 0u); }
+    workgroupBarrier();
+    // Barriers per round: after the ranking, the subgroup totals, the
+    // scan and the destinations, then two per column (see partition.rs). The
+    // counters are zeroed for the next round once the destinations are read,
+    // and the column barriers order that before the next round's ranking.
     for (var rb = tstart; rb < tend; rb += R) {
-        for (var w = lid; w < WCNT; w += SWG) { atomicStore(&wcnt[w], 0u); }
-        workgroupBarrier();
         let rcount = min(R, tend - rb);
         // item k of this invocation is row sbase + k * istride
         let sbase = rb + sg_id * sgs * ITEMS + lane;
@@ -134,17 +139,10 @@ fn scatter(
         var dig: array<u32, ITEMS>;
         var pos: array<u32, ITEMS>;
         var gd: array<u32, ITEMS>;
+{{COL_PRELOAD}}
         // 1. rank (the item loops are unrolled by partition.rs, so the
         // per-item arrays are indexed by constants and stay in registers)
-        //@unroll
-        {
-            let row = sbase + @K * istride;
-            var d = 0u;
-            if (row < tend) { d = digit(row_pid(row)); }
-            dig[@K] = d;
-        }
-        //@end
-        //@unroll
+{{KEY_DIGITS}}        //@unroll
         {
             let valid = sbase + @K * istride < tend;
             let d = dig[@K];
@@ -205,8 +203,9 @@ fn scatter(
         gd[@K] = 0u;
         if (@K * SWG + lid < rcount) { gd[@K] = sb[@K * SWG + lid]; }
         //@end
-        // 4. columns
+        for (var w = lid; w < WCNT; w += SWG) { atomicStore(&wcnt[w], 0u); }
+        // 4. columns (the first one's staging needs no barrier of its own
+        // unless it writes `sb`, read just above)
 {{COL_MOVES}}
-        workgroupBarrier();
     }
 }

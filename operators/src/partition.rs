@@ -574,7 +574,8 @@ impl Kernels {
             ("KEY_FNS", key_fns(key_wide).to_string()),
             ("WG", self.wg.to_string()),
             ("CHUNKS", self.chunks.to_string()),
-            ("ROW_PID", if inline { "return key_pid(r);" } else { "return pid_in[r];" }.to_string()),
+            ("ROW_RAW", if inline { "return key_words(r);" } else { "return vec3<u32>(pid_in[r], 0u, 1u);" }.to_string()),
+            ("RAW_PID", if inline { "return words_pid(w);" } else { "return w.x;" }.to_string()),
         ];
         ctx.pipeline("partition", PARTITION_WGSL, entry, &defs)
     }
@@ -682,11 +683,58 @@ fn record_move_validity(ctx: &GpuContext, k: &Kernels, pass: &mut Pass, idx: &De
 struct FusedShape {
     /// Invocations: 8 subgroups of the smallest size, 32..=256.
     swg: u32,
-    /// Rows per invocation and round.
+    /// Rows per invocation and round (`for_digits` sets it per pass).
     items: u32,
+    /// The most rows per invocation the workgroup memory allows.
+    max_items: u32,
+    /// Rows per invocation asked for by RIDGELINE_PARTITION_ITEMS.
+    items_set: Option<u32>,
     /// Subgroups a workgroup can have (counters in workgroup memory).
     nsgmax: u32,
+    /// When the column values are read (for the first columns, up to
+    /// `PRELOAD_WORDS` registers per item).
+    preload: Preload,
+    /// The preload asked for by RIDGELINE_PARTITION_PRELOAD.
+    preload_set: Option<Preload>,
+    /// Whether the key words are loaded a round ahead.
+    key_ahead: bool,
 }
+
+/// The fused kernel's digits of a round, read where they are needed ...
+const KEY_DIGITS: &str = "        //@unroll
+        {
+            let row = sbase + @K * istride;
+            var d = 0u;
+            if (row < tend) { d = digit(row_pid(row)); }
+            dig[@K] = d;
+        }
+        //@end
+";
+
+/// ... or from key words loaded a round earlier, issuing the next round's
+/// loads at once (`KEY_PREFETCH` loads the first round's before the loop).
+const KEY_PREFETCH: &str = "    var pk: array<vec3<u32>, ITEMS>;
+    {
+        let sbase = tstart + sg_id * sgs * ITEMS + lane;
+        let istride = sgs;
+        //@unroll
+        if (sbase + @K * istride < tend) { pk[@K] = row_raw(sbase + @K * istride); }
+        //@end
+    }
+";
+const KEY_DIGITS_AHEAD: &str = "        //@unroll
+        {
+            let row = sbase + @K * istride;
+            var d = 0u;
+            if (row < tend) { d = digit(raw_pid(pk[@K])); }
+            dig[@K] = d;
+            if (row + R < tend) { pk[@K] = row_raw(row + R); }
+        }
+        //@end
+";
+
+/// Registers per item the fused kernel may spend on preloaded column values.
+const PRELOAD_WORDS: u32 = 6;
 
 fn fused_shape(ctx: &GpuContext) -> Option<FusedShape> {
     // RIDGELINE_PARTITION_FUSED=0 turns the fused kernel off everywhere (to
@@ -702,26 +750,65 @@ fn fused_shape(ctx: &GpuContext) -> Option<FusedShape> {
     if swg % smax != 0 || ctx.limits().max_storage_buffers_per_shader_stage < 8 {
         return None;
     }
-    // RIDGELINE_PARTITION_ITEMS (1..=16) is for measuring; 4 by default (on the
-    // H100 4 beat 2, 8 and 16 at 2^26..2^28 rows: the workgroup memory of 16
-    // leaves room for fewer workgroups).
-    let mut items = std::env::var("RIDGELINE_PARTITION_ITEMS").ok().and_then(|v| v.parse::<u32>().ok()).filter(|i| (1..=16).contains(i)).unwrap_or(4);
     let nsgmax = swg / smin;
     // subgroup counters, two staging arrays of R words, three digit arrays
     let storage = |items: u32| 4 * 256 * nsgmax + 8 * swg * items + 3 * 1024 + 64;
-    while items > 1 && storage(items) > ctx.limits().max_compute_workgroup_storage_size {
-        items /= 2;
+    let mut max_items = 16;
+    while max_items > 1 && storage(max_items) > ctx.limits().max_compute_workgroup_storage_size {
+        max_items /= 2;
     }
-    if storage(items) > ctx.limits().max_compute_workgroup_storage_size {
+    if storage(max_items) > ctx.limits().max_compute_workgroup_storage_size {
         return None;
     }
-    Some(FusedShape { swg, items, nsgmax })
+    // RIDGELINE_PARTITION_ITEMS (1..=16), RIDGELINE_PARTITION_PRELOAD
+    // (late|round|ahead) and RIDGELINE_PARTITION_KEYAHEAD=0 are for measuring.
+    let items = std::env::var("RIDGELINE_PARTITION_ITEMS").ok().and_then(|v| v.parse::<u32>().ok()).filter(|i| (1..=16).contains(i));
+    let preload = match std::env::var("RIDGELINE_PARTITION_PRELOAD").as_deref() {
+        Ok("late") => Some(Preload::Late),
+        Ok("round") => Some(Preload::Round),
+        Ok("ahead") => Some(Preload::Ahead),
+        _ => None,
+    };
+    let key_ahead = !std::env::var("RIDGELINE_PARTITION_KEYAHEAD").is_ok_and(|v| v == "0");
+    Some(FusedShape { swg, items: 4, max_items, items_set: items, nsgmax, preload: Preload::Round, preload_set: preload, key_ahead })
 }
 
-/// The WGSL of one column's part of the fused kernel: (bindings, moves).
+impl FusedShape {
+    /// The shape of a pass over digits of `dbits` bits. Measured on the H100
+    /// (2^28 rows, u32 key + u32 payload, BENCHMARKS.md session 21): up to 16
+    /// partitions, 4 rows per invocation and round with the values read at the
+    /// start of the round (3.7-3.9 ms; 8 rows: 5.3-5.9); more partitions, 8 rows
+    /// with the values read a round ahead (7.4 ms; 4 rows: 9.5). 12 and 16 rows
+    /// were as fast in some builds and 4-5x slower in others.
+    fn for_digits(mut self, dbits: u32) -> Self {
+        let (items, preload) = if dbits > 4 { (8, Preload::Ahead) } else { (4, Preload::Round) };
+        self.items = self.items_set.unwrap_or(items).min(self.max_items);
+        self.preload = self.preload_set.unwrap_or(preload);
+        self
+    }
+}
+
+/// How the fused kernel reads a column's values (and validity bits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Preload {
+    /// Read where they are staged, after the ranking: one more load latency
+    /// per column and round.
+    Late,
+    /// Read into registers at the start of the round, beside the keys.
+    Round,
+    /// Read the next round's values right after staging this round's, so the
+    /// load overlaps the writes and the next round's ranking.
+    Ahead,
+}
+
+/// The WGSL of one column's part of the fused kernel: (bindings, code before
+/// the round loop, code at the start of a round, moves).
 /// Column `j` binds `16 + 4j` (input), `17 + 4j` (output) and, with validity,
 /// `18 + 4j` / `19 + 4j` (input / output bitmap).
-fn fused_column_wgsl(j: usize, wide: bool, validity: bool) -> (String, String) {
+fn fused_column_wgsl(j: usize, wide: bool, validity: bool, preload: Preload) -> [String; 4] {
+    // The first column's staging follows the destinations' barrier; a wide
+    // one writes `sb`, which every invocation has just read, so it waits.
+    let lead = if j > 0 || wide { "        workgroupBarrier();\n" } else { "" };
     let b = 16 + 4 * j;
     let t = if wide { "vec2<u32>" } else { "u32" };
     let mut decl = format!(
@@ -734,13 +821,43 @@ fn fused_column_wgsl(j: usize, wide: bool, validity: bool) -> (String, String) {
     } else {
         ("sa[pos[@K]] = v;", "sa[i]")
     };
+    // loads of item @K of the round whose first row of this invocation is `base`
+    let load_v = |base: &str| format!("        //@unroll\n        if ({base} + @K * istride < tend) {{ pv{j}[@K] = ci{j}[{base} + @K * istride]; }}\n        //@end\n");
+    let load_b = |base: &str| {
+        format!("        //@unroll\n        {{ let row = {base} + @K * istride; if (row < tend) {{ pb{j}[@K] = (cvi{j}[row / 32u] >> (row % 32u)) & 1u; }} }}\n        //@end\n")
+    };
+    let (mut before, mut start) = (String::new(), String::new());
+    let mut arrays = format!("    var pv{j}: array<{t}, ITEMS>;\n");
+    if validity {
+        arrays += &format!("    var pb{j}: array<u32, ITEMS>;\n");
+    }
+    match preload {
+        Preload::Late => {}
+        Preload::Round => {
+            start += &arrays;
+            start += &load_v("sbase");
+            if validity {
+                start += &load_b("sbase");
+            }
+        }
+        Preload::Ahead => {
+            before += &arrays;
+            before += "    {\n        let sbase = tstart + sg_id * sgs * ITEMS + lane;\n        let istride = sgs;\n";
+            before += &load_v("sbase");
+            if validity {
+                before += &load_b("sbase");
+            }
+            before += "    }\n";
+        }
+    }
+    let stage_v = match preload {
+        Preload::Late => format!("        //@unroll\n        if (sbase + @K * istride < tend) {{ let v = ci{j}[sbase + @K * istride]; {stage} }}\n        //@end\n"),
+        _ => format!("        //@unroll\n        if (sbase + @K * istride < tend) {{ let v = pv{j}[@K]; {stage} }}\n        //@end\n"),
+    };
+    let ahead = |s: String| if preload == Preload::Ahead { s } else { String::new() };
     let mut code = format!(
         "        // column {j}
-        workgroupBarrier();
-        //@unroll
-        if (sbase + @K * istride < tend) {{ let v = ci{j}[sbase + @K * istride]; {stage} }}
-        //@end
-        workgroupBarrier();
+{lead}{stage_v}{}        workgroupBarrier();
         //@unroll
         {{
             let i = @K * SWG + lid;
@@ -748,7 +865,8 @@ fn fused_column_wgsl(j: usize, wide: bool, validity: bool) -> (String, String) {
             if (i < rcount && in_out(g)) {{ co{j}[g - p.out_first] = {value}; }}
         }}
         //@end
-"
+",
+        ahead(load_v("(sbase + R)"))
     );
     if validity {
         decl += &format!(
@@ -756,15 +874,13 @@ fn fused_column_wgsl(j: usize, wide: bool, validity: bool) -> (String, String) {
             b + 2,
             b + 3
         );
+        let stage_b = match preload {
+            Preload::Late => format!("        //@unroll\n        {{\n            let row = sbase + @K * istride;\n            if (row < tend) {{ sa[pos[@K]] = (cvi{j}[row / 32u] >> (row % 32u)) & 1u; }}\n        }}\n        //@end\n"),
+            _ => format!("        //@unroll\n        if (sbase + @K * istride < tend) {{ sa[pos[@K]] = pb{j}[@K]; }}\n        //@end\n"),
+        };
         code += &format!(
             "        workgroupBarrier();
-        //@unroll
-        {{
-            let row = sbase + @K * istride;
-            if (row < tend) {{ sa[pos[@K]] = (cvi{j}[row / 32u] >> (row % 32u)) & 1u; }}
-        }}
-        //@end
-        workgroupBarrier();
+{stage_b}{}        workgroupBarrier();
         //@unroll
         {{
             let i = @K * SWG + lid;
@@ -775,10 +891,11 @@ fn fused_column_wgsl(j: usize, wide: bool, validity: bool) -> (String, String) {
             }}
         }}
         //@end
-"
+",
+            ahead(load_b("(sbase + R)"))
         );
     }
-    (decl, code)
+    [decl, before, start, code]
 }
 
 /// Repeats every `//@unroll` .. `//@end` block of `src` once per item, with
@@ -847,6 +964,7 @@ fn record_fused(
     }
     let key_wide = matches!(ids, IdSource::Key(key) if key.values.elem_size() == 8);
     let dbits = if base.nb <= 1 { 0 } else { 32 - (base.nb - 1).leading_zeros() };
+    let shape = shape.for_digits(dbits);
     let nsegs = columns[0].values.num_segments();
     let nout = outputs[0].0.num_segments();
     for g in &groups {
@@ -861,22 +979,46 @@ fn record_fused(
             ("KEY_FNS", key_fns(key_wide).to_string()),
             ("WG", k.wg.to_string()),
             ("CHUNKS", k.chunks.to_string()),
-            ("ROW_PID", if matches!(ids, IdSource::Key(_)) { "return key_pid(r);" } else { "return pid_in[r];" }.to_string()),
+            ("ROW_RAW", if matches!(ids, IdSource::Key(_)) { "return key_words(r);" } else { "return vec3<u32>(pid_in[r], 0u, 1u);" }.to_string()),
+            ("RAW_PID", if matches!(ids, IdSource::Key(_)) { "return words_pid(w);" } else { "return w.x;" }.to_string()),
+            ("KEY_AHEAD", shape.key_ahead.to_string()),
             ("SWG", shape.swg.to_string()),
             ("ITEMS", shape.items.to_string()),
             ("NSGMAX", shape.nsgmax.to_string()),
             ("COLS", sig),
             ("DBITS", dbits.to_string()),
+            ("PRELOAD", format!("{:?}", shape.preload)),
         ];
         let pipe = ctx.pipeline_lazy("partition_scatter", "scatter", &defs, || {
             let prelude = PARTITION_WGSL.split("// @@PRELUDE_END@@").next().unwrap_or_default();
-            let (mut decls, mut moves) = (String::new(), String::new());
+            let (mut decls, mut before, mut start, mut moves) = (String::new(), String::new(), String::new(), String::new());
+            let mut budget = PRELOAD_WORDS;
             for (j, &i) in g.iter().enumerate() {
-                let (d, m) = fused_column_wgsl(j, columns[i].values.elem_size() == 8, columns[i].validity.is_some());
+                let wide = columns[i].values.elem_size() == 8;
+                let validity = columns[i].validity.is_some();
+                // registers per item this column's preload holds
+                let words = 1 + wide as u32 + validity as u32;
+                let mode = if words <= budget { shape.preload } else { Preload::Late };
+                if mode != Preload::Late {
+                    budget -= words;
+                }
+                let [d, b, st, m] = fused_column_wgsl(j, wide, validity, mode);
                 decls += &d;
+                before += &b;
+                start += &st;
                 moves += &m;
             }
-            let src = SCATTER_WGSL.replace("{{COL_DECLS}}", &decls).replace("{{COL_MOVES}}", &moves);
+            if moves.is_empty() {
+                // the zeroed counters must wait for the next round's ranking
+                moves.push_str("        workgroupBarrier();\n");
+            }
+            let src = SCATTER_WGSL
+                .replace("{{COL_DECLS}}", &decls)
+                .replace("{{COL_PREFETCH}}", &before)
+                .replace("{{COL_PRELOAD}}", &start)
+                .replace("{{KEY_PREFETCH}}", if shape.key_ahead { KEY_PREFETCH } else { "" })
+                .replace("{{KEY_DIGITS}}", if shape.key_ahead { KEY_DIGITS_AHEAD } else { KEY_DIGITS })
+                .replace("{{COL_MOVES}}", &moves);
             Ok(format!("{prelude}\n{}", unroll_items(&src, shape.items)))
         })?;
         let mut tb = 0usize;

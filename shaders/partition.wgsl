@@ -108,6 +108,14 @@ fn is_valid(i: u32) -> bool {
     return (p.flags & F_VALID) == 0u || ((kvalid[i / 32u] >> (i % 32u)) & 1u) != 0u;
 }
 
+// h modulo the fan-out; a mask when the fan-out is a power of two (the GPU
+// has no integer divide: `%` by a runtime value is a few dozen instructions).
+fn mod_fanout(h: u32) -> u32 {
+    let f = p.fanout;
+    if ((f & (f - 1u)) == 0u) { return h & (f - 1u); }
+    return h % f;
+}
+
 // Radix digits or a direct id of a key given by its low and high words
 // (NULL: partition 0).
 fn radix_pid_of(lo: u32, hi: u32, valid: bool) -> u32 {
@@ -159,7 +167,7 @@ fn fold_key(h0: u32, i: u32) -> u32 {
 // `rank` use instead of reading `pid_in` when one key column and one digit
 // pass suffice.
 fn words_pid(w: vec3<u32>) -> u32 {
-    if ((p.flags & F_HASH) != 0u) { return fold_of(0u, w.x, w.y, w.z != 0u) % p.fanout; }
+    if ((p.flags & F_HASH) != 0u) { return mod_fanout(fold_of(0u, w.x, w.y, w.z != 0u)); }
     return radix_pid_of(w.x, w.y, w.z != 0u);
 }
 
@@ -211,7 +219,7 @@ fn pid_hash(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     var h = 0u;
     if ((p.flags & F_FIRST) == 0u) { h = pids[i]; }
     h = fold_key(h, i);
-    if ((p.flags & F_LAST) != 0u) { h = h % p.fanout; }
+    if ((p.flags & F_LAST) != 0u) { h = mod_fanout(h); }
     pids[i] = h;
 }
 

@@ -124,6 +124,10 @@ fn scatter(
         if (workgroupUniformLoad(&skip_tile) != 0u) { return; }
     }
     let lt = (1u << lane) - 1u;
+    // item k of this invocation is row sbase + k * istride of its round;
+    // sbase0 is the tile's first round's
+    let istride = sgs;
+    let sbase0 = tstart + sg_id * sgs * ITEMS + lane;
 {{KEY_PREFETCH}}{{COL_PREFETCH}}
     for (var w = lid; w < WCNT; w += SWG) { atomicStore(&wcnt[w], 0u); }
     workgroupBarrier();
@@ -133,9 +137,7 @@ fn scatter(
     // and the column barriers order that before the next round's ranking.
     for (var rb = tstart; rb < tend; rb += R) {
         let rcount = min(R, tend - rb);
-        // item k of this invocation is row sbase + k * istride
-        let sbase = rb + sg_id * sgs * ITEMS + lane;
-        let istride = sgs;
+        let sbase = sbase0 + (rb - tstart);
         var dig: array<u32, ITEMS>;
         var pos: array<u32, ITEMS>;
         var gd: array<u32, ITEMS>;

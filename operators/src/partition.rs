@@ -714,13 +714,9 @@ const KEY_DIGITS: &str = "        //@unroll
 /// ... or from key words loaded a round earlier, issuing the next round's
 /// loads at once (`KEY_PREFETCH` loads the first round's before the loop).
 const KEY_PREFETCH: &str = "    var pk: array<vec3<u32>, ITEMS>;
-    {
-        let sbase = tstart + sg_id * sgs * ITEMS + lane;
-        let istride = sgs;
-        //@unroll
-        if (sbase + @K * istride < tend) { pk[@K] = row_raw(sbase + @K * istride); }
-        //@end
-    }
+    //@unroll
+    if (sbase0 + @K * istride < tend) { pk[@K] = row_raw(sbase0 + @K * istride); }
+    //@end
 ";
 const KEY_DIGITS_AHEAD: &str = "        //@unroll
         {
@@ -821,11 +817,13 @@ fn fused_column_wgsl(j: usize, wide: bool, validity: bool, preload: Preload) -> 
     } else {
         ("sa[pos[@K]] = v;", "sa[i]")
     };
-    // loads of item @K of the round whose first row of this invocation is `base`
-    let load_v = |base: &str| format!("        //@unroll\n        if ({base} + @K * istride < tend) {{ pv{j}[@K] = ci{j}[{base} + @K * istride]; }}\n        //@end\n");
-    let load_b = |base: &str| {
-        format!("        //@unroll\n        {{ let row = {base} + @K * istride; if (row < tend) {{ pb{j}[@K] = (cvi{j}[row / 32u] >> (row % 32u)) & 1u; }} }}\n        //@end\n")
-    };
+    // row `row`'s validity bit
+    let bit = format!("(cvi{j}[row / 32u] >> (row % 32u)) & 1u");
+    // item @K of the round whose first row of this invocation is `base`: its
+    // value into `pv` or, staged, `v`; its validity bit into `pb` or `sa`
+    let item = |base: &str, what: &str| format!("        //@unroll\n        {{ let row = {base} + @K * istride; if (row < tend) {{ {what} }} }}\n        //@end\n");
+    let load_v = |base: &str| item(base, &format!("pv{j}[@K] = ci{j}[row];"));
+    let load_b = |base: &str| item(base, &format!("pb{j}[@K] = {bit};"));
     let (mut before, mut start) = (String::new(), String::new());
     let mut arrays = format!("    var pv{j}: array<{t}, ITEMS>;\n");
     if validity {
@@ -842,17 +840,15 @@ fn fused_column_wgsl(j: usize, wide: bool, validity: bool, preload: Preload) -> 
         }
         Preload::Ahead => {
             before += &arrays;
-            before += "    {\n        let sbase = tstart + sg_id * sgs * ITEMS + lane;\n        let istride = sgs;\n";
-            before += &load_v("sbase");
+            before += &load_v("sbase0");
             if validity {
-                before += &load_b("sbase");
+                before += &load_b("sbase0");
             }
-            before += "    }\n";
         }
     }
     let stage_v = match preload {
-        Preload::Late => format!("        //@unroll\n        if (sbase + @K * istride < tend) {{ let v = ci{j}[sbase + @K * istride]; {stage} }}\n        //@end\n"),
-        _ => format!("        //@unroll\n        if (sbase + @K * istride < tend) {{ let v = pv{j}[@K]; {stage} }}\n        //@end\n"),
+        Preload::Late => item("sbase", &format!("let v = ci{j}[row]; {stage}")),
+        _ => item("sbase", &format!("let v = pv{j}[@K]; {stage}")),
     };
     let ahead = |s: String| if preload == Preload::Ahead { s } else { String::new() };
     let mut code = format!(
@@ -875,8 +871,8 @@ fn fused_column_wgsl(j: usize, wide: bool, validity: bool, preload: Preload) -> 
             b + 3
         );
         let stage_b = match preload {
-            Preload::Late => format!("        //@unroll\n        {{\n            let row = sbase + @K * istride;\n            if (row < tend) {{ sa[pos[@K]] = (cvi{j}[row / 32u] >> (row % 32u)) & 1u; }}\n        }}\n        //@end\n"),
-            _ => format!("        //@unroll\n        if (sbase + @K * istride < tend) {{ sa[pos[@K]] = pb{j}[@K]; }}\n        //@end\n"),
+            Preload::Late => item("sbase", &format!("sa[pos[@K]] = {bit};")),
+            _ => item("sbase", &format!("sa[pos[@K]] = pb{j}[@K];")),
         };
         code += &format!(
             "        workgroupBarrier();

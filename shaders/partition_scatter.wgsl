@@ -34,6 +34,12 @@
 //    invocations write consecutive rows of one partition. Validity bits go the
 //    same way and are set with atomicOr in the zeroed output bitmap.
 //
+// Loads are issued ahead of their use (partition.rs picks the variant per
+// pass): the key words of the next round while this round's digits are
+// computed, and the column values at the start of the round or right after
+// the previous round staged its own, so a round does not wait on the key's
+// and each column's load one after another.
+//
 // With several output segments (F_MULTI) each dispatch covers one (input
 // segment, output segment) pair and writes only the rows landing in its output
 // segment; a tile whose rows all land elsewhere (its digits' output ranges,

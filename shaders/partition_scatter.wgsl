@@ -21,13 +21,19 @@
 //    value plus the popcount of the matching lanes below it.
 // 2. Scan. Per digit, an exclusive sum over the subgroups' counters (in
 //    subgroup order, which is row order), then an exclusive scan of the digits'
-//    totals over the digits: `dstart[d]`, the digit's first slot in the
-//    round's sorted order. `gcur[d]` is the digit's first output row for the
-//    round: the scanned histogram entry of (digit, tile) plus the digit's rows
-//    in the tile's earlier rounds (`run`).
-// 3. Destinations. Every row writes its output row into slot
-//    `dstart[d] + counter + rank` of `sb`; every invocation then reads the
-//    destinations of slots lid, lid + SWG, ... into registers (`gd`).
+//    totals over the digits (the digit's first slot in the round's sorted
+//    order), added to every subgroup's counter of the digit: each counter
+//    becomes the subgroup's first slot for the digit. `delta[d]` is the
+//    distance from a slot of digit d to its output row: the scanned histogram
+//    entry of (digit, tile) plus the digit's rows in the tile's earlier rounds
+//    (`run`), less the digit's first slot.
+// 3. Slots. Every row's slot is its subgroup's counter plus its rank (`pos`),
+//    and the row writes its digit into that slot of `sb`; every invocation
+//    then reads the digits of slots lid, lid + SWG, ... and keeps their output
+//    rows, slot + delta[digit], in registers (`gd`). The slots of a warp are
+//    mostly of one digit, so `delta` is read almost without bank conflicts;
+//    the only randomly placed accesses per row are the counter, the digit and
+//    the staged values.
 // 4. Columns (code generated per column by partition.rs). Each row
 //    stores its value into its slot (`sa`, and `sb` for the high words of 8-byte
 //    values), then the invocations write the slots in order: consecutive
@@ -38,7 +44,12 @@
 // pass): the key words of the next round while this round's digits are
 // computed, and the column values at the start of the round or right after
 // the previous round staged its own, so a round does not wait on the key's
-// and each column's load one after another.
+// and each column's load one after another. A moved column that is the key
+// column itself takes its values from the key words already in registers.
+//
+// The counters, the scan and `delta` cover NBS digits (the pass's digit count
+// rounded up to a power of two), so a 2- or 16-way pass does not scan 256
+// counters per subgroup and round.
 //
 // With several output segments (F_MULTI) each dispatch covers one (input
 // segment, output segment) pair and writes only the rows landing in its output
@@ -62,9 +73,12 @@
 const SWG: u32 = {{SWG}}u;
 const ITEMS: u32 = {{ITEMS}}u;
 const R: u32 = SWG * ITEMS;
-const WCNT: u32 = NSGMAX * NB;
+// NBS: the pass's digit count rounded up to a power of two (counters and
+// the per-round scan cover only those); DPT digits per invocation
+const NBS: u32 = {{NBS}}u;
+const WCNT: u32 = NSGMAX * NBS;
 const NSGMAX: u32 = {{NSGMAX}}u;
-const DPT: u32 = NB / SWG;
+const DPT: u32 = {{DPT}}u;
 const DBITS: u32 = {{DBITS}}u;
 
 {{COL_DECLS}}
@@ -72,9 +86,8 @@ const DBITS: u32 = {{DBITS}}u;
 var<workgroup> wcnt: array<atomic<u32>, WCNT>;
 var<workgroup> sa: array<u32, R>;
 var<workgroup> sb: array<u32, R>;
-var<workgroup> run: array<u32, NB>;
-var<workgroup> gcur: array<u32, NB>;
-var<workgroup> dstart: array<u32, NB>;
+var<workgroup> run: array<u32, NBS>;
+var<workgroup> delta: array<u32, NBS>;
 var<workgroup> part: array<u32, NSGMAX>;
 var<workgroup> lo_hi: array<atomic<u32>, 2>;
 var<workgroup> skip_tile: u32;
@@ -100,9 +113,11 @@ fn scatter(
     let col = p.tile_base + tile;
     for (var e = 0u; e < DPT; e++) {
         let d = lid * DPT + e;
-        var b = 0u;
-        if (d < p.nb) { b = offs[d * p.total_tiles + col]; }
-        run[d] = b;
+        if (d < NBS) {
+            var b = 0u;
+            if (d < p.nb) { b = offs[d * p.total_tiles + col]; }
+            run[d] = b;
+        }
     }
     if ((p.flags & F_MULTI) != 0u) {
         // Skip the tile when none of its rows lands in this output segment.
@@ -113,7 +128,7 @@ fn scatter(
         workgroupBarrier();
         for (var e = 0u; e < DPT; e++) {
             let d = lid * DPT + e;
-            if (d < p.nb) {
+            if (d < p.nb && d < NBS) {
                 let c = counts[d * p.total_tiles + col];
                 if (c > 0u) {
                     atomicMin(&lo_hi[0], run[d]);
@@ -163,23 +178,29 @@ fn scatter(
             let cnt = countOneBits(m);
             let r = countOneBits(m & lt);
             var old = 0u;
-            if (valid && r == 0u) { old = atomicAdd(&wcnt[sg_id * NB + d], cnt); }
+            if (valid && r == 0u) { old = atomicAdd(&wcnt[sg_id * NBS + d], cnt); }
             old = subgroupShuffle(old, min(firstTrailingBit(m), sgs - 1u));
             dig[@K] = ((old + r) << 8u) | d;
         }
         //@end
         workgroupBarrier();
-        // 2. scan: per digit over the subgroups, then over the digits
+        // 2. scan: per digit over the subgroups, then over the digits; each
+        // subgroup's counter of a digit becomes its first slot in the round's
+        // sorted order, and `delta[d]` the distance from a slot of digit d to
+        // its output row
         var sum = 0u;
+        var tot: array<u32, DPT>;
         for (var e = 0u; e < DPT; e++) {
             let d = lid * DPT + e;
             var s = 0u;
-            for (var w = 0u; w < nsg; w++) {
-                let c = atomicLoad(&wcnt[w * NB + d]);
-                atomicStore(&wcnt[w * NB + d], s);
-                s += c;
+            if (d < NBS) {
+                for (var w = 0u; w < nsg; w++) {
+                    let c = atomicLoad(&wcnt[w * NBS + d]);
+                    atomicStore(&wcnt[w * NBS + d], s);
+                    s += c;
+                }
             }
-            dstart[d] = s;
+            tot[e] = s;
             sum += s;
         }
         let ex = subgroupExclusiveAdd(sum);
@@ -189,27 +210,30 @@ fn scatter(
         for (var w = 0u; w < sg_id; w++) { pre += part[w]; }
         for (var e = 0u; e < DPT; e++) {
             let d = lid * DPT + e;
-            let t = dstart[d];
-            dstart[d] = pre;
-            pre += t;
-            gcur[d] = run[d];
-            run[d] += t;
+            if (d < NBS) {
+                for (var w = 0u; w < nsg; w++) {
+                    atomicAdd(&wcnt[w * NBS + d], pre);
+                }
+                delta[d] = run[d] - pre;
+                run[d] += tot[e];
+            }
+            pre += tot[e];
         }
         workgroupBarrier();
-        // 3. destinations into the slots
+        // 3. each row's slot, and the digit of every slot into `sb`
         //@unroll
         pos[@K] = 0u;
         if (sbase + @K * istride < tend) {
             let d = dig[@K] & 255u;
-            let within = atomicLoad(&wcnt[sg_id * NB + d]) + (dig[@K] >> 8u);
-            pos[@K] = dstart[d] + within;
-            sb[pos[@K]] = gcur[d] + within;
+            pos[@K] = atomicLoad(&wcnt[sg_id * NBS + d]) + (dig[@K] >> 8u);
+            sb[pos[@K]] = d;
         }
         //@end
         workgroupBarrier();
+        // every invocation's output rows: slots lid, lid + SWG, ...
         //@unroll
         gd[@K] = 0u;
-        if (@K * SWG + lid < rcount) { gd[@K] = sb[@K * SWG + lid]; }
+        if (@K * SWG + lid < rcount) { gd[@K] = @K * SWG + lid + delta[sb[@K * SWG + lid]]; }
         //@end
         for (var w = lid; w < WCNT; w += SWG) { atomicStore(&wcnt[w], 0u); }
         // 4. columns (the first one's staging needs no barrier of its own

@@ -724,7 +724,7 @@ const KEY_DIGITS_AHEAD: &str = "        //@unroll
             var d = 0u;
             if (row < tend) { d = digit(raw_pid(pk[@K])); }
             dig[@K] = d;
-            if (row + R < tend) { pk[@K] = row_raw(row + R); }
+{{KEY_KEEP}}            if (row + R < tend) { pk[@K] = row_raw(row + R); }
         }
         //@end
 ";
@@ -742,7 +742,12 @@ fn fused_shape(ctx: &GpuContext) -> Option<FusedShape> {
     if smin < 4 || smax > 32 || smin > smax {
         return None;
     }
-    let swg = (8 * smin).clamp(32, 256);
+    // RIDGELINE_PARTITION_SWG (a power of two, 32..=256) is for measuring
+    let swg = std::env::var("RIDGELINE_PARTITION_SWG")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|w| w.is_power_of_two() && (32..=256).contains(w))
+        .unwrap_or((8 * smin).clamp(32, 256));
     if swg % smax != 0 || ctx.limits().max_storage_buffers_per_shader_stage < 8 {
         return None;
     }
@@ -771,13 +776,20 @@ fn fused_shape(ctx: &GpuContext) -> Option<FusedShape> {
 
 impl FusedShape {
     /// The shape of a pass over digits of `dbits` bits. Measured on the H100
-    /// (2^28 rows, u32 key + u32 payload, BENCHMARKS.md session 21): up to 16
-    /// partitions, 4 rows per invocation and round with the values read at the
-    /// start of the round (3.7-3.9 ms; 8 rows: 5.3-5.9); more partitions, 8 rows
-    /// with the values read a round ahead (7.4 ms; 4 rows: 9.5). 12 and 16 rows
-    /// were as fast in some builds and 4-5x slower in others.
+    /// (2^28 rows, u32 key + u32 payload, BENCHMARKS.md session 22, device ms
+    /// of the whole partition): 2-way 2.34 with 4 rows per invocation and round
+    /// (8: 3.02, 16: 4.48); 32/64-way 3.3/3.75 with 8 (16: 4.9/5.1); 256-way
+    /// 5.65 with 16 rows read a round ahead (12: 6.35, 8: 7.0, 4: 9.5). More
+    /// rows per round make each partition's run of a round longer (fewer
+    /// partly written sectors); fewer rows per invocation cost fewer
+    /// registers. Slow processes (all kernels, the histogram included, 2-3x
+    /// slower for a whole process) were seen with every shape.
     fn for_digits(mut self, dbits: u32) -> Self {
-        let (items, preload) = if dbits > 4 { (8, Preload::Ahead) } else { (4, Preload::Round) };
+        let (items, preload) = match dbits {
+            0..=4 => (4, Preload::Round),
+            5..=6 => (8, Preload::Ahead),
+            _ => (16, Preload::Ahead),
+        };
         self.items = self.items_set.unwrap_or(items).min(self.max_items);
         self.preload = self.preload_set.unwrap_or(preload);
         self
@@ -801,7 +813,12 @@ enum Preload {
 /// the round loop, code at the start of a round, moves).
 /// Column `j` binds `16 + 4j` (input), `17 + 4j` (output) and, with validity,
 /// `18 + 4j` / `19 + 4j` (input / output bitmap).
-fn fused_column_wgsl(j: usize, wide: bool, validity: bool, preload: Preload) -> [String; 4] {
+///
+/// With `from_key` the column is the key column itself,
+/// whose words the kernel already holds in registers (`pk`, loaded a round
+/// ahead): its values and validity bits are copied from there (`key_keep`)
+/// instead of being loaded a second time.
+fn fused_column_wgsl(j: usize, wide: bool, validity: bool, preload: Preload, from_key: bool) -> [String; 4] {
     // The first column's staging follows the destinations' barrier; a wide
     // one writes `sb`, which every invocation has just read, so it waits.
     let lead = if j > 0 || wide { "        workgroupBarrier();\n" } else { "" };
@@ -830,6 +847,7 @@ fn fused_column_wgsl(j: usize, wide: bool, validity: bool, preload: Preload) -> 
         arrays += &format!("    var pb{j}: array<u32, ITEMS>;\n");
     }
     match preload {
+        _ if from_key => start += &arrays,
         Preload::Late => {}
         Preload::Round => {
             start += &arrays;
@@ -847,10 +865,10 @@ fn fused_column_wgsl(j: usize, wide: bool, validity: bool, preload: Preload) -> 
         }
     }
     let stage_v = match preload {
-        Preload::Late => item("sbase", &format!("let v = ci{j}[row]; {stage}")),
+        Preload::Late if !from_key => item("sbase", &format!("let v = ci{j}[row]; {stage}")),
         _ => item("sbase", &format!("let v = pv{j}[@K]; {stage}")),
     };
-    let ahead = |s: String| if preload == Preload::Ahead { s } else { String::new() };
+    let ahead = |s: String| if preload == Preload::Ahead && !from_key { s } else { String::new() };
     let mut code = format!(
         "        // column {j}
 {lead}{stage_v}{}        workgroupBarrier();
@@ -871,7 +889,7 @@ fn fused_column_wgsl(j: usize, wide: bool, validity: bool, preload: Preload) -> 
             b + 3
         );
         let stage_b = match preload {
-            Preload::Late => item("sbase", &format!("sa[pos[@K]] = {bit};")),
+            Preload::Late if !from_key => item("sbase", &format!("sa[pos[@K]] = {bit};")),
             _ => item("sbase", &format!("sa[pos[@K]] = pb{j}[@K];")),
         };
         code += &format!(
@@ -961,6 +979,20 @@ fn record_fused(
     let key_wide = matches!(ids, IdSource::Key(key) if key.values.elem_size() == 8);
     let dbits = if base.nb <= 1 { 0 } else { 32 - (base.nb - 1).leading_zeros() };
     let shape = shape.for_digits(dbits);
+    let nbs = 1u32 << dbits;
+    // the moved column that is the key column itself, when its words are
+    // loaded a round ahead anyway
+    let key_col = match ids {
+        IdSource::Key(key) if shape.key_ahead && !std::env::var("RIDGELINE_PARTITION_KEEP").is_ok_and(|v| v == "0") => columns.iter().position(|c| {
+            std::ptr::eq(c.values, key.values)
+                && match (c.validity, key.validity) {
+                    (None, None) => true,
+                    (Some(a), Some(b)) => std::ptr::eq(a, b),
+                    _ => false,
+                }
+        }),
+        _ => None,
+    };
     let nsegs = columns[0].values.num_segments();
     let nout = outputs[0].0.num_segments();
     for g in &groups {
@@ -975,30 +1007,51 @@ fn record_fused(
             ("KEY_FNS", key_fns(key_wide).to_string()),
             ("WG", k.wg.to_string()),
             ("CHUNKS", k.chunks.to_string()),
-            ("ROW_RAW", if matches!(ids, IdSource::Key(_)) { "return key_words(r);" } else { "return vec3<u32>(pid_in[r], 0u, 1u);" }.to_string()),
+            (
+                "ROW_RAW",
+                match ids {
+                    // without NULLs the validity word is a constant
+                    IdSource::Key(key) if key.validity.is_none() => "let k = keys[r]; return vec3<u32>(klo(k), khi(k), 1u);",
+                    IdSource::Key(_) => "return key_words(r);",
+                    IdSource::Ids(_) => "return vec3<u32>(pid_in[r], 0u, 1u);",
+                }
+                .to_string(),
+            ),
             ("RAW_PID", if matches!(ids, IdSource::Key(_)) { "return words_pid(w);" } else { "return w.x;" }.to_string()),
             ("KEY_AHEAD", shape.key_ahead.to_string()),
             ("SWG", shape.swg.to_string()),
             ("ITEMS", shape.items.to_string()),
             ("NSGMAX", shape.nsgmax.to_string()),
+            ("NBS", nbs.to_string()),
+            ("DPT", (nbs / shape.swg).max(1).to_string()),
             ("COLS", sig),
             ("DBITS", dbits.to_string()),
             ("PRELOAD", format!("{:?}", shape.preload)),
+            ("KEEP", format!("{:?}", key_col.and_then(|c| g.iter().position(|&i| i == c)))),
         ];
         let pipe = ctx.pipeline_lazy("partition_scatter", "scatter", &defs, || {
             let prelude = PARTITION_WGSL.split("// @@PRELUDE_END@@").next().unwrap_or_default();
             let (mut decls, mut before, mut start, mut moves) = (String::new(), String::new(), String::new(), String::new());
             let mut budget = PRELOAD_WORDS;
+            let mut key_keep = String::new();
             for (j, &i) in g.iter().enumerate() {
                 let wide = columns[i].values.elem_size() == 8;
                 let validity = columns[i].validity.is_some();
                 // registers per item this column's preload holds
                 let words = 1 + wide as u32 + validity as u32;
-                let mode = if words <= budget { shape.preload } else { Preload::Late };
-                if mode != Preload::Late {
-                    budget -= words;
+                let from_key = key_col == Some(i);
+                let mode = if words <= budget || from_key { shape.preload } else { Preload::Late };
+                if mode != Preload::Late || from_key {
+                    budget = budget.saturating_sub(words);
                 }
-                let [d, b, st, m] = fused_column_wgsl(j, wide, validity, mode);
+                if from_key {
+                    let v = if wide { "vec2<u32>(pk[@K].x, pk[@K].y)" } else { "pk[@K].x" };
+                    key_keep += &format!("            pv{j}[@K] = {v};\n");
+                    if validity {
+                        key_keep += &format!("            pb{j}[@K] = pk[@K].z;\n");
+                    }
+                }
+                let [d, b, st, m] = fused_column_wgsl(j, wide, validity, mode, from_key);
                 decls += &d;
                 before += &b;
                 start += &st;
@@ -1014,6 +1067,7 @@ fn record_fused(
                 .replace("{{COL_PRELOAD}}", &start)
                 .replace("{{KEY_PREFETCH}}", if shape.key_ahead { KEY_PREFETCH } else { "" })
                 .replace("{{KEY_DIGITS}}", if shape.key_ahead { KEY_DIGITS_AHEAD } else { KEY_DIGITS })
+                .replace("{{KEY_KEEP}}", &key_keep)
                 .replace("{{COL_MOVES}}", &moves);
             Ok(format!("{prelude}\n{}", unroll_items(&src, shape.items)))
         })?;
@@ -1034,18 +1088,26 @@ fn record_fused(
                 let mut e = vec![entry(4, counts.raw()), entry(5, offs.raw()), entry(15, &ub)];
                 match ids {
                     IdSource::Key(key) => {
-                        let kb = key.values.segment(s).0;
-                        e.push(entry(0, kb));
-                        e.push(entry(1, key.validity.map_or(kb, |v| v.segment(s).0)));
+                        e.push(entry(0, key.values.segment(s).0));
+                        // the bitmap is read only where the key has NULLs (ROW_RAW)
+                        if let Some(v) = key.validity {
+                            e.push(entry(1, v.segment(s).0));
+                        }
                     }
                     IdSource::Ids(a) => e.push(entry(3, a.segment(s).0)),
                 }
                 for (j, &i) in g.iter().enumerate() {
                     let b = 16 + 4 * j as u32;
-                    e.push(entry(b, columns[i].values.segment(s).0));
+                    // the key column's values and validity come from the key's bindings
+                    let from_key = key_col == Some(i);
+                    if !from_key {
+                        e.push(entry(b, columns[i].values.segment(s).0));
+                    }
                     e.push(entry(b + 1, outputs[i].0.segment(t).0));
                     if let (Some(vin), Some(vout)) = (columns[i].validity, outputs[i].1) {
-                        e.push(entry(b + 2, vin.segment(s).0));
+                        if !from_key {
+                            e.push(entry(b + 2, vin.segment(s).0));
+                        }
                         e.push(entry(b + 3, vout.segment(t).0));
                     }
                 }

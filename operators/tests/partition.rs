@@ -173,12 +173,17 @@ fn radix_and_direct_partition() {
         for (name, keys) in key_sets(n, 3) {
             let b = Batch::new(keys, 11, 0.1);
             let host = b.host(true);
-            for (shift, bits) in [(0u32, 0u32), (0, 1), (0, 8), (3, 8), (20, 12), (24, 8)] {
+            for (shift, bits) in [(0u32, 0u32), (0, 1), (0, 6), (0, 8), (3, 8), (20, 12), (24, 8)] {
                 check(&ctx, &host, &[0], PartitionFn::Radix { shift, bits }, 4096, &opts, &format!("radix u32 {name}"));
             }
             for (shift, bits) in [(0u32, 8u32), (28, 8), (40, 12), (56, 8), (60, 4)] {
                 check(&ctx, &host, &[1], PartitionFn::Radix { shift, bits }, 4096, &opts, &format!("radix u64 {name}"));
             }
+            // a u64 key with NULLs (column 3), itself one of the moved columns
+            for (shift, bits) in [(0u32, 8u32), (36, 5)] {
+                check(&ctx, &host, &[3], PartitionFn::Radix { shift, bits }, 4096, &opts, &format!("radix nullable u64 {name}"));
+            }
+            check(&ctx, &host, &[3], PartitionFn::Hash { fanout: 256 }, 4096, &opts, &format!("hash nullable u64 {name}"));
             let small: Vec<u32> = b.k32.iter().map(|k| k % 5000).collect();
             let mut host2 = host.clone();
             host2[0] = HostColumn::u32(&small).with_validity(&b.v_k32);

@@ -91,7 +91,7 @@ var<workgroup> delta: array<u32, NBS>;
 var<workgroup> part: array<u32, NSGMAX>;
 var<workgroup> lo_hi: array<atomic<u32>, 2>;
 var<workgroup> skip_tile: u32;
-
+{{PAD}}
 fn in_out(d: u32) -> bool {
     return d >= p.out_first && d - p.out_first < p.out_rows;
 }
@@ -144,7 +144,7 @@ fn scatter(
         }
         if (workgroupUniformLoad(&skip_tile) != 0u) { return; }
     }
-    let lt = (1u << lane) - 1u;
+{{PAD_TOUCH}}    let lt = (1u << lane) - 1u;
     // item k of this invocation is row sbase + k * istride of its round;
     // sbase0 is the tile's first round's
     let istride = sgs;

@@ -779,17 +779,13 @@ impl FusedShape {
     /// (2^28 rows, u32 key + u32 payload, BENCHMARKS.md session 22, device ms
     /// of the whole partition): 2-way 2.34 with 4 rows per invocation and round
     /// (8: 3.02, 16: 4.48); 32/64-way 3.3/3.75 with 8 (16: 4.9/5.1); 256-way
-    /// 5.65 with 16 rows read a round ahead (12: 6.35, 8: 7.0, 4: 9.5). More
-    /// rows per round make each partition's run of a round longer (fewer
-    /// partly written sectors); fewer rows per invocation cost fewer
-    /// registers. Slow processes (all kernels, the histogram included, 2-3x
-    /// slower for a whole process) were seen with every shape.
+    /// 7.0 with 8 rows read a round ahead (4: 9.5). 12 and 16 rows took
+    /// 256-way to 6.35 and 5.65 ms in most processes, but in about a quarter
+    /// of the processes with 16 rows every kernel, the histogram included,
+    /// then ran 2-5x slower for the rest of the process (never seen with 8 rows
+    /// in some 15 processes), so they stay opt-in (RIDGELINE_PARTITION_ITEMS).
     fn for_digits(mut self, dbits: u32) -> Self {
-        let (items, preload) = match dbits {
-            0..=4 => (4, Preload::Round),
-            5..=6 => (8, Preload::Ahead),
-            _ => (16, Preload::Ahead),
-        };
+        let (items, preload) = if dbits > 4 { (8, Preload::Ahead) } else { (4, Preload::Round) };
         self.items = self.items_set.unwrap_or(items).min(self.max_items);
         self.preload = self.preload_set.unwrap_or(preload);
         self
@@ -980,6 +976,9 @@ fn record_fused(
     let dbits = if base.nb <= 1 { 0 } else { 32 - (base.nb - 1).leading_zeros() };
     let shape = shape.for_digits(dbits);
     let nbs = 1u32 << dbits;
+    // RIDGELINE_PARTITION_PAD (words of unused workgroup memory, to cap the
+    // workgroups per multiprocessor) is for measuring
+    let pad: u32 = std::env::var("RIDGELINE_PARTITION_PAD").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     // the moved column that is the key column itself, when its words are
     // loaded a round ahead anyway
     let key_col = match ids {
@@ -1028,6 +1027,7 @@ fn record_fused(
             ("DBITS", dbits.to_string()),
             ("PRELOAD", format!("{:?}", shape.preload)),
             ("KEEP", format!("{:?}", key_col.and_then(|c| g.iter().position(|&i| i == c)))),
+            ("PAD", pad.to_string()),
         ];
         let pipe = ctx.pipeline_lazy("partition_scatter", "scatter", &defs, || {
             let prelude = PARTITION_WGSL.split("// @@PRELUDE_END@@").next().unwrap_or_default();
@@ -1068,6 +1068,9 @@ fn record_fused(
                 .replace("{{KEY_PREFETCH}}", if shape.key_ahead { KEY_PREFETCH } else { "" })
                 .replace("{{KEY_DIGITS}}", if shape.key_ahead { KEY_DIGITS_AHEAD } else { KEY_DIGITS })
                 .replace("{{KEY_KEEP}}", &key_keep)
+                .replace("{{PAD}}", &if pad > 0 { format!("var<workgroup> pad: array<u32, {pad}>;\n") } else { String::new() })
+                .replace("{{PAD_TOUCH}}", if pad > 0 { "    pad[lid % PADW] = lid;\n" } else { "" })
+                .replace("PADW", &format!("{pad}u"))
                 .replace("{{COL_MOVES}}", &moves);
             Ok(format!("{prelude}\n{}", unroll_items(&src, shape.items)))
         })?;

@@ -21,6 +21,9 @@ extensions_options! {
         pub compaction: String, default = "auto".to_string()
         /// Rows a skyline's input must have before auto mode runs SkyAlign on the GPU.
         pub min_gpu_skyline_rows: usize, default = 20_000
+        /// Reorder inner-join clusters by estimated sizes (the `ridgeline_join_reorder`
+        /// logical rule); false keeps the order of the query text.
+        pub join_reorder: bool, default = true
     }
 }
 

@@ -19,6 +19,7 @@ pub mod functions;
 pub mod gen;
 pub mod gpu_batch;
 pub mod gpu_expr;
+mod hll;
 pub mod logical;
 pub mod optimizer;
 pub mod planner;

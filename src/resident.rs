@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::datasource::{TableProvider, TableType};
 use datafusion::common::stats::Precision;
-use datafusion::common::ColumnStatistics;
+use datafusion::common::{ColumnStatistics, Statistics};
 use datafusion::error::Result;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
@@ -85,7 +85,8 @@ fn at_extreme(v: &datafusion::common::ScalarValue) -> bool {
     }
 }
 
-/// Exact NULL counts, and min / max for the types with a device layout.
+/// Exact NULL counts, estimated distinct counts, and min / max for the types with
+/// a device layout.
 pub(crate) fn column_statistics(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Vec<ColumnStatistics>> {
     use datafusion::functions_aggregate::min_max::{MaxAccumulator, MinAccumulator};
     use datafusion::logical_expr::Accumulator;
@@ -96,6 +97,12 @@ pub(crate) fn column_statistics(schema: &SchemaRef, batches: &[RecordBatch]) -> 
         .map(|(i, f)| {
             let mut cs = ColumnStatistics::new_unknown();
             cs.null_count = Precision::Exact(batches.iter().map(|b| b.column(i).null_count()).sum());
+            // Distinct counts (HyperLogLog) for the join-order rule; a type the
+            // hasher does not take simply has none.
+            let cols: Vec<_> = batches.iter().map(|b| b.column(i)).collect();
+            if let Ok(d) = crate::hll::distinct_count(&cols) {
+                cs.distinct_count = Precision::Inexact(d);
+            }
             if crate::gpu_batch::Storage::of(f.data_type()).is_some() && f.data_type() != &arrow::datatypes::DataType::Boolean {
                 let mut lo = MinAccumulator::try_new(f.data_type())?;
                 let mut hi = MaxAccumulator::try_new(f.data_type())?;
@@ -263,6 +270,18 @@ impl HostData {
     }
 }
 
+impl HostData {
+    /// Statistics of the whole table: rows, bytes and every column's statistics
+    /// (what [`TableProvider::statistics`] answers, for the join-order rule).
+    pub fn table_statistics(&self) -> Statistics {
+        Statistics {
+            num_rows: Precision::Exact(self.num_rows),
+            total_byte_size: Precision::Inexact(self.host_bytes),
+            column_statistics: self.column_stats.clone(),
+        }
+    }
+}
+
 impl HostTable {
     /// Chunks `batches` like a resident table with `chunk_rows` rows a chunk and at
     /// least `min_chunks` chunks, and computes their statistics.
@@ -282,6 +301,9 @@ impl TableProvider for HostTable {
     }
     fn table_type(&self) -> TableType {
         TableType::Base
+    }
+    fn statistics(&self) -> Option<Statistics> {
+        Some(self.data.table_statistics())
     }
     async fn scan(
         &self,
@@ -319,6 +341,9 @@ impl TableProvider for ResidentTable {
     }
     fn table_type(&self) -> TableType {
         TableType::Base
+    }
+    fn statistics(&self) -> Option<Statistics> {
+        Some(self.data.table.table_statistics())
     }
     async fn scan(
         &self,

@@ -43,6 +43,7 @@ impl RidgelineSessionExt for SessionStateBuilder {
         udfs.push(Arc::new(crate::logical::skyline::skyline_marker_udf()));
         self.with_scalar_functions(udfs)
             .with_query_planner(Arc::new(crate::planner::RidgelineQueryPlanner))
+            .with_optimizer_rule(Arc::new(crate::optimizer::JoinReorder))
             .with_physical_optimizer_rule(Arc::new(GpuFilterRule))
             .with_physical_optimizer_rule(Arc::new(crate::optimizer::GpuAggregateRule))
             .with_physical_optimizer_rule(Arc::new(crate::optimizer::GpuTopKRule))

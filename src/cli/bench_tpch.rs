@@ -90,6 +90,10 @@ pub struct TpchArgs {
     /// A duckdb wheel to install offline (default: RIDGELINE_DUCKDB_WHEEL).
     #[arg(long, value_name = "PATH")]
     pub duckdb_wheel: Option<PathBuf>,
+    /// Session settings for both modes, e.g. `--set ridgeline.join_reorder=false`
+    /// (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub settings: Vec<String>,
 }
 
 fn parse_modes(s: &str) -> std::result::Result<GpuMode, String> {
@@ -535,6 +539,14 @@ pub async fn run(args: TpchArgs) -> Result<()> {
     };
     let rl = Ridgeline::builder().gpu_mode(GpuMode::Off).build()?;
     let gpu_rl = if run_gpu { Ridgeline::builder().gpu_mode(gpu_mode).build()? } else { rl.clone() };
+    for kv in &args.settings {
+        let Some((k, v)) = kv.split_once('=') else {
+            return Err(exec_err(format!("--set takes KEY=VALUE, not '{kv}'")));
+        };
+        for e in [&rl, &gpu_rl] {
+            e.sql(&format!("SET {} = '{}'", k.trim(), v.trim().replace('\'', "''"))).await?.collect().await?;
+        }
+    }
     let t = Instant::now();
     let mut all_resident = args.resident;
     for (name, schema, batches) in tables {
@@ -555,6 +567,9 @@ pub async fn run(args: TpchArgs) -> Result<()> {
         "resident where they fit (some or all in host memory)"
     };
     println!("bench tpch: SF {sf}, {rows_total} rows {source} in {gen_ms:.0} ms; tables {placement} in {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
+    if !args.settings.is_empty() {
+        println!("settings: {}", args.settings.join(", "));
+    }
     let runs = if args.iterations == 1 { "1 timed run".to_string() } else { format!("{} timed runs", args.iterations) };
     println!("{gpu_line}; {runs} per query and mode after one warm-up (planning + execution)");
 

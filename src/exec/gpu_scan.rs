@@ -23,6 +23,9 @@ pub struct GpuScanExec {
     schema: SchemaRef,
     partitions: usize,
     props: Arc<PlanProperties>,
+    /// Dynamic filters pushed down from the plan above, applied when CPU parents
+    /// read the host copy (see `HostScanExec`).
+    filters: Vec<Arc<dyn datafusion::physical_expr::PhysicalExpr>>,
 }
 
 impl GpuScanExec {
@@ -39,7 +42,7 @@ impl GpuScanExec {
             EmissionType::Incremental,
             Boundedness::Bounded,
         ));
-        Ok(GpuScanExec { data, projection, schema, partitions, props })
+        Ok(GpuScanExec { data, projection, schema, partitions, props, filters: Vec::new() })
     }
 
     /// The resident table.
@@ -78,7 +81,12 @@ impl DisplayAs for GpuScanExec {
             self.data.table.num_rows,
             self.data.chunks.len(),
             cols.join(", ")
-        )
+        )?;
+        if !self.filters.is_empty() {
+            let fs: Vec<String> = self.filters.iter().map(|e| e.to_string()).collect();
+            write!(f, ", dynamic_filters=[{}]", fs.join(", "))?;
+        }
+        Ok(())
     }
 }
 
@@ -93,7 +101,7 @@ impl ExecutionPlan for GpuScanExec {
         &self,
         f: &mut dyn FnMut(&Arc<dyn datafusion::physical_expr::PhysicalExpr>) -> Result<datafusion::common::tree_node::TreeNodeRecursion>,
     ) -> Result<datafusion::common::tree_node::TreeNodeRecursion> {
-        super::no_expressions(f)
+        super::host_scan::visit_filters(&self.filters, f)
     }
     fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
         vec![]
@@ -104,7 +112,22 @@ impl ExecutionPlan for GpuScanExec {
     }
     fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
         // CPU parents read the host copy: the same rows, no transfer.
-        self.data.table.stream(self.schema.clone(), self.projection.as_deref(), self.partitions, partition, ctx.session_config().batch_size())
+        let bs = ctx.session_config().batch_size();
+        self.data.table.filtered_stream(self.schema.clone(), self.projection.as_deref(), self.partitions, partition, bs, self.filters.clone())
+    }
+    fn handle_child_pushdown_result(
+        &self,
+        phase: datafusion::physical_plan::filter_pushdown::FilterPushdownPhase,
+        child_pushdown_result: datafusion::physical_plan::filter_pushdown::ChildPushdownResult,
+        _config: &datafusion::config::ConfigOptions,
+    ) -> Result<datafusion::physical_plan::filter_pushdown::FilterPushdownPropagation<Arc<dyn ExecutionPlan>>> {
+        let (mut prop, dynamic) = super::host_scan::dynamic_filters(phase, child_pushdown_result);
+        if !dynamic.is_empty() {
+            let mut node = GpuScanExec::try_new(self.data.clone(), self.projection.clone(), self.partitions)?;
+            node.filters = self.filters.iter().cloned().chain(dynamic).collect();
+            prop = prop.with_updated_node(Arc::new(node) as Arc<dyn ExecutionPlan>);
+        }
+        Ok(prop)
     }
     fn partition_statistics(&self, partition: Option<usize>) -> Result<Arc<Statistics>> {
         // Host chunk i holds the rows of device chunk i.

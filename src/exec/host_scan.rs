@@ -12,6 +12,15 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties};
+use arrow::array::{Array, BooleanArray, RecordBatch};
+use arrow::compute::filter_record_batch;
+use datafusion::common::ScalarValue;
+use datafusion::config::ConfigOptions;
+use datafusion::physical_expr::expressions::Literal;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::DynamicFilterTracking;
+use datafusion::physical_expr_common::physical_expr::snapshot_physical_expr;
+use datafusion::physical_plan::filter_pushdown::{ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation, PushedDown};
 use std::sync::Arc;
 
 impl HostData {
@@ -22,14 +31,17 @@ impl HostData {
     }
 
     /// Output partition `partition` of `partitions`, projected (`out_schema`), cut
-    /// into `batch_size` rows.
-    pub(crate) fn stream(
+    /// into `batch_size` rows, with rows failing any of `filters` (dynamic filters
+    /// of the plan: a hash join's build-side keys, a top-k's threshold; evaluated on
+    /// each batch as it is read, with their value at that moment) left out.
+    pub(crate) fn filtered_stream(
         &self,
         out_schema: SchemaRef,
         projection: Option<&[usize]>,
         partitions: usize,
         partition: usize,
         batch_size: usize,
+        filters: Vec<Arc<dyn PhysicalExpr>>,
     ) -> Result<SendableRecordBatchStream> {
         let batch_size = batch_size.max(1);
         let mut out = Vec::new();
@@ -42,9 +54,16 @@ impl HostData {
                 None => b.clone(),
             };
             let n = b.num_rows();
-            out.extend((0..n).step_by(batch_size).map(|o| Ok(b.slice(o, batch_size.min(n - o)))));
+            out.extend((0..n).step_by(batch_size).map(|o| b.slice(o, batch_size.min(n - o))));
         }
-        Ok(Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(out_schema, futures::stream::iter(out))))
+        // The filters run when a batch is polled (the iterator is lazy), so a hash
+        // join's filter applies once its build side is done.
+        let mut skip = vec![0usize; filters.len()];
+        let batches = out.into_iter().filter_map(move |b| match apply_filters(&filters, &mut skip, b) {
+            Ok(b) if b.num_rows() == 0 => None,
+            r => Some(r),
+        });
+        Ok(Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(out_schema, futures::stream::iter(batches))))
     }
 
     /// Statistics of a scan with `projection` (output schema `out_schema`): of the
@@ -71,6 +90,73 @@ impl HostData {
     }
 }
 
+/// Batches a filter is left out for after it kept almost every row of one.
+const SKIP_AFTER_UNSELECTIVE: usize = 15;
+
+/// `batch` without the rows some filter is not true for; filters whose current
+/// value is the literal `true` (a dynamic filter not yet filled in) cost nothing.
+/// A filter that keeps over 95% of a batch is not evaluated for the next
+/// [`SKIP_AFTER_UNSELECTIVE`] batches (`skip` counts down per filter): it is only
+/// an early cut, and a hash join's key lookup costs about what the join's own does.
+fn apply_filters(filters: &[Arc<dyn PhysicalExpr>], skip: &mut [usize], mut batch: RecordBatch) -> Result<RecordBatch> {
+    for (f, skip) in filters.iter().zip(skip.iter_mut()) {
+        if *skip > 0 {
+            *skip -= 1;
+            continue;
+        }
+        let cur = snapshot_physical_expr(Arc::clone(f))?;
+        if let Some(l) = cur.downcast_ref::<Literal>() {
+            if l.value() == &ScalarValue::Boolean(Some(true)) {
+                continue;
+            }
+        }
+        let v = cur.evaluate(&batch)?.into_array(batch.num_rows())?;
+        let Some(mask) = v.as_any().downcast_ref::<BooleanArray>() else {
+            return datafusion::common::internal_err!("a pushed-down filter gave {} values, not booleans", v.data_type());
+        };
+        let kept = mask.true_count();
+        if kept as f64 > 0.95 * mask.len() as f64 {
+            *skip = SKIP_AFTER_UNSELECTIVE;
+        }
+        if kept == mask.len() {
+            continue;
+        }
+        batch = filter_record_batch(&batch, mask)?;
+        if batch.num_rows() == 0 {
+            break;
+        }
+    }
+    Ok(batch)
+}
+
+/// The parent filters of a leaf scan's pushdown: every one answered "not pushed"
+/// (parents keep their own operators), and the dynamic ones of the post phase
+/// returned for the scan to apply as an early cut.
+pub(crate) fn dynamic_filters(
+    phase: FilterPushdownPhase,
+    child_pushdown_result: ChildPushdownResult,
+) -> (FilterPushdownPropagation<Arc<dyn ExecutionPlan>>, Vec<Arc<dyn PhysicalExpr>>) {
+    let parent: Vec<Arc<dyn PhysicalExpr>> = child_pushdown_result.parent_filters.into_iter().map(|f| f.filter).collect();
+    let verdicts = vec![PushedDown::No; parent.len()];
+    let dynamic = if phase == FilterPushdownPhase::Post { parent.into_iter().filter(|e| DynamicFilterTracking::classify(e).contains_dynamic_filter()).collect() } else { Vec::new() };
+    (FilterPushdownPropagation::with_parent_pushdown_result(verdicts), dynamic)
+}
+
+/// `apply_expressions` over a scan's filters.
+pub(crate) fn visit_filters(
+    filters: &[Arc<dyn PhysicalExpr>],
+    f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<datafusion::common::tree_node::TreeNodeRecursion>,
+) -> Result<datafusion::common::tree_node::TreeNodeRecursion> {
+    let mut r = datafusion::common::tree_node::TreeNodeRecursion::Continue;
+    for e in filters {
+        r = f(e)?;
+        if r == datafusion::common::tree_node::TreeNodeRecursion::Stop {
+            break;
+        }
+    }
+    Ok(r)
+}
+
 /// Scan of a host table.
 #[derive(Debug)]
 pub struct HostScanExec {
@@ -79,6 +165,9 @@ pub struct HostScanExec {
     schema: SchemaRef,
     partitions: usize,
     props: Arc<PlanProperties>,
+    /// Dynamic filters pushed down from the plan above (hash joins' build-side
+    /// keys, top-k thresholds), applied to every batch read.
+    filters: Vec<Arc<dyn PhysicalExpr>>,
 }
 
 impl HostScanExec {
@@ -96,7 +185,7 @@ impl HostScanExec {
             EmissionType::Incremental,
             Boundedness::Bounded,
         ));
-        Ok(HostScanExec { data, projection, schema, partitions, props })
+        Ok(HostScanExec { data, projection, schema, partitions, props, filters: Vec::new() })
     }
 }
 
@@ -110,7 +199,12 @@ impl DisplayAs for HostScanExec {
             self.data.num_rows,
             self.data.host.len(),
             cols.join(", ")
-        )
+        )?;
+        if !self.filters.is_empty() {
+            let fs: Vec<String> = self.filters.iter().map(|e| e.to_string()).collect();
+            write!(f, ", dynamic_filters=[{}]", fs.join(", "))?;
+        }
+        Ok(())
     }
 }
 
@@ -125,7 +219,7 @@ impl ExecutionPlan for HostScanExec {
         &self,
         f: &mut dyn FnMut(&Arc<dyn datafusion::physical_expr::PhysicalExpr>) -> Result<datafusion::common::tree_node::TreeNodeRecursion>,
     ) -> Result<datafusion::common::tree_node::TreeNodeRecursion> {
-        super::no_expressions(f)
+        visit_filters(&self.filters, f)
     }
     fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
         vec![]
@@ -135,7 +229,27 @@ impl ExecutionPlan for HostScanExec {
         Ok(self)
     }
     fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
-        self.data.stream(self.schema.clone(), self.projection.as_deref(), self.partitions, partition, ctx.session_config().batch_size())
+        let bs = ctx.session_config().batch_size();
+        self.data.filtered_stream(self.schema.clone(), self.projection.as_deref(), self.partitions, partition, bs, self.filters.clone())
+    }
+    /// Takes the dynamic filters of the second (post-optimization) pushdown phase:
+    /// they only drop rows the operator that made them would drop anyway, so the
+    /// parents are told they were not pushed (nothing above changes) and the scan
+    /// applies them as an early cut. Static filters stay where they are (a GPU
+    /// filter may take them).
+    fn handle_child_pushdown_result(
+        &self,
+        phase: FilterPushdownPhase,
+        child_pushdown_result: ChildPushdownResult,
+        _config: &ConfigOptions,
+    ) -> Result<FilterPushdownPropagation<Arc<dyn ExecutionPlan>>> {
+        let (mut prop, dynamic) = dynamic_filters(phase, child_pushdown_result);
+        if !dynamic.is_empty() {
+            let mut node = HostScanExec::try_new(self.data.clone(), self.projection.clone(), self.partitions)?;
+            node.filters = self.filters.iter().cloned().chain(dynamic).collect();
+            prop = prop.with_updated_node(Arc::new(node) as Arc<dyn ExecutionPlan>);
+        }
+        Ok(prop)
     }
     fn partition_statistics(&self, partition: Option<usize>) -> Result<Arc<Statistics>> {
         Ok(Arc::new(self.data.statistics(&self.schema, self.projection.as_deref(), partition.map(|p| (self.partitions, p)))))

@@ -1,0 +1,674 @@
+//! Join order for clusters of inner joins: the logical optimizer rule
+//! `ridgeline_join_reorder`.
+//!
+//! DataFusion joins the relations of `FROM a, b, c WHERE ...` in the order the
+//! query names them and only swaps the two inputs of each join; TPC-H q7, for
+//! example, then joins all of a shipping-date slice of lineitem with orders and
+//! customer before the two-nation filter cuts it to 8%. This rule flattens every
+//! tree of inner equi-joins (through the column-only projections between them) into
+//! its leaves, equality classes of join columns and residual filters, and rebuilds
+//! it by greedy operator ordering (Fegaras, 1998): repeatedly join the two connected
+//! inputs whose estimated result is smallest. Estimates come from the tables'
+//! statistics (rows; per column NULLs, min / max and a HyperLogLog distinct count,
+//! see `crate::hll`): `|S| |T| / max(ndv_S(k), ndv_T(k))` for a join on key class
+//! k, textbook selectivities for filters (`1 / ndv` for equality, interpolation in
+//! [min, max] for ranges). Equality classes add the joins the text implies
+//! (`a = b and b = c` lets a join c directly).
+//!
+//! Only inner joins with `NULL != NULL` keys are reordered, which keeps the answer
+//! the same; a cluster whose leaves have no row estimate keeps its order. The
+//! output columns keep their order (a projection restores it). Off with
+//! `SET ridgeline.join_reorder = false`.
+use crate::config::RidgelineOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{Column, NullEquality, Result, ScalarValue};
+use datafusion::datasource::source_as_provider;
+use datafusion::logical_expr::expr::{Between, InList, Like};
+use datafusion::logical_expr::utils::{conjunction, split_conjunction_owned};
+use datafusion::logical_expr::{BinaryExpr, Expr, Filter, Join, JoinConstraint, JoinType, LogicalPlan, Operator, Projection};
+use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Most leaves a cluster may have (greedy ordering is quadratic per step).
+const MAX_LEAVES: usize = 32;
+
+/// The rule (see the module documentation).
+#[derive(Debug, Default)]
+pub struct JoinReorder;
+
+impl OptimizerRule for JoinReorder {
+    fn name(&self) -> &str {
+        "ridgeline_join_reorder"
+    }
+
+    fn rewrite(&self, plan: LogicalPlan, config: &dyn OptimizerConfig) -> Result<Transformed<LogicalPlan>> {
+        if !RidgelineOptions::from_config(&config.options()).join_reorder {
+            return Ok(Transformed::no(plan));
+        }
+        let new = reorder(&plan)?;
+        if new == plan {
+            Ok(Transformed::no(plan))
+        } else {
+            Ok(Transformed::yes(new))
+        }
+    }
+}
+
+fn eligible(j: &Join) -> bool {
+    j.join_type == JoinType::Inner && j.null_equality == NullEquality::NullEqualsNothing && !j.null_aware
+}
+
+/// `plan` with every inner-join cluster in it reordered.
+fn reorder(plan: &LogicalPlan) -> Result<LogicalPlan> {
+    if let LogicalPlan::Join(j) = plan {
+        if eligible(j) {
+            if let Some(p) = reorder_cluster(plan)? {
+                return Ok(p);
+            }
+        }
+    }
+    Ok(plan.clone().map_children(|c| Ok(Transformed::yes(reorder(&c)?)))?.data)
+}
+
+/// A flattened cluster.
+#[derive(Default)]
+struct Cluster {
+    leaves: Vec<LogicalPlan>,
+    pairs: Vec<(Expr, Expr)>,
+    filters: Vec<Expr>,
+}
+
+fn is_cluster_join(p: &LogicalPlan) -> bool {
+    matches!(p, LogicalPlan::Join(j) if eligible(j))
+}
+
+fn collect(plan: &LogicalPlan, c: &mut Cluster) {
+    match plan {
+        LogicalPlan::Join(j) if eligible(j) => {
+            collect(&j.left, c);
+            collect(&j.right, c);
+            c.pairs.extend(j.on.iter().cloned());
+            if let Some(f) = &j.filter {
+                c.filters.extend(split_conjunction_owned(f.clone()));
+            }
+        }
+        LogicalPlan::Projection(p) if is_cluster_join(&p.input) && p.expr.iter().all(|e| matches!(e, Expr::Column(_))) => collect(&p.input, c),
+        LogicalPlan::Filter(f) if is_cluster_join(&f.input) => {
+            c.filters.extend(split_conjunction_owned(f.predicate.clone()));
+            collect(&f.input, c);
+        }
+        _ => c.leaves.push(plan.clone()),
+    }
+}
+
+/// One input of the greedy ordering: a leaf or a join built so far.
+struct Node {
+    plan: LogicalPlan,
+    /// Leaves inside, as a bit set.
+    leaves: u64,
+    rows: f64,
+}
+
+/// A predicate still to place, with the leaves it reads.
+struct Pending {
+    expr: Expr,
+    leaves: u64,
+    done: bool,
+}
+
+/// A non-column equi-join pair, with the leaves of each side.
+struct Pair {
+    left: Expr,
+    right: Expr,
+    lleaves: u64,
+    rleaves: u64,
+    done: bool,
+}
+
+fn leaves_of(e: &Expr, cols: &HashMap<Column, usize>) -> Option<u64> {
+    let mut set = 0u64;
+    for c in e.column_refs() {
+        set |= 1u64 << *cols.get(c)?;
+    }
+    Some(set)
+}
+
+fn reorder_cluster(root: &LogicalPlan) -> Result<Option<LogicalPlan>> {
+    let mut cl = Cluster::default();
+    collect(root, &mut cl);
+    let n = cl.leaves.len();
+    if !(3..=MAX_LEAVES).contains(&n) {
+        return Ok(None);
+    }
+    // Leaves reordered inside first, then put in a canonical order, so the result
+    // does not depend on the order of the text (and a second pass changes nothing).
+    let mut leaves: Vec<(String, LogicalPlan)> = Vec::with_capacity(n);
+    for l in &cl.leaves {
+        let l = reorder(l)?;
+        let key = l.display_indent().to_string();
+        leaves.push((key, l));
+    }
+    leaves.sort_by(|a, b| a.0.cmp(&b.0));
+    let leaves: Vec<LogicalPlan> = leaves.into_iter().map(|(_, l)| l).collect();
+    let mut rows = Vec::with_capacity(n);
+    for l in &leaves {
+        match est_rows(l) {
+            Some(r) => rows.push(r.max(1.0)),
+            None => return Ok(None),
+        }
+    }
+    // Which leaf every referenced column comes from.
+    let mut col_leaf: HashMap<Column, usize> = HashMap::new();
+    {
+        let mut refs: Vec<&Column> = Vec::new();
+        for (a, b) in &cl.pairs {
+            refs.extend(a.column_refs());
+            refs.extend(b.column_refs());
+        }
+        for f in &cl.filters {
+            refs.extend(f.column_refs());
+        }
+        for c in refs {
+            if col_leaf.contains_key(c) {
+                continue;
+            }
+            let owners: Vec<usize> = (0..n).filter(|&i| leaves[i].schema().has_column(c)).collect();
+            if owners.len() != 1 {
+                return Ok(None);
+            }
+            col_leaf.insert(c.clone(), owners[0]);
+        }
+    }
+    // Equality classes of columns (union-find), other pairs, filters.
+    let mut class_cols: Vec<Column> = Vec::new();
+    let mut class_idx: HashMap<Column, usize> = HashMap::new();
+    let mut parent: Vec<usize> = Vec::new();
+    fn find(parent: &mut [usize], mut x: usize) -> usize {
+        while parent[x] != x {
+            parent[x] = parent[parent[x]];
+            x = parent[x];
+        }
+        x
+    }
+    let mut complex: Vec<Pair> = Vec::new();
+    for (a, b) in &cl.pairs {
+        match (a, b) {
+            (Expr::Column(x), Expr::Column(y)) => {
+                let mut id = |c: &Column, parent: &mut Vec<usize>| -> usize {
+                    *class_idx.entry(c.clone()).or_insert_with(|| {
+                        class_cols.push(c.clone());
+                        parent.push(parent.len());
+                        parent.len() - 1
+                    })
+                };
+                let (i, j) = (id(x, &mut parent), id(y, &mut parent));
+                let (ri, rj) = (find(&mut parent, i), find(&mut parent, j));
+                if ri != rj {
+                    parent[ri.max(rj)] = ri.min(rj);
+                }
+            }
+            _ => {
+                let (Some(lleaves), Some(rleaves)) = (leaves_of(a, &col_leaf), leaves_of(b, &col_leaf)) else { return Ok(None) };
+                complex.push(Pair { left: a.clone(), right: b.clone(), lleaves, rleaves, done: false });
+            }
+        }
+    }
+    // classes[k] = members (column, leaf, distinct estimate)
+    let mut classes: Vec<Vec<(Column, usize, f64)>> = Vec::new();
+    {
+        let mut root_of: HashMap<usize, usize> = HashMap::new();
+        for i in 0..class_cols.len() {
+            let r = find(&mut parent, i);
+            let k = *root_of.entry(r).or_insert_with(|| {
+                classes.push(Vec::new());
+                classes.len() - 1
+            });
+            let c = &class_cols[i];
+            let leaf = col_leaf[c];
+            let ndv = col_stats(&leaves[leaf], c).and_then(|s| s.ndv).unwrap_or(rows[leaf]);
+            classes[k].push((c.clone(), leaf, ndv));
+        }
+    }
+    let mut pending: Vec<Pending> = Vec::new();
+    for f in &cl.filters {
+        let Some(set) = leaves_of(f, &col_leaf) else { return Ok(None) };
+        pending.push(Pending { expr: f.clone(), leaves: set, done: false });
+    }
+    // Leaves: the equalities a class implies inside one leaf, and single-leaf
+    // filters, go on top of the leaf.
+    let mut nodes: Vec<Node> = Vec::with_capacity(n);
+    for (i, leaf) in leaves.into_iter().enumerate() {
+        let mut preds: Vec<Expr> = Vec::new();
+        for members in &classes {
+            let mine: Vec<&Column> = members.iter().filter(|m| m.1 == i).map(|m| &m.0).collect();
+            for other in mine.iter().skip(1) {
+                preds.push(Expr::Column(mine[0].clone()).eq(Expr::Column((*other).clone())));
+            }
+        }
+        for p in pending.iter_mut().filter(|p| !p.done && p.leaves == 1u64 << i) {
+            preds.push(p.expr.clone());
+            p.done = true;
+        }
+        for p in complex.iter_mut().filter(|p| !p.done && (p.lleaves | p.rleaves) == 1u64 << i) {
+            preds.push(p.left.clone().eq(p.right.clone()));
+            p.done = true;
+        }
+        let plan = match conjunction(preds) {
+            Some(pred) => LogicalPlan::Filter(Filter::try_new(pred, Arc::new(leaf))?),
+            None => leaf,
+        };
+        nodes.push(Node { plan, leaves: 1u64 << i, rows: rows[i] });
+    }
+    // Columns the root must output.
+    let out_cols: Vec<Column> = root.schema().columns();
+    while nodes.len() > 1 {
+        // The connected pair with the smallest estimated result; else the two
+        // smallest inputs (a cross join).
+        let mut best: Option<(f64, usize, usize)> = None;
+        for i in 0..nodes.len() {
+            for j in i + 1..nodes.len() {
+                if let Some(size) = join_size(&nodes[i], &nodes[j], &classes, &complex) {
+                    if best.is_none_or(|b| size < b.0) {
+                        best = Some((size, i, j));
+                    }
+                }
+            }
+        }
+        let (size, i, j) = match best {
+            Some(b) => b,
+            None => {
+                let mut idx: Vec<usize> = (0..nodes.len()).collect();
+                idx.sort_by(|&a, &b| nodes[a].rows.total_cmp(&nodes[b].rows));
+                let (a, b) = (idx[0].min(idx[1]), idx[0].max(idx[1]));
+                (nodes[a].rows * nodes[b].rows, a, b)
+            }
+        };
+        let b = nodes.remove(j);
+        let a = nodes.remove(i);
+        // The smaller input on the left (DataFusion builds the hash table there).
+        let (l, r) = if a.rows <= b.rows { (a, b) } else { (b, a) };
+        let mut on: Vec<(Expr, Expr)> = Vec::new();
+        for members in &classes {
+            let lm = members.iter().find(|m| l.leaves & (1u64 << m.1) != 0);
+            let rm = members.iter().find(|m| r.leaves & (1u64 << m.1) != 0);
+            if let (Some(x), Some(y)) = (lm, rm) {
+                on.push((Expr::Column(x.0.clone()), Expr::Column(y.0.clone())));
+            }
+        }
+        let both = l.leaves | r.leaves;
+        let mut filters: Vec<Expr> = Vec::new();
+        for p in complex.iter_mut().filter(|p| !p.done && (p.lleaves | p.rleaves) & !both == 0) {
+            if p.lleaves & !l.leaves == 0 && p.rleaves & !r.leaves == 0 {
+                on.push((p.left.clone(), p.right.clone()));
+            } else if p.lleaves & !r.leaves == 0 && p.rleaves & !l.leaves == 0 {
+                on.push((p.right.clone(), p.left.clone()));
+            } else {
+                filters.push(p.left.clone().eq(p.right.clone()));
+            }
+            p.done = true;
+        }
+        for p in pending.iter_mut().filter(|p| !p.done && p.leaves & !both == 0) {
+            filters.push(p.expr.clone());
+            p.done = true;
+        }
+        let join = Join::try_new(Arc::new(l.plan), Arc::new(r.plan), on, conjunction(filters), JoinType::Inner, JoinConstraint::On, NullEquality::NullEqualsNothing, false)?;
+        let mut plan = LogicalPlan::Join(join);
+        // Drop the columns nothing above needs.
+        if !nodes.is_empty() {
+            let needed = |c: &Column| -> bool {
+                out_cols.contains(c)
+                    || classes.iter().any(|m| m.iter().any(|x| &x.0 == c) && m.iter().any(|x| both & (1u64 << x.1) == 0))
+                    || pending.iter().any(|p| !p.done && p.expr.column_refs().contains(c))
+                    || complex.iter().any(|p| !p.done && (p.left.column_refs().contains(c) || p.right.column_refs().contains(c)))
+            };
+            let cols = plan.schema().columns();
+            let keep: Vec<Expr> = cols.iter().filter(|c| needed(c)).map(|c| Expr::Column(c.clone())).collect();
+            if keep.len() < cols.len() && !keep.is_empty() {
+                plan = LogicalPlan::Projection(Projection::try_new(keep, Arc::new(plan))?);
+            }
+        }
+        nodes.push(Node { plan, leaves: both, rows: size.max(1.0) });
+    }
+    if pending.iter().any(|p| !p.done) || complex.iter().any(|p| !p.done) {
+        return Ok(None);
+    }
+    let mut plan = nodes.pop().map(|n| n.plan).expect("one node left");
+    if plan.schema().columns() != out_cols {
+        let exprs = out_cols.iter().map(|c| Expr::Column(c.clone())).collect();
+        plan = LogicalPlan::Projection(Projection::try_new(exprs, Arc::new(plan))?);
+    }
+    // Same columns, types and nullability as before, or the cluster stays as it was.
+    if !plan.schema().logically_equivalent_names_and_types(root.schema()) || plan.schema().columns() != out_cols {
+        return Ok(None);
+    }
+    Ok(Some(plan))
+}
+
+/// Estimated rows of joining `a` and `b`, or `None` when no key connects them.
+fn join_size(a: &Node, b: &Node, classes: &[Vec<(Column, usize, f64)>], complex: &[Pair]) -> Option<f64> {
+    let mut divisor: Option<f64> = None;
+    for members in classes {
+        let nd = |node: &Node| {
+            members
+                .iter()
+                .filter(|m| node.leaves & (1u64 << m.1) != 0)
+                .map(|m| m.2.min(node.rows))
+                .fold(None, |acc: Option<f64>, x| Some(acc.map_or(x, |y| y.max(x))))
+        };
+        if let (Some(x), Some(y)) = (nd(a), nd(b)) {
+            let d = x.max(y).max(1.0);
+            divisor = Some(divisor.map_or(d, |v| v.max(d)));
+        }
+    }
+    let both = a.leaves | b.leaves;
+    for p in complex.iter().filter(|p| !p.done && (p.lleaves | p.rleaves) & !both == 0) {
+        let spans = (p.lleaves & !a.leaves == 0 && p.rleaves & !b.leaves == 0) || (p.lleaves & !b.leaves == 0 && p.rleaves & !a.leaves == 0);
+        if spans {
+            let d = a.rows.max(b.rows);
+            divisor = Some(divisor.map_or(d, |v| v.max(d)));
+        }
+    }
+    divisor.map(|d| a.rows * b.rows / d)
+}
+
+/// What the rule knows of one column.
+#[derive(Debug, Clone, Copy, Default)]
+struct ColStat {
+    ndv: Option<f64>,
+    min: Option<f64>,
+    max: Option<f64>,
+    null_frac: f64,
+}
+
+fn scalar_f64(v: &ScalarValue) -> Option<f64> {
+    use ScalarValue as S;
+    Some(match v {
+        S::Int8(Some(x)) => *x as f64,
+        S::Int16(Some(x)) => *x as f64,
+        S::Int32(Some(x)) => *x as f64,
+        S::Int64(Some(x)) => *x as f64,
+        S::UInt8(Some(x)) => *x as f64,
+        S::UInt16(Some(x)) => *x as f64,
+        S::UInt32(Some(x)) => *x as f64,
+        S::UInt64(Some(x)) => *x as f64,
+        S::Float32(Some(x)) => *x as f64,
+        S::Float64(Some(x)) => *x,
+        S::Decimal128(Some(x), _, s) => *x as f64 / 10f64.powi(*s as i32),
+        S::Date32(Some(x)) => *x as f64,
+        S::Date64(Some(x)) => *x as f64 / 86_400_000.0,
+        S::TimestampSecond(Some(x), _) => *x as f64,
+        S::TimestampMillisecond(Some(x), _) => *x as f64 / 1e3,
+        S::TimestampMicrosecond(Some(x), _) => *x as f64 / 1e6,
+        S::TimestampNanosecond(Some(x), _) => *x as f64 / 1e9,
+        _ => return None,
+    })
+}
+
+/// Statistics of column `col` of `plan`, traced down to a table scan.
+fn col_stats(plan: &LogicalPlan, col: &Column) -> Option<ColStat> {
+    let idx = plan.schema().index_of_column(col).ok()?;
+    col_stats_at(plan, idx)
+}
+
+fn col_stats_at(plan: &LogicalPlan, idx: usize) -> Option<ColStat> {
+    match plan {
+        LogicalPlan::TableScan(s) => {
+            let st = source_as_provider(&s.source).ok()?.statistics()?;
+            let src = match &s.projection {
+                Some(p) => *p.get(idx)?,
+                None => idx,
+            };
+            let cs = st.column_statistics.get(src)?;
+            let rows = st.num_rows.get_value().map(|r| *r as f64);
+            Some(ColStat {
+                ndv: cs.distinct_count.get_value().map(|d| *d as f64),
+                min: cs.min_value.get_value().and_then(scalar_f64),
+                max: cs.max_value.get_value().and_then(scalar_f64),
+                null_frac: match (cs.null_count.get_value(), rows) {
+                    (Some(nc), Some(r)) if r > 0.0 => *nc as f64 / r,
+                    _ => 0.0,
+                },
+            })
+        }
+        LogicalPlan::Filter(f) => col_stats_at(&f.input, idx),
+        LogicalPlan::SubqueryAlias(a) => col_stats_at(&a.input, idx),
+        LogicalPlan::Sort(s) => col_stats_at(&s.input, idx),
+        LogicalPlan::Limit(l) => col_stats_at(&l.input, idx),
+        LogicalPlan::Projection(p) => match p.expr.get(idx)? {
+            Expr::Column(c) => col_stats(&p.input, c),
+            Expr::Alias(a) => match a.expr.as_ref() {
+                Expr::Column(c) => col_stats(&p.input, c),
+                _ => None,
+            },
+            _ => None,
+        },
+        LogicalPlan::Join(j) => {
+            let nl = j.left.schema().fields().len();
+            match j.join_type {
+                JoinType::Inner | JoinType::Left | JoinType::Right | JoinType::Full => {
+                    if idx < nl {
+                        col_stats_at(&j.left, idx)
+                    } else {
+                        col_stats_at(&j.right, idx - nl)
+                    }
+                }
+                JoinType::LeftSemi | JoinType::LeftAnti | JoinType::LeftMark => col_stats_at(&j.left, idx),
+                JoinType::RightSemi | JoinType::RightAnti | JoinType::RightMark => col_stats_at(&j.right, idx),
+            }
+        }
+        LogicalPlan::Aggregate(a) => match a.group_expr.get(idx)? {
+            Expr::Column(c) if a.group_expr.iter().all(|e| matches!(e, Expr::Column(_))) => col_stats(&a.input, c),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Estimated output rows of `plan`, or `None` where nothing is known.
+fn est_rows(plan: &LogicalPlan) -> Option<f64> {
+    match plan {
+        LogicalPlan::TableScan(s) => {
+            let st = source_as_provider(&s.source).ok()?.statistics()?;
+            let mut r = *st.num_rows.get_value()? as f64;
+            for f in &s.filters {
+                r *= selectivity(f, plan);
+            }
+            if let Some(k) = s.fetch {
+                r = r.min(k as f64);
+            }
+            Some(r)
+        }
+        LogicalPlan::Filter(f) => Some(est_rows(&f.input)? * selectivity(&f.predicate, &f.input)),
+        LogicalPlan::Projection(p) => est_rows(&p.input),
+        LogicalPlan::SubqueryAlias(a) => est_rows(&a.input),
+        LogicalPlan::Sort(s) => {
+            let r = est_rows(&s.input)?;
+            Some(s.fetch.map_or(r, |k| r.min(k as f64)))
+        }
+        LogicalPlan::Limit(l) => est_rows(&l.input),
+        LogicalPlan::Distinct(d) => est_rows(d.input()),
+        LogicalPlan::Union(u) => u.inputs.iter().map(|i| est_rows(i)).sum(),
+        LogicalPlan::EmptyRelation(e) => Some(if e.produce_one_row { 1.0 } else { 0.0 }),
+        LogicalPlan::Values(v) => Some(v.values.len() as f64),
+        LogicalPlan::Aggregate(a) => {
+            if a.group_expr.is_empty() {
+                return Some(1.0);
+            }
+            let input = est_rows(&a.input)?;
+            let mut groups = 1.0f64;
+            for g in &a.group_expr {
+                let ndv = match g {
+                    Expr::Column(c) => col_stats(&a.input, c).and_then(|s| s.ndv),
+                    _ => None,
+                };
+                groups *= ndv.unwrap_or(input);
+                if groups >= input {
+                    break;
+                }
+            }
+            Some(groups.min(input))
+        }
+        LogicalPlan::Join(j) => {
+            let (l, r) = (est_rows(&j.left)?, est_rows(&j.right)?);
+            let mut d: f64 = 1.0;
+            for (a, b) in &j.on {
+                let nd = |e: &Expr, p: &LogicalPlan, rows: f64| match e {
+                    Expr::Column(c) => col_stats(p, c).and_then(|s| s.ndv).unwrap_or(rows).min(rows),
+                    _ => rows,
+                };
+                d = d.max(nd(a, &j.left, l)).max(nd(b, &j.right, r));
+            }
+            let inner = if j.on.is_empty() { l * r } else { l * r / d.max(1.0) };
+            Some(match j.join_type {
+                JoinType::Inner => inner,
+                JoinType::Left => inner.max(l),
+                JoinType::Right => inner.max(r),
+                JoinType::Full => inner.max(l).max(r),
+                // A semi join keeps the share of the kept side's keys the other
+                // side has (at most its rows); an anti join the rest.
+                JoinType::LeftSemi => l * semi_share(j, true, r),
+                JoinType::LeftAnti => l * (1.0 - semi_share(j, true, r)).max(0.1),
+                JoinType::RightSemi => r * semi_share(j, false, l),
+                JoinType::RightAnti => r * (1.0 - semi_share(j, false, l)).max(0.1),
+                JoinType::LeftMark => l,
+                JoinType::RightMark => r,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// The share of the kept side's rows a semi join keeps: the other side's rows
+/// (`other`, an upper bound of its distinct keys) over the kept side's distinct
+/// keys, at most 1; one half when the keys are not columns.
+fn semi_share(j: &Join, keep_left: bool, other: f64) -> f64 {
+    let mut share: f64 = 1.0;
+    let mut known = false;
+    for (a, b) in &j.on {
+        let (e, p) = if keep_left { (a, &j.left) } else { (b, &j.right) };
+        if let Expr::Column(c) = e {
+            if let Some(d) = col_stats(p, c).and_then(|s| s.ndv) {
+                share = share.min(other / d.max(1.0));
+                known = true;
+            }
+        }
+    }
+    if known { share.min(1.0) } else { 0.5 }
+}
+
+fn strip_cast(e: &Expr) -> &Expr {
+    match e {
+        Expr::Cast(c) => strip_cast(&c.expr),
+        Expr::TryCast(c) => strip_cast(&c.expr),
+        _ => e,
+    }
+}
+
+fn literal(e: &Expr) -> Option<&ScalarValue> {
+    match strip_cast(e) {
+        Expr::Literal(v, _) => Some(v),
+        _ => None,
+    }
+}
+
+fn column_of<'a>(e: &'a Expr, input: &LogicalPlan) -> Option<(&'a Column, ColStat)> {
+    match strip_cast(e) {
+        Expr::Column(c) => Some((c, col_stats(input, c).unwrap_or_default())),
+        _ => None,
+    }
+}
+
+fn eq_sel(s: &ColStat) -> f64 {
+    s.ndv.map_or(0.1, |d| 1.0 / d.max(1.0))
+}
+
+/// Fraction of the column's range below `v`, if known.
+fn below(s: &ColStat, v: &ScalarValue) -> Option<f64> {
+    let (lo, hi, x) = (s.min?, s.max?, scalar_f64(v)?);
+    if hi <= lo {
+        return Some(if x > lo { 1.0 } else { 0.0 });
+    }
+    Some(((x - lo) / (hi - lo)).clamp(0.0, 1.0))
+}
+
+/// Estimated fraction of `input`'s rows for which `e` is true.
+fn selectivity(e: &Expr, input: &LogicalPlan) -> f64 {
+    sel(e, input).clamp(1e-7, 1.0)
+}
+
+fn sel(e: &Expr, input: &LogicalPlan) -> f64 {
+    const DEFAULT: f64 = 0.25;
+    match e {
+        Expr::BinaryExpr(BinaryExpr { left, op: Operator::And, right }) => sel(left, input) * sel(right, input),
+        Expr::BinaryExpr(BinaryExpr { left, op: Operator::Or, right }) => {
+            let (a, b) = (sel(left, input), sel(right, input));
+            a + b - a * b
+        }
+        Expr::Not(x) => 1.0 - sel(x, input),
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
+            let (col, lit, op) = match (column_of(left, input), literal(right), column_of(right, input), literal(left)) {
+                (Some(c), Some(v), _, _) => (c, v, *op),
+                (_, _, Some(c), Some(v)) => match op.swap() {
+                    Some(o) => (c, v, o),
+                    None => return DEFAULT,
+                },
+                (Some(a), None, Some(b), None) if *op == Operator::Eq => {
+                    return 1.0 / a.1.ndv.unwrap_or(10.0).max(b.1.ndv.unwrap_or(10.0)).max(1.0);
+                }
+                _ => return DEFAULT,
+            };
+            let s = &col.1;
+            let lt = || below(s, lit).unwrap_or(1.0 / 3.0);
+            match op {
+                Operator::Eq => eq_sel(s),
+                Operator::NotEq => 1.0 - eq_sel(s),
+                Operator::Lt | Operator::LtEq => lt(),
+                Operator::Gt | Operator::GtEq => 1.0 - lt(),
+                _ => DEFAULT,
+            }
+        }
+        Expr::Between(Between { expr, negated, low, high }) => {
+            let s = match (column_of(expr, input), literal(low), literal(high)) {
+                (Some((_, s)), Some(lo), Some(hi)) => match (below(&s, lo), below(&s, hi)) {
+                    (Some(a), Some(b)) => (b - a).max(eq_sel(&s)),
+                    _ => 1.0 / 9.0,
+                },
+                _ => 1.0 / 9.0,
+            };
+            if *negated { 1.0 - s } else { s }
+        }
+        Expr::InList(InList { expr, list, negated }) => {
+            let s = match column_of(expr, input) {
+                Some((_, s)) => (list.len() as f64 * eq_sel(&s)).min(1.0),
+                None => (list.len() as f64 * 0.1).min(1.0),
+            };
+            if *negated { 1.0 - s } else { s }
+        }
+        Expr::Like(Like { negated, .. }) | Expr::SimilarTo(Like { negated, .. }) => {
+            if *negated { 0.9 } else { 0.1 }
+        }
+        Expr::IsNull(x) => column_of(x, input).map_or(0.1, |(_, s)| s.null_frac),
+        Expr::IsNotNull(x) => column_of(x, input).map_or(0.9, |(_, s)| 1.0 - s.null_frac),
+        Expr::Literal(ScalarValue::Boolean(Some(b)), _) => {
+            if *b { 1.0 } else { 0.0 }
+        }
+        _ => DEFAULT,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selectivity_of_ranges_and_equalities() {
+        let s = ColStat { ndv: Some(25.0), min: Some(0.0), max: Some(100.0), null_frac: 0.0 };
+        assert!((eq_sel(&s) - 0.04).abs() < 1e-12);
+        assert!((below(&s, &ScalarValue::Int64(Some(25))).unwrap() - 0.25).abs() < 1e-12);
+        assert_eq!(below(&s, &ScalarValue::Int64(Some(-5))).unwrap(), 0.0);
+        assert_eq!(below(&s, &ScalarValue::Int64(Some(500))).unwrap(), 1.0);
+        assert_eq!(below(&s, &ScalarValue::Utf8(Some("x".into()))), None);
+        assert!((scalar_f64(&ScalarValue::Decimal128(Some(12345), 15, 2)).unwrap() - 123.45).abs() < 1e-9);
+    }
+}

@@ -113,13 +113,14 @@ mod tests {
 
     #[test]
     fn distinct_counts_are_close() {
-        // Exact at small sizes (linear counting), within a few percent at large ones.
+        // Exact for a few dozen values (linear counting hardly collides), within 5%
+        // (3 standard errors of 1.6%) at larger counts.
         for &(rows, distinct) in &[(1usize, 1usize), (10, 3), (1000, 1000), (100_000, 25), (300_000, 300_000), (1_000_000, 150_000)] {
             let a: ArrayRef = Arc::new(Int64Array::from_iter_values((0..rows as i64).map(|i| (i * 7919) % distinct as i64)));
             let b = a.slice(0, rows / 2);
             let c = a.slice(rows / 2, rows - rows / 2);
             let est = distinct_count(&[&b, &c]).unwrap();
-            let tol = if distinct <= 1000 { 0.01 } else { 0.05 };
+            let tol = if distinct <= 25 { 0.0 } else { 0.05 };
             assert!(rel_err(est, distinct) <= tol, "rows {rows} distinct {distinct}: estimate {est}");
         }
     }

@@ -130,3 +130,21 @@ async fn scans_take_dynamic_filters() {
     let off = lines(&rl.sql(sql).await.unwrap().collect().await.unwrap(), true);
     assert_eq!(on, off);
 }
+
+/// q17's per-part average and q2's cheapest supply cost are aggregated only for
+/// the parts the filtered part table passes (a semi join below the aggregation),
+/// and not twice after the optimizer's later passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aggregated_subqueries_get_the_keys() {
+    let rl = engine();
+    for q in [17, 2] {
+        let plan = logical_plan(&rl, query_sql(q)).await;
+        assert_eq!(plan.matches("SubqueryAlias: __ridgeline_sip_").count(), 1, "q{q}:\n{plan}");
+        let semi = plan.lines().position(|l| l.contains("LeftSemi Join")).unwrap_or_else(|| panic!("q{q}: no semi join:\n{plan}"));
+        let agg = plan.lines().position(|l| l.trim_start().starts_with("Aggregate:")).unwrap();
+        assert!(agg < semi, "q{q}: the semi join is not below the aggregation:\n{plan}");
+    }
+    set(&rl, false).await;
+    let plan = logical_plan(&rl, query_sql(17)).await;
+    assert!(!plan.contains("__ridgeline_sip_"), "{plan}");
+}

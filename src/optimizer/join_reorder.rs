@@ -15,6 +15,11 @@
 //! [min, max] for ranges). Equality classes add the joins the text implies
 //! (`a = b and b = c` lets a join c directly).
 //!
+//! An input that aggregates by a join key (a decorrelated subquery) and whose key
+//! class has a far smaller filtered leaf elsewhere also gets a semi join with that
+//! leaf's keys below its aggregation (sideways information passing): dropping the
+//! groups that cannot join changes no group that can.
+//!
 //! Only inner joins with `NULL != NULL` keys are reordered, which keeps the answer
 //! the same; a cluster whose leaves have no row estimate keeps its order. The
 //! output columns keep their order (a projection restores it). Off with
@@ -25,7 +30,7 @@ use datafusion::common::{Column, NullEquality, Result, ScalarValue};
 use datafusion::datasource::source_as_provider;
 use datafusion::logical_expr::expr::{Between, InList, Like};
 use datafusion::logical_expr::utils::{conjunction, split_conjunction_owned};
-use datafusion::logical_expr::{BinaryExpr, Expr, Filter, Join, JoinConstraint, JoinType, LogicalPlan, Operator, Projection};
+use datafusion::logical_expr::{BinaryExpr, Expr, Filter, Join, JoinConstraint, JoinType, LogicalPlan, LogicalPlanBuilder, Operator, Projection};
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -230,6 +235,40 @@ fn reorder_cluster(root: &LogicalPlan) -> Result<Option<LogicalPlan>> {
             classes[k].push((c.clone(), leaf, ndv));
         }
     }
+    // Sideways information passing: an aggregated input grouped by a join key
+    // whose class has a much smaller (filtered) leaf elsewhere gets a semi join
+    // with that leaf's keys below its aggregation, so it only aggregates the groups
+    // that can join (TPC-H q17: the per-part average over lineitem for the parts
+    // of one brand and container; q2: the cheapest supplier of the parts wanted).
+    let mut leaves = leaves;
+    for (k, members) in classes.iter().enumerate() {
+        for m in members {
+            let i = m.1;
+            let Some(j) = members.iter().filter(|x| x.1 != i).min_by(|a, b| rows[a.1].total_cmp(&rows[b.1])).map(|x| x.1) else { continue };
+            if rows[j] > SIP_MAX_ROWS {
+                continue;
+            }
+            let small = members.iter().find(|x| x.1 == j).map(|x| x.0.clone()).expect("member of leaf j");
+            let Ok(idx) = leaves[i].schema().index_of_column(&m.0) else { continue };
+            let alias = format!("{SIP_ALIAS}{i}_{k}");
+            let keys = rows[j];
+            let make = |input: &LogicalPlan, key: &Column| -> Result<Option<LogicalPlan>> {
+                let ndv = col_stats(input, key).and_then(|s| s.ndv).or_else(|| est_rows(input)).unwrap_or(0.0);
+                if keys > SIP_MAX_SHARE * ndv {
+                    return Ok(None);
+                }
+                let right = LogicalPlanBuilder::from(leaves[j].clone()).project(vec![Expr::Column(small.clone())])?.alias(alias.as_str())?.build()?;
+                let rcol = Column::new(Some(alias.as_str()), small.name.as_str());
+                Ok(Some(LogicalPlanBuilder::from(input.clone()).join(right, JoinType::LeftSemi, (vec![key.clone()], vec![rcol]), None)?.build()?))
+            };
+            if let Some(new) = inject(&leaves[i], idx, &make)? {
+                if let Some(r) = est_rows(&new) {
+                    rows[i] = r.max(1.0);
+                }
+                leaves[i] = new;
+            }
+        }
+    }
     let mut pending: Vec<Pending> = Vec::new();
     for f in &cl.filters {
         let Some(set) = leaves_of(f, &col_leaf) else { return Ok(None) };
@@ -343,6 +382,57 @@ fn reorder_cluster(root: &LogicalPlan) -> Result<Option<LogicalPlan>> {
         return Ok(None);
     }
     Ok(Some(plan))
+}
+
+/// Largest estimated leaf whose keys are passed to an aggregated input.
+const SIP_MAX_ROWS: f64 = 1_000_000.0;
+/// Largest share of the aggregated input's distinct keys the passed keys may be
+/// (the semi join must drop at least 90% of the groups).
+const SIP_MAX_SHARE: f64 = 0.1;
+/// Alias of the key relation of a semi join the rule added (so a later pass does
+/// not add another).
+const SIP_ALIAS: &str = "__ridgeline_sip_";
+
+/// `plan` (an aggregated subquery: aliases, projections and HAVING filters over an
+/// aggregation grouped by plain columns) with `make(input, group column)` placed
+/// below its aggregation, where output column `idx` is a grouping column; `None`
+/// when the plan has another shape, already carries such a semi join, or `make`
+/// declines.
+fn inject(plan: &LogicalPlan, idx: usize, make: &dyn Fn(&LogicalPlan, &Column) -> Result<Option<LogicalPlan>>) -> Result<Option<LogicalPlan>> {
+    let rebuild = |new_input: Option<LogicalPlan>| -> Result<Option<LogicalPlan>> {
+        match new_input {
+            Some(n) => Ok(Some(plan.with_new_exprs(plan.expressions(), vec![n])?)),
+            None => Ok(None),
+        }
+    };
+    match plan {
+        LogicalPlan::SubqueryAlias(a) => rebuild(inject(&a.input, idx, make)?),
+        LogicalPlan::Filter(f) => rebuild(inject(&f.input, idx, make)?),
+        LogicalPlan::Projection(p) => {
+            let c = match p.expr.get(idx) {
+                Some(Expr::Column(c)) => c,
+                Some(Expr::Alias(a)) => match a.expr.as_ref() {
+                    Expr::Column(c) => c,
+                    _ => return Ok(None),
+                },
+                _ => return Ok(None),
+            };
+            let Ok(j) = p.input.schema().index_of_column(c) else { return Ok(None) };
+            rebuild(inject(&p.input, j, make)?)
+        }
+        LogicalPlan::Aggregate(a) => {
+            if !a.group_expr.iter().all(|e| matches!(e, Expr::Column(_))) {
+                return Ok(None);
+            }
+            let Some(Expr::Column(key)) = a.group_expr.get(idx) else { return Ok(None) };
+            let passed = a.input.exists(|p| Ok(matches!(p, LogicalPlan::SubqueryAlias(s) if s.alias.table().starts_with(SIP_ALIAS))))?;
+            if passed {
+                return Ok(None);
+            }
+            rebuild(make(&a.input, key)?)
+        }
+        _ => Ok(None),
+    }
 }
 
 /// Estimated rows of joining `a` and `b`, or `None` when no key connects them.

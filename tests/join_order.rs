@@ -54,6 +54,7 @@ async fn tpch_answers_do_not_change() {
         let off = lines(&rl.sql(sql).await.unwrap().collect().await.unwrap(), ordered);
         set(&rl, true).await;
         set_dynamic(&rl, true).await;
+        rl.sql("SET ridgeline.scan_dynamic_filters = true").await.unwrap().collect().await.unwrap();
         let plan_on = logical_plan(&rl, sql).await;
         let on = lines(&rl.sql(sql).await.unwrap().collect().await.unwrap(), ordered);
         assert!(!off.is_empty() || q == 11 || q == 20, "q{q}: no rows");
@@ -117,6 +118,7 @@ async fn tables_without_statistics_keep_their_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scans_take_dynamic_filters() {
     let rl = engine();
+    rl.sql("SET ridgeline.scan_dynamic_filters = true").await.unwrap().collect().await.unwrap();
     let sql = query_sql(17);
     let df = rl.sql(sql).await.unwrap();
     let plan = datafusion::physical_plan::displayable(df.create_physical_plan().await.unwrap().as_ref()).indent(true).to_string();
@@ -147,4 +149,13 @@ async fn aggregated_subqueries_get_the_keys() {
     set(&rl, false).await;
     let plan = logical_plan(&rl, query_sql(17)).await;
     assert!(!plan.contains("__ridgeline_sip_"), "{plan}");
+}
+
+/// By default the scans leave dynamic filters to the joins that make them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scans_leave_dynamic_filters_by_default() {
+    let rl = engine();
+    let df = rl.sql(query_sql(17)).await.unwrap();
+    let plan = datafusion::physical_plan::displayable(df.create_physical_plan().await.unwrap().as_ref()).indent(true).to_string();
+    assert!(plan.contains("HostScanExec: table=lineitem") && !plan.contains("dynamic_filters=["), "{plan}");
 }

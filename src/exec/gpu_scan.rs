@@ -119,9 +119,9 @@ impl ExecutionPlan for GpuScanExec {
         &self,
         phase: datafusion::physical_plan::filter_pushdown::FilterPushdownPhase,
         child_pushdown_result: datafusion::physical_plan::filter_pushdown::ChildPushdownResult,
-        _config: &datafusion::config::ConfigOptions,
+        config: &datafusion::config::ConfigOptions,
     ) -> Result<datafusion::physical_plan::filter_pushdown::FilterPushdownPropagation<Arc<dyn ExecutionPlan>>> {
-        let (mut prop, dynamic) = super::host_scan::dynamic_filters(phase, child_pushdown_result);
+        let (mut prop, dynamic) = super::host_scan::dynamic_filters(phase, child_pushdown_result, config);
         if !dynamic.is_empty() {
             let mut node = GpuScanExec::try_new(self.data.clone(), self.projection.clone(), self.partitions)?;
             node.filters = self.filters.iter().cloned().chain(dynamic).collect();

@@ -144,15 +144,18 @@ fn apply_filters(filters: &[Arc<dyn PhysicalExpr>], skip: &mut [usize], mut batc
 }
 
 /// The parent filters of a leaf scan's pushdown: every one answered "not pushed"
-/// (parents keep their own operators), and the dynamic ones of the post phase
-/// returned for the scan to apply as an early cut.
+/// (parents keep their own operators), and, with `ridgeline.scan_dynamic_filters`
+/// on, the dynamic ones of the post phase returned for the scan to apply as an
+/// early cut.
 pub(crate) fn dynamic_filters(
     phase: FilterPushdownPhase,
     child_pushdown_result: ChildPushdownResult,
+    config: &ConfigOptions,
 ) -> (FilterPushdownPropagation<Arc<dyn ExecutionPlan>>, Vec<Arc<dyn PhysicalExpr>>) {
     let parent: Vec<Arc<dyn PhysicalExpr>> = child_pushdown_result.parent_filters.into_iter().map(|f| f.filter).collect();
     let verdicts = vec![PushedDown::No; parent.len()];
-    let dynamic = if phase == FilterPushdownPhase::Post { parent.into_iter().filter(|e| DynamicFilterTracking::classify(e).contains_dynamic_filter()).collect() } else { Vec::new() };
+    let wanted = crate::config::RidgelineOptions::from_config(config).scan_dynamic_filters;
+    let dynamic = if wanted && phase == FilterPushdownPhase::Post { parent.into_iter().filter(|e| DynamicFilterTracking::classify(e).contains_dynamic_filter()).collect() } else { Vec::new() };
     (FilterPushdownPropagation::with_parent_pushdown_result(verdicts), dynamic)
 }
 
@@ -255,9 +258,9 @@ impl ExecutionPlan for HostScanExec {
         &self,
         phase: FilterPushdownPhase,
         child_pushdown_result: ChildPushdownResult,
-        _config: &ConfigOptions,
+        config: &ConfigOptions,
     ) -> Result<FilterPushdownPropagation<Arc<dyn ExecutionPlan>>> {
-        let (mut prop, dynamic) = dynamic_filters(phase, child_pushdown_result);
+        let (mut prop, dynamic) = dynamic_filters(phase, child_pushdown_result, config);
         if !dynamic.is_empty() {
             let mut node = HostScanExec::try_new(self.data.clone(), self.projection.clone(), self.partitions)?;
             node.filters = self.filters.iter().cloned().chain(dynamic).collect();

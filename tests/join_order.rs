@@ -159,3 +159,32 @@ async fn scans_leave_dynamic_filters_by_default() {
     let plan = datafusion::physical_plan::displayable(df.create_physical_plan().await.unwrap().as_ref()).indent(true).to_string();
     assert!(plan.contains("HostScanExec: table=lineitem") && !plan.contains("dynamic_filters=["), "{plan}");
 }
+
+/// The subtree under the plan line `at` (its indented block).
+fn subtree(plan: &str, at: usize) -> String {
+    let lines: Vec<&str> = plan.lines().collect();
+    let depth = |l: &str| l.len() - l.trim_start().len();
+    let d = depth(lines[at]);
+    let end = (at + 1..lines.len()).find(|&i| depth(lines[i]) <= d).unwrap_or(lines.len());
+    lines[at..end].join("\n")
+}
+
+/// q18's IN subquery (the orders whose lineitems sum above 300) becomes a semi join
+/// on orders itself, below the joins with customer and lineitem; q21's EXISTS on all
+/// of lineitem, which drops nothing, stays above the joins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semi_joins_go_onto_the_leaf_they_cut() {
+    let rl = engine();
+    let plan = logical_plan(&rl, query_sql(18)).await;
+    let at = plan.lines().position(|l| l.contains("LeftSemi Join")).unwrap_or_else(|| panic!("no semi join:\n{plan}"));
+    let under = subtree(&plan, at);
+    assert!(!under.contains("Inner Join") && under.contains("TableScan: orders") && !under.contains("TableScan: customer"), "q18's semi join is not on orders:\n{plan}");
+    assert!(plan.lines().take(at).any(|l| l.contains("Inner Join")), "no join above q18's semi join:\n{plan}");
+    let plan = logical_plan(&rl, query_sql(21)).await;
+    let at = plan.lines().position(|l| l.contains("LeftSemi Join")).unwrap_or_else(|| panic!("no semi join:\n{plan}"));
+    assert!(subtree(&plan, at).contains("Inner Join"), "q21's semi join went below the joins:\n{plan}");
+    set(&rl, false).await;
+    let plan = logical_plan(&rl, query_sql(18)).await;
+    let at = plan.lines().position(|l| l.contains("LeftSemi Join")).unwrap();
+    assert!(subtree(&plan, at).contains("Inner Join"), "{plan}");
+}

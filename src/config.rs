@@ -27,6 +27,10 @@ extensions_options! {
         /// Let in-memory and resident scans apply the dynamic filters hash joins and
         /// top-k sorts push down (measured slower on TPC-H at SF 10, so off).
         pub scan_dynamic_filters: bool, default = false
+        /// Give filters that DataFusion's interval analysis cannot bound (string
+        /// equality, IN lists, LIKE, OR) a selectivity estimated from column
+        /// statistics instead of a fixed 20% (the `ridgeline_filter_estimates` rule).
+        pub filter_estimates: bool, default = true
     }
 }
 

@@ -39,6 +39,13 @@ impl RidgelineSessionExt for SessionStateBuilder {
         // DataFusion's median and percentile_cont keep their names (same answers) and run on SampleSelect.
         udafs.extend(crate::functions::percentile::percentile_udafs(mode));
         self = self.with_aggregate_functions(udafs);
+        // Filter estimates go right before join selection, which reads them.
+        let mut po = self.physical_optimizers().take().unwrap_or_default();
+        if !po.rules.iter().any(|r| r.name() == "ridgeline_filter_estimates") {
+            let at = po.rules.iter().position(|r| r.name() == "join_selection").unwrap_or(0);
+            po.rules.insert(at, Arc::new(crate::optimizer::FilterEstimates));
+        }
+        *self.physical_optimizers() = Some(po);
         let mut udfs = self.scalar_functions().take().unwrap_or_default();
         udfs.push(Arc::new(crate::logical::skyline::skyline_marker_udf()));
         self.with_scalar_functions(udfs)

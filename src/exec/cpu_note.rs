@@ -59,9 +59,11 @@ impl ExecutionPlan for CpuNoteExec {
     fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
         self.input.execute(partition, ctx)
     }
-    fn partition_statistics(&self, partition: Option<usize>) -> Result<Arc<datafusion::common::Statistics>> {
-        // The input's, so rules that run after the note see through it.
-        #[allow(deprecated)]
-        self.input.partition_statistics(partition)
+    // The input's statistics, so rules that run after the note see through it.
+    fn child_stats_requests(&self, partition: Option<usize>) -> Vec<datafusion::physical_plan::ChildStats> {
+        vec![datafusion::physical_plan::ChildStats::At(partition)]
+    }
+    fn statistics_from_inputs(&self, input_stats: &[Arc<datafusion::common::Statistics>], _args: &datafusion::physical_plan::StatisticsArgs) -> Result<Arc<datafusion::common::Statistics>> {
+        Ok(input_stats[0].clone())
     }
 }

@@ -127,3 +127,10 @@ pub(crate) fn no_expressions(
 ) -> Result<datafusion::common::tree_node::TreeNodeRecursion> {
     Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
 }
+
+/// DataFusion's statistics of a plan (all partitions), computed by walking its
+/// inputs: since DataFusion 55 the built-in operators answer only through
+/// `StatisticsContext` (their `partition_statistics` says "unknown").
+pub fn plan_statistics(plan: &dyn ExecutionPlan) -> Result<Arc<datafusion::common::Statistics>> {
+    datafusion::physical_plan::StatisticsContext::new().compute(plan, &datafusion::physical_plan::StatisticsArgs::new())
+}

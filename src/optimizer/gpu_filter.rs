@@ -159,8 +159,7 @@ impl Env {
         if as_gpu(input).is_some() {
             return Ok(());
         }
-        #[allow(deprecated)]
-        let stats = input.partition_statistics(None).map_err(|e| e.to_string())?;
+        let stats = crate::exec::plan_statistics(input.as_ref()).map_err(|e| e.to_string())?;
         let Some(rows) = stats.num_rows.get_value().copied() else {
             return Err("the input's row count is unknown".into());
         };
@@ -190,12 +189,10 @@ impl Env {
         conjuncts: usize,
         split: Option<(&Arc<dyn PhysicalExpr>, usize)>,
     ) -> std::result::Result<(), String> {
-        #[allow(deprecated)]
-        let in_stats = f.input().partition_statistics(None).map_err(|e| e.to_string())?;
+        let in_stats = crate::exec::plan_statistics(f.input().as_ref()).map_err(|e| e.to_string())?;
         let Some(rows) = in_stats.num_rows.get_value().copied() else { return Ok(()) };
-        #[allow(deprecated)]
         let estimate = |fe: &FilterExec| {
-            fe.partition_statistics(None)
+            crate::exec::plan_statistics(fe)
                 .ok()
                 .and_then(|s| s.num_rows.get_value().copied())
                 .unwrap_or((rows as f64 * DEFAULT_SELECTIVITY) as usize)

@@ -47,8 +47,7 @@ impl PhysicalOptimizerRule for GpuTopKRule {
                     return Ok(Transformed::no(node));
                 }
                 if mode == GpuMode::Auto {
-                    #[allow(deprecated)]
-                    let rows = input.partition_statistics(None)?.num_rows.get_value().copied();
+                    let rows = crate::exec::plan_statistics(input.as_ref())?.num_rows.get_value().copied();
                     // Over a resident key column only the candidates leave the device, so
                     // any fetch pays; otherwise the keys are computed on the host and
                     // uploaded, which pays only for large fetches.

@@ -228,3 +228,25 @@ async fn filters_get_estimates_from_statistics() {
         assert_eq!(out, input / 5, "DataFusion's 20%");
     }
 }
+
+/// Joins inside an uncorrelated scalar subquery are reordered too: q11's total over
+/// partsupp, supplier and the one nation joins nation and supplier first, as its
+/// outer query does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scalar_subqueries_are_reordered() {
+    let rl = engine();
+    let plan = logical_plan(&rl, query_sql(11)).await;
+    let at = plan.lines().position(|l| l.trim_start().starts_with("Subquery:")).unwrap_or_else(|| panic!("no subquery:\n{plan}"));
+    let sub = subtree(&plan, at);
+    let lines: Vec<&str> = sub.lines().collect();
+    let deepest = lines.iter().rposition(|l| l.contains("Inner Join")).unwrap_or_else(|| panic!("no join in the subquery:\n{plan}"));
+    let inner = subtree(&sub, deepest);
+    assert!(inner.contains("TableScan: nation") && !inner.contains("TableScan: partsupp"), "q11's subquery joins partsupp first:\n{plan}");
+    set(&rl, false).await;
+    let plan = logical_plan(&rl, query_sql(11)).await;
+    let at = plan.lines().position(|l| l.trim_start().starts_with("Subquery:")).unwrap();
+    let sub = subtree(&plan, at);
+    let lines: Vec<&str> = sub.lines().collect();
+    let deepest = lines.iter().rposition(|l| l.contains("Inner Join")).unwrap();
+    assert!(subtree(&sub, deepest).contains("TableScan: partsupp"), "{plan}");
+}

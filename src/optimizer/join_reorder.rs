@@ -96,7 +96,10 @@ fn reorder(plan: &LogicalPlan) -> Result<LogicalPlan> {
             return Ok(p);
         }
     }
-    Ok(plan.clone().map_children(|c| Ok(Transformed::yes(reorder(&c)?)))?.data)
+    let p = plan.clone().map_children(|c| Ok(Transformed::yes(reorder(&c)?)))?.data;
+    // Subqueries in expressions too (an uncorrelated scalar subquery stays one:
+    // TPC-H q11's total over the same three-table join as its groups).
+    Ok(p.map_subqueries(|s| Ok(Transformed::yes(reorder(&s)?)))?.data)
 }
 
 /// A flattened cluster.

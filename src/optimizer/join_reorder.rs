@@ -97,6 +97,7 @@ fn reorder(plan: &LogicalPlan) -> Result<LogicalPlan> {
         }
     }
     let p = plan.clone().map_children(|c| Ok(Transformed::yes(reorder(&c)?)))?.data;
+    let p = pass_keys(p)?;
     // Subqueries in expressions too (an uncorrelated scalar subquery stays one:
     // TPC-H q11's total over the same three-table join as its groups).
     Ok(p.map_subqueries(|s| Ok(Transformed::yes(reorder(&s)?)))?.data)
@@ -471,11 +472,77 @@ fn reorder_cluster(root: &LogicalPlan) -> Result<Option<LogicalPlan>> {
     Ok(Some(plan))
 }
 
+/// Sideways information passing across one join outside a cluster (TPC-H q20's
+/// `IN` over partsupp and the per-part-and-supplier sums of lineitem): when the
+/// right input aggregates by a join key, a semi join with the smallest set of
+/// keys the left input can hold for that key goes below the aggregation.
+fn pass_keys(plan: LogicalPlan) -> Result<LogicalPlan> {
+    let LogicalPlan::Join(j) = &plan else { return Ok(plan) };
+    if !matches!(j.join_type, JoinType::Inner | JoinType::LeftSemi) || j.null_equality != NullEquality::NullEqualsNothing || j.null_aware {
+        return Ok(plan);
+    }
+    for (n, (a, b)) in j.on.iter().enumerate() {
+        let (Expr::Column(lc), Expr::Column(rc)) = (a, b) else { continue };
+        let Ok(idx) = j.right.schema().index_of_column(rc) else { continue };
+        let mut sources = Vec::new();
+        key_sources(&j.left, lc, &mut sources);
+        let Some((src, scol, keys)) = sources.into_iter().filter_map(|(p, c)| est_rows(&p).map(|r| (p, c, r))).min_by(|x, y| x.2.total_cmp(&y.2)) else { continue };
+        if keys > SIP_MAX_ROWS {
+            continue;
+        }
+        let alias = format!("{SIP_ALIAS}j{n}");
+        let make = |input: &LogicalPlan, key: &Column| -> Result<Option<LogicalPlan>> {
+            let ndv = col_stats(input, key).and_then(|s| s.ndv).or_else(|| est_rows(input)).unwrap_or(0.0);
+            if keys > SIP_MAX_SHARE * ndv {
+                return Ok(None);
+            }
+            let right = LogicalPlanBuilder::from(src.clone()).project(vec![Expr::Column(scol.clone())])?.alias(alias.as_str())?.build()?;
+            let rcol = Column::new(Some(alias.as_str()), scol.name.as_str());
+            Ok(Some(LogicalPlanBuilder::from(input.clone()).join(right, JoinType::LeftSemi, (vec![key.clone()], vec![rcol]), None)?.build()?))
+        };
+        if let Some(right) = inject(&j.right, idx, &make)? {
+            let join = Join::try_new(j.left.clone(), Arc::new(right), j.on.clone(), j.filter.clone(), j.join_type, j.join_constraint, j.null_equality, j.null_aware)?;
+            return Ok(LogicalPlan::Join(join));
+        }
+    }
+    Ok(plan)
+}
+
+/// Plans whose column `col` (second) holds every value column `c` of `plan` can
+/// have: `plan` itself, and below its column-only projections, filters and
+/// joins, the other side of an inner or semi join on `c`.
+fn key_sources(plan: &LogicalPlan, c: &Column, out: &mut Vec<(LogicalPlan, Column)>) {
+    if !plan.schema().has_column(c) {
+        return;
+    }
+    out.push((plan.clone(), c.clone()));
+    match plan {
+        LogicalPlan::Filter(f) => key_sources(&f.input, c, out),
+        LogicalPlan::Projection(p) if p.expr.iter().all(|e| matches!(e, Expr::Column(_))) => key_sources(&p.input, c, out),
+        LogicalPlan::Join(j) if matches!(j.join_type, JoinType::Inner | JoinType::LeftSemi) && j.null_equality == NullEquality::NullEqualsNothing && !j.null_aware => {
+            for (a, b) in &j.on {
+                if let (Expr::Column(x), Expr::Column(y)) = (a, b) {
+                    if x == c {
+                        out.push((j.right.as_ref().clone(), y.clone()));
+                    } else if y == c && j.join_type == JoinType::Inner {
+                        out.push((j.left.as_ref().clone(), x.clone()));
+                    }
+                }
+            }
+            key_sources(&j.left, c, out);
+            if j.join_type == JoinType::Inner {
+                key_sources(&j.right, c, out);
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Largest estimated leaf whose keys are passed to an aggregated input.
 const SIP_MAX_ROWS: f64 = 1_000_000.0;
 /// Largest share of the aggregated input's distinct keys the passed keys may be
-/// (the semi join must drop at least 90% of the groups).
-const SIP_MAX_SHARE: f64 = 0.1;
+/// (the semi join must drop at least 75% of the groups).
+const SIP_MAX_SHARE: f64 = 0.25;
 /// Alias of the key relation of a semi join the rule added (so a later pass does
 /// not add another).
 const SIP_ALIAS: &str = "__ridgeline_sip_";

@@ -16,6 +16,7 @@
 //! [min, max] for ranges, 0.1 for LIKE, products for AND and inclusion-exclusion
 //! for OR. The fallback is a whole percent, so 1% at least. Off with
 //! `SET ridgeline.filter_estimates = false`.
+use super::join_reorder::{below, eq_sel, scalar_f64, ColStat};
 use crate::config::RidgelineOptions;
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::{Transformed, TreeNode};
@@ -73,40 +74,12 @@ pub fn selectivity(e: &Arc<dyn PhysicalExpr>, stats: &Statistics) -> f64 {
     sel(e, stats).clamp(0.0, 1.0)
 }
 
-/// What is known of one column: distinct values, range, share of NULLs.
-#[derive(Default)]
-struct Col {
-    ndv: Option<f64>,
-    min: Option<f64>,
-    max: Option<f64>,
-    null_frac: f64,
-}
-
 fn value<T: std::fmt::Debug + Clone + PartialEq + Eq + PartialOrd>(p: &Precision<T>) -> Option<T> {
     p.get_value().cloned()
 }
 
-fn scalar_f64(v: &ScalarValue) -> Option<f64> {
-    match v {
-        ScalarValue::Int8(Some(x)) => Some(*x as f64),
-        ScalarValue::Int16(Some(x)) => Some(*x as f64),
-        ScalarValue::Int32(Some(x)) => Some(*x as f64),
-        ScalarValue::Int64(Some(x)) => Some(*x as f64),
-        ScalarValue::UInt8(Some(x)) => Some(*x as f64),
-        ScalarValue::UInt16(Some(x)) => Some(*x as f64),
-        ScalarValue::UInt32(Some(x)) => Some(*x as f64),
-        ScalarValue::UInt64(Some(x)) => Some(*x as f64),
-        ScalarValue::Float32(Some(x)) => Some(*x as f64),
-        ScalarValue::Float64(Some(x)) => Some(*x),
-        ScalarValue::Decimal128(Some(x), _, s) => Some(*x as f64 / 10f64.powi(*s as i32)),
-        ScalarValue::Date32(Some(x)) => Some(*x as f64),
-        ScalarValue::Date64(Some(x)) => Some(*x as f64 / 86_400_000.0),
-        _ => None,
-    }
-}
-
-fn col_of(cs: &ColumnStatistics, rows: Option<f64>) -> Col {
-    Col {
+fn col_of(cs: &ColumnStatistics, rows: Option<f64>) -> ColStat {
+    ColStat {
         ndv: value(&cs.distinct_count).map(|d| d as f64),
         min: value(&cs.min_value).as_ref().and_then(scalar_f64),
         max: value(&cs.max_value).as_ref().and_then(scalar_f64),
@@ -128,7 +101,7 @@ fn strip_cast(e: &Arc<dyn PhysicalExpr>) -> &Arc<dyn PhysicalExpr> {
 }
 
 /// The column under casts, with its statistics.
-fn column(e: &Arc<dyn PhysicalExpr>, stats: &Statistics) -> Option<Col> {
+fn column(e: &Arc<dyn PhysicalExpr>, stats: &Statistics) -> Option<ColStat> {
     let c = strip_cast(e).downcast_ref::<Column>()?;
     let cs = stats.column_statistics.get(c.index())?;
     Some(col_of(cs, value(&stats.num_rows).map(|r| r as f64)))
@@ -136,19 +109,6 @@ fn column(e: &Arc<dyn PhysicalExpr>, stats: &Statistics) -> Option<Col> {
 
 fn literal(e: &Arc<dyn PhysicalExpr>) -> Option<&ScalarValue> {
     strip_cast(e).downcast_ref::<Literal>().map(|l| l.value())
-}
-
-fn eq_sel(c: &Col) -> f64 {
-    c.ndv.map_or(0.1, |d| 1.0 / d.max(1.0))
-}
-
-/// Fraction of the column's range below `v`, if known.
-fn below(c: &Col, v: &ScalarValue) -> Option<f64> {
-    let (lo, hi, x) = (c.min?, c.max?, scalar_f64(v)?);
-    if hi <= lo {
-        return Some(if x > lo { 1.0 } else { 0.0 });
-    }
-    Some(((x - lo) / (hi - lo)).clamp(0.0, 1.0))
 }
 
 fn sel(e: &Arc<dyn PhysicalExpr>, stats: &Statistics) -> f64 {

@@ -616,16 +616,18 @@ fn join_size(a: &Node, b: &Node, classes: &[Vec<(Column, usize, f64)>], complex:
     divisor.map(|d| a.rows * b.rows / d)
 }
 
-/// What the rule knows of one column.
+/// What the rule knows of one column (also used by `filter_estimates`).
 #[derive(Debug, Clone, Copy, Default)]
-struct ColStat {
-    ndv: Option<f64>,
-    min: Option<f64>,
-    max: Option<f64>,
-    null_frac: f64,
+pub(crate) struct ColStat {
+    pub(crate) ndv: Option<f64>,
+    pub(crate) min: Option<f64>,
+    pub(crate) max: Option<f64>,
+    pub(crate) null_frac: f64,
 }
 
-fn scalar_f64(v: &ScalarValue) -> Option<f64> {
+/// A number, date or timestamp literal as a float (days for dates, seconds for
+/// timestamps).
+pub(crate) fn scalar_f64(v: &ScalarValue) -> Option<f64> {
     use ScalarValue as S;
     Some(match v {
         S::Int8(Some(x)) => *x as f64,
@@ -840,12 +842,13 @@ fn column_of<'a>(e: &'a Expr, input: &LogicalPlan) -> Option<(&'a Column, ColSta
     }
 }
 
-fn eq_sel(s: &ColStat) -> f64 {
+/// Selectivity of `column = literal`: one distinct value's share.
+pub(crate) fn eq_sel(s: &ColStat) -> f64 {
     s.ndv.map_or(0.1, |d| 1.0 / d.max(1.0))
 }
 
 /// Fraction of the column's range below `v`, if known.
-fn below(s: &ColStat, v: &ScalarValue) -> Option<f64> {
+pub(crate) fn below(s: &ColStat, v: &ScalarValue) -> Option<f64> {
     let (lo, hi, x) = (s.min?, s.max?, scalar_f64(v)?);
     if hi <= lo {
         return Some(if x > lo { 1.0 } else { 0.0 });

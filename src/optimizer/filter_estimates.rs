@@ -113,8 +113,7 @@ fn literal(e: &Arc<dyn PhysicalExpr>) -> Option<&ScalarValue> {
 
 fn sel(e: &Arc<dyn PhysicalExpr>, stats: &Statistics) -> f64 {
     const DEFAULT: f64 = 0.2;
-    let any = e;
-    if let Some(b) = any.downcast_ref::<BinaryExpr>() {
+    if let Some(b) = e.downcast_ref::<BinaryExpr>() {
         let (l, r) = (b.left(), b.right());
         match b.op() {
             Operator::And => return sel(l, stats) * sel(r, stats),
@@ -144,23 +143,23 @@ fn sel(e: &Arc<dyn PhysicalExpr>, stats: &Statistics) -> f64 {
             _ => DEFAULT,
         };
     }
-    if let Some(n) = any.downcast_ref::<NotExpr>() {
+    if let Some(n) = e.downcast_ref::<NotExpr>() {
         return 1.0 - sel(n.arg(), stats);
     }
-    if let Some(i) = any.downcast_ref::<InListExpr>() {
+    if let Some(i) = e.downcast_ref::<InListExpr>() {
         let s = match column(i.expr(), stats) {
             Some(c) => (i.list().len() as f64 * eq_sel(&c)).min(1.0),
             None => (i.list().len() as f64 * 0.1).min(1.0),
         };
         return if i.negated() { 1.0 - s } else { s };
     }
-    if let Some(l) = any.downcast_ref::<LikeExpr>() {
+    if let Some(l) = e.downcast_ref::<LikeExpr>() {
         return if l.negated() { 0.9 } else { 0.1 };
     }
-    if let Some(n) = any.downcast_ref::<IsNullExpr>() {
+    if let Some(n) = e.downcast_ref::<IsNullExpr>() {
         return column(n.arg(), stats).map_or(0.1, |c| c.null_frac);
     }
-    if let Some(n) = any.downcast_ref::<IsNotNullExpr>() {
+    if let Some(n) = e.downcast_ref::<IsNotNullExpr>() {
         return column(n.arg(), stats).map_or(0.9, |c| 1.0 - c.null_frac);
     }
     if let Some(ScalarValue::Boolean(Some(b))) = literal(e) {

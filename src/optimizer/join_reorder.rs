@@ -60,14 +60,25 @@ impl OptimizerRule for JoinReorder {
     }
 }
 
+/// Keys compared with `NULL != NULL` and no null-aware (`NOT IN`) semantics.
+fn plain_keys(j: &Join) -> bool {
+    j.null_equality == NullEquality::NullEqualsNothing && !j.null_aware
+}
+
 fn eligible(j: &Join) -> bool {
-    j.join_type == JoinType::Inner && j.null_equality == NullEquality::NullEqualsNothing && !j.null_aware
+    j.join_type == JoinType::Inner && plain_keys(j)
+}
+
+/// An inner or semi join with plain keys: its output keeps only key values the
+/// other side has.
+fn inner_or_semi(j: &Join) -> bool {
+    matches!(j.join_type, JoinType::Inner | JoinType::LeftSemi) && plain_keys(j)
 }
 
 /// A semi join (a decorrelated `IN` / `EXISTS`) the rule may move into a leaf of
 /// the cluster below it.
 fn semi_eligible(j: &Join) -> bool {
-    j.join_type == JoinType::LeftSemi && j.null_equality == NullEquality::NullEqualsNothing && !j.null_aware && !j.on.is_empty()
+    j.join_type == JoinType::LeftSemi && plain_keys(j) && !j.on.is_empty()
 }
 
 /// An inner join of a cluster, or a semi join over one.
@@ -203,21 +214,14 @@ fn reorder_cluster(root: &LogicalPlan) -> Result<Option<LogicalPlan>> {
     // estimated to drop three quarters of its rows (TPC-H q18: the orders whose
     // lineitems sum above 300 are picked before orders meets customer and
     // lineitem); the others stay on top (q21's EXISTS on all of lineitem).
-    let top_rows = match &cl.inner {
-        Some(p) => est_rows(p),
-        None => None,
-    };
+    let top_rows = cl.inner.as_ref().and_then(est_rows);
     let mut leaves = leaves;
     let mut on_top: Vec<Join> = Vec::new();
     for sj in &cl.semis {
         let right = Arc::new(reorder(&sj.right)?);
-        let mut refs: Vec<&Column> = sj.on.iter().flat_map(|(a, _)| a.column_refs()).collect();
-        if let Some(f) = &sj.filter {
-            refs.extend(f.column_refs().into_iter().filter(|c| !sj.right.schema().has_column(c)));
-        }
         let mut owner: Option<usize> = None;
         let mut single = true;
-        for c in refs {
+        for c in left_refs(sj) {
             let owners: Vec<usize> = (0..n).filter(|&i| leaves[i].schema().has_column(c)).collect();
             if owners.len() != 1 || owner.is_some_and(|o| o != owners[0]) {
                 single = false;
@@ -328,15 +332,7 @@ fn reorder_cluster(root: &LogicalPlan) -> Result<Option<LogicalPlan>> {
             let Ok(idx) = leaves[i].schema().index_of_column(&m.0) else { continue };
             let alias = format!("{SIP_ALIAS}{i}_{k}");
             let keys = rows[j];
-            let make = |input: &LogicalPlan, key: &Column| -> Result<Option<LogicalPlan>> {
-                let ndv = col_stats(input, key).and_then(|s| s.ndv).or_else(|| est_rows(input)).unwrap_or(0.0);
-                if keys > SIP_MAX_SHARE * ndv {
-                    return Ok(None);
-                }
-                let right = LogicalPlanBuilder::from(leaves[j].clone()).project(vec![Expr::Column(small.clone())])?.alias(alias.as_str())?.build()?;
-                let rcol = Column::new(Some(alias.as_str()), small.name.as_str());
-                Ok(Some(LogicalPlanBuilder::from(input.clone()).join(right, JoinType::LeftSemi, (vec![key.clone()], vec![rcol]), None)?.build()?))
-            };
+            let make = |input: &LogicalPlan, key: &Column| key_semi_join(input, key, &leaves[j], &small, keys, &alias);
             if let Some(new) = inject(&leaves[i], idx, &make)? {
                 if let Some(r) = est_rows(&new) {
                     rows[i] = r.max(1.0);
@@ -451,12 +447,7 @@ fn reorder_cluster(root: &LogicalPlan) -> Result<Option<LogicalPlan>> {
     let mut plan = nodes.pop().map(|n| n.plan).expect("one node left");
     // The semi joins that stay on top, innermost first.
     for sj in on_top.into_iter().rev() {
-        let schema = plan.schema().clone();
-        let mut refs: Vec<&Column> = sj.on.iter().flat_map(|(a, _)| a.column_refs()).collect();
-        if let Some(f) = &sj.filter {
-            refs.extend(f.column_refs().into_iter().filter(|c| !sj.right.schema().has_column(c)));
-        }
-        if !refs.iter().all(|c| schema.has_column(c)) {
+        if !left_refs(&sj).iter().all(|c| plan.schema().has_column(c)) {
             return Ok(None);
         }
         plan = LogicalPlan::Join(Join::try_new(Arc::new(plan), sj.right, sj.on, sj.filter, JoinType::LeftSemi, sj.join_constraint, NullEquality::NullEqualsNothing, false)?);
@@ -472,13 +463,22 @@ fn reorder_cluster(root: &LogicalPlan) -> Result<Option<LogicalPlan>> {
     Ok(Some(plan))
 }
 
+/// The columns of a semi join's left input that its keys and filter read.
+fn left_refs(sj: &Join) -> Vec<&Column> {
+    let mut refs: Vec<&Column> = sj.on.iter().flat_map(|(a, _)| a.column_refs()).collect();
+    if let Some(f) = &sj.filter {
+        refs.extend(f.column_refs().into_iter().filter(|c| !sj.right.schema().has_column(c)));
+    }
+    refs
+}
+
 /// Sideways information passing across one join outside a cluster (TPC-H q20's
 /// `IN` over partsupp and the per-part-and-supplier sums of lineitem): when the
 /// right input aggregates by a join key, a semi join with the smallest set of
 /// keys the left input can hold for that key goes below the aggregation.
 fn pass_keys(plan: LogicalPlan) -> Result<LogicalPlan> {
     let LogicalPlan::Join(j) = &plan else { return Ok(plan) };
-    if !matches!(j.join_type, JoinType::Inner | JoinType::LeftSemi) || j.null_equality != NullEquality::NullEqualsNothing || j.null_aware {
+    if !inner_or_semi(j) {
         return Ok(plan);
     }
     for (n, (a, b)) in j.on.iter().enumerate() {
@@ -491,21 +491,26 @@ fn pass_keys(plan: LogicalPlan) -> Result<LogicalPlan> {
             continue;
         }
         let alias = format!("{SIP_ALIAS}j{n}");
-        let make = |input: &LogicalPlan, key: &Column| -> Result<Option<LogicalPlan>> {
-            let ndv = col_stats(input, key).and_then(|s| s.ndv).or_else(|| est_rows(input)).unwrap_or(0.0);
-            if keys > SIP_MAX_SHARE * ndv {
-                return Ok(None);
-            }
-            let right = LogicalPlanBuilder::from(src.clone()).project(vec![Expr::Column(scol.clone())])?.alias(alias.as_str())?.build()?;
-            let rcol = Column::new(Some(alias.as_str()), scol.name.as_str());
-            Ok(Some(LogicalPlanBuilder::from(input.clone()).join(right, JoinType::LeftSemi, (vec![key.clone()], vec![rcol]), None)?.build()?))
-        };
+        let make = |input: &LogicalPlan, key: &Column| key_semi_join(input, key, &src, &scol, keys, &alias);
         if let Some(right) = inject(&j.right, idx, &make)? {
             let join = Join::try_new(j.left.clone(), Arc::new(right), j.on.clone(), j.filter.clone(), j.join_type, j.join_constraint, j.null_equality, j.null_aware)?;
             return Ok(LogicalPlan::Join(join));
         }
     }
     Ok(plan)
+}
+
+/// `input` semi-joined on `key` with column `col` of `src` (about `keys` rows),
+/// under the relation name `alias`; `None` when those keys are more than
+/// [`SIP_MAX_SHARE`] of `key`'s distinct values (too few groups dropped).
+fn key_semi_join(input: &LogicalPlan, key: &Column, src: &LogicalPlan, col: &Column, keys: f64, alias: &str) -> Result<Option<LogicalPlan>> {
+    let ndv = col_stats(input, key).and_then(|s| s.ndv).or_else(|| est_rows(input)).unwrap_or(0.0);
+    if keys > SIP_MAX_SHARE * ndv {
+        return Ok(None);
+    }
+    let right = LogicalPlanBuilder::from(src.clone()).project(vec![Expr::Column(col.clone())])?.alias(alias)?.build()?;
+    let rcol = Column::new(Some(alias), col.name.as_str());
+    Ok(Some(LogicalPlanBuilder::from(input.clone()).join(right, JoinType::LeftSemi, (vec![key.clone()], vec![rcol]), None)?.build()?))
 }
 
 /// Plans whose column `col` (second) holds every value column `c` of `plan` can
@@ -519,7 +524,7 @@ fn key_sources(plan: &LogicalPlan, c: &Column, out: &mut Vec<(LogicalPlan, Colum
     match plan {
         LogicalPlan::Filter(f) => key_sources(&f.input, c, out),
         LogicalPlan::Projection(p) if p.expr.iter().all(|e| matches!(e, Expr::Column(_))) => key_sources(&p.input, c, out),
-        LogicalPlan::Join(j) if matches!(j.join_type, JoinType::Inner | JoinType::LeftSemi) && j.null_equality == NullEquality::NullEqualsNothing && !j.null_aware => {
+        LogicalPlan::Join(j) if inner_or_semi(j) => {
             for (a, b) in &j.on {
                 if let (Expr::Column(x), Expr::Column(y)) = (a, b) {
                     if x == c {

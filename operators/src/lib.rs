@@ -11,6 +11,7 @@ pub mod context;
 pub mod cpu_scan;
 pub mod error;
 pub mod group_agg;
+pub mod group_table;
 pub mod mode;
 pub mod partition;
 pub mod pool;

@@ -1,0 +1,289 @@
+//! Grouped aggregation with dense tags in device memory: COUNT(*) and, per i64
+//! column, the non-NULL count and the exact SUM, for group counts far beyond what
+//! a workgroup table holds (shaders/group_table.wgsl).
+//!
+//! [`crate::group_agg`]'s dense strategy keeps every group's state in workgroup
+//! memory (at most about a thousand groups) and reads all G groups back; its
+//! sparse strategy partitions the rows by group first. A [`GroupTable`] keeps the
+//! state of G groups (up to one storage binding of u32 words per state word, tens
+//! of millions of groups on a discrete GPU) in device memory: every row adds itself
+//! to its group with global atomics, calls accumulate (one per resident chunk, say),
+//! and [`GroupTable::finish`] compacts the groups that received rows on the device
+//! and reads back only those (in group-id order). This is the region paper's dense
+//! tags with the region state moved to device memory, for a key whose range is
+//! large but whose groups are dense enough to address directly (TPC-H's order keys).
+//!
+//! The CPU reference is [`group_table_reference`]: one sequential loop, the same
+//! output.
+use crate::array::DeviceArray;
+use crate::compact::{compact, Column, CompactAlgo, Selection};
+use crate::context::GpuContext;
+use crate::error::{GpuError, GpuResult};
+use crate::group_agg::{HostAggColumn, HostAggValues};
+use crate::scan::Pass;
+
+const GROUP_TABLE_WGSL: &str = include_str!("../../shaders/group_table.wgsl");
+const WG: u32 = 256;
+const F_VALID: u32 = 1;
+const F_COUNT: u32 = 2;
+
+#[repr(C)]
+#[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    n: u32,
+    groups: u32,
+    flags: u32,
+    pad: u32,
+}
+
+/// Per-group results of one value column, for the live groups.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct LiveColumn {
+    /// Non-NULL values.
+    pub count: Vec<u64>,
+    /// Exact sums (0 where count is 0); the caller checks they fit its type.
+    pub sum: Vec<i128>,
+}
+
+/// The groups that received rows, in ascending group id.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct LiveGroups {
+    /// Group ids.
+    pub ids: Vec<u32>,
+    /// COUNT(*) per group (at least 1).
+    pub rows: Vec<u64>,
+    /// One entry per value column.
+    pub columns: Vec<LiveColumn>,
+}
+
+/// The most groups a [`GroupTable`] takes on `ctx`: one state word of every group
+/// in one storage binding.
+pub fn max_groups(ctx: &GpuContext) -> u32 {
+    let binding = (ctx.limits().max_storage_buffer_binding_size as u64).min((1 << 31) - 1);
+    (binding / 4).min(ctx.segment_rows() as u64).min(u32::MAX as u64 - 1) as u32
+}
+
+/// Device bytes a table of `groups` groups and `columns` value columns takes.
+pub fn table_bytes(groups: u32, columns: usize) -> u64 {
+    // rows, then per column the count and the three sum words, plus the compaction's copy
+    groups as u64 * 4 * (2 + 4 * columns as u64) * 2
+}
+
+/// State words of one value column.
+struct ColumnWords {
+    cnt: DeviceArray,
+    s: [DeviceArray; 3],
+    /// Whether the column may hold NULLs: its non-NULL values are counted (otherwise
+    /// its count is the group's rows).
+    counted: bool,
+}
+
+/// Group state in device memory across calls (see the module documentation).
+pub struct GroupTable {
+    groups: u32,
+    rows: DeviceArray,
+    columns: Vec<ColumnWords>,
+    added: u64,
+}
+
+impl std::fmt::Debug for GroupTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupTable").field("groups", &self.groups).field("columns", &self.columns.len()).field("added", &self.added).finish()
+    }
+}
+
+fn t(a: &DeviceArray) -> &wgpu::Buffer {
+    a.segment(0).0
+}
+
+fn entry(binding: u32, buf: &wgpu::Buffer) -> wgpu::BindGroupEntry<'_> {
+    wgpu::BindGroupEntry { binding, resource: buf.as_entire_binding() }
+}
+
+fn zeroed(ctx: &GpuContext, enc: &mut wgpu::CommandEncoder, groups: u32) -> GpuResult<DeviceArray> {
+    let a = DeviceArray::alloc(ctx, groups.max(1) as usize, 4)?;
+    for s in 0..a.num_segments() {
+        enc.clear_buffer(a.segment(s).0, 0, None);
+    }
+    Ok(a)
+}
+
+impl GroupTable {
+    /// A zeroed table of `groups` groups and one i64 value column per entry of
+    /// `nullable` (whether the column may come with a validity bitmap: its non-NULL
+    /// values are counted).
+    pub fn new(ctx: &GpuContext, groups: u32, nullable: &[bool]) -> GpuResult<GroupTable> {
+        if groups > max_groups(ctx) {
+            return Err(GpuError::Invalid(format!("{groups} groups exceed the table's limit of {} on this adapter", max_groups(ctx))));
+        }
+        let mut enc = ctx.encoder("group-table-init");
+        let rows = zeroed(ctx, &mut enc, groups)?;
+        let mut cols = Vec::with_capacity(nullable.len());
+        for &counted in nullable {
+            cols.push(ColumnWords {
+                // A column without NULLs counts as its rows: a one-word placeholder.
+                cnt: zeroed(ctx, &mut enc, if counted { groups } else { 0 })?,
+                s: [zeroed(ctx, &mut enc, groups)?, zeroed(ctx, &mut enc, groups)?, zeroed(ctx, &mut enc, groups)?],
+                counted,
+            });
+        }
+        ctx.submit(enc)?;
+        Ok(GroupTable { groups, rows, columns: cols, added: 0 })
+    }
+
+    /// Groups.
+    pub fn groups(&self) -> u32 {
+        self.groups
+    }
+
+    /// Adds rows: `gids` (u32; an id `>= groups` skips the row) and one column of
+    /// 8-byte i64 values (with optional validity) per value column, shaped like
+    /// `gids`. Row counts are u32 words: at most `u32::MAX` rows in all calls.
+    pub fn add(&mut self, ctx: &GpuContext, gids: &DeviceArray, columns: &[Column<'_>]) -> GpuResult<()> {
+        let inv = |m: String| Err(GpuError::Invalid(m));
+        let n = gids.len();
+        let seg = gids.seg_rows();
+        if gids.elem_size() != 4 {
+            return inv("group ids must be u32".into());
+        }
+        if columns.len() != self.columns.len() {
+            return inv(format!("{} value columns for a table of {}", columns.len(), self.columns.len()));
+        }
+        for (c, w) in columns.iter().zip(&self.columns) {
+            if c.validity.is_some() && !w.counted {
+                return inv("a validity bitmap for a value column declared without NULLs".into());
+            }
+            if c.values.elem_size() != 8 || c.values.len() != n || c.values.seg_rows() != seg {
+                return inv("value columns must be 8-byte arrays shaped like the group ids".into());
+            }
+            if let Some(v) = c.validity {
+                if v.len() != n.div_ceil(32) || v.seg_rows() * 32 != seg {
+                    return inv("validity bitmap does not match its column".into());
+                }
+            }
+        }
+        if self.added + n as u64 > u32::MAX as u64 {
+            return inv(format!("more than {} rows in one group table", u32::MAX));
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        self.added += n as u64;
+        let defs = [("WG", WG.to_string())];
+        let rows_k = ctx.pipeline("group_table", GROUP_TABLE_WGSL, "table_rows", &defs)?;
+        let sum_k = ctx.pipeline("group_table", GROUP_TABLE_WGSL, "table_sum", &defs)?;
+        let mut pass = Pass::default();
+        for s in 0..gids.num_segments() {
+            let (gb, _, nrows) = gids.segment(s);
+            let ub = ctx.uniform(&Params { n: nrows as u32, groups: self.groups, flags: 0, pad: 0 });
+            let wgs = (nrows as u64).div_ceil(WG as u64);
+            pass.dispatch(ctx, &rows_k, &[entry(0, gb), entry(3, self.rows.segment(0).0), entry(7, &ub)], wgs)?;
+            for (c, w) in columns.iter().zip(&mut self.columns) {
+                let vb = c.values.segment(s).0;
+                let (vv, valid) = match c.validity {
+                    Some(v) => (v.segment(s).0, F_VALID),
+                    None => (gb, 0),
+                };
+                let flags = valid | if w.counted { F_COUNT } else { 0 };
+                let ub = ctx.uniform(&Params { n: nrows as u32, groups: self.groups, flags, pad: 0 });
+                pass.dispatch(
+                    ctx,
+                    &sum_k,
+                    &[
+                        entry(0, gb),
+                        entry(1, vb),
+                        entry(2, vv),
+                        entry(3, t(&w.cnt)),
+                        entry(4, t(&w.s[0])),
+                        entry(5, t(&w.s[1])),
+                        entry(6, t(&w.s[2])),
+                        entry(7, &ub),
+                    ],
+                    wgs,
+                )?;
+            }
+        }
+        let mut enc = ctx.encoder("group-table-add");
+        pass.encode(&mut enc, None);
+        ctx.submit(enc)?;
+        Ok(())
+    }
+
+    /// Compacts the groups that received rows and reads them back.
+    pub fn finish(self, ctx: &GpuContext) -> GpuResult<LiveGroups> {
+        let ncols = self.columns.len();
+        if self.added == 0 || self.groups == 0 {
+            return Ok(LiveGroups { ids: vec![], rows: vec![], columns: vec![LiveColumn::default(); ncols] });
+        }
+        let g = self.groups as usize;
+        let ids = DeviceArray::alloc(ctx, g.max(1), 4)?;
+        let k = ctx.pipeline("group_table", GROUP_TABLE_WGSL, "table_ids", &[("WG", WG.to_string())])?;
+        let ub = ctx.uniform(&Params { n: g as u32, groups: self.groups, flags: 0, pad: 0 });
+        let mut pass = Pass::default();
+        pass.dispatch(ctx, &k, &[entry(7, &ub), entry(8, ids.segment(0).0)], (g as u64).div_ceil(WG as u64))?;
+        let mut enc = ctx.encoder("group-table-ids");
+        pass.encode(&mut enc, None);
+        ctx.submit(enc)?;
+        // The selection and every column cover G rows.
+        let rows_view = &self.rows;
+        let mut cols: Vec<Column<'_>> = vec![Column::new(&ids), Column::new(rows_view)];
+        for w in &self.columns {
+            if w.counted {
+                cols.push(Column::new(&w.cnt));
+            }
+            cols.extend(w.s.iter().map(Column::new));
+        }
+        let out = compact(ctx, Selection::Flags(rows_view), &cols, CompactAlgo::Stable)?;
+        let mut it = out.columns.into_iter();
+        let mut next = || -> GpuResult<Vec<u32>> {
+            let c = it.next().ok_or_else(|| GpuError::Invalid("compaction lost a column".into()))?;
+            c.values.download::<u32>(ctx)
+        };
+        let ids = next()?;
+        let rows: Vec<u64> = next()?.into_iter().map(u64::from).collect();
+        let mut columns = Vec::with_capacity(ncols);
+        for w in &self.columns {
+            let count = if w.counted { next()?.into_iter().map(u64::from).collect() } else { rows.clone() };
+            let (s0, s1, s2) = (next()?, next()?, next()?);
+            let sum = (0..ids.len()).map(|i| sum96(s0[i], s1[i], s2[i])).collect();
+            columns.push(LiveColumn { count, sum });
+        }
+        Ok(LiveGroups { ids, rows, columns })
+    }
+}
+
+/// A 96-bit two's-complement value from its words, sign-extended.
+fn sum96(w0: u32, w1: u32, w2: u32) -> i128 {
+    (((((w2 as u128) << 64) | ((w1 as u128) << 32) | w0 as u128) << 32) as i128) >> 32
+}
+
+/// The CPU reference of a [`GroupTable`] fed `gids` and `columns` in one call
+/// (i64 columns only; an id `>= groups` skips the row).
+pub fn group_table_reference(gids: &[u32], groups: u32, columns: &[HostAggColumn<'_>]) -> LiveGroups {
+    let g = groups as usize;
+    let mut rows = vec![0u64; g];
+    let mut count = vec![vec![0u64; g]; columns.len()];
+    let mut sum = vec![vec![0i128; g]; columns.len()];
+    for (i, &x) in gids.iter().enumerate() {
+        let x = x as usize;
+        if x >= g {
+            continue;
+        }
+        rows[x] += 1;
+        for (c, col) in columns.iter().enumerate() {
+            let HostAggValues::I64(v) = col.values else { panic!("group tables take i64 columns") };
+            if col.validity.is_none_or(|b| (b[i / 32] >> (i % 32)) & 1 != 0) {
+                count[c][x] += 1;
+                sum[c][x] += v[i] as i128;
+            }
+        }
+    }
+    let live: Vec<usize> = (0..g).filter(|&x| rows[x] > 0).collect();
+    LiveGroups {
+        ids: live.iter().map(|&x| x as u32).collect(),
+        rows: live.iter().map(|&x| rows[x]).collect(),
+        columns: (0..columns.len())
+            .map(|c| LiveColumn { count: live.iter().map(|&x| count[c][x]).collect(), sum: live.iter().map(|&x| sum[c][x]).collect() })
+            .collect(),
+    }
+}

@@ -43,6 +43,7 @@ fn table(n: usize, seed: u64) -> RecordBatch {
         Field::new("decbig", DataType::Decimal128(18, 0), false),
         Field::new("f", DataType::Float64, true),
         Field::new("ts", DataType::Timestamp(TimeUnit::Microsecond, None), true),
+        Field::new("kwide", DataType::Int64, true),
     ]));
     let c = |j: usize| cols.iter().map(move |r| r[j]);
     let arrays: Vec<ArrayRef> = vec![
@@ -67,6 +68,8 @@ fn table(n: usize, seed: u64) -> RecordBatch {
         Arc::new(c(8).map(|x| Some(900_000_000_000_000_000i128 + (x % 1000) as i128)).collect::<Decimal128Array>().with_precision_and_scale(18, 0).unwrap()),
         Arc::new(c(9).map(|x| opt(x, 8).map(|x| (x % 10_000) as f64 / 16.0)).collect::<Float64Array>()),
         Arc::new(c(10).map(|x| opt(x, 3).map(|x| (x % 1_000_000_000_000) as i64 - 500_000_000_000)).collect::<TimestampMicrosecondArray>()),
+        // A key of 70,000 values (some NULL): more groups than the per-chunk tables take.
+        Arc::new(c(11).map(|x| opt(x, 11).map(|x| 5_000_000 + (x % 70_000) as i64)).collect::<Int64Array>()),
     ];
     RecordBatch::try_new(schema, arrays).unwrap()
 }
@@ -141,6 +144,14 @@ const QUERIES: &[(&str, bool)] = &[
     ("SELECT count(*) FROM (SELECT kbig FROM agg GROUP BY kbig)", false),
     ("SELECT s, sum(f), min(f) FROM agg GROUP BY s ORDER BY s", false),
     ("SELECT count(DISTINCT s) FROM agg", true), // DataFusion groups by s first
+    // Group tables in device memory (more groups than the per-chunk tables take).
+    ("SELECT kwide, count(*), sum(v64), count(v64), sum(dec), avg(dec), count(ts) FROM agg GROUP BY kwide ORDER BY kwide", true),
+    ("SELECT kwide, sum(vbig), sum(v32) FROM agg WHERE v32 > 0 GROUP BY kwide HAVING sum(v64) > 0 ORDER BY kwide", true),
+    ("SELECT count(*), sum(t) FROM (SELECT kwide, sum(dec) AS t FROM agg WHERE id % 3 = 0 GROUP BY kwide)", true),
+    ("SELECT kwide, sum(v64) FROM agg WHERE id < 0 GROUP BY kwide ORDER BY kwide", true),
+    // MIN over that many groups, and a key pair too sparse for a table, stay on the CPU.
+    ("SELECT kwide, min(v64) FROM agg GROUP BY kwide ORDER BY kwide", false),
+    ("SELECT k8, kwide, count(*) FROM agg GROUP BY k8, kwide ORDER BY k8, kwide", false),
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -215,6 +226,8 @@ async fn join_on_the_group_keys_stays_co_partitioned() {
         assert!(p.contains("mode=Partitioned"), "{p}");
         if mode == GpuMode::On {
             assert!(p.contains("GpuAggregateExec"), "{p}");
+            // The GPU aggregations hash their groups into the join's partitions themselves.
+            assert!(!p.contains("RepartitionExec"), "{p}");
         }
         answers.push(run(&rl, q).await.unwrap());
     }

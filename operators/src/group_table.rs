@@ -71,11 +71,11 @@ pub fn table_bytes(groups: u32, columns: usize) -> u64 {
 
 /// State words of one value column.
 struct ColumnWords {
-    cnt: DeviceArray,
+    /// Non-NULL values, from the first call that gave the column a validity bitmap
+    /// on (until then every accepted row had a value: the count starts as a copy of
+    /// the rows); `None`: the count is the rows.
+    cnt: Option<DeviceArray>,
     s: [DeviceArray; 3],
-    /// Whether the column may hold NULLs: its non-NULL values are counted (otherwise
-    /// its count is the group's rows).
-    counted: bool,
 }
 
 /// Group state in device memory across calls (see the module documentation).
@@ -109,22 +109,19 @@ fn zeroed(ctx: &GpuContext, enc: &mut wgpu::CommandEncoder, groups: u32) -> GpuR
 }
 
 impl GroupTable {
-    /// A zeroed table of `groups` groups and one i64 value column per entry of
-    /// `nullable` (whether the column may come with a validity bitmap: its non-NULL
-    /// values are counted).
-    pub fn new(ctx: &GpuContext, groups: u32, nullable: &[bool]) -> GpuResult<GroupTable> {
+    /// A zeroed table of `groups` groups and `columns` i64 value columns.
+    pub fn new(ctx: &GpuContext, groups: u32, columns: usize) -> GpuResult<GroupTable> {
         if groups > max_groups(ctx) {
             return Err(GpuError::Invalid(format!("{groups} groups exceed the table's limit of {} on this adapter", max_groups(ctx))));
         }
         let mut enc = ctx.encoder("group-table-init");
         let rows = zeroed(ctx, &mut enc, groups)?;
-        let mut cols = Vec::with_capacity(nullable.len());
-        for &counted in nullable {
+        let mut cols = Vec::with_capacity(columns);
+        for _ in 0..columns {
             cols.push(ColumnWords {
-                // A column without NULLs counts as its rows: a one-word placeholder.
-                cnt: zeroed(ctx, &mut enc, if counted { groups } else { 0 })?,
+                // Counted from the first call with a validity bitmap on.
+                cnt: None,
                 s: [zeroed(ctx, &mut enc, groups)?, zeroed(ctx, &mut enc, groups)?, zeroed(ctx, &mut enc, groups)?],
-                counted,
             });
         }
         ctx.submit(enc)?;
@@ -149,10 +146,7 @@ impl GroupTable {
         if columns.len() != self.columns.len() {
             return inv(format!("{} value columns for a table of {}", columns.len(), self.columns.len()));
         }
-        for (c, w) in columns.iter().zip(&self.columns) {
-            if c.validity.is_some() && !w.counted {
-                return inv("a validity bitmap for a value column declared without NULLs".into());
-            }
+        for c in columns {
             if c.values.elem_size() != 8 || c.values.len() != n || c.values.seg_rows() != seg {
                 return inv("value columns must be 8-byte arrays shaped like the group ids".into());
             }
@@ -169,6 +163,14 @@ impl GroupTable {
             return Ok(());
         }
         self.added += n as u64;
+        let mut enc = ctx.encoder("group-table-add");
+        for (c, w) in columns.iter().zip(&mut self.columns) {
+            if c.validity.is_some() && w.cnt.is_none() {
+                let cnt = DeviceArray::alloc(ctx, self.groups.max(1) as usize, 4)?;
+                enc.copy_buffer_to_buffer(t(&self.rows), 0, t(&cnt), 0, self.groups.max(1) as u64 * 4);
+                w.cnt = Some(cnt);
+            }
+        }
         let defs = [("WG", WG.to_string())];
         let rows_k = ctx.pipeline("group_table", GROUP_TABLE_WGSL, "table_rows", &defs)?;
         let sum_k = ctx.pipeline("group_table", GROUP_TABLE_WGSL, "table_sum", &defs)?;
@@ -184,7 +186,7 @@ impl GroupTable {
                     Some(v) => (v.segment(s).0, F_VALID),
                     None => (gb, 0),
                 };
-                let flags = valid | if w.counted { F_COUNT } else { 0 };
+                let flags = valid | if w.cnt.is_some() { F_COUNT } else { 0 };
                 let ub = ctx.uniform(&Params { n: nrows as u32, groups: self.groups, flags, pad: 0 });
                 pass.dispatch(
                     ctx,
@@ -193,7 +195,7 @@ impl GroupTable {
                         entry(0, gb),
                         entry(1, vb),
                         entry(2, vv),
-                        entry(3, t(&w.cnt)),
+                        entry(3, t(w.cnt.as_ref().unwrap_or(&self.rows))),
                         entry(4, t(&w.s[0])),
                         entry(5, t(&w.s[1])),
                         entry(6, t(&w.s[2])),
@@ -203,7 +205,6 @@ impl GroupTable {
                 )?;
             }
         }
-        let mut enc = ctx.encoder("group-table-add");
         pass.encode(&mut enc, None);
         ctx.submit(enc)?;
         Ok(())
@@ -228,8 +229,8 @@ impl GroupTable {
         let rows_view = &self.rows;
         let mut cols: Vec<Column<'_>> = vec![Column::new(&ids), Column::new(rows_view)];
         for w in &self.columns {
-            if w.counted {
-                cols.push(Column::new(&w.cnt));
+            if let Some(c) = &w.cnt {
+                cols.push(Column::new(c));
             }
             cols.extend(w.s.iter().map(Column::new));
         }
@@ -243,7 +244,7 @@ impl GroupTable {
         let rows: Vec<u64> = next()?.into_iter().map(u64::from).collect();
         let mut columns = Vec::with_capacity(ncols);
         for w in &self.columns {
-            let count = if w.counted { next()?.into_iter().map(u64::from).collect() } else { rows.clone() };
+            let count = if w.cnt.is_some() { next()?.into_iter().map(u64::from).collect() } else { rows.clone() };
             let (s0, s1, s2) = (next()?, next()?, next()?);
             let sum = (0..ids.len()).map(|i| sum96(s0[i], s1[i], s2[i])).collect();
             columns.push(LiveColumn { count, sum });

@@ -52,7 +52,7 @@ impl Case {
 /// Feeds rows `parts` of the case in separate calls, each uploaded with `seg` rows
 /// per segment.
 fn run(ctx: &GpuContext, c: &Case, parts: &[std::ops::Range<usize>], seg: usize) -> LiveGroups {
-    let mut t = GroupTable::new(ctx, c.g, &[true, false]).unwrap();
+    let mut t = GroupTable::new(ctx, c.g, 2).unwrap();
     for p in parts {
         let s = p.start;
         let e = p.end;
@@ -118,20 +118,32 @@ fn group_table_errors() {
     let Some(ctx) = test_context() else { return };
     let too_many = max_groups(&ctx) as u64 + 1;
     if too_many <= u32::MAX as u64 {
-        assert!(matches!(GroupTable::new(&ctx, too_many as u32, &[false]), Err(GpuError::Invalid(_))));
+        assert!(matches!(GroupTable::new(&ctx, too_many as u32, 1), Err(GpuError::Invalid(_))));
     }
-    let mut t = GroupTable::new(&ctx, 10, &[false]).unwrap();
+    let mut t = GroupTable::new(&ctx, 10, 1).unwrap();
     let g = DeviceArray::upload(&ctx, &[1u32, 2, 3]).unwrap();
     let v = DeviceArray::upload(&ctx, &[1i64, 2, 3]).unwrap();
-    let bits = DeviceArray::upload(&ctx, &[7u32]).unwrap();
-    // wrong column count, a bitmap on a column declared without NULLs, wrong shapes
+    let bits = DeviceArray::upload_segmented(&ctx, &[3u32], ctx.segment_rows() / 32).unwrap();
+    // wrong column count, wrong shapes
     assert!(matches!(t.add(&ctx, &g, &[]), Err(GpuError::Invalid(_))));
-    assert!(matches!(t.add(&ctx, &g, &[Column::with_validity(&v, &bits)]), Err(GpuError::Invalid(_))));
     assert!(matches!(t.add(&ctx, &g, &[Column::new(&g)]), Err(GpuError::Invalid(_))));
+    // a column without NULLs first, then with a bitmap (rows 0 and 1 valid), then without
+    t.add(&ctx, &g, &[Column::new(&v)]).unwrap();
+    t.add(&ctx, &g, &[Column::with_validity(&v, &bits)]).unwrap();
     t.add(&ctx, &g, &[Column::new(&v)]).unwrap();
     let got = t.finish(&ctx).unwrap();
     assert_eq!(got.ids, vec![1, 2, 3]);
-    assert_eq!(got.columns[0].sum, vec![1, 2, 3]);
+    assert_eq!(got.rows, vec![3, 3, 3]);
+    assert_eq!(got.columns[0].count, vec![3, 3, 2]);
+    assert_eq!(got.columns[0].sum, vec![3, 6, 6]);
+    let bits2 = DeviceArray::upload_segmented(&ctx, &[5u32], ctx.segment_rows() / 32).unwrap();
+    let mut t = GroupTable::new(&ctx, 10, 1).unwrap();
+    t.add(&ctx, &g, &[Column::new(&v)]).unwrap();
+    t.add(&ctx, &g, &[Column::with_validity(&v, &bits2)]).unwrap();
+    let got = t.finish(&ctx).unwrap();
+    assert_eq!(got.rows, vec![2, 2, 2]);
+    assert_eq!(got.columns[0].count, vec![2, 1, 2]);
+    assert_eq!(got.columns[0].sum, vec![2, 2, 6]);
 }
 
 #[test]

@@ -48,6 +48,7 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Par
 use futures::TryStreamExt;
 use ridgeline_operators::compact::Column;
 use ridgeline_operators::group_agg::{group_agg_gpu_with, AggColumn, AggKind, ColumnAgg, GroupAggError, GroupAggOptions};
+use ridgeline_operators::group_table::GroupTable;
 use ridgeline_operators::regions::RegionSelect;
 use ridgeline_operators::select::RawKind;
 use ridgeline_operators::GpuContext;
@@ -151,6 +152,13 @@ pub struct GpuAggregatePlan {
     pub region_gpu_min_rows: usize,
     /// Whether any aggregate needs MIN or MAX.
     pub min_max: bool,
+    /// Group state in a device-memory table ([`GroupTable`]: dense tags with global
+    /// atomics, only the live groups read back) instead of per-chunk tables of all
+    /// groups: for group counts beyond the workgroup tables (COUNT, SUM and AVG only).
+    pub table: bool,
+    /// The partial state is the answer (COUNT and SUM only, state types equal to
+    /// the result types): no final aggregation runs over it.
+    pub direct: bool,
     /// The final aggregation over the partial state (its input is replaced at run time).
     pub final_agg: Arc<AggregateExec>,
     /// The partial state's schema (the final aggregation's input).
@@ -166,6 +174,18 @@ pub struct GpuAggregatePlan {
 pub struct GpuAggregateExec {
     plan: Arc<GpuAggregatePlan>,
     props: Arc<PlanProperties>,
+    /// The groups' states, computed once by whichever partition asks first and
+    /// shared out in slices of the batch size over the output partitions.
+    outcome: Arc<tokio::sync::OnceCell<std::result::Result<Outcome, Arc<DataFusionError>>>>,
+}
+
+/// What the device pass left.
+#[derive(Debug)]
+enum Outcome {
+    /// The partial states of the live groups, one list of batches per partition.
+    States(Vec<Vec<RecordBatch>>),
+    /// The GPU failed: partition 0 runs the CPU plan.
+    Cpu,
 }
 
 impl GpuAggregateExec {
@@ -174,13 +194,20 @@ impl GpuAggregateExec {
     /// many partitions keep working: the result comes in partition 0, the others
     /// are empty).
     pub fn new(plan: GpuAggregatePlan, schema: SchemaRef, partitions: usize) -> Self {
+        Self::with_partitioning(plan, schema, Partitioning::UnknownPartitioning(partitions.max(1)))
+    }
+    /// The node with the replaced aggregation's output partitioning: `UnknownPartitioning`,
+    /// or `Hash` over group key columns (the groups are then dealt out by DataFusion's
+    /// own hash partitioner, so co-partitioned parents find them where a
+    /// `RepartitionExec` would have put them).
+    pub fn with_partitioning(plan: GpuAggregatePlan, schema: SchemaRef, partitioning: Partitioning) -> Self {
         let props = PlanProperties::new(
             datafusion::physical_expr::EquivalenceProperties::new(schema),
-            Partitioning::UnknownPartitioning(partitions.max(1)),
+            partitioning,
             EmissionType::Final,
             Boundedness::Bounded,
         );
-        GpuAggregateExec { plan: Arc::new(plan), props: Arc::new(props) }
+        GpuAggregateExec { plan: Arc::new(plan), props: Arc::new(props), outcome: Arc::new(tokio::sync::OnceCell::new()) }
     }
     /// The prepared plan.
     pub fn plan(&self) -> &GpuAggregatePlan {
@@ -190,7 +217,8 @@ impl GpuAggregateExec {
 
 impl DisplayAs for GpuAggregateExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        write!(f, "GpuAggregateExec: table={}, groups={}, {}", self.plan.data.table.name, self.plan.groups, self.plan.display)
+        let state = if self.plan.table { " (group table in device memory)" } else { "" };
+        write!(f, "GpuAggregateExec: table={}, groups={}{state}, {}", self.plan.data.table.name, self.plan.groups, self.plan.display)
     }
 }
 
@@ -215,36 +243,118 @@ impl ExecutionPlan for GpuAggregateExec {
         Ok(self)
     }
     fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
-        if partition != 0 {
-            return Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema(), futures::stream::empty())));
-        }
         let plan = self.plan.clone();
         let schema = self.schema();
+        let cell = self.outcome.clone();
+        // Without GROUP BY the one result row comes from partition 0 alone.
+        let parts = if self.plan.keys.is_empty() { 1 } else { self.props.output_partitioning().partition_count().max(1) };
+        let hash = match self.props.output_partitioning() {
+            Partitioning::Hash(exprs, n) if *n > 1 => Some((exprs.clone(), *n)),
+            _ => None,
+        };
+        let batch_rows = ctx.session_config().batch_size().max(1);
         let fut = async move {
-            let p = plan.clone();
-            let states = tokio::task::spawn_blocking(move || {
-                let dev = ridgeline_operators::context::global().map_err(gpu_err)?;
-                partial_states(&dev, &p)
-            })
-            .await
-            .map_err(super::blocking_err)?;
-            match states {
-                Ok(batch) => {
-                    let src = datafusion::datasource::memory::MemorySourceConfig::try_new_exec(&[vec![batch]], plan.partial_schema.clone(), None)?;
+            let outcome = cell
+                .get_or_init(|| async {
+                    let p = plan.clone();
+                    let states = tokio::task::spawn_blocking(move || {
+                        let dev = ridgeline_operators::context::global().map_err(gpu_err)?;
+                        if p.table { table_states(&dev, &p) } else { partial_states(&dev, &p) }
+                    })
+                    .await
+                    .map_err(super::blocking_err);
+                    match states {
+                        Ok(Ok(batch)) if hash.is_some() => {
+                            let (exprs, n) = hash.expect("checked");
+                            tokio::task::spawn_blocking(move || hash_deal(&batch, exprs, n, batch_rows))
+                                .await
+                                .map_err(super::blocking_err)
+                                .and_then(|r| r)
+                                .map(Outcome::States)
+                                .map_err(Arc::new)
+                        }
+                        Ok(Ok(batch)) => {
+                            // Slices of the batch size, dealt round-robin over the partitions.
+                            let mut out = vec![Vec::new(); parts];
+                            let mut at = 0;
+                            let mut k = 0;
+                            while at < batch.num_rows() {
+                                let len = batch_rows.min(batch.num_rows() - at);
+                                out[k % parts].push(batch.slice(at, len));
+                                at += len;
+                                k += 1;
+                            }
+                            if batch.num_rows() == 0 {
+                                out[0].push(batch);
+                            }
+                            Ok(Outcome::States(out))
+                        }
+                        Ok(Err(e)) | Err(e) if is_gpu_error(&e) || is_decimal_wide(&e) => {
+                            log::warn!("GPU aggregation failed ({e}); running it on the CPU");
+                            FALLBACKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            Ok(Outcome::Cpu)
+                        }
+                        Ok(Err(e)) | Err(e) => Err(Arc::new(e)),
+                    }
+                })
+                .await;
+            match outcome {
+                Err(e) => Err(DataFusionError::Shared(e.clone())),
+                Ok(Outcome::States(_)) if partition >= parts => {
+                    Ok(Box::pin(RecordBatchStreamAdapter::new(schema, futures::stream::empty())) as SendableRecordBatchStream)
+                }
+                Ok(Outcome::Cpu) if partition == 0 => CoalescePartitionsExec::new(plan.cpu.clone()).execute(0, ctx),
+                Ok(Outcome::Cpu) => Ok(Box::pin(RecordBatchStreamAdapter::new(schema, futures::stream::empty())) as SendableRecordBatchStream),
+                Ok(Outcome::States(all)) if plan.direct => {
+                    // COUNT and SUM states are the answers: the same columns under the node's schema.
+                    let batches = all[partition]
+                        .iter()
+                        .map(|b| RecordBatch::try_new(schema.clone(), b.columns().to_vec()).map_err(DataFusionError::from))
+                        .collect::<Vec<_>>();
+                    Ok(Box::pin(RecordBatchStreamAdapter::new(schema, futures::stream::iter(batches))) as SendableRecordBatchStream)
+                }
+                Ok(Outcome::States(all)) => {
+                    // Every group is one row of one partition: the final aggregation of each
+                    // partition's rows is the answer for its groups.
+                    let src = datafusion::datasource::memory::MemorySourceConfig::try_new_exec(all, plan.partial_schema.clone(), None)?;
                     #[allow(deprecated)]
                     let fin = plan.final_agg.clone().with_new_children(vec![src])?;
-                    fin.execute(0, ctx)
+                    fin.execute(partition, ctx)
                 }
-                Err(e) if is_gpu_error(&e) || is_decimal_wide(&e) => {
-                    log::warn!("GPU aggregation failed ({e}); running it on the CPU");
-                    FALLBACKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    CoalescePartitionsExec::new(plan.cpu.clone()).execute(0, ctx)
-                }
-                Err(e) => Err(e),
             }
         };
-        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, futures::stream::once(fut).try_flatten())))
+        Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema(), futures::stream::once(fut).try_flatten())))
     }
+}
+
+/// The rows of `batch` dealt into `n` partitions by DataFusion's hash partitioner
+/// over `exprs` (group key columns, at the same positions in the partial state as in
+/// the result), slices of `batch_rows` rows hashed in parallel.
+fn hash_deal(batch: &RecordBatch, exprs: Vec<Arc<dyn datafusion::physical_expr::PhysicalExpr>>, n: usize, batch_rows: usize) -> Result<Vec<Vec<RecordBatch>>> {
+    use datafusion::physical_plan::metrics::Time;
+    use datafusion::physical_plan::repartition::BatchPartitioner;
+    use rayon::prelude::*;
+    let slices: Vec<RecordBatch> = (0..batch.num_rows()).step_by(batch_rows).map(|at| batch.slice(at, batch_rows.min(batch.num_rows() - at))).collect();
+    let dealt = slices
+        .into_par_iter()
+        .map(|b| {
+            let mut p = BatchPartitioner::new_hash_partitioner(exprs.clone(), n, Time::new())?;
+            let mut out: Vec<(usize, RecordBatch)> = Vec::new();
+            p.partition(b, |i, part| {
+                out.push((i, part));
+                Ok(())
+            })?;
+            Ok(out)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut out = vec![Vec::new(); n];
+    for (i, b) in dealt.into_iter().flatten() {
+        out[i].push(b);
+    }
+    if out.iter().all(|p| p.is_empty()) {
+        out[0].push(batch.clone());
+    }
+    Ok(out)
 }
 
 /// Running totals of one value column over the chunks.
@@ -296,12 +406,6 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
         }
         let batch = GpuBatch { schema: aug_schema.clone(), columns: cols, num_rows: chunk.num_rows };
         let mut eval = plan.program.evaluate(dev, &batch)?;
-        fn device(c: &GpuColumn) -> Result<Column<'_>> {
-            match &c.data {
-                ColumnData::Device { values, validity, .. } => Ok(Column { values, validity: validity.as_ref() }),
-                ColumnData::Host(_) => Err(DataFusionError::Internal("GPU aggregate output on the host".into())),
-            }
-        }
         let gids = device(&eval.outputs[0])?;
         for (i, rs) in regions.iter_mut().enumerate() {
             let tags = device(&eval.outputs[1 + nvals + 2 * i])?;
@@ -363,6 +467,79 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
     }
     // Groups with rows, in group-id order.
     let live: Vec<usize> = (0..g).filter(|&x| rows[x] > 0).collect();
+    let pick = |v: &[u64]| live.iter().map(|&x| v[x]).collect::<Vec<_>>();
+    let cols = totals
+        .iter()
+        .map(|t| LiveTotals {
+            count: pick(&t.count),
+            sum: live.iter().map(|&x| t.sum[x]).collect(),
+            min: live.iter().map(|&x| t.min[x]).collect(),
+            max: live.iter().map(|&x| t.max[x]).collect(),
+        })
+        .collect::<Vec<_>>();
+    let rows = pick(&rows);
+    assemble(plan, &live, &rows, &cols, &answers)
+}
+
+/// One value column's totals over the live groups, in their order.
+struct LiveTotals {
+    count: Vec<u64>,
+    sum: Vec<i128>,
+    min: Vec<Option<i64>>,
+    max: Vec<Option<i64>>,
+}
+
+/// The group-table path: every chunk's rows go into one [`GroupTable`] in device
+/// memory; only the live groups come back.
+fn table_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBatch> {
+    let nvals = plan.nvals;
+    let mut table = GroupTable::new(dev, plan.groups, nvals).map_err(gpu_err)?;
+    let aug_schema = plan.program.schema().clone();
+    let mut pending_errors = Vec::new();
+    for (ci, chunk) in plan.data.chunks.iter().enumerate() {
+        if chunk.num_rows == 0 {
+            continue;
+        }
+        let mut cols: Vec<Arc<GpuColumn>> = plan.table_cols.iter().map(|&t| chunk.columns[t].clone()).collect();
+        for k in &plan.keys {
+            if let GroupKey::Dict { dict, .. } = k {
+                cols.push(dict.codes[ci].clone());
+            }
+        }
+        let batch = GpuBatch { schema: aug_schema.clone(), columns: cols, num_rows: chunk.num_rows };
+        let mut eval = plan.program.evaluate(dev, &batch)?;
+        let gids = device(&eval.outputs[0])?;
+        let values = eval.outputs[1..1 + nvals].iter().map(|c| device(c)).collect::<Result<Vec<_>>>()?;
+        table.add(dev, gids.values, &values).map_err(gpu_err)?;
+        drop(values);
+        eval.outputs.clear();
+        pending_errors.push(eval);
+    }
+    for eval in &pending_errors {
+        eval.check_errors(dev)?;
+    }
+    let out = table.finish(dev).map_err(gpu_err)?;
+    let live: Vec<usize> = out.ids.iter().map(|&x| x as usize).collect();
+    let n = live.len();
+    let cols = out
+        .columns
+        .into_iter()
+        .map(|c| LiveTotals { count: c.count, sum: c.sum, min: vec![None; n], max: vec![None; n] })
+        .collect::<Vec<_>>();
+    assemble(plan, &live, &out.rows, &cols, &[])
+}
+
+/// A device column's values and validity.
+fn device(c: &GpuColumn) -> Result<Column<'_>> {
+    match &c.data {
+        ColumnData::Device { values, validity, .. } => Ok(Column { values, validity: validity.as_ref() }),
+        ColumnData::Host(_) => Err(DataFusionError::Internal("GPU aggregate output on the host".into())),
+    }
+}
+
+/// The partial state batch of the live groups (`live`: group ids; `rows` and `cols`
+/// aligned with them; `answers`: each quantile's answers for all groups).
+fn assemble(plan: &GpuAggregatePlan, live: &[usize], rows: &[u64], cols: &[LiveTotals], answers: &[Option<ArrayRef>]) -> Result<RecordBatch> {
     let schema = plan.partial_schema.clone();
     let mut arrays: Vec<ArrayRef> = Vec::new();
     // Mixed radix, first key most significant: key k's code is worth the product
@@ -389,26 +566,30 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
         };
         arrays.push(cast_to(a, field.data_type())?);
     }
+    let n = live.len();
     for st in &plan.states {
-        let pick = |f: &dyn Fn(usize) -> Option<i128>| -> Vec<Option<i128>> { live.iter().map(|&x| f(x)).collect() };
+        let pick = |f: &dyn Fn(usize) -> Option<i128>| -> Vec<Option<i128>> { (0..n).map(f).collect() };
         let mut push = |v: Vec<Option<i128>>| -> Result<()> {
             let dt = schema.field(arrays.len()).data_type().clone();
             arrays.push(int_array(&dt, v)?);
             Ok(())
         };
         match *st {
-            AggState::CountRows => push(pick(&|x| Some(rows[x] as i128)))?,
-            AggState::Count(c) => push(pick(&|x| Some(totals[c].count[x] as i128)))?,
-            AggState::Sum(c) => push(pick(&|x| (totals[c].count[x] > 0).then_some(totals[c].sum[x])))?,
+            AggState::CountRows => push(pick(&|i| Some(rows[i] as i128)))?,
+            AggState::Count(c) => push(pick(&|i| Some(cols[c].count[i] as i128)))?,
+            AggState::Sum(c) => push(pick(&|i| (cols[c].count[i] > 0).then_some(cols[c].sum[i])))?,
             AggState::Avg(c) => {
                 // DataFusion's AVG state: count and sum both NULL for a group without values.
-                push(pick(&|x| (totals[c].count[x] > 0).then_some(totals[c].count[x] as i128)))?;
-                push(pick(&|x| (totals[c].count[x] > 0).then_some(totals[c].sum[x])))?;
+                push(pick(&|i| (cols[c].count[i] > 0).then_some(cols[c].count[i] as i128)))?;
+                push(pick(&|i| (cols[c].count[i] > 0).then_some(cols[c].sum[i])))?;
             }
-            AggState::Min(c) => push(pick(&|x| totals[c].min[x].map(|v| v as i128)))?,
-            AggState::Max(c) => push(pick(&|x| totals[c].max[x].map(|v| v as i128)))?,
+            AggState::Min(c) => push(pick(&|i| cols[c].min[i].map(|v| v as i128)))?,
+            AggState::Max(c) => push(pick(&|i| cols[c].max[i].map(|v| v as i128)))?,
             AggState::Quantile(q) => {
-                let all = answers[q].as_ref().ok_or_else(|| DataFusionError::Internal("quantile without an answer".into()))?;
+                let all = answers
+                    .get(q)
+                    .and_then(|a| a.as_ref())
+                    .ok_or_else(|| DataFusionError::Internal("quantile without an answer".into()))?;
                 let idx = UInt32Array::from(live.iter().map(|&x| x as u32).collect::<Vec<_>>());
                 let a = arrow::compute::take(all.as_ref(), &idx, None)?;
                 let dt = schema.field(arrays.len()).data_type().clone();
@@ -416,7 +597,7 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
             }
         }
     }
-    let opts = arrow::array::RecordBatchOptions::new().with_row_count(Some(live.len()));
+    let opts = arrow::array::RecordBatchOptions::new().with_row_count(Some(n));
     Ok(RecordBatch::try_new_with_options(schema, arrays, &opts)?)
 }
 

@@ -100,9 +100,20 @@ impl PhysicalOptimizerRule for GpuAggregateRule {
                 match prepare(&dev, &node, src, min_rows, max_groups, region_min) {
                     Ok(Some(p)) => {
                         // Parents may rely on the replaced node's hash partitioning (a
-                        // partitioned hash join on the group keys, say): DataFusion's own
+                        // partitioned hash join on the group keys, say): the node keeps it
+                        // (hashing its groups as DataFusion's repartition would), or, for
+                        // partitioning expressions other than key columns, DataFusion's own
                         // repartition restores it from the one partition of groups.
+                        let nkeys = p.keys.len();
                         let out: Arc<dyn ExecutionPlan> = match node.output_partitioning() {
+                            // On the group keys (which lead both the partial state and the
+                            // result): the node deals its groups out with DataFusion's hash
+                            // partitioner itself.
+                            Partitioning::Hash(exprs, n)
+                                if *n > 1 && exprs.iter().all(|x| x.downcast_ref::<Column>().is_some_and(|c| c.index() < nkeys)) =>
+                            {
+                                Arc::new(GpuAggregateExec::with_partitioning(p, node.schema(), node.output_partitioning().clone()))
+                            }
                             Partitioning::Hash(exprs, n) if *n > 1 => Arc::new(RepartitionExec::try_new(
                                 Arc::new(GpuAggregateExec::new(p, node.schema(), 1)),
                                 Partitioning::Hash(exprs.clone(), *n),
@@ -188,6 +199,7 @@ fn prepare(
     region_gpu_min_rows: usize,
 ) -> std::result::Result<Option<GpuAggregatePlan>, Why> {
     let e = |e: datafusion::error::DataFusionError| e.to_string();
+    let table_cap = ridgeline_operators::group_table::max_groups(dev) as u64;
     if src.limit_options().is_some() {
         return Err("a limit is pushed into the aggregation".into());
     }
@@ -276,7 +288,7 @@ fn prepare(
                     _ => return Err(format!("GROUP BY {k}: no exact range")),
                 };
                 let span = (max as i128 - min as i128 + 1) as u64 + has_nulls as u64;
-                if span > MAX_GROUPS {
+                if span > MAX_GROUPS.max(table_cap) {
                     return Err(format!("GROUP BY {k}: {span} values in its range"));
                 }
                 let card = span.max(1) as u32;
@@ -303,8 +315,8 @@ fn prepare(
             other => return Err(format!("GROUP BY {k} of type {other}")),
         }
         groups *= keys.last().expect("pushed").card() as u64;
-        if groups + 1 > max_groups {
-            return Err(format!("more than {} groups", max_groups - 1));
+        if groups + 1 > max_groups.max(table_cap + 1) {
+            return Err(format!("more than {} groups", max_groups.max(table_cap + 1) - 1));
         }
     }
     let aug_schema = Arc::new(Schema::new(fields));
@@ -457,6 +469,21 @@ fn prepare(
         });
     }
     let nvals = outputs.len() - 1;
+    // Beyond the per-chunk tables of all groups: one group table in device memory,
+    // for COUNT, SUM and AVG over a key range the table's rows fill densely enough.
+    let table = groups + 1 > max_groups;
+    if table {
+        if min_max || !quantiles.is_empty() {
+            return Err(format!("MIN, MAX or a quantile over {groups} groups"));
+        }
+        if groups > 4 * data.table.num_rows.max(1) as u64 {
+            return Err(format!("{groups} groups for {} rows: too sparse for a group table", data.table.num_rows));
+        }
+        let bytes = ridgeline_operators::group_table::table_bytes(groups as u32, nvals);
+        if bytes > dev.pool().budget() / 4 {
+            return Err(format!("a group table of {} MiB", bytes >> 20));
+        }
+    }
     for (tag, v, _) in quantile_outputs {
         outputs.push(tag);
         outputs.push(v);
@@ -509,6 +536,12 @@ fn prepare(
         src.input_schema(),
     )
     .map_err(e)?;
+    // COUNT and SUM states of the same types as the results need no final aggregation
+    // (with GROUP BY: without, an empty input still gives one row).
+    let direct = !keys.is_empty()
+        && states.iter().all(|s| matches!(s, AggState::CountRows | AggState::Count(_) | AggState::Sum(_)))
+        && partial_schema.fields().len() == node.schema().fields().len()
+        && partial_schema.fields().iter().zip(node.schema().fields()).all(|(a, b)| a.data_type() == b.data_type());
     let same = |a: &Schema, b: &Schema| {
         a.fields().len() == b.fields().len() && a.fields().iter().zip(b.fields()).all(|(x, y)| x.name() == y.name() && x.data_type() == y.data_type())
     };
@@ -544,6 +577,8 @@ fn prepare(
         quantiles,
         region_gpu_min_rows,
         min_max,
+        table,
+        direct,
         final_agg: Arc::new(final_agg),
         partial_schema,
         cpu,

@@ -31,6 +31,9 @@ extensions_options! {
         /// equality, IN lists, LIKE, OR) a selectivity estimated from column
         /// statistics instead of a fixed 20% (the `ridgeline_filter_estimates` rule).
         pub filter_estimates: bool, default = true
+        /// Let a GPU aggregation with more groups than its per-chunk tables take keep
+        /// its groups' state in one table in device memory (COUNT, SUM and AVG).
+        pub gpu_group_tables: bool, default = true
     }
 }
 

@@ -10,7 +10,12 @@
 //! - every GROUP BY key is a column of the table: a string column with a resident
 //!   dictionary (at most [`MAX_DICT_VALUES`] distinct values) or an integer
 //!   column whose exact range (from the table's statistics) is small; the product
-//!   of the keys' codes (the dense group tags) is at most [`MAX_GROUPS`];
+//!   of the keys' codes (the dense group tags) is at most [`MAX_GROUPS`] for the
+//!   per-chunk tables of all groups, or, with COUNT, SUM and AVG only, as many as a
+//!   group table in device memory holds (`ridgeline_operators::group_table`: one
+//!   storage binding per state word, and at most 4 groups per table row; TPC-H
+//!   Q18's `GROUP BY l_orderkey`; `SET ridgeline.gpu_group_tables = false` turns
+//!   these off);
 //! - every aggregate is COUNT, SUM or AVG over integers or decimals (AVG:
 //!   decimals; DataFusion averages integers as floats), or MIN / MAX over
 //!   integers, decimals and timestamps, without DISTINCT, FILTER or ORDER BY,
@@ -97,7 +102,7 @@ impl PhysicalOptimizerRule for GpuAggregateRule {
                     _ => return Ok(Transformed::no(node)),
                 };
                 let region_min = if mode == GpuMode::On { 2 } else { REGION_GPU_MIN_ROWS };
-                match prepare(&dev, &node, src, min_rows, max_groups, region_min) {
+                match prepare(&dev, &node, src, min_rows, max_groups, region_min, opts.gpu_group_tables) {
                     Ok(Some(p)) => {
                         // Parents may rely on the replaced node's hash partitioning (a
                         // partitioned hash join on the group keys, say): the node keeps it
@@ -197,9 +202,10 @@ fn prepare(
     min_rows: usize,
     max_groups: u64,
     region_gpu_min_rows: usize,
+    group_tables: bool,
 ) -> std::result::Result<Option<GpuAggregatePlan>, Why> {
     let e = |e: datafusion::error::DataFusionError| e.to_string();
-    let table_cap = ridgeline_operators::group_table::max_groups(dev) as u64;
+    let table_cap = if group_tables { ridgeline_operators::group_table::max_groups(dev) as u64 } else { 0 };
     if src.limit_options().is_some() {
         return Err("a limit is pushed into the aggregation".into());
     }

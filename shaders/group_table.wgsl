@@ -88,3 +88,68 @@ fn table_ids(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     if (i >= p.n) { return; }
     ids[i] = i;
 }
+
+// HAVING on the device, before the compaction: `ids` holds one flag per group
+// (kernel `table_live`: the group received rows), and each condition (kernel
+// `table_cond`) clears the flags of the groups it rejects. A condition compares a
+// group's count (`cnt`, zero-extended) or its 96-bit sum (`s0 s1 s2`; false where the
+// group has no values, SQL's NULL) with the 96-bit constant (c0, c1, c2).
+struct CondParams {
+    n: u32,
+    op: u32,   // 0 <, 1 <=, 2 >, 3 >=, 4 =, 5 <>
+    pad0: u32,
+    pad: u32,
+    c0: u32,
+    c1: u32,
+    c2: u32,
+    pad2: u32,
+}
+
+@group(0) @binding(9) var<uniform> cp: CondParams;
+
+@compute @workgroup_size(WG)
+fn table_live(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let i = row_index(wid, nwg, lid);
+    if (i >= cp.n) { return; }
+    ids[i] = select(0u, 1u, atomicLoad(&cnt[i]) != 0u);
+}
+
+// -1, 0 or 1 as (a2 a1 a0) compares with (b2 b1 b0), both signed 96-bit.
+fn cmp96(a0: u32, a1: u32, a2: u32, b0: u32, b1: u32, b2: u32) -> i32 {
+    if (a2 != b2) { return select(1, -1, bitcast<i32>(a2) < bitcast<i32>(b2)); }
+    if (a1 != b1) { return select(1, -1, a1 < b1); }
+    if (a0 != b0) { return select(1, -1, a0 < b0); }
+    return 0;
+}
+
+fn keep(c: i32) -> bool {
+    switch cp.op {
+        case 0u: { return c < 0; }
+        case 1u: { return c <= 0; }
+        case 2u: { return c > 0; }
+        case 3u: { return c >= 0; }
+        case 4u: { return c == 0; }
+        default: { return c != 0; }
+    }
+}
+
+// A condition on a sum (`cnt`: the column's non-NULL count).
+@compute @workgroup_size(WG)
+fn table_cond_sum(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let i = row_index(wid, nwg, lid);
+    if (i >= cp.n || ids[i] == 0u) { return; }
+    if (atomicLoad(&cnt[i]) == 0u ||
+        !keep(cmp96(atomicLoad(&s0[i]), atomicLoad(&s1[i]), atomicLoad(&s2[i]), cp.c0, cp.c1, cp.c2))) {
+        ids[i] = 0u;
+    }
+}
+
+// A condition on a count.
+@compute @workgroup_size(WG)
+fn table_cond_count(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let i = row_index(wid, nwg, lid);
+    if (i >= cp.n || ids[i] == 0u) { return; }
+    if (!keep(cmp96(atomicLoad(&cnt[i]), 0u, 0u, cp.c0, cp.c1, cp.c2))) {
+        ids[i] = 0u;
+    }
+}

@@ -36,6 +36,82 @@ struct Params {
     pad: u32,
 }
 
+#[repr(C)]
+#[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
+struct CondParams {
+    n: u32,
+    op: u32,
+    pad0: u32,
+    pad: u32,
+    c: [u32; 3],
+    pad2: u32,
+}
+
+/// What a [`TableCond`] compares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TableWord {
+    /// The group's rows (COUNT(*)).
+    Rows,
+    /// Value column `.0`'s non-NULL count.
+    Count(usize),
+    /// Value column `.0`'s sum (a group without values fails every condition, as
+    /// SQL's NULL does).
+    Sum(usize),
+}
+
+/// A comparison.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CmpOp {
+    /// `<`
+    Lt,
+    /// `<=`
+    Le,
+    /// `>`
+    Gt,
+    /// `>=`
+    Ge,
+    /// `=`
+    Eq,
+    /// `<>`
+    Ne,
+}
+
+impl CmpOp {
+    fn code(self) -> u32 {
+        match self {
+            CmpOp::Lt => 0,
+            CmpOp::Le => 1,
+            CmpOp::Gt => 2,
+            CmpOp::Ge => 3,
+            CmpOp::Eq => 4,
+            CmpOp::Ne => 5,
+        }
+    }
+    /// Whether `a op b`.
+    pub fn holds<T: Ord>(self, a: T, b: T) -> bool {
+        match self {
+            CmpOp::Lt => a < b,
+            CmpOp::Le => a <= b,
+            CmpOp::Gt => a > b,
+            CmpOp::Ge => a >= b,
+            CmpOp::Eq => a == b,
+            CmpOp::Ne => a != b,
+        }
+    }
+}
+
+/// A condition on a group's state (HAVING), applied on the device before the
+/// live groups are read back: `word op value`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TableCond {
+    /// The state word.
+    pub word: TableWord,
+    /// The comparison.
+    pub op: CmpOp,
+    /// The constant (an unscaled decimal for a decimal sum).
+    pub value: i128,
+}
+
 /// Per-group results of one value column, for the live groups.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct LiveColumn {
@@ -212,6 +288,19 @@ impl GroupTable {
 
     /// Compacts the groups that received rows and reads them back.
     pub fn finish(self, ctx: &GpuContext) -> GpuResult<LiveGroups> {
+        self.finish_where(ctx, &[])
+    }
+
+    /// Compacts the groups that received rows and meet every condition of `conds`
+    /// (evaluated on the device) and reads them back.
+    pub fn finish_where(self, ctx: &GpuContext, conds: &[TableCond]) -> GpuResult<LiveGroups> {
+        for c in conds {
+            if let TableWord::Count(i) | TableWord::Sum(i) = c.word {
+                if i >= self.columns.len() {
+                    return Err(GpuError::Invalid(format!("condition on value column {i} of {}", self.columns.len())));
+                }
+            }
+        }
         let ncols = self.columns.len();
         if self.added == 0 || self.groups == 0 {
             return Ok(LiveGroups { ids: vec![], rows: vec![], columns: vec![LiveColumn::default(); ncols] });
@@ -222,7 +311,75 @@ impl GroupTable {
         let ub = ctx.uniform(&Params { n: g as u32, groups: self.groups, flags: 0, pad: 0 });
         let mut pass = Pass::default();
         pass.dispatch(ctx, &k, &[entry(7, &ub), entry(8, ids.segment(0).0)], (g as u64).div_ceil(WG as u64))?;
-        let mut enc = ctx.encoder("group-table-ids");
+        // HAVING: one flag per group, cleared by each condition.
+        let flags = if conds.is_empty() {
+            None
+        } else {
+            let defs = [("WG", WG.to_string())];
+            let flags = DeviceArray::alloc(ctx, g.max(1), 4)?;
+            let wgs = (g as u64).div_ceil(WG as u64);
+            let live = ctx.pipeline("group_table", GROUP_TABLE_WGSL, "table_live", &defs)?;
+            let cp = ctx.uniform(&CondParams { n: g as u32, ..Default::default() });
+            pass.dispatch(ctx, &live, &[entry(3, t(&self.rows)), entry(8, t(&flags)), entry(9, &cp)], wgs)?;
+            for c in conds {
+                // A constant beyond 96 bits makes the condition the same for every group.
+                let lim = 1i128 << 95;
+                let (op, v) = if c.value >= lim || c.value < -lim {
+                    let above = c.value >= lim;
+                    let all = match c.op {
+                        CmpOp::Lt | CmpOp::Le => above,
+                        CmpOp::Gt | CmpOp::Ge => !above,
+                        CmpOp::Eq => false,
+                        CmpOp::Ne => true,
+                    };
+                    match (all, c.word) {
+                        // Every group (with a value, for a sum: NULL still fails).
+                        (true, TableWord::Sum(_)) => (CmpOp::Ge, (-lim) as u128),
+                        (true, _) => continue,
+                        // None: no 96-bit value exceeds the largest one.
+                        (false, _) => (CmpOp::Gt, (lim - 1) as u128),
+                    }
+                } else {
+                    (c.op, c.value as u128)
+                };
+                let cp = ctx.uniform(&CondParams {
+                    n: g as u32,
+                    op: op.code(),
+                    c: [v as u32, (v >> 32) as u32, (v >> 64) as u32],
+                    ..Default::default()
+                });
+                let count_of = |i: usize| self.columns[i].cnt.as_ref().unwrap_or(&self.rows);
+                match c.word {
+                    TableWord::Sum(i) => {
+                        let k = ctx.pipeline("group_table", GROUP_TABLE_WGSL, "table_cond_sum", &defs)?;
+                        let w = &self.columns[i];
+                        pass.dispatch(
+                            ctx,
+                            &k,
+                            &[
+                                entry(3, t(count_of(i))),
+                                entry(4, t(&w.s[0])),
+                                entry(5, t(&w.s[1])),
+                                entry(6, t(&w.s[2])),
+                                entry(8, t(&flags)),
+                                entry(9, &cp),
+                            ],
+                            wgs,
+                        )?;
+                    }
+                    TableWord::Rows | TableWord::Count(_) => {
+                        let k = ctx.pipeline("group_table", GROUP_TABLE_WGSL, "table_cond_count", &defs)?;
+                        let cnt = match c.word {
+                            TableWord::Count(i) => count_of(i),
+                            _ => &self.rows,
+                        };
+                        pass.dispatch(ctx, &k, &[entry(3, t(cnt)), entry(8, t(&flags)), entry(9, &cp)], wgs)?;
+                    }
+                }
+            }
+            Some(flags)
+        };
+        let mut enc = ctx.encoder("group-table-having");
         pass.encode(&mut enc, None);
         ctx.submit(enc)?;
         // The selection and every column cover G rows.
@@ -234,7 +391,7 @@ impl GroupTable {
             }
             cols.extend(w.s.iter().map(Column::new));
         }
-        let out = compact(ctx, Selection::Flags(rows_view), &cols, CompactAlgo::Stable)?;
+        let out = compact(ctx, Selection::Flags(flags.as_ref().unwrap_or(rows_view)), &cols, CompactAlgo::Stable)?;
         let mut it = out.columns.into_iter();
         let mut next = || -> GpuResult<Vec<u32>> {
             let c = it.next().ok_or_else(|| GpuError::Invalid("compaction lost a column".into()))?;
@@ -261,6 +418,11 @@ fn sum96(w0: u32, w1: u32, w2: u32) -> i128 {
 /// The CPU reference of a [`GroupTable`] fed `gids` and `columns` in one call
 /// (i64 columns only; an id `>= groups` skips the row).
 pub fn group_table_reference(gids: &[u32], groups: u32, columns: &[HostAggColumn<'_>]) -> LiveGroups {
+    group_table_reference_where(gids, groups, columns, &[])
+}
+
+/// [`group_table_reference`] keeping the groups that meet `conds`.
+pub fn group_table_reference_where(gids: &[u32], groups: u32, columns: &[HostAggColumn<'_>], conds: &[TableCond]) -> LiveGroups {
     let g = groups as usize;
     let mut rows = vec![0u64; g];
     let mut count = vec![vec![0u64; g]; columns.len()];
@@ -279,7 +441,14 @@ pub fn group_table_reference(gids: &[u32], groups: u32, columns: &[HostAggColumn
             }
         }
     }
-    let live: Vec<usize> = (0..g).filter(|&x| rows[x] > 0).collect();
+    let meets = |x: usize| {
+        conds.iter().all(|c| match c.word {
+            TableWord::Rows => c.op.holds(rows[x] as i128, c.value),
+            TableWord::Count(i) => c.op.holds(count[i][x] as i128, c.value),
+            TableWord::Sum(i) => count[i][x] > 0 && c.op.holds(sum[i][x], c.value),
+        })
+    };
+    let live: Vec<usize> = (0..g).filter(|&x| rows[x] > 0 && meets(x)).collect();
     LiveGroups {
         ids: live.iter().map(|&x| x as u32).collect(),
         rows: live.iter().map(|&x| rows[x]).collect(),

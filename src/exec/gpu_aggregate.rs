@@ -266,7 +266,12 @@ impl ExecutionPlan for GpuAggregateExec {
                     match states {
                         Ok(Ok(batch)) if hash.is_some() => {
                             let (exprs, n) = hash.expect("checked");
-                            tokio::task::spawn_blocking(move || hash_deal(&batch, exprs, n, batch_rows))
+                            tokio::task::spawn_blocking(move || {
+                                let t = std::time::Instant::now();
+                                let r = hash_deal(&batch, exprs, n, batch_rows);
+                                log::debug!("GPU aggregate: {} groups hashed into {n} partitions in {:?}", batch.num_rows(), t.elapsed());
+                                r
+                            })
                                 .await
                                 .map_err(super::blocking_err)
                                 .and_then(|r| r)
@@ -492,6 +497,7 @@ struct LiveTotals {
 /// The group-table path: every chunk's rows go into one [`GroupTable`] in device
 /// memory; only the live groups come back.
 fn table_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBatch> {
+    let t0 = std::time::Instant::now();
     let nvals = plan.nvals;
     let mut table = GroupTable::new(dev, plan.groups, nvals).map_err(gpu_err)?;
     let aug_schema = plan.program.schema().clone();
@@ -518,15 +524,22 @@ fn table_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBatch
     for eval in &pending_errors {
         eval.check_errors(dev)?;
     }
+    let t_add = t0.elapsed();
     let out = table.finish(dev).map_err(gpu_err)?;
+    let t_finish = t0.elapsed();
     let live: Vec<usize> = out.ids.iter().map(|&x| x as usize).collect();
-    let n = live.len();
-    let cols = out
-        .columns
-        .into_iter()
-        .map(|c| LiveTotals { count: c.count, sum: c.sum, min: vec![None; n], max: vec![None; n] })
-        .collect::<Vec<_>>();
-    assemble(plan, &live, &out.rows, &cols, &[])
+    // No MIN or MAX on this path (the rule sends those elsewhere).
+    let cols = out.columns.into_iter().map(|c| LiveTotals { count: c.count, sum: c.sum, min: vec![], max: vec![] }).collect::<Vec<_>>();
+    let batch = assemble(plan, &live, &out.rows, &cols, &[]);
+    log::debug!(
+        "GPU group table of {} groups: {} live; chunks {:?}, compaction and readback {:?}, arrays {:?}",
+        plan.groups,
+        live.len(),
+        t_add,
+        t_finish - t_add,
+        t0.elapsed() - t_finish
+    );
+    batch
 }
 
 /// A device column's values and validity.
@@ -558,33 +571,33 @@ fn assemble(plan: &GpuAggregatePlan, live: &[usize], rows: &[u64], cols: &[LiveT
                 arrow::compute::take(dict.values.as_ref(), &idx, None)?
             }
             GroupKey::Range { min, card, nullable, data_type } => {
-                let v: Vec<Option<i128>> = codes
-                    .map(|c| (!(*nullable && c == *card as u64 - 1)).then_some(*min as i128 + c as i128))
-                    .collect();
-                int_array(data_type, v)?
+                let (stride, card, min) = (strides[k], *card as u64, *min as i128);
+                let code = move |i: usize| (live[i] as u64 / stride) % card;
+                let null = *nullable;
+                int_array_fn(data_type, live.len(), &|i| min + code(i) as i128, &|i| !(null && code(i) == card - 1))?
             }
         };
         arrays.push(cast_to(a, field.data_type())?);
     }
     let n = live.len();
     for st in &plan.states {
-        let pick = |f: &dyn Fn(usize) -> Option<i128>| -> Vec<Option<i128>> { (0..n).map(f).collect() };
-        let mut push = |v: Vec<Option<i128>>| -> Result<()> {
+        let mut push = |value: &(dyn Fn(usize) -> i128 + Sync), valid: &(dyn Fn(usize) -> bool + Sync)| -> Result<()> {
             let dt = schema.field(arrays.len()).data_type().clone();
-            arrays.push(int_array(&dt, v)?);
+            arrays.push(int_array_fn(&dt, n, value, valid)?);
             Ok(())
         };
+        let all = |_: usize| true;
         match *st {
-            AggState::CountRows => push(pick(&|i| Some(rows[i] as i128)))?,
-            AggState::Count(c) => push(pick(&|i| Some(cols[c].count[i] as i128)))?,
-            AggState::Sum(c) => push(pick(&|i| (cols[c].count[i] > 0).then_some(cols[c].sum[i])))?,
+            AggState::CountRows => push(&|i| rows[i] as i128, &all)?,
+            AggState::Count(c) => push(&|i| cols[c].count[i] as i128, &all)?,
+            AggState::Sum(c) => push(&|i| cols[c].sum[i], &|i| cols[c].count[i] > 0)?,
             AggState::Avg(c) => {
                 // DataFusion's AVG state: count and sum both NULL for a group without values.
-                push(pick(&|i| (cols[c].count[i] > 0).then_some(cols[c].count[i] as i128)))?;
-                push(pick(&|i| (cols[c].count[i] > 0).then_some(cols[c].sum[i])))?;
+                push(&|i| cols[c].count[i] as i128, &|i| cols[c].count[i] > 0)?;
+                push(&|i| cols[c].sum[i], &|i| cols[c].count[i] > 0)?;
             }
-            AggState::Min(c) => push(pick(&|i| cols[c].min[i].map(|v| v as i128)))?,
-            AggState::Max(c) => push(pick(&|i| cols[c].max[i].map(|v| v as i128)))?,
+            AggState::Min(c) => push(&|i| cols[c].min[i].unwrap_or(0) as i128, &|i| cols[c].min[i].is_some())?,
+            AggState::Max(c) => push(&|i| cols[c].max[i].unwrap_or(0) as i128, &|i| cols[c].max[i].is_some())?,
             AggState::Quantile(q) => {
                 let all = answers
                     .get(q)
@@ -606,6 +619,30 @@ fn cast_to(a: ArrayRef, dt: &DataType) -> Result<ArrayRef> {
         return Ok(a);
     }
     Ok(arrow::compute::cast(&a, dt)?)
+}
+
+/// [`int_array`] from `n` values given by `value` (NULL where `valid` says so),
+/// built straight into the typed buffers (in parallel for large outputs: a group
+/// table can return millions of groups).
+pub(crate) fn int_array_fn(dt: &DataType, n: usize, value: &(dyn Fn(usize) -> i128 + Sync), valid: &(dyn Fn(usize) -> bool + Sync)) -> Result<ArrayRef> {
+    use arrow::buffer::NullBuffer;
+    use rayon::prelude::*;
+    use DataType::*;
+    fn gen<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync + Send) -> Vec<T> {
+        if n >= 1 << 16 { (0..n).into_par_iter().map(f).collect() } else { (0..n).map(f).collect() }
+    }
+    let bits = gen(n, valid);
+    let nulls = (!bits.iter().all(|&b| b)).then(|| NullBuffer::from(bits));
+    Ok(match dt {
+        Decimal128(p, s) => Arc::new(Decimal128Array::new(gen(n, value).into(), nulls).with_precision_and_scale(*p, *s)?),
+        Int64 => Arc::new(Int64Array::new(gen(n, |i| value(i) as i64).into(), nulls)),
+        UInt64 => Arc::new(UInt64Array::new(gen(n, |i| value(i) as u64).into(), nulls)),
+        Int8 | Int16 | Int32 | UInt8 | UInt16 | UInt32 => {
+            let a: ArrayRef = Arc::new(Int64Array::new(gen(n, |i| value(i) as i64).into(), nulls));
+            arrow::compute::cast(&a, dt)?
+        }
+        _ => int_array(dt, (0..n).map(|i| valid(i).then(|| value(i))).collect())?,
+    })
 }
 
 /// An array of type `dt` from integer values: decimals by their unscaled value,

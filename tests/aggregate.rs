@@ -149,6 +149,7 @@ const QUERIES: &[(&str, bool)] = &[
     ("SELECT kwide, sum(vbig), sum(v32) FROM agg WHERE v32 > 0 GROUP BY kwide HAVING sum(v64) > 0 ORDER BY kwide", true),
     ("SELECT count(*), sum(t) FROM (SELECT kwide, sum(dec) AS t FROM agg WHERE id % 3 = 0 GROUP BY kwide)", true),
     ("SELECT kwide, sum(v64) FROM agg WHERE id < 0 GROUP BY kwide ORDER BY kwide", true),
+    ("SELECT kwide, count(*), sum(v64) FROM agg GROUP BY kwide HAVING count(*) >= 2 AND sum(v64) < 0 AND 5 > count(v64) ORDER BY kwide", true),
     // MIN over that many groups, and a key pair too sparse for a table, stay on the CPU.
     ("SELECT kwide, min(v64) FROM agg GROUP BY kwide ORDER BY kwide", false),
     ("SELECT k8, kwide, count(*) FROM agg GROUP BY k8, kwide ORDER BY k8, kwide", false),
@@ -191,6 +192,9 @@ async fn plan_uses_gpu_aggregate_in_mode_on() {
         let p = plan(&gpu, q).await;
         assert_eq!(p.contains("GpuAggregateExec"), *on_gpu, "{q}\n{p}");
     }
+    // HAVING conditions on counts and sums of a group table run on the device too.
+    let p = plan(&gpu, "SELECT kwide, sum(v64) FROM agg GROUP BY kwide HAVING sum(v64) > 0 AND count(*) >= 2").await;
+    assert!(p.contains("2 HAVING conditions on the device"), "{p}");
     // TPC-H Q1 and Q6 run whole on the GPU, with nothing but the aggregation's
     // result above it.
     let rl = common::engine(GpuMode::On).await;

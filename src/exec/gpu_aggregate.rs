@@ -48,7 +48,7 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Par
 use futures::TryStreamExt;
 use ridgeline_operators::compact::Column;
 use ridgeline_operators::group_agg::{group_agg_gpu_with, AggColumn, AggKind, ColumnAgg, GroupAggError, GroupAggOptions};
-use ridgeline_operators::group_table::GroupTable;
+use ridgeline_operators::group_table::{GroupTable, TableCond};
 use ridgeline_operators::regions::RegionSelect;
 use ridgeline_operators::select::RawKind;
 use ridgeline_operators::GpuContext;
@@ -177,6 +177,9 @@ pub struct GpuAggregateExec {
     /// The groups' states, computed once by whichever partition asks first and
     /// shared out in slices of the batch size over the output partitions.
     outcome: Arc<tokio::sync::OnceCell<std::result::Result<Outcome, Arc<DataFusionError>>>>,
+    /// HAVING conditions of the filter above, applied on the device before the
+    /// groups are read back (group-table path; the filter itself stays above).
+    having: Arc<Vec<TableCond>>,
 }
 
 /// What the device pass left.
@@ -207,7 +210,21 @@ impl GpuAggregateExec {
             EmissionType::Final,
             Boundedness::Bounded,
         );
-        GpuAggregateExec { plan: Arc::new(plan), props: Arc::new(props), outcome: Arc::new(tokio::sync::OnceCell::new()) }
+        GpuAggregateExec { plan: Arc::new(plan), props: Arc::new(props), outcome: Arc::new(tokio::sync::OnceCell::new()), having: Arc::new(vec![]) }
+    }
+    /// The same node keeping only the groups that meet `having` (the conditions of
+    /// a filter above it, which must stay: the node returns a superset).
+    pub fn with_having(&self, having: Vec<TableCond>) -> Self {
+        GpuAggregateExec {
+            plan: self.plan.clone(),
+            props: self.props.clone(),
+            outcome: Arc::new(tokio::sync::OnceCell::new()),
+            having: Arc::new(having),
+        }
+    }
+    /// The HAVING conditions applied on the device.
+    pub fn having(&self) -> &[TableCond] {
+        &self.having
     }
     /// The prepared plan.
     pub fn plan(&self) -> &GpuAggregatePlan {
@@ -217,7 +234,11 @@ impl GpuAggregateExec {
 
 impl DisplayAs for GpuAggregateExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        let state = if self.plan.table { " (group table in device memory)" } else { "" };
+        let state = match (self.plan.table, self.having.len()) {
+            (false, _) => String::new(),
+            (true, 0) => " (group table in device memory)".to_string(),
+            (true, n) => format!(" (group table in device memory, {n} HAVING conditions on the device)"),
+        };
         write!(f, "GpuAggregateExec: table={}, groups={}{state}, {}", self.plan.data.table.name, self.plan.groups, self.plan.display)
     }
 }
@@ -246,6 +267,7 @@ impl ExecutionPlan for GpuAggregateExec {
         let plan = self.plan.clone();
         let schema = self.schema();
         let cell = self.outcome.clone();
+        let having = self.having.clone();
         // Without GROUP BY the one result row comes from partition 0 alone.
         let parts = if self.plan.keys.is_empty() { 1 } else { self.props.output_partitioning().partition_count().max(1) };
         let hash = match self.props.output_partitioning() {
@@ -259,7 +281,7 @@ impl ExecutionPlan for GpuAggregateExec {
                     let p = plan.clone();
                     let states = tokio::task::spawn_blocking(move || {
                         let dev = ridgeline_operators::context::global().map_err(gpu_err)?;
-                        if p.table { table_states(&dev, &p) } else { partial_states(&dev, &p) }
+                        if p.table { table_states(&dev, &p, &having) } else { partial_states(&dev, &p) }
                     })
                     .await
                     .map_err(super::blocking_err);
@@ -496,7 +518,7 @@ struct LiveTotals {
 
 /// The group-table path: every chunk's rows go into one [`GroupTable`] in device
 /// memory; only the live groups come back.
-fn table_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBatch> {
+fn table_states(dev: &GpuContext, plan: &GpuAggregatePlan, having: &[TableCond]) -> Result<RecordBatch> {
     let t0 = std::time::Instant::now();
     let nvals = plan.nvals;
     let mut table = GroupTable::new(dev, plan.groups, nvals).map_err(gpu_err)?;
@@ -525,7 +547,7 @@ fn table_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBatch
         eval.check_errors(dev)?;
     }
     let t_add = t0.elapsed();
-    let out = table.finish(dev).map_err(gpu_err)?;
+    let out = table.finish_where(dev, having).map_err(gpu_err)?;
     let t_finish = t0.elapsed();
     let live: Vec<usize> = out.ids.iter().map(|&x| x as usize).collect();
     // No MIN or MAX on this path (the rule sends those elsewhere).

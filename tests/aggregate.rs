@@ -150,8 +150,10 @@ const QUERIES: &[(&str, bool)] = &[
     ("SELECT count(*), sum(t) FROM (SELECT kwide, sum(dec) AS t FROM agg WHERE id % 3 = 0 GROUP BY kwide)", true),
     ("SELECT kwide, sum(v64) FROM agg WHERE id < 0 GROUP BY kwide ORDER BY kwide", true),
     ("SELECT kwide, count(*), sum(v64) FROM agg GROUP BY kwide HAVING count(*) >= 2 AND sum(v64) < 0 AND 5 > count(v64) ORDER BY kwide", true),
-    // MIN over that many groups, and a key pair too sparse for a table, stay on the CPU.
-    ("SELECT kwide, min(v64) FROM agg GROUP BY kwide ORDER BY kwide", false),
+    // MIN and MAX over that many groups (64-bit atomics), with NULL values and NULL keys.
+    ("SELECT kwide, min(v64), max(v64), min(ts), max(dec), count(*) FROM agg GROUP BY kwide ORDER BY kwide", true),
+    ("SELECT kwide, max(v32), min(vbig) FROM agg WHERE v32 < 0 GROUP BY kwide HAVING count(*) > 1 ORDER BY kwide", true),
+    // A key pair too sparse for a table stays on the CPU.
     ("SELECT k8, kwide, count(*) FROM agg GROUP BY k8, kwide ORDER BY k8, kwide", false),
 ];
 

@@ -23,6 +23,7 @@ use crate::group_agg::{HostAggColumn, HostAggValues};
 use crate::scan::Pass;
 
 const GROUP_TABLE_WGSL: &str = include_str!("../../shaders/group_table.wgsl");
+const GROUP_TABLE_U64_WGSL: &str = include_str!("../../shaders/group_table_u64.wgsl");
 const WG: u32 = 256;
 const F_VALID: u32 = 1;
 const F_COUNT: u32 = 2;
@@ -119,6 +120,10 @@ pub struct LiveColumn {
     pub count: Vec<u64>,
     /// Exact sums (0 where count is 0); the caller checks they fit its type.
     pub sum: Vec<i128>,
+    /// Minima (`None` where count is 0); empty unless the column keeps MIN/MAX.
+    pub min: Vec<Option<i64>>,
+    /// Maxima, likewise.
+    pub max: Vec<Option<i64>>,
 }
 
 /// The groups that received rows, in ascending group id.
@@ -139,6 +144,11 @@ pub fn max_groups(ctx: &GpuContext) -> u32 {
     (binding / 4).min(ctx.segment_rows() as u64).min(u32::MAX as u64 - 1) as u32
 }
 
+/// Whether group tables can keep MIN and MAX on `ctx` (64-bit atomic min/max).
+pub fn supports_min_max(ctx: &GpuContext) -> bool {
+    ctx.features().contains(wgpu::Features::SHADER_INT64 | wgpu::Features::SHADER_INT64_ATOMIC_MIN_MAX)
+}
+
 /// Device bytes a table of `groups` groups and `columns` value columns takes.
 pub fn table_bytes(groups: u32, columns: usize) -> u64 {
     // rows, then per column the count and the three sum words, plus the compaction's copy
@@ -152,6 +162,8 @@ struct ColumnWords {
     /// the rows); `None`: the count is the rows.
     cnt: Option<DeviceArray>,
     s: [DeviceArray; 3],
+    /// MIN / MAX words (u64 order keys: max of the complement, max), when kept.
+    mm: Option<[DeviceArray; 2]>,
 }
 
 /// Group state in device memory across calls (see the module documentation).
@@ -187,17 +199,40 @@ fn zeroed(ctx: &GpuContext, enc: &mut wgpu::CommandEncoder, groups: u32) -> GpuR
 impl GroupTable {
     /// A zeroed table of `groups` groups and `columns` i64 value columns.
     pub fn new(ctx: &GpuContext, groups: u32, columns: usize) -> GpuResult<GroupTable> {
+        Self::with_min_max(ctx, groups, &vec![false; columns])
+    }
+
+    /// A zeroed table with one i64 value column per entry of `min_max`, which says
+    /// whether the column also keeps its MIN and MAX (64-bit atomics: see
+    /// [`supports_min_max`]).
+    pub fn with_min_max(ctx: &GpuContext, groups: u32, min_max: &[bool]) -> GpuResult<GroupTable> {
         if groups > max_groups(ctx) {
             return Err(GpuError::Invalid(format!("{groups} groups exceed the table's limit of {} on this adapter", max_groups(ctx))));
         }
+        if min_max.iter().any(|&m| m) && !supports_min_max(ctx) {
+            return Err(GpuError::Invalid("MIN/MAX in a group table needs 64-bit atomics".into()));
+        }
         let mut enc = ctx.encoder("group-table-init");
         let rows = zeroed(ctx, &mut enc, groups)?;
-        let mut cols = Vec::with_capacity(columns);
-        for _ in 0..columns {
+        let mut cols = Vec::with_capacity(min_max.len());
+        for &m in min_max {
+            let mm = if m {
+                let mut w = || -> GpuResult<DeviceArray> {
+                    let a = DeviceArray::alloc(ctx, groups.max(1) as usize, 8)?;
+                    for s in 0..a.num_segments() {
+                        enc.clear_buffer(a.segment(s).0, 0, None);
+                    }
+                    Ok(a)
+                };
+                Some([w()?, w()?])
+            } else {
+                None
+            };
             cols.push(ColumnWords {
                 // Counted from the first call with a validity bitmap on.
                 cnt: None,
                 s: [zeroed(ctx, &mut enc, groups)?, zeroed(ctx, &mut enc, groups)?, zeroed(ctx, &mut enc, groups)?],
+                mm,
             });
         }
         ctx.submit(enc)?;
@@ -279,6 +314,27 @@ impl GroupTable {
                     ],
                     wgs,
                 )?;
+            }
+        }
+        if self.columns.iter().any(|w| w.mm.is_some()) {
+            let mm_k = ctx.pipeline("group_table_u64", GROUP_TABLE_U64_WGSL, "table_min_max", &defs)?;
+            for s in 0..gids.num_segments() {
+                let (gb, _, nrows) = gids.segment(s);
+                let wgs = (nrows as u64).div_ceil(WG as u64);
+                for (c, w) in columns.iter().zip(&self.columns) {
+                    let Some([mn, mx]) = &w.mm else { continue };
+                    let (vv, flags) = match c.validity {
+                        Some(v) => (v.segment(s).0, F_VALID),
+                        None => (gb, 0),
+                    };
+                    let ub = ctx.uniform(&Params { n: nrows as u32, groups: self.groups, flags, pad: 0 });
+                    pass.dispatch(
+                        ctx,
+                        &mm_k,
+                        &[entry(0, gb), entry(1, c.values.segment(s).0), entry(2, vv), entry(7, &ub), entry(10, t(mn)), entry(11, t(mx))],
+                        wgs,
+                    )?;
+                }
             }
         }
         pass.encode(&mut enc, None);
@@ -390,21 +446,33 @@ impl GroupTable {
                 cols.push(Column::new(c));
             }
             cols.extend(w.s.iter().map(Column::new));
+            if let Some(mm) = &w.mm {
+                cols.extend(mm.iter().map(Column::new));
+            }
         }
         let out = compact(ctx, Selection::Flags(flags.as_ref().unwrap_or(rows_view)), &cols, CompactAlgo::Stable)?;
         let mut it = out.columns.into_iter();
-        let mut next = || -> GpuResult<Vec<u32>> {
-            let c = it.next().ok_or_else(|| GpuError::Invalid("compaction lost a column".into()))?;
-            c.values.download::<u32>(ctx)
-        };
-        let ids = next()?;
-        let rows: Vec<u64> = next()?.into_iter().map(u64::from).collect();
+        let mut next_col = || it.next().ok_or_else(|| GpuError::Invalid("compaction lost a column".into()));
+        let ids = next_col()?.values.download::<u32>(ctx)?;
+        let rows: Vec<u64> = next_col()?.values.download::<u32>(ctx)?.into_iter().map(u64::from).collect();
         let mut columns = Vec::with_capacity(ncols);
         for w in &self.columns {
-            let count = if w.cnt.is_some() { next()?.into_iter().map(u64::from).collect() } else { rows.clone() };
+            let mut next = || -> GpuResult<Vec<u32>> { next_col()?.values.download::<u32>(ctx) };
+            let count: Vec<u64> = if w.cnt.is_some() { next()?.into_iter().map(u64::from).collect() } else { rows.clone() };
             let (s0, s1, s2) = (next()?, next()?, next()?);
             let sum = (0..ids.len()).map(|i| sum96(s0[i], s1[i], s2[i])).collect();
-            columns.push(LiveColumn { count, sum });
+            let (min, max) = if w.mm.is_some() {
+                let mn = next_col()?.values.download::<u64>(ctx)?;
+                let mx = next_col()?.values.download::<u64>(ctx)?;
+                let unkey = |k: u64| (k ^ (1 << 63)) as i64;
+                (
+                    (0..ids.len()).map(|i| (count[i] > 0).then(|| unkey(!mn[i]))).collect(),
+                    (0..ids.len()).map(|i| (count[i] > 0).then(|| unkey(mx[i]))).collect(),
+                )
+            } else {
+                (vec![], vec![])
+            };
+            columns.push(LiveColumn { count, sum, min, max });
         }
         Ok(LiveGroups { ids, rows, columns })
     }
@@ -418,15 +486,18 @@ fn sum96(w0: u32, w1: u32, w2: u32) -> i128 {
 /// The CPU reference of a [`GroupTable`] fed `gids` and `columns` in one call
 /// (i64 columns only; an id `>= groups` skips the row).
 pub fn group_table_reference(gids: &[u32], groups: u32, columns: &[HostAggColumn<'_>]) -> LiveGroups {
-    group_table_reference_where(gids, groups, columns, &[])
+    group_table_reference_where(gids, groups, columns, &vec![false; columns.len()], &[])
 }
 
-/// [`group_table_reference`] keeping the groups that meet `conds`.
-pub fn group_table_reference_where(gids: &[u32], groups: u32, columns: &[HostAggColumn<'_>], conds: &[TableCond]) -> LiveGroups {
+/// [`group_table_reference`] with MIN and MAX of the columns `min_max` marks,
+/// keeping the groups that meet `conds`.
+pub fn group_table_reference_where(gids: &[u32], groups: u32, columns: &[HostAggColumn<'_>], min_max: &[bool], conds: &[TableCond]) -> LiveGroups {
     let g = groups as usize;
     let mut rows = vec![0u64; g];
     let mut count = vec![vec![0u64; g]; columns.len()];
     let mut sum = vec![vec![0i128; g]; columns.len()];
+    let mut mins = vec![vec![i64::MAX; g]; columns.len()];
+    let mut maxs = vec![vec![i64::MIN; g]; columns.len()];
     for (i, &x) in gids.iter().enumerate() {
         let x = x as usize;
         if x >= g {
@@ -438,6 +509,8 @@ pub fn group_table_reference_where(gids: &[u32], groups: u32, columns: &[HostAgg
             if col.validity.is_none_or(|b| (b[i / 32] >> (i % 32)) & 1 != 0) {
                 count[c][x] += 1;
                 sum[c][x] += v[i] as i128;
+                mins[c][x] = mins[c][x].min(v[i]);
+                maxs[c][x] = maxs[c][x].max(v[i]);
             }
         }
     }
@@ -453,7 +526,21 @@ pub fn group_table_reference_where(gids: &[u32], groups: u32, columns: &[HostAgg
         ids: live.iter().map(|&x| x as u32).collect(),
         rows: live.iter().map(|&x| rows[x]).collect(),
         columns: (0..columns.len())
-            .map(|c| LiveColumn { count: live.iter().map(|&x| count[c][x]).collect(), sum: live.iter().map(|&x| sum[c][x]).collect() })
+            .map(|c| {
+                let pick = |v: &[i64]| -> Vec<Option<i64>> {
+                    if min_max.get(c).copied().unwrap_or(false) {
+                        live.iter().map(|&x| (count[c][x] > 0).then_some(v[x])).collect()
+                    } else {
+                        vec![]
+                    }
+                };
+                LiveColumn {
+                    count: live.iter().map(|&x| count[c][x]).collect(),
+                    sum: live.iter().map(|&x| sum[c][x]).collect(),
+                    min: pick(&mins[c]),
+                    max: pick(&maxs[c]),
+                }
+            })
             .collect(),
     }
 }

@@ -154,10 +154,10 @@ pub struct GpuAggregatePlan {
     pub min_max: bool,
     /// Group state in a device-memory table ([`GroupTable`]: dense tags with global
     /// atomics, only the live groups read back) instead of per-chunk tables of all
-    /// groups: for group counts beyond the workgroup tables (COUNT, SUM and AVG only).
+    /// groups: for group counts beyond the workgroup tables (no quantiles).
     pub table: bool,
-    /// The partial state is the answer (COUNT and SUM only, state types equal to
-    /// the result types): no final aggregation runs over it.
+    /// The partial state is the answer (COUNT, SUM, MIN and MAX only, state types
+    /// equal to the result types): no final aggregation runs over it.
     pub direct: bool,
     /// The final aggregation over the partial state (its input is replaced at run time).
     pub final_agg: Arc<AggregateExec>,
@@ -521,7 +521,8 @@ struct LiveTotals {
 fn table_states(dev: &GpuContext, plan: &GpuAggregatePlan, having: &[TableCond]) -> Result<RecordBatch> {
     let t0 = std::time::Instant::now();
     let nvals = plan.nvals;
-    let mut table = GroupTable::new(dev, plan.groups, nvals).map_err(gpu_err)?;
+    let min_max: Vec<bool> = (0..nvals).map(|c| plan.states.iter().any(|s| matches!(s, AggState::Min(x) | AggState::Max(x) if *x == c))).collect();
+    let mut table = GroupTable::with_min_max(dev, plan.groups, &min_max).map_err(gpu_err)?;
     let aug_schema = plan.program.schema().clone();
     let mut pending_errors = Vec::new();
     for (ci, chunk) in plan.data.chunks.iter().enumerate() {
@@ -550,8 +551,8 @@ fn table_states(dev: &GpuContext, plan: &GpuAggregatePlan, having: &[TableCond])
     let out = table.finish_where(dev, having).map_err(gpu_err)?;
     let t_finish = t0.elapsed();
     let live: Vec<usize> = out.ids.iter().map(|&x| x as usize).collect();
-    // No MIN or MAX on this path (the rule sends those elsewhere).
-    let cols = out.columns.into_iter().map(|c| LiveTotals { count: c.count, sum: c.sum, min: vec![], max: vec![] }).collect::<Vec<_>>();
+    // MIN / MAX are there for the columns that keep them.
+    let cols = out.columns.into_iter().map(|c| LiveTotals { count: c.count, sum: c.sum, min: c.min, max: c.max }).collect::<Vec<_>>();
     let batch = assemble(plan, &live, &out.rows, &cols, &[]);
     log::debug!(
         "GPU group table of {} groups: {} live; chunks {:?}, compaction and readback {:?}, arrays {:?}",

@@ -11,7 +11,7 @@
 //!   dictionary (at most [`MAX_DICT_VALUES`] distinct values) or an integer
 //!   column whose exact range (from the table's statistics) is small; the product
 //!   of the keys' codes (the dense group tags) is at most [`MAX_GROUPS`] for the
-//!   per-chunk tables of all groups, or, with COUNT, SUM and AVG only, as many as a
+//!   per-chunk tables of all groups, or, without quantiles, as many as a
 //!   group table in device memory holds (`ridgeline_operators::group_table`: one
 //!   storage binding per state word, and at most 4 groups per table row; TPC-H
 //!   Q18's `GROUP BY l_orderkey`; `SET ridgeline.gpu_group_tables = false` turns
@@ -592,11 +592,15 @@ fn prepare(
     }
     let nvals = outputs.len() - 1;
     // Beyond the per-chunk tables of all groups: one group table in device memory,
-    // for COUNT, SUM and AVG over a key range the table's rows fill densely enough.
+    // for COUNT, SUM, AVG, MIN and MAX (64-bit atomics) over a key range the table's
+    // rows fill densely enough.
     let table = groups + 1 > max_groups;
     if table {
-        if min_max || !quantiles.is_empty() {
-            return Err(format!("MIN, MAX or a quantile over {groups} groups"));
+        if !quantiles.is_empty() {
+            return Err(format!("a quantile over {groups} groups"));
+        }
+        if min_max && !ridgeline_operators::group_table::supports_min_max(dev) {
+            return Err(format!("MIN or MAX over {groups} groups without 64-bit atomics"));
         }
         if groups > 4 * data.table.num_rows.max(1) as u64 {
             return Err(format!("{groups} groups for {} rows: too sparse for a group table", data.table.num_rows));
@@ -658,10 +662,10 @@ fn prepare(
         src.input_schema(),
     )
     .map_err(e)?;
-    // COUNT and SUM states of the same types as the results need no final aggregation
+    // COUNT, SUM, MIN and MAX states of the same types as the results need no final aggregation
     // (with GROUP BY: without, an empty input still gives one row).
     let direct = !keys.is_empty()
-        && states.iter().all(|s| matches!(s, AggState::CountRows | AggState::Count(_) | AggState::Sum(_)))
+        && states.iter().all(|s| matches!(s, AggState::CountRows | AggState::Count(_) | AggState::Sum(_) | AggState::Min(_) | AggState::Max(_)))
         && partial_schema.fields().len() == node.schema().fields().len()
         && partial_schema.fields().iter().zip(node.schema().fields()).all(|(a, b)| a.data_type() == b.data_type());
     let same = |a: &Schema, b: &Schema| {

@@ -159,6 +159,9 @@ pub struct GpuAggregatePlan {
     /// The partial state is the answer (COUNT, SUM, MIN and MAX only, state types
     /// equal to the result types): no final aggregation runs over it.
     pub direct: bool,
+    /// Mode auto, a group table with few rows per group: worth it only when HAVING
+    /// conditions cut the readback, else the rule puts this replaced plan back.
+    pub unless_having: Option<Arc<dyn ExecutionPlan>>,
     /// The final aggregation over the partial state (its input is replaced at run time).
     pub final_agg: Arc<AggregateExec>,
     /// The partial state's schema (the final aggregation's input).

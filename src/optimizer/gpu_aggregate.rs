@@ -72,6 +72,11 @@ pub const MAX_QUANTILE_GROUPS: u64 = 4096;
 /// selected on the CPU (see `ridgeline_operators::regions`).
 pub const REGION_GPU_MIN_ROWS: usize = 1 << 16;
 
+/// Mode auto: a group table needs this many table rows per group, or HAVING
+/// conditions on the device (`bench aggregate --sql`, 1M groups: 2^20 and 2^22 rows
+/// lost to CPU mode, 2^24 won 2.2x; H100, session 25).
+pub const TABLE_MIN_ROWS_PER_GROUP: u64 = 16;
+
 /// The GPU aggregation rule.
 #[derive(Debug, Default)]
 pub struct GpuAggregateRule;
@@ -85,6 +90,7 @@ impl PhysicalOptimizerRule for GpuAggregateRule {
         // Mode auto keeps to the dense per-workgroup tables: the region path's fixed
         // costs per chunk made TPC-H Q15 at SF 1 (10,000 groups over 16 chunks) take
         // 102 ms on the H100 against 21.6 ms in CPU mode.
+        let auto = mode == GpuMode::Auto;
         let (min_rows, max_groups) = if mode == GpuMode::On {
             (0, MAX_GROUPS)
         } else {
@@ -105,7 +111,7 @@ impl PhysicalOptimizerRule for GpuAggregateRule {
                     _ => return Ok(Transformed::no(node)),
                 };
                 let region_min = if mode == GpuMode::On { 2 } else { REGION_GPU_MIN_ROWS };
-                match prepare(&dev, &node, src, min_rows, max_groups, region_min, opts.gpu_group_tables) {
+                match prepare(&dev, &node, src, min_rows, max_groups, region_min, opts.gpu_group_tables, auto) {
                     Ok(Some(p)) => {
                         // Parents may rely on the replaced node's hash partitioning (a
                         // partitioned hash join on the group keys, say): the node keeps it
@@ -136,6 +142,17 @@ impl PhysicalOptimizerRule for GpuAggregateRule {
                         Ok(Transformed::no(node))
                     }
                 }
+            })?
+            .data
+            // Group tables that only pay with HAVING on the device and got none: back to
+            // the replaced plan.
+            .transform_up(|node| {
+                if let Some(g) = node.downcast_ref::<GpuAggregateExec>() {
+                    if let (Some(orig), true) = (&g.plan().unless_having, g.having().is_empty()) {
+                        return Ok(Transformed::yes(orig.clone()));
+                    }
+                }
+                Ok(Transformed::no(node))
             })?
             .data)
     }
@@ -319,6 +336,7 @@ fn prepare(
     max_groups: u64,
     region_gpu_min_rows: usize,
     group_tables: bool,
+    auto: bool,
 ) -> std::result::Result<Option<GpuAggregatePlan>, Why> {
     let e = |e: datafusion::error::DataFusionError| e.to_string();
     let table_cap = if group_tables { ridgeline_operators::group_table::max_groups(dev) as u64 } else { 0 };
@@ -691,6 +709,7 @@ fn prepare(
         gby.join(", "),
         shown.join(", ")
     );
+    let table_rows = data.table.num_rows;
     Ok(Some(GpuAggregatePlan {
         data,
         table_cols,
@@ -705,6 +724,10 @@ fn prepare(
         min_max,
         table,
         direct,
+        // Fewer than TABLE_MIN_ROWS_PER_GROUP rows per group: reading back almost as
+        // many groups as rows loses to the CPU (measured: 1M groups over 1M-4M rows),
+        // unless HAVING cuts the groups on the device (TPC-H Q18).
+        unless_having: (auto && table && (table_rows as u64) < TABLE_MIN_ROWS_PER_GROUP * groups).then(|| node.clone()),
         final_agg: Arc::new(final_agg),
         partial_schema,
         cpu,

@@ -415,42 +415,23 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
         .map_err(gpu_err)?;
     let mut rows = vec![0u64; g];
     let mut totals = vec![Totals::new(g); nvals];
-    let aug_schema = plan.program.schema().clone();
     let opts = GroupAggOptions { min_max: plan.min_max, checked_sums: false, ..Default::default() };
     let agg_err = |e: GroupAggError| match e {
         GroupAggError::Gpu(e) => gpu_err(e),
         other => DataFusionError::Internal(other.to_string()),
     };
-    // Kernels that can raise an error are checked after the last chunk: by then
-    // every kernel has finished, so reading their error words waits for nothing.
-    let mut pending_errors = Vec::new();
-    for (ci, chunk) in plan.data.chunks.iter().enumerate() {
-        if chunk.num_rows == 0 {
-            continue;
-        }
-        let mut cols: Vec<Arc<GpuColumn>> = plan.table_cols.iter().map(|&t| chunk.columns[t].clone()).collect();
-        for k in &plan.keys {
-            if let GroupKey::Dict { dict, .. } = k {
-                cols.push(dict.codes[ci].clone());
-            }
-        }
-        let batch = GpuBatch { schema: aug_schema.clone(), columns: cols, num_rows: chunk.num_rows };
-        let mut eval = plan.program.evaluate(dev, &batch)?;
-        let gids = device(&eval.outputs[0])?;
+    for_each_chunk(dev, plan, |outputs| {
+        let gids = device(&outputs[0])?;
         for (i, rs) in regions.iter_mut().enumerate() {
-            let tags = device(&eval.outputs[1 + nvals + 2 * i])?;
-            let vals = device(&eval.outputs[2 + nvals + 2 * i])?;
+            let tags = device(&outputs[1 + nvals + 2 * i])?;
+            let vals = device(&outputs[2 + nvals + 2 * i])?;
             rs.add(dev, tags.values, vals.values).map_err(gpu_err)?;
         }
-        let values = eval.outputs[1..1 + nvals]
+        let values = outputs[1..1 + nvals]
             .iter()
             .map(|c| device(c).map(|column| AggColumn { kind: AggKind::I64, column }))
             .collect::<Result<Vec<_>>>()?;
         let out = group_agg_gpu_with(dev, gids.values, plan.groups + 1, &values, &opts).map_err(agg_err)?;
-        // Free the outputs now; keep the error word.
-        drop(values);
-        eval.outputs.clear();
-        pending_errors.push(eval);
         for x in 0..g {
             rows[x] += out.rows[x];
         }
@@ -469,10 +450,8 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
                 };
             }
         }
-    }
-    for eval in &pending_errors {
-        eval.check_errors(dev)?;
-    }
+        Ok(())
+    })?;
     // Quantiles: every group a region, selected on the device; the answers of all groups.
     let mut answers: Vec<Option<ArrayRef>> = vec![None; plan.quantiles.len()];
     for (i, rs) in regions.into_iter().enumerate() {
@@ -526,30 +505,11 @@ fn table_states(dev: &GpuContext, plan: &GpuAggregatePlan, having: &[TableCond])
     let nvals = plan.nvals;
     let min_max: Vec<bool> = (0..nvals).map(|c| plan.states.iter().any(|s| matches!(s, AggState::Min(x) | AggState::Max(x) if *x == c))).collect();
     let mut table = GroupTable::with_min_max(dev, plan.groups, &min_max).map_err(gpu_err)?;
-    let aug_schema = plan.program.schema().clone();
-    let mut pending_errors = Vec::new();
-    for (ci, chunk) in plan.data.chunks.iter().enumerate() {
-        if chunk.num_rows == 0 {
-            continue;
-        }
-        let mut cols: Vec<Arc<GpuColumn>> = plan.table_cols.iter().map(|&t| chunk.columns[t].clone()).collect();
-        for k in &plan.keys {
-            if let GroupKey::Dict { dict, .. } = k {
-                cols.push(dict.codes[ci].clone());
-            }
-        }
-        let batch = GpuBatch { schema: aug_schema.clone(), columns: cols, num_rows: chunk.num_rows };
-        let mut eval = plan.program.evaluate(dev, &batch)?;
-        let gids = device(&eval.outputs[0])?;
-        let values = eval.outputs[1..1 + nvals].iter().map(|c| device(c)).collect::<Result<Vec<_>>>()?;
-        table.add(dev, gids.values, &values).map_err(gpu_err)?;
-        drop(values);
-        eval.outputs.clear();
-        pending_errors.push(eval);
-    }
-    for eval in &pending_errors {
-        eval.check_errors(dev)?;
-    }
+    for_each_chunk(dev, plan, |outputs| {
+        let gids = device(&outputs[0])?;
+        let values = outputs[1..1 + nvals].iter().map(device).collect::<Result<Vec<_>>>()?;
+        table.add(dev, gids.values, &values).map_err(gpu_err)
+    })?;
     let t_add = t0.elapsed();
     let out = table.finish_where(dev, having).map_err(gpu_err)?;
     let t_finish = t0.elapsed();
@@ -566,6 +526,36 @@ fn table_states(dev: &GpuContext, plan: &GpuAggregatePlan, having: &[TableCond])
         t0.elapsed() - t_finish
     );
     batch
+}
+
+/// Runs the plan's row program over every resident chunk (the table's columns plus
+/// the dictionary keys' codes) and hands its outputs to `f`, freed after it returns.
+/// Kernels that can raise an error are checked after the last chunk: by then every
+/// kernel has finished, so reading their error words waits for nothing.
+fn for_each_chunk(dev: &GpuContext, plan: &GpuAggregatePlan, mut f: impl FnMut(&[GpuColumn]) -> Result<()>) -> Result<()> {
+    let aug_schema = plan.program.schema().clone();
+    let mut pending_errors = Vec::new();
+    for (ci, chunk) in plan.data.chunks.iter().enumerate() {
+        if chunk.num_rows == 0 {
+            continue;
+        }
+        let mut cols: Vec<Arc<GpuColumn>> = plan.table_cols.iter().map(|&t| chunk.columns[t].clone()).collect();
+        for k in &plan.keys {
+            if let GroupKey::Dict { dict, .. } = k {
+                cols.push(dict.codes[ci].clone());
+            }
+        }
+        let batch = GpuBatch { schema: aug_schema.clone(), columns: cols, num_rows: chunk.num_rows };
+        let mut eval = plan.program.evaluate(dev, &batch)?;
+        f(&eval.outputs)?;
+        // Free the outputs now; keep the error word.
+        eval.outputs.clear();
+        pending_errors.push(eval);
+    }
+    for eval in &pending_errors {
+        eval.check_errors(dev)?;
+    }
+    Ok(())
 }
 
 /// A device column's values and validity.

@@ -18,3 +18,14 @@ pub fn bitmap(n: usize, r: &mut impl Rng, p_null: f64) -> Vec<u32> {
     }
     w
 }
+
+/// Rows just past one segment of the adapter (its binding limit for 8-byte values),
+/// or `None` (with a note) where a segment is too large to exceed in a test.
+pub fn rows_past_one_segment(ctx: &ridgeline_operators::GpuContext) -> Option<usize> {
+    let seg = ctx.segment_rows();
+    if seg > (32 << 20) {
+        eprintln!("segment of {seg} rows too large to exceed in a test on this adapter; covered with small segments");
+        return None;
+    }
+    Some(seg + seg / 100 + 7)
+}

@@ -1,6 +1,7 @@
 //! Grouped aggregation with dense tags in device memory: COUNT(*) and, per i64
-//! column, the non-NULL count and the exact SUM, for group counts far beyond what
-//! a workgroup table holds (shaders/group_table.wgsl).
+//! column, the non-NULL count, the exact SUM and optionally MIN and MAX, for group
+//! counts far beyond what a workgroup table holds (shaders/group_table.wgsl,
+//! shaders/group_table_u64.wgsl).
 //!
 //! [`crate::group_agg`]'s dense strategy keeps every group's state in workgroup
 //! memory (at most about a thousand groups) and reads all G groups back; its
@@ -21,6 +22,7 @@ use crate::context::GpuContext;
 use crate::error::{GpuError, GpuResult};
 use crate::group_agg::{HostAggColumn, HostAggValues};
 use crate::scan::Pass;
+use crate::select::unkey_i64;
 
 const GROUP_TABLE_WGSL: &str = include_str!("../../shaders/group_table.wgsl");
 const GROUP_TABLE_U64_WGSL: &str = include_str!("../../shaders/group_table_u64.wgsl");
@@ -86,6 +88,16 @@ impl CmpOp {
             CmpOp::Ge => 3,
             CmpOp::Eq => 4,
             CmpOp::Ne => 5,
+        }
+    }
+    /// The comparison with its operands swapped (`a op b` is `b op.flipped() a`).
+    pub fn flipped(self) -> CmpOp {
+        match self {
+            CmpOp::Lt => CmpOp::Gt,
+            CmpOp::Le => CmpOp::Ge,
+            CmpOp::Gt => CmpOp::Lt,
+            CmpOp::Ge => CmpOp::Le,
+            o => o,
         }
     }
     /// Whether `a op b`.
@@ -188,8 +200,9 @@ fn entry(binding: u32, buf: &wgpu::Buffer) -> wgpu::BindGroupEntry<'_> {
     wgpu::BindGroupEntry { binding, resource: buf.as_entire_binding() }
 }
 
-fn zeroed(ctx: &GpuContext, enc: &mut wgpu::CommandEncoder, groups: u32) -> GpuResult<DeviceArray> {
-    let a = DeviceArray::alloc(ctx, groups.max(1) as usize, 4)?;
+/// One zeroed state word (`elem` bytes) per group.
+fn zeroed(ctx: &GpuContext, enc: &mut wgpu::CommandEncoder, groups: u32, elem: usize) -> GpuResult<DeviceArray> {
+    let a = DeviceArray::alloc(ctx, groups.max(1) as usize, elem)?;
     for s in 0..a.num_segments() {
         enc.clear_buffer(a.segment(s).0, 0, None);
     }
@@ -213,25 +226,14 @@ impl GroupTable {
             return Err(GpuError::Invalid("MIN/MAX in a group table needs 64-bit atomics".into()));
         }
         let mut enc = ctx.encoder("group-table-init");
-        let rows = zeroed(ctx, &mut enc, groups)?;
+        let rows = zeroed(ctx, &mut enc, groups, 4)?;
         let mut cols = Vec::with_capacity(min_max.len());
         for &m in min_max {
-            let mm = if m {
-                let mut w = || -> GpuResult<DeviceArray> {
-                    let a = DeviceArray::alloc(ctx, groups.max(1) as usize, 8)?;
-                    for s in 0..a.num_segments() {
-                        enc.clear_buffer(a.segment(s).0, 0, None);
-                    }
-                    Ok(a)
-                };
-                Some([w()?, w()?])
-            } else {
-                None
-            };
+            let mm = if m { Some([zeroed(ctx, &mut enc, groups, 8)?, zeroed(ctx, &mut enc, groups, 8)?]) } else { None };
             cols.push(ColumnWords {
                 // Counted from the first call with a validity bitmap on.
                 cnt: None,
-                s: [zeroed(ctx, &mut enc, groups)?, zeroed(ctx, &mut enc, groups)?, zeroed(ctx, &mut enc, groups)?],
+                s: [zeroed(ctx, &mut enc, groups, 4)?, zeroed(ctx, &mut enc, groups, 4)?, zeroed(ctx, &mut enc, groups, 4)?],
                 mm,
             });
         }
@@ -285,6 +287,10 @@ impl GroupTable {
         let defs = [("WG", WG.to_string())];
         let rows_k = ctx.pipeline("group_table", GROUP_TABLE_WGSL, "table_rows", &defs)?;
         let sum_k = ctx.pipeline("group_table", GROUP_TABLE_WGSL, "table_sum", &defs)?;
+        let mm_k = match self.columns.iter().any(|w| w.mm.is_some()) {
+            true => Some(ctx.pipeline("group_table_u64", GROUP_TABLE_U64_WGSL, "table_min_max", &defs)?),
+            false => None,
+        };
         let mut pass = Pass::default();
         for s in 0..gids.num_segments() {
             let (gb, _, nrows) = gids.segment(s);
@@ -314,26 +320,9 @@ impl GroupTable {
                     ],
                     wgs,
                 )?;
-            }
-        }
-        if self.columns.iter().any(|w| w.mm.is_some()) {
-            let mm_k = ctx.pipeline("group_table_u64", GROUP_TABLE_U64_WGSL, "table_min_max", &defs)?;
-            for s in 0..gids.num_segments() {
-                let (gb, _, nrows) = gids.segment(s);
-                let wgs = (nrows as u64).div_ceil(WG as u64);
-                for (c, w) in columns.iter().zip(&self.columns) {
-                    let Some([mn, mx]) = &w.mm else { continue };
-                    let (vv, flags) = match c.validity {
-                        Some(v) => (v.segment(s).0, F_VALID),
-                        None => (gb, 0),
-                    };
-                    let ub = ctx.uniform(&Params { n: nrows as u32, groups: self.groups, flags, pad: 0 });
-                    pass.dispatch(
-                        ctx,
-                        &mm_k,
-                        &[entry(0, gb), entry(1, c.values.segment(s).0), entry(2, vv), entry(7, &ub), entry(10, t(mn)), entry(11, t(mx))],
-                        wgs,
-                    )?;
+                if let (Some(k), Some([mn, mx])) = (&mm_k, &w.mm) {
+                    // The kernel reads F_VALID only.
+                    pass.dispatch(ctx, k, &[entry(0, gb), entry(1, vb), entry(2, vv), entry(7, &ub), entry(10, t(mn)), entry(11, t(mx))], wgs)?;
                 }
             }
         }
@@ -464,10 +453,9 @@ impl GroupTable {
             let (min, max) = if w.mm.is_some() {
                 let mn = next_col()?.values.download::<u64>(ctx)?;
                 let mx = next_col()?.values.download::<u64>(ctx)?;
-                let unkey = |k: u64| (k ^ (1 << 63)) as i64;
                 (
-                    (0..ids.len()).map(|i| (count[i] > 0).then(|| unkey(!mn[i]))).collect(),
-                    (0..ids.len()).map(|i| (count[i] > 0).then(|| unkey(mx[i]))).collect(),
+                    (0..ids.len()).map(|i| (count[i] > 0).then(|| unkey_i64(!mn[i]))).collect(),
+                    (0..ids.len()).map(|i| (count[i] > 0).then(|| unkey_i64(mx[i]))).collect(),
                 )
             } else {
                 (vec![], vec![])

@@ -32,7 +32,7 @@ extensions_options! {
         /// statistics instead of a fixed 20% (the `ridgeline_filter_estimates` rule).
         pub filter_estimates: bool, default = true
         /// Let a GPU aggregation with more groups than its per-chunk tables take keep
-        /// its groups' state in one table in device memory (COUNT, SUM and AVG).
+        /// its groups' state in one table in device memory (no quantiles).
         pub gpu_group_tables: bool, default = true
     }
 }

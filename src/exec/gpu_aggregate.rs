@@ -48,7 +48,7 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Par
 use futures::TryStreamExt;
 use ridgeline_operators::compact::Column;
 use ridgeline_operators::group_agg::{group_agg_gpu_with, AggColumn, AggKind, ColumnAgg, GroupAggError, GroupAggOptions};
-use ridgeline_operators::group_table::{GroupTable, TableCond};
+use ridgeline_operators::group_table::{GroupTable, LiveColumn, TableCond};
 use ridgeline_operators::regions::RegionSelect;
 use ridgeline_operators::select::RawKind;
 use ridgeline_operators::GpuContext;
@@ -289,36 +289,12 @@ impl ExecutionPlan for GpuAggregateExec {
                     .await
                     .map_err(super::blocking_err);
                     match states {
-                        Ok(Ok(batch)) if hash.is_some() => {
-                            let (exprs, n) = hash.expect("checked");
-                            tokio::task::spawn_blocking(move || {
-                                let t = std::time::Instant::now();
-                                let r = hash_deal(&batch, exprs, n, batch_rows);
-                                log::debug!("GPU aggregate: {} groups hashed into {n} partitions in {:?}", batch.num_rows(), t.elapsed());
-                                r
-                            })
-                                .await
-                                .map_err(super::blocking_err)
-                                .and_then(|r| r)
-                                .map(Outcome::States)
-                                .map_err(Arc::new)
-                        }
-                        Ok(Ok(batch)) => {
-                            // Slices of the batch size, dealt round-robin over the partitions.
-                            let mut out = vec![Vec::new(); parts];
-                            let mut at = 0;
-                            let mut k = 0;
-                            while at < batch.num_rows() {
-                                let len = batch_rows.min(batch.num_rows() - at);
-                                out[k % parts].push(batch.slice(at, len));
-                                at += len;
-                                k += 1;
-                            }
-                            if batch.num_rows() == 0 {
-                                out[0].push(batch);
-                            }
-                            Ok(Outcome::States(out))
-                        }
+                        Ok(Ok(batch)) => tokio::task::spawn_blocking(move || deal(&batch, parts, hash, batch_rows))
+                            .await
+                            .map_err(super::blocking_err)
+                            .and_then(|r| r)
+                            .map(Outcome::States)
+                            .map_err(Arc::new),
                         Ok(Err(e)) | Err(e) if is_gpu_error(&e) || is_decimal_wide(&e) => {
                             log::warn!("GPU aggregation failed ({e}); running it on the CPU");
                             FALLBACKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -336,7 +312,7 @@ impl ExecutionPlan for GpuAggregateExec {
                 Ok(Outcome::Cpu) if partition == 0 => CoalescePartitionsExec::new(plan.cpu.clone()).execute(0, ctx),
                 Ok(Outcome::Cpu) => Ok(Box::pin(RecordBatchStreamAdapter::new(schema, futures::stream::empty())) as SendableRecordBatchStream),
                 Ok(Outcome::States(all)) if plan.direct => {
-                    // COUNT and SUM states are the answers: the same columns under the node's schema.
+                    // COUNT, SUM, MIN and MAX states are the answers: the same columns under the node's schema.
                     let batches = all[partition]
                         .iter()
                         .map(|b| RecordBatch::try_new(schema.clone(), b.columns().to_vec()).map_err(DataFusionError::from))
@@ -357,31 +333,43 @@ impl ExecutionPlan for GpuAggregateExec {
     }
 }
 
-/// The rows of `batch` dealt into `n` partitions by DataFusion's hash partitioner
-/// over `exprs` (group key columns, at the same positions in the partial state as in
-/// the result), slices of `batch_rows` rows hashed in parallel.
-fn hash_deal(batch: &RecordBatch, exprs: Vec<Arc<dyn datafusion::physical_expr::PhysicalExpr>>, n: usize, batch_rows: usize) -> Result<Vec<Vec<RecordBatch>>> {
+/// The rows of `batch` dealt into `parts` partitions in slices of `batch_rows`
+/// rows: round-robin, or with `hash` by DataFusion's hash partitioner over its
+/// expressions (group key columns, at the same positions in the partial state as in
+/// the result; slices hashed in parallel). An empty batch goes to partition 0.
+fn deal(batch: &RecordBatch, parts: usize, hash: Option<(Vec<Arc<dyn datafusion::physical_expr::PhysicalExpr>>, usize)>, batch_rows: usize) -> Result<Vec<Vec<RecordBatch>>> {
     use datafusion::physical_plan::metrics::Time;
     use datafusion::physical_plan::repartition::BatchPartitioner;
     use rayon::prelude::*;
+    let t = std::time::Instant::now();
     let slices: Vec<RecordBatch> = (0..batch.num_rows()).step_by(batch_rows).map(|at| batch.slice(at, batch_rows.min(batch.num_rows() - at))).collect();
-    let dealt = slices
-        .into_par_iter()
-        .map(|b| {
-            let mut p = BatchPartitioner::new_hash_partitioner(exprs.clone(), n, Time::new())?;
-            let mut out: Vec<(usize, RecordBatch)> = Vec::new();
-            p.partition(b, |i, part| {
-                out.push((i, part));
-                Ok(())
-            })?;
-            Ok(out)
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let mut out = vec![Vec::new(); n];
-    for (i, b) in dealt.into_iter().flatten() {
-        out[i].push(b);
+    let mut out = vec![Vec::new(); hash.as_ref().map_or(parts, |h| h.1)];
+    match hash {
+        None => {
+            for (k, b) in slices.into_iter().enumerate() {
+                out[k % parts].push(b);
+            }
+        }
+        Some((exprs, n)) => {
+            let dealt = slices
+                .into_par_iter()
+                .map(|b| {
+                    let mut p = BatchPartitioner::new_hash_partitioner(exprs.clone(), n, Time::new())?;
+                    let mut out: Vec<(usize, RecordBatch)> = Vec::new();
+                    p.partition(b, |i, part| {
+                        out.push((i, part));
+                        Ok(())
+                    })?;
+                    Ok(out)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            for (i, b) in dealt.into_iter().flatten() {
+                out[i].push(b);
+            }
+            log::debug!("GPU aggregate: {} groups hashed into {n} partitions in {:?}", batch.num_rows(), t.elapsed());
+        }
     }
-    if out.iter().all(|p| p.is_empty()) {
+    if batch.num_rows() == 0 {
         out[0].push(batch.clone());
     }
     Ok(out)
@@ -479,7 +467,7 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
     let pick = |v: &[u64]| live.iter().map(|&x| v[x]).collect::<Vec<_>>();
     let cols = totals
         .iter()
-        .map(|t| LiveTotals {
+        .map(|t| LiveColumn {
             count: pick(&t.count),
             sum: live.iter().map(|&x| t.sum[x]).collect(),
             min: live.iter().map(|&x| t.min[x]).collect(),
@@ -488,14 +476,6 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
         .collect::<Vec<_>>();
     let rows = pick(&rows);
     assemble(plan, &live, &rows, &cols, &answers)
-}
-
-/// One value column's totals over the live groups, in their order.
-struct LiveTotals {
-    count: Vec<u64>,
-    sum: Vec<i128>,
-    min: Vec<Option<i64>>,
-    max: Vec<Option<i64>>,
 }
 
 /// The group-table path: every chunk's rows go into one [`GroupTable`] in device
@@ -515,8 +495,7 @@ fn table_states(dev: &GpuContext, plan: &GpuAggregatePlan, having: &[TableCond])
     let t_finish = t0.elapsed();
     let live: Vec<usize> = out.ids.iter().map(|&x| x as usize).collect();
     // MIN / MAX are there for the columns that keep them.
-    let cols = out.columns.into_iter().map(|c| LiveTotals { count: c.count, sum: c.sum, min: c.min, max: c.max }).collect::<Vec<_>>();
-    let batch = assemble(plan, &live, &out.rows, &cols, &[]);
+    let batch = assemble(plan, &live, &out.rows, &out.columns, &[]);
     log::debug!(
         "GPU group table of {} groups: {} live; chunks {:?}, compaction and readback {:?}, arrays {:?}",
         plan.groups,
@@ -568,7 +547,7 @@ fn device(c: &GpuColumn) -> Result<Column<'_>> {
 
 /// The partial state batch of the live groups (`live`: group ids; `rows` and `cols`
 /// aligned with them; `answers`: each quantile's answers for all groups).
-fn assemble(plan: &GpuAggregatePlan, live: &[usize], rows: &[u64], cols: &[LiveTotals], answers: &[Option<ArrayRef>]) -> Result<RecordBatch> {
+fn assemble(plan: &GpuAggregatePlan, live: &[usize], rows: &[u64], cols: &[LiveColumn], answers: &[Option<ArrayRef>]) -> Result<RecordBatch> {
     let schema = plan.partial_schema.clone();
     let mut arrays: Vec<ArrayRef> = Vec::new();
     // Mixed radix, first key most significant: key k's code is worth the product

@@ -165,8 +165,8 @@ impl PhysicalOptimizerRule for GpuAggregateRule {
 }
 
 /// A filter (CPU or GPU) right above a group-table [`GpuAggregateExec`] whose state
-/// columns are its results: its conjuncts `state op constant` on COUNT or SUM
-/// columns also go into the aggregation, which then reads back only the groups
+/// columns are its results (through filters that keep every column): its conjuncts
+/// `state op constant` on COUNT or SUM columns also go into the aggregation, which then reads back only the groups
 /// that meet them (TPC-H Q18's `HAVING sum(l_quantity) > 300`: 600 of 15 million
 /// groups at SF 10). The filter stays (the node's groups are a superset of its rows).
 fn having(node: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
@@ -208,11 +208,12 @@ fn having(node: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
     // A state column, looking through a cast that keeps its values (a wider decimal
     // of the same scale, a wider integer).
     let state = |e: &Arc<dyn PhysicalExpr>| -> Option<(TableWord, DataType)> {
-        let (c, ty) = match e.downcast_ref::<CastExpr>() {
-            Some(x) => (x.expr().downcast_ref::<Column>()?, x.cast_type().clone()),
-            None => (e.downcast_ref::<Column>()?, schema.field(e.downcast_ref::<Column>()?.index()).data_type().clone()),
+        let (c, cast) = match e.downcast_ref::<CastExpr>() {
+            Some(x) => (x.expr().downcast_ref::<Column>()?, Some(x.cast_type())),
+            None => (e.downcast_ref::<Column>()?, None),
         };
         let own = schema.field(c.index()).data_type();
+        let ty = cast.unwrap_or(own).clone();
         let keeps = match (own, &ty) {
             (DataType::Decimal128(_, s1), DataType::Decimal128(_, s2)) => s1 == s2,
             (a, b) => a == b || (a.is_integer() && matches!(b, DataType::Int64 | DataType::Decimal128(_, 0))),
@@ -250,16 +251,9 @@ fn having(node: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
             Operator::NotEq => CmpOp::Ne,
             _ => continue,
         };
-        let flip = |op| match op {
-            CmpOp::Lt => CmpOp::Gt,
-            CmpOp::Le => CmpOp::Ge,
-            CmpOp::Gt => CmpOp::Lt,
-            CmpOp::Ge => CmpOp::Le,
-            o => o,
-        };
         let found = match state(b.left()) {
             Some((word, ty)) => constant(b.right(), &ty).map(|v| TableCond { word, op, value: v }),
-            None => state(b.right()).and_then(|(word, ty)| constant(b.left(), &ty).map(|v| TableCond { word, op: flip(op), value: v })),
+            None => state(b.right()).and_then(|(word, ty)| constant(b.left(), &ty).map(|v| TableCond { word, op: op.flipped(), value: v })),
         };
         conds.extend(found);
     }
@@ -682,13 +676,13 @@ fn prepare(
     .map_err(e)?;
     // COUNT, SUM, MIN and MAX states of the same types as the results need no final aggregation
     // (with GROUP BY: without, an empty input still gives one row).
+    let same_types = |a: &Schema, b: &Schema| {
+        a.fields().len() == b.fields().len() && a.fields().iter().zip(b.fields()).all(|(x, y)| x.data_type() == y.data_type())
+    };
     let direct = !keys.is_empty()
         && states.iter().all(|s| matches!(s, AggState::CountRows | AggState::Count(_) | AggState::Sum(_) | AggState::Min(_) | AggState::Max(_)))
-        && partial_schema.fields().len() == node.schema().fields().len()
-        && partial_schema.fields().iter().zip(node.schema().fields()).all(|(a, b)| a.data_type() == b.data_type());
-    let same = |a: &Schema, b: &Schema| {
-        a.fields().len() == b.fields().len() && a.fields().iter().zip(b.fields()).all(|(x, y)| x.name() == y.name() && x.data_type() == y.data_type())
-    };
+        && same_types(&partial_schema, &node.schema());
+    let same = |a: &Schema, b: &Schema| same_types(a, b) && a.fields().iter().zip(b.fields()).all(|(x, y)| x.name() == y.name());
     if !same(&final_agg.schema(), &node.schema()) {
         return Err("the final aggregation's schema differs".into());
     }

@@ -73,6 +73,12 @@ const F_VALID: u32 = 1;
 const F_ROWS: u32 = 2;
 const F_F64: u32 = 4;
 const F_SUM: u32 = 8;
+const F_MINMAX: u32 = 16;
+/// Groups up to which dense tags fold each invocation's rows in registers first
+/// (`dense_small` in shaders/group_agg.wgsl; its `SMALL_G`).
+pub const SMALL_GROUPS: u32 = 8;
+/// Rows per tile of `dense_small` (at most; a multiple of every workgroup size).
+const SMALL_TILE_ROWS: u32 = 2048;
 
 /// Rows per piece of the sparse strategy's two-level segmented reduction (a
 /// region longer than this is reduced by several invocations).
@@ -241,11 +247,18 @@ pub struct GroupAggOptions {
     /// Report an i64 SUM that does not fit i64 as [`GroupAggError::Overflow`]; when
     /// off, `sum` holds the wrapped value and `sum128` the exact one.
     pub checked_sums: bool,
+    /// With dense tags and at most [`SMALL_GROUPS`] groups, fold each invocation's
+    /// rows in registers before the workgroup atomics, in tiles of at most 2,048
+    /// rows (`dense_small`); off (the default): one set of workgroup atomics per
+    /// row (`dense_main`). Off by default until measured faster: on the H100 the
+    /// register fold alone (in 16,384-row tiles) did not speed up TPC-H Q1
+    /// (BENCHMARKS.md, session 26); the small tiles are not measured there yet.
+    pub small_groups: bool,
 }
 
 impl Default for GroupAggOptions {
     fn default() -> Self {
-        GroupAggOptions { strategy: GroupAggStrategy::Auto, workgroup_size: 256, tile_rows: 16384, min_max: true, checked_sums: true }
+        GroupAggOptions { strategy: GroupAggStrategy::Auto, workgroup_size: 256, tile_rows: 16384, min_max: true, checked_sums: true, small_groups: false }
     }
 }
 
@@ -486,7 +499,14 @@ pub fn group_agg_gpu_with(
         return Err(inv(format!("{g} groups exceed the dense capacity {}", dense_capacity(ctx))));
     }
     let gmax = if strategy == GroupAggStrategy::DenseTags { g.div_ceil(64) * 64 } else { 64 };
-    let defs = [("WG", wg.to_string()), ("TILE", opts.tile_rows.to_string()), ("GMAX", gmax.to_string())];
+    // Few groups: registers first, and small tiles. A tile's flush costs a few
+    // atomics per group, so many groups want long tiles; with few groups the long
+    // tiles only leave the GPU idle (3.75M rows in tiles of 16,384 are 229
+    // workgroups for 132 multiprocessors, each invocation loading its 64 rows one
+    // after another: TPC-H Q1 took 1.4-2.1 ms a chunk on an H100 either way).
+    let small = strategy == GroupAggStrategy::DenseTags && g <= SMALL_GROUPS && opts.small_groups;
+    let tile_rows = if small { opts.tile_rows.min(SMALL_TILE_ROWS.max(wg)) } else { opts.tile_rows };
+    let defs = [("WG", wg.to_string()), ("TILE", tile_rows.to_string()), ("GMAX", gmax.to_string())];
     let pipe = |e: &str| ctx.pipeline("group_agg", GROUP_AGG_WGSL, e, &defs);
     let init = pipe("init_table")?;
     // one table (8 words a group) for COUNT(*) and one per value column
@@ -500,10 +520,10 @@ pub fn group_agg_gpu_with(
     }
     let mut f64_sums: Vec<Option<Vec<Option<f64>>>> = vec![None; columns.len()];
     let mut rows: Vec<u64>;
-    let tile = opts.tile_rows as usize;
+    let tile = tile_rows as usize;
     match strategy {
         GroupAggStrategy::DenseTags => {
-            let main = pipe("dense_main")?;
+            let main = pipe(if small { "dense_small" } else { "dense_main" })?;
             let lo = pipe("dense_lo")?;
             for s in 0..groups.num_segments() {
                 let (gb, _, nrows) = groups.segment(s);
@@ -518,6 +538,9 @@ pub fn group_agg_gpu_with(
                     AggKind::I64 => F_SUM,
                     AggKind::F64 => F_F64,
                 };
+                if opts.min_max {
+                    flags |= F_MINMAX;
+                }
                 let kernels = if opts.min_max { vec![&main, &lo] } else { vec![&main] };
                 for k in kernels {
                     for s in 0..groups.num_segments() {

@@ -80,8 +80,14 @@ fn check(ctx: &GpuContext, d: &Data, seg: usize, what: &str) {
     if d.g <= dense_capacity(ctx) {
         strategies.push(GroupAggStrategy::DenseTags);
     }
-    for strategy in strategies {
-        let opts = GroupAggOptions { strategy, ..Default::default() };
+    // (strategy, registers first for few groups): with few groups the dense
+    // strategy runs `dense_small`; `dense_main` too, for comparison
+    let mut runs: Vec<(GroupAggStrategy, bool)> = strategies.iter().map(|&s| (s, true)).collect();
+    if d.g <= SMALL_GROUPS {
+        runs.push((GroupAggStrategy::DenseTags, false));
+    }
+    for (strategy, small_groups) in runs {
+        let opts = GroupAggOptions { strategy, small_groups, ..Default::default() };
         let got = run_gpu(ctx, &d.gids, d.g, &host, seg, &opts).unwrap();
         assert_eq!(got.rows, want.rows, "{what}: rows {strategy:?} n={} g={}", d.gids.len(), d.g);
         for (c, (a, b)) in got.columns.iter().zip(&want.columns).enumerate() {
@@ -96,7 +102,7 @@ fn group_agg_shapes() {
     let Some(ctx) = test_context() else { return };
     let mut r = rng(1);
     for &n in &[0usize, 1, 2, 255, 257, 4097, 100_003] {
-        for &g in &[1u32, 3, 100, 1000, 5000] {
+        for &g in &[1u32, 3, SMALL_GROUPS, SMALL_GROUPS + 1, 100, 1000, 5000] {
             let sets: Vec<(&str, Vec<u32>)> = vec![
                 ("random", (0..n).map(|_| r.random_range(0..g)).collect()),
                 ("skewed", (0..n).map(|_| if r.random_bool(0.9) { g / 2 } else { r.random_range(0..g) }).collect()),
@@ -159,15 +165,15 @@ fn group_agg_i64_overflow_detected() {
                 assert_eq!(a.sum[0], Some(-2));
             }
         }
-        for strategy in [GroupAggStrategy::DenseTags, GroupAggStrategy::SparseRegions] {
-            let opts = GroupAggOptions { strategy, ..Default::default() };
+        for (strategy, small_groups) in [(GroupAggStrategy::DenseTags, false), (GroupAggStrategy::DenseTags, true), (GroupAggStrategy::SparseRegions, false)] {
+            let opts = GroupAggOptions { strategy, small_groups, ..Default::default() };
             let got = run_gpu(&ctx, &gids, g, &host, 4096, &opts);
             match bad_group {
                 Some(bg) => assert_eq!(got.unwrap_err(), GroupAggError::Overflow { column: 0, group: bg }, "{strategy:?}"),
                 None => assert_eq!(got.unwrap().columns, want.as_ref().unwrap().columns, "{strategy:?}"),
             }
             // Unchecked: the exact 128-bit sums and the wrapped i64 sums, no error.
-            let opts = GroupAggOptions { strategy, checked_sums: false, min_max: false, ..Default::default() };
+            let opts = GroupAggOptions { strategy, small_groups, checked_sums: false, min_max: false, ..Default::default() };
             let got = run_gpu(&ctx, &gids, g, &host, 4096, &opts).unwrap();
             let ColumnAgg::I64(a) = &got.columns[0] else { panic!() };
             for x in 0..g as usize {

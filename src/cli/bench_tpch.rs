@@ -6,8 +6,9 @@
 //! Data is generated in memory with the tpchgen crates, or read from a Parquet
 //! directory (`--data`, one `<table>.parquet` file or directory per table, as
 //! `ridgeline gen tpch` writes it). Loading is not part of the query timings: each
-//! query runs once to warm up, then `--iterations` times per mode; the table shows
-//! the minimum and the median.
+//! query runs once to warm up, then `--iterations` times per mode (the modes
+//! alternating run by run unless `--blocks`); the table shows the minimum and the
+//! median.
 use crate::exec::gpu_operator_names;
 use crate::gen::tpch::{generate_all, table_schema, write_tpch, OutputFormat, TPCH_TABLES};
 use crate::{GpuMode, Ridgeline};
@@ -76,6 +77,10 @@ pub struct TpchArgs {
     /// Timed runs per query and mode, after one warm-up run.
     #[arg(long, default_value_t = 3)]
     pub iterations: usize,
+    /// Time each mode's runs of a query in one block (CPU mode's, then GPU mode's)
+    /// instead of alternating the modes run by run (the default).
+    #[arg(long)]
+    pub blocks: bool,
     /// Verify the answers: GPU mode against CPU mode, and at SF 1 against --answers.
     #[arg(long)]
     pub check: bool,
@@ -94,6 +99,11 @@ pub struct TpchArgs {
     /// (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub settings: Vec<String>,
+    /// Session settings for the GPU column only, applied after `--set` (repeatable):
+    /// with `--set ridgeline.gpu=off` an A/B test of a setting on one engine, the
+    /// runs alternating.
+    #[arg(long = "set-gpu", value_name = "KEY=VALUE")]
+    pub gpu_settings: Vec<String>,
 }
 
 fn parse_modes(s: &str) -> std::result::Result<GpuMode, String> {
@@ -300,22 +310,74 @@ pub(crate) async fn warm_up_query(rl: &Ridgeline, sql: &str, since: Instant) -> 
 /// Warm-up (the first run gives the answer; see [`warm_up_query`]), then
 /// `iterations` timed runs (planning and execution).
 pub(crate) async fn run_mode(rl: &Ridgeline, sql: &str, iterations: usize) -> Result<ModeRun> {
-    let t = Instant::now();
-    let (batches, mut plan) = execute(rl, sql).await?;
-    let result = to_rows(&batches)?;
-    warm_up_query(rl, sql, t).await?;
-    let mut times = Vec::with_capacity(iterations);
-    for _ in 0..iterations {
+    run_modes(&[rl], sql, iterations, false).await.pop().expect("one engine")
+}
+
+/// [`run_mode`] for several engines on one query. Every engine gets its answer run
+/// and warm-up first; with `interleave` the timed runs then alternate between the
+/// engines, in forward order on even iterations and backward on odd ones, so a drift
+/// of the machine (clocks, memory left by the previous run, other load) falls on
+/// every engine alike instead of on whichever ran second. Without it each engine
+/// runs all its iterations in turn. An engine that fails keeps its error and is
+/// left out of the later rounds.
+pub(crate) async fn run_modes(engines: &[&Ridgeline], sql: &str, iterations: usize, interleave: bool) -> Vec<Result<ModeRun>> {
+    struct Slot {
+        result: Vec<Vec<String>>,
+        plan: Arc<dyn ExecutionPlan>,
+        times: Vec<f64>,
+    }
+    async fn first(rl: &Ridgeline, sql: &str) -> Result<Slot> {
+        let t = Instant::now();
+        let (batches, plan) = execute(rl, sql).await?;
+        let result = to_rows(&batches)?;
+        warm_up_query(rl, sql, t).await?;
+        Ok(Slot { result, plan, times: Vec::new() })
+    }
+    async fn timed(rl: &Ridgeline, sql: &str, slot: &mut Slot) -> Result<()> {
         let t = Instant::now();
         let (_, p) = execute(rl, sql).await?;
-        times.push(t.elapsed().as_secs_f64() * 1e3);
-        plan = p;
+        slot.times.push(t.elapsed().as_secs_f64() * 1e3);
+        slot.plan = p;
+        Ok(())
     }
-    Ok(ModeRun {
-        timing: Timing { min_ms: times.iter().copied().fold(f64::INFINITY, f64::min), median_ms: median(&times), rows: result.len() },
-        result,
-        gpu_ops: gpu_operator_names(&plan),
-    })
+    let mut slots: Vec<Result<Slot>> = Vec::with_capacity(engines.len());
+    if interleave {
+        for rl in engines {
+            slots.push(first(rl, sql).await);
+        }
+        for i in 0..iterations {
+            let order: Vec<usize> = if i % 2 == 0 { (0..engines.len()).collect() } else { (0..engines.len()).rev().collect() };
+            for e in order {
+                if let Ok(slot) = &mut slots[e] {
+                    if let Err(err) = timed(engines[e], sql, slot).await {
+                        slots[e] = Err(err);
+                    }
+                }
+            }
+        }
+    } else {
+        for rl in engines {
+            let mut slot = first(rl, sql).await;
+            for _ in 0..iterations {
+                let Ok(s) = &mut slot else { break };
+                if let Err(err) = timed(rl, sql, s).await {
+                    slot = Err(err);
+                }
+            }
+            slots.push(slot);
+        }
+    }
+    slots
+        .into_iter()
+        .map(|slot| {
+            let s = slot?;
+            Ok(ModeRun {
+                timing: Timing { min_ms: s.times.iter().copied().fold(f64::INFINITY, f64::min), median_ms: median(&s.times), rows: s.result.len() },
+                result: s.result,
+                gpu_ops: gpu_operator_names(&s.plan),
+            })
+        })
+        .collect()
 }
 
 /// Result rows as display strings (NULL as `NULL`).
@@ -539,11 +601,12 @@ pub async fn run(args: TpchArgs) -> Result<()> {
     };
     let rl = Ridgeline::builder().gpu_mode(GpuMode::Off).build()?;
     let gpu_rl = if run_gpu { Ridgeline::builder().gpu_mode(gpu_mode).build()? } else { rl.clone() };
-    for kv in &args.settings {
+    let gpu_only = if run_gpu { vec![&gpu_rl] } else { vec![] };
+    for (kv, engines, flag) in args.settings.iter().map(|kv| (kv, vec![&rl, &gpu_rl], "--set")).chain(args.gpu_settings.iter().map(|kv| (kv, gpu_only.clone(), "--set-gpu"))) {
         let Some((k, v)) = kv.split_once('=') else {
-            return Err(exec_err(format!("--set takes KEY=VALUE, not '{kv}'")));
+            return Err(exec_err(format!("{flag} takes KEY=VALUE, not '{kv}'")));
         };
-        for e in [&rl, &gpu_rl] {
+        for e in engines {
             e.sql(&format!("SET {} = '{}'", k.trim(), v.trim().replace('\'', "''"))).await?.collect().await?;
         }
     }
@@ -570,19 +633,25 @@ pub async fn run(args: TpchArgs) -> Result<()> {
     if !args.settings.is_empty() {
         println!("settings: {}", args.settings.join(", "));
     }
+    if !args.gpu_settings.is_empty() {
+        println!("GPU column's settings: {}", args.gpu_settings.join(", "));
+    }
     let runs = if args.iterations == 1 { "1 timed run".to_string() } else { format!("{} timed runs", args.iterations) };
-    println!("{gpu_line}; {runs} per query and mode after one warm-up (planning + execution)");
+    let order = if args.blocks || !(run_cpu && run_gpu) { "" } else { ", the modes alternating run by run" };
+    println!("{gpu_line}; {runs} per query and mode after one warm-up (planning + execution){order}");
 
     // Ridgeline runs.
     let mut outcomes = Vec::new();
     for &q in &queries {
         let sql = query_sql(q);
         let mut o = QueryOutcome { q, cpu: None, gpu: None, check: None };
+        let engines: Vec<&Ridgeline> = [(run_cpu, &rl), (run_gpu, &gpu_rl)].into_iter().filter(|(on, _)| *on).map(|(_, e)| e).collect();
+        let mut runs = run_modes(&engines, sql, args.iterations, !args.blocks).await.into_iter();
         if run_cpu {
-            o.cpu = Some(run_mode(&rl, sql, args.iterations).await.map_err(|e| super::one_line(&e)));
+            o.cpu = runs.next().map(|r| r.map_err(|e| super::one_line(&e)));
         }
         if run_gpu {
-            o.gpu = Some(run_mode(&gpu_rl, sql, args.iterations).await.map_err(|e| super::one_line(&e)));
+            o.gpu = runs.next().map(|r| r.map_err(|e| super::one_line(&e)));
         }
         if check {
             o.check = Some(check_query(&o, sql, sf, answers_dir.as_deref())?);
@@ -993,6 +1062,24 @@ print(json.dumps(out))
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn modes_alternate_and_keep_their_errors() {
+        let with = Ridgeline::builder().gpu_mode(GpuMode::Off).build().unwrap();
+        with.sql("CREATE TABLE t AS VALUES (1), (2), (3)").await.unwrap().collect().await.unwrap();
+        let without = Ridgeline::builder().gpu_mode(GpuMode::Off).build().unwrap();
+        for interleave in [true, false] {
+            let runs = run_modes(&[&with, &without, &with], "SELECT sum(column1) FROM t", 3, interleave).await;
+            assert_eq!(runs.len(), 3);
+            for i in [0, 2] {
+                let r = runs[i].as_ref().unwrap();
+                assert_eq!(r.result, vec![vec!["6".to_string()]], "engine {i}, interleave {interleave}");
+                assert!(r.timing.min_ms.is_finite() && r.timing.min_ms <= r.timing.median_ms);
+            }
+            let e = runs[1].as_ref().err().expect("no table t in the second engine").to_string();
+            assert!(e.contains("t"), "{e}");
+        }
+    }
 
     #[test]
     fn query_lists() {

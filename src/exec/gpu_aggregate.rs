@@ -393,6 +393,7 @@ impl Totals {
 /// Runs the kernel and the grouped aggregation over every chunk; returns the
 /// partial state of the groups that have rows.
 fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBatch> {
+    let t0 = std::time::Instant::now();
     let g = plan.groups as usize;
     let nvals = plan.nvals;
     let mut regions = plan
@@ -403,7 +404,10 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
         .map_err(gpu_err)?;
     let mut rows = vec![0u64; g];
     let mut totals = vec![Totals::new(g); nvals];
-    let opts = GroupAggOptions { min_max: plan.min_max, checked_sums: false, ..Default::default() };
+    // RIDGELINE_GROUP_AGG_SMALL=1 (a measuring switch) turns on the few-groups
+    // kernel that folds rows in registers first (`GroupAggOptions::small_groups`).
+    let small_groups = std::env::var("RIDGELINE_GROUP_AGG_SMALL").is_ok_and(|v| v == "1");
+    let opts = GroupAggOptions { min_max: plan.min_max, checked_sums: false, small_groups, ..Default::default() };
     let agg_err = |e: GroupAggError| match e {
         GroupAggError::Gpu(e) => gpu_err(e),
         other => DataFusionError::Internal(other.to_string()),
@@ -440,6 +444,7 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
         }
         Ok(())
     })?;
+    log::debug!("GPU aggregate partial states of {g} groups: chunks done after {:?}", t0.elapsed());
     // Quantiles: every group a region, selected on the device; the answers of all groups.
     let mut answers: Vec<Option<ArrayRef>> = vec![None; plan.quantiles.len()];
     for (i, rs) in regions.into_iter().enumerate() {
@@ -514,6 +519,8 @@ fn table_states(dev: &GpuContext, plan: &GpuAggregatePlan, having: &[TableCond])
 fn for_each_chunk(dev: &GpuContext, plan: &GpuAggregatePlan, mut f: impl FnMut(&[GpuColumn]) -> Result<()>) -> Result<()> {
     let aug_schema = plan.program.schema().clone();
     let mut pending_errors = Vec::new();
+    let t0 = std::time::Instant::now();
+    let (mut t_eval, mut t_f, mut n) = (std::time::Duration::ZERO, std::time::Duration::ZERO, 0usize);
     for (ci, chunk) in plan.data.chunks.iter().enumerate() {
         if chunk.num_rows == 0 {
             continue;
@@ -525,15 +532,22 @@ fn for_each_chunk(dev: &GpuContext, plan: &GpuAggregatePlan, mut f: impl FnMut(&
             }
         }
         let batch = GpuBatch { schema: aug_schema.clone(), columns: cols, num_rows: chunk.num_rows };
+        let t = std::time::Instant::now();
         let mut eval = plan.program.evaluate(dev, &batch)?;
+        let te = t.elapsed();
         f(&eval.outputs)?;
+        t_f += t.elapsed() - te;
+        t_eval += te;
+        n += 1;
         // Free the outputs now; keep the error word.
         eval.outputs.clear();
         pending_errors.push(eval);
     }
+    let t = std::time::Instant::now();
     for eval in &pending_errors {
         eval.check_errors(dev)?;
     }
+    log::debug!("GPU aggregate chunks: {n} in {:?} (row program {t_eval:?}, aggregation {t_f:?}, error checks {:?})", t0.elapsed(), t.elapsed());
     Ok(())
 }
 

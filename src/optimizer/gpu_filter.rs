@@ -61,7 +61,7 @@ pub struct GpuFilterRule;
 impl PhysicalOptimizerRule for GpuFilterRule {
     fn optimize(&self, plan: Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
         let Some((opts, mode, dev)) = rule_device(config)? else { return Ok(plan) };
-        let env = Env { mode, caps: Caps::of(&dev), dev, opts, threads: config.execution.target_partitions.max(1) };
+        let env = Env { mode, caps: Caps::of(&dev), dev, opts, threads: cpu_threads(config.execution.target_partitions) };
         Ok(plan
             .transform_up(|node| {
                 if let Some(f) = node.downcast_ref::<FilterExec>() {
@@ -138,6 +138,14 @@ fn cheaper(gpu_ns: f64, cpu_ns: f64, what: &str, suffix: &str) -> std::result::R
 
 fn note(node: &Arc<dyn ExecutionPlan>, why: String) -> Result<Transformed<Arc<dyn ExecutionPlan>>> {
     Ok(Transformed::yes(Arc::new(CpuNoteExec::new(node.clone(), why))))
+}
+
+/// The threads a CPU filter runs on: one per partition, but no more than the
+/// machine's cores (`target_partitions` above the core count splits the work
+/// finer without adding threads).
+fn cpu_threads(target_partitions: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    target_partitions.clamp(1, cores.max(1))
 }
 
 impl Env {
@@ -327,5 +335,17 @@ impl Env {
         };
         let f = GpuFilterExec::new(g.input().clone(), fused, columns, p.schema(), g.algo(), props);
         Ok(Transformed::yes(Arc::new(f)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cpu_threads_are_capped_by_the_cores() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(super::cpu_threads(0), 1);
+        assert_eq!(super::cpu_threads(1), 1);
+        assert_eq!(super::cpu_threads(cores), cores);
+        assert_eq!(super::cpu_threads(4 * cores), cores);
     }
 }

@@ -223,3 +223,62 @@ fn group_agg_above_the_binding_limit() {
         assert!(got.columns == want.columns, "above the binding limit {strategy:?}");
     }
 }
+
+/// The dense accumulator over chunks against the reference over all rows: counts
+/// and exact sums (no MIN/MAX), for both dense kernels, chunks of uneven sizes
+/// (empty, one row, several segments), NULLs, sums past i64 in between.
+#[test]
+fn group_agg_dense_accumulator_over_chunks() {
+    let Some(ctx) = test_context() else { return };
+    let mut r = rng(9);
+    for &g in &[1u32, 5, SMALL_GROUPS + 1, 300] {
+        let sizes = [0usize, 1, 4097, 3, 20_000, 0, 257];
+        let n: usize = sizes.iter().sum();
+        let gids: Vec<u32> = (0..n).map(|_| r.random_range(0..g)).collect();
+        let d = Data::new(gids, g, g as u64, 0.25);
+        // columns 0 (nullable, near the i64 limits) and 2 (small, no NULLs)
+        let want = group_agg_reference(&d.gids, g, &d.host()).unwrap();
+        for small_groups in [false, true] {
+            let opts = GroupAggOptions { min_max: false, checked_sums: false, small_groups, ..Default::default() };
+            let mut acc = DenseAccumulator::new(&ctx, g, 2, &opts).unwrap();
+            let mut at = 0usize;
+            for (k, &len) in sizes.iter().enumerate() {
+                let seg = if k % 2 == 0 { 4096 } else { 128 };
+                let rows = at..at + len;
+                let garr = DeviceArray::upload_segmented(&ctx, &d.gids[rows.clone()], seg).unwrap();
+                // validity re-packed from row `at`
+                let bits: Vec<u32> = {
+                    let mut b = vec![0u32; len.div_ceil(32)];
+                    for i in 0..len {
+                        let j = at + i;
+                        if (d.ints_valid[j / 32] >> (j % 32)) & 1 != 0 {
+                            b[i / 32] |= 1 << (i % 32);
+                        }
+                    }
+                    b
+                };
+                let v0 = DeviceArray::upload_segmented(&ctx, &d.ints[rows.clone()], seg).unwrap();
+                let b0 = DeviceArray::upload_segmented(&ctx, &bits, seg / 32).unwrap();
+                let v2 = DeviceArray::upload_segmented(&ctx, &d.dense_ints[rows.clone()], seg).unwrap();
+                acc.add(&ctx, &garr, &[Column { values: &v0, validity: Some(&b0) }, Column::new(&v2)]).unwrap();
+                at += len;
+            }
+            let got = acc.finish(&ctx).unwrap();
+            assert_eq!(got.rows, want.rows, "g={g} small={small_groups}");
+            for (gc, wc) in [(0usize, 0usize), (1, 2)] {
+                let (ColumnAgg::I64(a), ColumnAgg::I64(b)) = (&got.columns[gc], &want.columns[wc]) else { panic!() };
+                assert_eq!(a.count, b.count, "g={g} small={small_groups} column {wc}");
+                assert_eq!(a.sum128, b.sum128, "g={g} small={small_groups} column {wc}");
+                assert!(a.min.iter().chain(&a.max).all(Option::is_none));
+            }
+        }
+    }
+    // refused: MIN/MAX, no groups, too many groups, a wrong column count
+    let opts = GroupAggOptions { min_max: false, ..Default::default() };
+    assert!(DenseAccumulator::new(&ctx, 4, 1, &GroupAggOptions::default()).is_err());
+    assert!(DenseAccumulator::new(&ctx, 0, 1, &opts).is_err());
+    assert!(DenseAccumulator::new(&ctx, dense_capacity(&ctx) + 1, 1, &opts).is_err());
+    let mut acc = DenseAccumulator::new(&ctx, 4, 1, &opts).unwrap();
+    let garr = DeviceArray::upload(&ctx, &[0u32, 1]).unwrap();
+    assert!(acc.add(&ctx, &garr, &[]).is_err());
+}

@@ -47,7 +47,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties};
 use futures::TryStreamExt;
 use ridgeline_operators::compact::Column;
-use ridgeline_operators::group_agg::{group_agg_gpu_with, AggColumn, AggKind, ColumnAgg, GroupAggError, GroupAggOptions};
+use ridgeline_operators::group_agg::{group_agg_gpu_with, AggColumn, AggKind, ColumnAgg, DenseAccumulator, GroupAggError, GroupAggOptions, GroupAggOutput};
 use ridgeline_operators::group_table::{GroupTable, LiveColumn, TableCond};
 use ridgeline_operators::regions::RegionSelect;
 use ridgeline_operators::select::RawKind;
@@ -412,18 +412,15 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
         GroupAggError::Gpu(e) => gpu_err(e),
         other => DataFusionError::Internal(other.to_string()),
     };
-    for_each_chunk(dev, plan, |outputs| {
-        let gids = device(&outputs[0])?;
-        for (i, rs) in regions.iter_mut().enumerate() {
-            let tags = device(&outputs[1 + nvals + 2 * i])?;
-            let vals = device(&outputs[2 + nvals + 2 * i])?;
-            rs.add(dev, tags.values, vals.values).map_err(gpu_err)?;
-        }
-        let values = outputs[1..1 + nvals]
-            .iter()
-            .map(|c| device(c).map(|column| AggColumn { kind: AggKind::I64, column }))
-            .collect::<Result<Vec<_>>>()?;
-        let out = group_agg_gpu_with(dev, gids.values, plan.groups + 1, &values, &opts).map_err(agg_err)?;
+    // Without MIN/MAX the chunks add into one set of device tables, read back once
+    // (`DenseAccumulator`); otherwise each chunk's tables come back on their own.
+    // RIDGELINE_GROUP_AGG_ACC=0 (a measuring switch) keeps the per-chunk readback.
+    let one_readback = !plan.min_max
+        && plan.groups + 1 <= ridgeline_operators::group_agg::dense_capacity(dev)
+        && (plan.data.table.num_rows as u64) < u32::MAX as u64
+        && std::env::var("RIDGELINE_GROUP_AGG_ACC").map_or(true, |v| v != "0");
+    let mut acc = if one_readback { Some(DenseAccumulator::new(dev, plan.groups + 1, nvals, &opts).map_err(agg_err)?) } else { None };
+    let mut merge = |out: GroupAggOutput| -> Result<()> {
         for x in 0..g {
             rows[x] += out.rows[x];
         }
@@ -443,7 +440,28 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
             }
         }
         Ok(())
+    };
+    for_each_chunk(dev, plan, |outputs| {
+        let gids = device(&outputs[0])?;
+        for (i, rs) in regions.iter_mut().enumerate() {
+            let tags = device(&outputs[1 + nvals + 2 * i])?;
+            let vals = device(&outputs[2 + nvals + 2 * i])?;
+            rs.add(dev, tags.values, vals.values).map_err(gpu_err)?;
+        }
+        if let Some(acc) = acc.as_mut() {
+            let values = outputs[1..1 + nvals].iter().map(device).collect::<Result<Vec<_>>>()?;
+            return acc.add(dev, gids.values, &values).map_err(agg_err);
+        }
+        let values = outputs[1..1 + nvals]
+            .iter()
+            .map(|c| device(c).map(|column| AggColumn { kind: AggKind::I64, column }))
+            .collect::<Result<Vec<_>>>()?;
+        let out = group_agg_gpu_with(dev, gids.values, plan.groups + 1, &values, &opts).map_err(agg_err)?;
+        merge(out)
     })?;
+    if let Some(acc) = acc {
+        merge(acc.finish(dev).map_err(agg_err)?)?;
+    }
     log::debug!("GPU aggregate partial states of {g} groups: chunks done after {:?}", t0.elapsed());
     // Quantiles: every group a region, selected on the device; the answers of all groups.
     let mut answers: Vec<Option<ArrayRef>> = vec![None; plan.quantiles.len()];

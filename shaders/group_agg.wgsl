@@ -91,17 +91,53 @@ fn global_add96(b: u32, a0: u32, a1: u32, a2: u32) {
     atomicAdd(&tbl[b + 2u], a2 + c1);
 }
 
+// Adds the i64 `v` (sign-extended to 96 bits) to group g's workgroup sum.
 fn local_add96(g: u32, v: vec2<u32>) {
-    let a2 = select(0u, 0xffffffffu, (v.y & 0x80000000u) != 0u);
-    let o0 = atomicAdd(&w_s0[g], v.x);
-    let c0 = select(0u, 1u, o0 + v.x < o0);
-    let o1 = atomicAdd(&w_s1[g], v.y);
-    var c1 = select(0u, 1u, o1 + v.y < o1);
+    local_add96w(g, v.x, v.y, select(0u, 0xffffffffu, (v.y & 0x80000000u) != 0u));
+}
+
+// Adds the 96-bit value (a0, a1, a2) to group g's workgroup sum.
+fn local_add96w(g: u32, a0: u32, a1: u32, a2: u32) {
+    let o0 = atomicAdd(&w_s0[g], a0);
+    let c0 = select(0u, 1u, o0 + a0 < o0);
+    let o1 = atomicAdd(&w_s1[g], a1);
+    var c1 = select(0u, 1u, o1 + a1 < o1);
     if (c0 != 0u) {
         let o1b = atomicAdd(&w_s1[g], 1u);
         c1 += select(0u, 1u, o1b == 0xffffffffu);
     }
     atomicAdd(&w_s2[g], a2 + c1);
+}
+
+// Adds the workgroup table into the global one (after a barrier); `minmax`: with
+// the high words of min/max.
+fn flush_wg_table(lid: u32, minmax: bool) {
+    for (var g = lid; g < p.groups; g += WG) {
+        let c = atomicLoad(&w_cnt[g]);
+        if (c == 0u) { continue; }
+        let b = g * 8u;
+        atomicAdd(&tbl[b], c);
+        if ((p.flags & F_ROWS) != 0u) { continue; }
+        if ((p.flags & F_SUM) != 0u) {
+            global_add96(b + 1u, atomicLoad(&w_s0[g]), atomicLoad(&w_s1[g]), atomicLoad(&w_s2[g]));
+        }
+        if (minmax) {
+            atomicMin(&tbl[b + 4u], atomicLoad(&w_mn[g]));
+            atomicMax(&tbl[b + 5u], atomicLoad(&w_mx[g]));
+        }
+    }
+}
+
+// Empties the workgroup table (every invocation its share of the groups).
+fn clear_wg_table(lid: u32) {
+    for (var g = lid; g < p.groups; g += WG) {
+        atomicStore(&w_cnt[g], 0u);
+        atomicStore(&w_s0[g], 0u);
+        atomicStore(&w_s1[g], 0u);
+        atomicStore(&w_s2[g], 0u);
+        atomicStore(&w_mn[g], 0xffffffffu);
+        atomicStore(&w_mx[g], 0u);
+    }
 }
 
 @compute @workgroup_size(WG)
@@ -117,14 +153,7 @@ fn init_table(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
 fn dense_main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let tile = wid.x + wid.y * nwg.x;
     if (tile >= p.tiles) { return; }
-    for (var g = lid; g < p.groups; g += WG) {
-        atomicStore(&w_cnt[g], 0u);
-        atomicStore(&w_s0[g], 0u);
-        atomicStore(&w_s1[g], 0u);
-        atomicStore(&w_s2[g], 0u);
-        atomicStore(&w_mn[g], 0xffffffffu);
-        atomicStore(&w_mx[g], 0u);
-    }
+    clear_wg_table(lid);
     workgroupBarrier();
     let end = min(tile * TILE + TILE, p.n);
     for (var r = tile * TILE + lid; r < end; r += WG) {
@@ -142,18 +171,7 @@ fn dense_main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
         }
     }
     workgroupBarrier();
-    for (var g = lid; g < p.groups; g += WG) {
-        let c = atomicLoad(&w_cnt[g]);
-        if (c == 0u) { continue; }
-        let b = g * 8u;
-        atomicAdd(&tbl[b], c);
-        if ((p.flags & F_ROWS) != 0u) { continue; }
-        if ((p.flags & F_SUM) != 0u) {
-            global_add96(b + 1u, atomicLoad(&w_s0[g]), atomicLoad(&w_s1[g]), atomicLoad(&w_s2[g]));
-        }
-        atomicMin(&tbl[b + 4u], atomicLoad(&w_mn[g]));
-        atomicMax(&tbl[b + 5u], atomicLoad(&w_mx[g]));
-    }
+    flush_wg_table(lid, true);
 }
 
 // Dense tags with at most SMALL_G groups (`dense_small`, replacing `dense_main`):
@@ -170,30 +188,11 @@ fn dense_main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
 const SMALL_G: u32 = 8u;
 const F_MINMAX: u32 = 16u;
 
-fn local_add96w(g: u32, a0: u32, a1: u32, a2: u32) {
-    let o0 = atomicAdd(&w_s0[g], a0);
-    let c0 = select(0u, 1u, o0 + a0 < o0);
-    let o1 = atomicAdd(&w_s1[g], a1);
-    var c1 = select(0u, 1u, o1 + a1 < o1);
-    if (c0 != 0u) {
-        let o1b = atomicAdd(&w_s1[g], 1u);
-        c1 += select(0u, 1u, o1b == 0xffffffffu);
-    }
-    atomicAdd(&w_s2[g], a2 + c1);
-}
-
 @compute @workgroup_size(WG)
 fn dense_small(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let tile = wid.x + wid.y * nwg.x;
     if (tile >= p.tiles) { return; }
-    for (var g = lid; g < p.groups; g += WG) {
-        atomicStore(&w_cnt[g], 0u);
-        atomicStore(&w_s0[g], 0u);
-        atomicStore(&w_s1[g], 0u);
-        atomicStore(&w_s2[g], 0u);
-        atomicStore(&w_mn[g], 0xffffffffu);
-        atomicStore(&w_mx[g], 0u);
-    }
+    clear_wg_table(lid);
     var cnt: array<u32, SMALL_G>;
     var s0: array<u32, SMALL_G>;
     var s1: array<u32, SMALL_G>;
@@ -248,20 +247,7 @@ fn dense_small(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
         }
     }
     workgroupBarrier();
-    for (var g = lid; g < p.groups; g += WG) {
-        let c = atomicLoad(&w_cnt[g]);
-        if (c == 0u) { continue; }
-        let b = g * 8u;
-        atomicAdd(&tbl[b], c);
-        if (rows_only) { continue; }
-        if (sums) {
-            global_add96(b + 1u, atomicLoad(&w_s0[g]), atomicLoad(&w_s1[g]), atomicLoad(&w_s2[g]));
-        }
-        if (minmax) {
-            atomicMin(&tbl[b + 4u], atomicLoad(&w_mn[g]));
-            atomicMax(&tbl[b + 5u], atomicLoad(&w_mx[g]));
-        }
-    }
+    flush_wg_table(lid, minmax);
 }
 
 // Dense tags, kernel 2: low words of min/max among rows whose high word is the

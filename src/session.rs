@@ -28,6 +28,7 @@ impl RidgelineSessionExt for SessionStateBuilder {
                 opts.gpu = m.to_string();
             }
             cfg.options_mut().extensions.insert(opts);
+            ridgeline_defaults(cfg);
         }
         let mode = self
             .config()
@@ -56,6 +57,22 @@ impl RidgelineSessionExt for SessionStateBuilder {
             .with_physical_optimizer_rule(Arc::new(crate::optimizer::GpuTopKRule))
             .with_physical_optimizer_rule(Arc::new(crate::optimizer::GpuRepartitionRule))
             .with_physical_optimizer_rule(Arc::new(GpuBoundaries))
+    }
+}
+
+/// DataFusion settings whose defaults Ridgeline changes (where they still hold
+/// DataFusion's own default):
+/// - `datafusion.execution.perfect_hash_join_small_build_threshold`: 1024 -> 2^22.
+///   A hash join whose build keys span fewer values than this indexes an array
+///   by key (4 bytes a value of the range, at most 16 MiB) instead of hashing,
+///   however sparse the keys; DataFusion only does that below a range of 1024 or
+///   above 15% density. TPC-H at SF 1 on 2 cores (`bench tpch --set-gpu`, runs
+///   alternating): q17 3.6-3.8x, q11 1.4-1.7x, q8 1.3-1.4x faster, the geometric
+///   mean of all 22 1.10x (BENCHMARKS.md, session 26).
+fn ridgeline_defaults(config: &mut SessionConfig) {
+    let ex = &mut config.options_mut().execution;
+    if ex.perfect_hash_join_small_build_threshold == 1024 {
+        ex.perfect_hash_join_small_build_threshold = 1 << 22;
     }
 }
 
@@ -95,6 +112,7 @@ impl RidgelineBuilder {
         let mut opts = RidgelineOptions::default();
         opts.gpu = mode.to_string();
         config.options_mut().extensions.insert(opts);
+        ridgeline_defaults(&mut config);
         let dev = device_for(mode)?;
         if let (Some(d), Some(b)) = (&dev, self.memory_budget) {
             d.pool().set_budget(b);
@@ -213,5 +231,24 @@ impl Ridgeline {
     /// Plans a SQL statement (with Ridgeline's extensions such as `SKYLINE OF`).
     pub async fn sql(&self, sql: &str) -> Result<DataFrame> {
         crate::sql_ext::plan_sql(&self.ctx, sql).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn perfect_hash_range_default_unless_set() {
+        let threshold = |rl: &Ridgeline| rl.session().state().config().options().execution.perfect_hash_join_small_build_threshold;
+        let rl = Ridgeline::builder().gpu_mode(GpuMode::Off).build().unwrap();
+        assert_eq!(threshold(&rl), 1 << 22);
+        let mut own = SessionConfig::new();
+        own.options_mut().execution.perfect_hash_join_small_build_threshold = 5000;
+        let rl = Ridgeline::builder().gpu_mode(GpuMode::Off).config(own).build().unwrap();
+        assert_eq!(threshold(&rl), 5000);
+        // the one-line opt-in on a user's own state builder
+        let state = SessionStateBuilder::new().with_default_features().with_ridgeline().build();
+        assert_eq!(state.config().options().execution.perfect_hash_join_small_build_threshold, 1 << 22);
     }
 }

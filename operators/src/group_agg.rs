@@ -462,16 +462,7 @@ pub fn group_agg_gpu_with(
     if groups.elem_size() != 4 {
         return Err(inv("group ids must be u32".into()));
     }
-    for c in columns {
-        if c.column.values.elem_size() != 8 || c.column.values.len() != n || c.column.values.seg_rows() != seg {
-            return Err(inv("value columns must be 8-byte arrays shaped like the group ids".into()));
-        }
-        if let Some(v) = c.column.validity {
-            if v.len() != n.div_ceil(32) || v.seg_rows() * 32 != seg {
-                return Err(inv("validity bitmap does not match its column".into()));
-            }
-        }
-    }
+    check_value_columns(groups, columns.iter().map(|c| &c.column))?;
     if g == 0 {
         if n > 0 {
             return Err(inv("rows without groups (G = 0)".into()));
@@ -716,6 +707,24 @@ fn decode_tables(all: &[u32], g: u32, kinds: &[AggKind], opts: &GroupAggOptions,
     Ok(out)
 }
 
+/// Value columns must be 8-byte arrays shaped like the group ids (same rows and
+/// segments), their validity bitmaps one bit a row.
+fn check_value_columns<'a>(groups: &DeviceArray, columns: impl Iterator<Item = &'a Column<'a>>) -> Result<(), GroupAggError> {
+    let inv = |m: &str| GroupAggError::Gpu(GpuError::Invalid(m.into()));
+    let (n, seg) = (groups.len(), groups.seg_rows());
+    for c in columns {
+        if c.values.elem_size() != 8 || c.values.len() != n || c.values.seg_rows() != seg {
+            return Err(inv("value columns must be 8-byte arrays shaped like the group ids"));
+        }
+        if let Some(v) = c.validity {
+            if v.len() != n.div_ceil(32) || v.seg_rows() * 32 != seg {
+                return Err(inv("validity bitmap does not match its column"));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Dense-tag aggregation of i64 columns over several calls (a table's chunks) into
 /// one set of device tables, read back once by [`DenseAccumulator::finish`]:
 /// [`group_agg_gpu_with`] per chunk waits for and reads back its tables before the
@@ -768,20 +777,10 @@ impl DenseAccumulator {
     pub fn add(&mut self, ctx: &GpuContext, groups: &DeviceArray, columns: &[Column<'_>]) -> Result<(), GroupAggError> {
         let inv = |m: String| GroupAggError::Gpu(GpuError::Invalid(m));
         let n = groups.len();
-        let seg = groups.seg_rows();
         if groups.elem_size() != 4 || columns.len() != self.ncols {
             return Err(inv(format!("u32 group ids and {} value columns expected", self.ncols)));
         }
-        for c in columns {
-            if c.values.elem_size() != 8 || c.values.len() != n || c.values.seg_rows() != seg {
-                return Err(inv("value columns must be 8-byte arrays shaped like the group ids".into()));
-            }
-            if let Some(v) = c.validity {
-                if v.len() != n.div_ceil(32) || v.seg_rows() * 32 != seg {
-                    return Err(inv("validity bitmap does not match its column".into()));
-                }
-            }
-        }
+        check_value_columns(groups, columns.iter())?;
         if self.rows + n as u64 >= u32::MAX as u64 {
             return Err(inv(format!("more than {} rows in a dense accumulator", u32::MAX - 1)));
         }

@@ -24,14 +24,27 @@ async fn filters_on_the_gpu_and_notes_why_not() {
     let rl = common::engine(GpuMode::On).await;
     let cpu = common::engine(GpuMode::Off).await;
 
-    // A predicate on strings stays on the CPU, and EXPLAIN says why.
-    let p = explain(&rl, "SELECT id FROM types WHERE s = 'a'").await;
-    assert!(p.contains("CpuNote: FilterExec stays on the CPU") && p.contains("Utf8"), "{p}");
+    // A predicate on a string column with too many distinct values for a
+    // dictionary stays on the CPU, and EXPLAIN says why.
+    let p = explain(&rl, "SELECT l_orderkey FROM lineitem WHERE l_comment LIKE '%fox%'").await;
+    assert!(p.contains("CpuNote: FilterExec stays on the CPU") && p.contains("no dictionary"), "{p}");
     assert!(!p.contains("GpuFilterExec"), "{p}");
 
     // A conjunction splits: the numeric part on the GPU, the string part above it.
-    let p = explain(&rl, "SELECT id FROM types WHERE s <> 'a' AND i32 >= 0").await;
-    assert!(p.contains("GpuFilterExec: i32@") && p.contains("FilterExec: s@"), "{p}");
+    let p = explain(&rl, "SELECT l_orderkey FROM lineitem WHERE l_comment LIKE '%fox%' AND l_quantity >= 10").await;
+    assert!(p.contains("GpuFilterExec: l_quantity@") && p.contains("FilterExec: l_comment@"), "{p}");
+
+    // Strings with a dictionary are tested by their codes on the GPU: nothing stays above.
+    for q in [
+        "SELECT id FROM types WHERE s <> 'a' AND i32 >= 0",
+        "SELECT l_orderkey, l_shipmode FROM lineitem WHERE l_shipmode IN ('MAIL', 'SHIP') AND l_commitdate < l_receiptdate",
+        "SELECT p_partkey FROM part WHERE p_type LIKE 'PROMO%' OR p_size > 45",
+    ] {
+        let p = explain(&rl, q).await;
+        assert!(p.contains("GpuFilterExec") && p.contains("strings by dictionary codes"), "{p}");
+        assert!(!p.contains("CpuNote"), "{p}");
+        assert_eq!(rows(&rl, q).await, rows(&cpu, q).await, "{q}");
+    }
 
     // A projection above a GPU filter runs in its kernel.
     let p = explain(&rl, "SELECT id, i32 * 2 AS twice FROM types WHERE i32 > -10").await;

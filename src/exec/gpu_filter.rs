@@ -24,6 +24,7 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Pla
 use futures::StreamExt;
 use ridgeline_operators::compact::{compact_with, count_selected, Column as CCol, CompactAlgo, CompactOptions, Selection};
 use ridgeline_operators::{GpuContext, GpuError};
+use crate::optimizer::string_codes::CodeColumn;
 use std::sync::Arc;
 
 /// The selectivity from which `Auto` compacts a filter's output with Jumping Jack
@@ -61,6 +62,11 @@ pub struct GpuFilterExec {
     algo: CompactAlgo,
     props: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
+    /// Dictionary codes the program reads after the input's columns (its input is
+    /// then a resident scan), and the predicate over the input before its string
+    /// tests became code tests (for display and the CPU plan).
+    codes: Vec<CodeColumn>,
+    source_predicate: Option<Arc<dyn PhysicalExpr>>,
 }
 
 impl GpuFilterExec {
@@ -74,7 +80,30 @@ impl GpuFilterExec {
         algo: CompactAlgo,
         props: Arc<PlanProperties>,
     ) -> Self {
-        GpuFilterExec { input, program, columns, schema, algo, props, metrics: ExecutionPlanMetricsSet::new() }
+        GpuFilterExec { input, program, columns, schema, algo, props, metrics: ExecutionPlanMetricsSet::new(), codes: Vec::new(), source_predicate: None }
+    }
+
+    /// The same filter whose program also reads the dictionary codes `codes`
+    /// (appended to a resident scan's columns); `source_predicate` is the
+    /// predicate over the input with the strings themselves.
+    pub fn with_codes(mut self, codes: Vec<CodeColumn>, source_predicate: Option<Arc<dyn PhysicalExpr>>) -> Self {
+        if !codes.is_empty() {
+            self.codes = codes;
+            self.source_predicate = source_predicate;
+        }
+        self
+    }
+    /// The dictionary codes the program reads after the input's columns.
+    pub fn codes(&self) -> &[CodeColumn] {
+        &self.codes
+    }
+    /// The predicate over the input's columns (string tests as written).
+    pub fn input_predicate(&self) -> Option<&Arc<dyn PhysicalExpr>> {
+        if self.codes.is_empty() {
+            self.program.predicate()
+        } else {
+            self.source_predicate.as_ref()
+        }
     }
     /// The input.
     pub fn input(&self) -> &Arc<dyn ExecutionPlan> {
@@ -111,18 +140,19 @@ impl GpuFilterExec {
 
     /// Whether the output is the input's columns, in order (no projection).
     fn passes_input_through(&self) -> bool {
-        self.columns.len() == self.program.schema().fields().len()
+        self.columns.len() == self.program.schema().fields().len() - self.codes.len()
             && self.columns.iter().enumerate().all(|(k, c)| *c == OutCol::Input(k))
     }
 
     /// The same node over `input`.
     fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> GpuFilterExec {
         GpuFilterExec::new(input, self.program.clone(), self.columns.clone(), self.schema.clone(), self.algo, self.props.clone())
+            .with_codes(self.codes.clone(), self.source_predicate.clone())
     }
 
     /// The same work as CPU operators over `input`.
     pub fn cpu_equivalent(&self, input: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
-        let pred = self.program.predicate().cloned().unwrap_or_else(|| lit(true));
+        let pred = self.input_predicate().cloned().unwrap_or_else(|| lit(true));
         let filter: Arc<dyn ExecutionPlan> = Arc::new(FilterExec::try_new(pred, input)?);
         if self.passes_input_through() {
             return Ok(filter);
@@ -207,13 +237,16 @@ impl GpuFilterExec {
 
 impl DisplayAs for GpuFilterExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        let pred = self.program.predicate().map(|p| p.to_string()).unwrap_or_else(|| "true".into());
+        let pred = self.input_predicate().map(|p| p.to_string()).unwrap_or_else(|| "true".into());
         let algo = match self.algo {
             CompactAlgo::Stable => "stable",
             CompactAlgo::JumpingJack => "jumping_jack",
             CompactAlgo::Auto => "auto",
         };
         write!(f, "GpuFilterExec: {pred}, compaction={algo}")?;
+        if !self.codes.is_empty() {
+            write!(f, ", strings by dictionary codes")?;
+        }
         if !self.passes_input_through() {
             let items: Vec<String> = self
                 .output_exprs()
@@ -241,7 +274,7 @@ impl ExecutionPlan for GpuFilterExec {
         f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<datafusion::common::tree_node::TreeNodeRecursion>,
     ) -> Result<datafusion::common::tree_node::TreeNodeRecursion> {
         use datafusion::common::tree_node::TreeNodeRecursion;
-        if let Some(p) = self.program.predicate() {
+        if let Some(p) = self.input_predicate() {
             if f(p)? == TreeNodeRecursion::Stop {
                 return Ok(TreeNodeRecursion::Stop);
             }
@@ -278,7 +311,17 @@ impl GpuExec for GpuFilterExec {
         let dev = device_for(opts.mode()?)?.ok_or_else(|| gpu_err(GpuError::Disabled))?;
         let child = as_gpu(&self.input)
             .ok_or_else(|| DataFusionError::Internal(format!("GpuFilterExec over a CPU operator ({})", self.input.name())))?;
-        let input = child.execute_gpu(partition, ctx)?;
+        let input = if self.codes.is_empty() {
+            child.execute_gpu(partition, ctx)?
+        } else {
+            // String tests read the resident table's dictionary codes beside its columns.
+            let scan = self
+                .input
+                .downcast_ref::<super::GpuScanExec>()
+                .ok_or_else(|| DataFusionError::Internal(format!("GPU filter with dictionary codes over {}", self.input.name())))?;
+            let batches = scan.chunks_with_codes(partition, &self.codes, self.program.schema())?;
+            futures::stream::iter(batches.into_iter().map(Ok)).boxed()
+        };
         // The stream's tasks own a copy of the node (the plan only lends `self`).
         let me = Arc::new(self.with_input(self.input.clone()));
         let rows_in = MetricBuilder::new(&self.metrics).counter("input_rows", partition);

@@ -41,7 +41,10 @@ impl GpuScanExec {
             Partitioning::UnknownPartitioning(partitions),
             EmissionType::Incremental,
             Boundedness::Bounded,
-        ));
+        )
+        // Its host stream takes part in cooperative scheduling itself (below), so
+        // DataFusion puts no `CooperativeExec` between it and a GPU filter.
+        .with_scheduling_type(datafusion::physical_plan::execution_plan::SchedulingType::Cooperative));
         Ok(GpuScanExec { data, projection, schema, partitions, props, filters: Vec::new() })
     }
 
@@ -55,6 +58,27 @@ impl GpuScanExec {
             Some(p) => p.clone(),
             None => (0..self.data.table.schema.fields().len()).collect(),
         }
+    }
+
+    /// Partition `partition`'s chunks with the dictionary codes of table columns
+    /// `codes` appended as `UInt32` columns (named by `schema`, the scan's schema
+    /// with those fields added): the input of a GPU filter that tests strings by
+    /// their codes (`optimizer::string_codes`).
+    pub fn chunks_with_codes(&self, partition: usize, codes: &[crate::optimizer::string_codes::CodeColumn], schema: &SchemaRef) -> Result<Vec<GpuBatch>> {
+        let chunks: Vec<usize> = (0..self.data.chunks.len()).filter(|i| i % self.partitions == partition).collect();
+        let batches = self.chunks_of(partition)?;
+        chunks
+            .into_iter()
+            .zip(batches)
+            .map(|(ci, mut b)| {
+                for c in codes {
+                    let col = c.dict.codes.get(ci).ok_or_else(|| datafusion::error::DataFusionError::Internal(format!("no codes for chunk {ci}")))?;
+                    b.columns.push(col.clone());
+                }
+                b.schema = schema.clone();
+                Ok(b)
+            })
+            .collect()
     }
 
     fn chunks_of(&self, partition: usize) -> Result<Vec<GpuBatch>> {
@@ -113,7 +137,8 @@ impl ExecutionPlan for GpuScanExec {
     fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
         // CPU parents read the host copy: the same rows, no transfer.
         let bs = ctx.session_config().batch_size();
-        self.data.table.filtered_stream(self.schema.clone(), self.projection.as_deref(), self.partitions, partition, bs, self.filters.clone())
+        let s = self.data.table.filtered_stream(self.schema.clone(), self.projection.as_deref(), self.partitions, partition, bs, self.filters.clone())?;
+        Ok(datafusion::physical_plan::coop::make_cooperative(s))
     }
     fn handle_child_pushdown_result(
         &self,

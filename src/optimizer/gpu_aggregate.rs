@@ -174,7 +174,7 @@ fn having(node: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
     let pred = if let Some(f) = node.downcast_ref::<FilterExec>() {
         f.predicate().clone()
     } else {
-        node.downcast_ref::<GpuFilterExec>()?.program().predicate()?.clone()
+        node.downcast_ref::<GpuFilterExec>()?.input_predicate()?.clone()
     };
     // Down to the aggregation through filters that keep every column (a CPU and a
     // GPU part of one HAVING clause, say).
@@ -376,7 +376,7 @@ fn prepare(
                 exprs = proj.iter().map(|&i| exprs[i].clone()).collect();
             }
         } else if let Some(g) = n.downcast_ref::<GpuFilterExec>() {
-            if let Some(pred) = g.program().predicate() {
+            if let Some(pred) = g.input_predicate() {
                 conjuncts.push(subst(pred, &exprs).map_err(e)?);
             }
             exprs = g

@@ -20,6 +20,8 @@ use crate::config::{rule_device, RidgelineOptions};
 use crate::exec::gpu_filter::OutCol;
 use crate::exec::{as_gpu, CpuNoteExec, GpuFilterExec, GpuScanExec};
 use crate::gpu_expr::{Caps, RowProgram};
+use super::string_codes::{self, Coder};
+use arrow::datatypes::DataType;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::config::ConfigOptions;
 use datafusion::error::Result;
@@ -49,6 +51,11 @@ const GPU_FIXED_NS: f64 = 350_000.0;
 /// the H100 machine's 16 cores (123 ms for 60M rows, 5 conjuncts, aggregation
 /// included), so about 3 ns.
 const CPU_NS_PER_ROW_CONJUNCT: f64 = 3.0;
+/// CPU cost of one conjunct over strings per row and core (Utf8View comparisons):
+/// TPC-H Q19's lineitem filter at SF 10 (two string conjuncts and three ranges of
+/// `l_quantity`) took 2.94 s of CPU over 60M rows on the H100 machine, about 49 ns
+/// a row.
+const CPU_NS_PER_ROW_STRING_CONJUNCT: f64 = 20.0;
 /// CPU cost of gathering one output column per selected row and core.
 const CPU_NS_PER_ROW_COLUMN: f64 = 2.0;
 /// Selectivity assumed when statistics say nothing (DataFusion's default is 20%).
@@ -140,6 +147,19 @@ fn note(node: &Arc<dyn ExecutionPlan>, why: String) -> Result<Transformed<Arc<dy
     Ok(Transformed::yes(Arc::new(CpuNoteExec::new(node.clone(), why))))
 }
 
+/// CPU cost per row of `conjuncts` (ns on one core): string comparisons cost more.
+fn conjunct_ns(conjuncts: &[Arc<dyn PhysicalExpr>], schema: &arrow::datatypes::Schema) -> f64 {
+    conjuncts
+        .iter()
+        .map(|c| {
+            let strings = datafusion::physical_expr::utils::collect_columns(c)
+                .iter()
+                .any(|col| schema.fields().get(col.index()).is_some_and(|f| matches!(f.data_type(), DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8)));
+            if strings { CPU_NS_PER_ROW_STRING_CONJUNCT } else { CPU_NS_PER_ROW_CONJUNCT }
+        })
+        .sum()
+}
+
 /// The threads a CPU filter runs on: one per partition, but no more than the
 /// machine's cores (`target_partitions` above the core count splits the work
 /// finer without adding threads).
@@ -150,7 +170,7 @@ fn cpu_threads(target_partitions: usize) -> usize {
 
 impl Env {
     /// Whether moving this filter pays, or why not.
-    fn worth_it(&self, f: &FilterExec, conjuncts: usize, split: Option<(&Arc<dyn PhysicalExpr>, usize)>) -> std::result::Result<(), String> {
+    fn worth_it(&self, f: &FilterExec, conjuncts: f64, split: Option<(&Arc<dyn PhysicalExpr>, f64)>) -> std::result::Result<(), String> {
         let input = f.input();
         if self.mode == GpuMode::On {
             return Ok(());
@@ -194,8 +214,8 @@ impl Env {
     fn resident_worth_it(
         &self,
         f: &FilterExec,
-        conjuncts: usize,
-        split: Option<(&Arc<dyn PhysicalExpr>, usize)>,
+        conjuncts: f64,
+        split: Option<(&Arc<dyn PhysicalExpr>, f64)>,
     ) -> std::result::Result<(), String> {
         let in_stats = crate::exec::plan_statistics(f.input().as_ref()).map_err(|e| e.to_string())?;
         let Some(rows) = in_stats.num_rows.get_value().copied() else { return Ok(()) };
@@ -225,10 +245,11 @@ impl Env {
         cheaper(gpu_ns, cpu_ns, &what, "")
     }
 
-    /// Estimated CPU time of a filter: every conjunct over every row, then the
-    /// gather of the output columns over the selected rows, on all threads.
-    fn cpu_filter_ns(&self, rows: f64, conjuncts: usize, out_cols: f64, sel: f64) -> f64 {
-        rows * (CPU_NS_PER_ROW_CONJUNCT * conjuncts as f64 + CPU_NS_PER_ROW_COLUMN * out_cols * sel) / self.threads as f64
+    /// Estimated CPU time of a filter: every conjunct over every row (`conjuncts`:
+    /// their cost per row in ns, see [`conjunct_ns`]), then the gather of the output
+    /// columns over the selected rows, on all threads.
+    fn cpu_filter_ns(&self, rows: f64, conjuncts: f64, out_cols: f64, sel: f64) -> f64 {
+        rows * (conjuncts + CPU_NS_PER_ROW_COLUMN * out_cols * sel) / self.threads as f64
     }
 
     fn algo(&self, input: &Arc<dyn ExecutionPlan>) -> Result<CompactAlgo> {
@@ -245,37 +266,64 @@ impl Env {
         }
         let input = f.input();
         let in_schema = input.schema();
+        // Over a resident scan, string tests can compile as tests of dictionary codes.
+        let mut coder = input.downcast_ref::<GpuScanExec>().map(|s| Coder::new(&self.dev, s, Vec::new()));
+        // The conjuncts that compile (as compiled, and as written), and the rest.
         let mut gpu: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
+        let mut gpu_src: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
         let mut cpu: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
         let mut reasons: Vec<String> = Vec::new();
         for c in split_conjunction(f.predicate()) {
-            match RowProgram::try_new(in_schema.clone(), Some(c.clone()), vec![], self.caps) {
-                Ok(_) => gpu.push(c.clone()),
-                Err(why) => {
-                    reasons.push(format!("{c}: {why}"));
-                    cpu.push(c.clone());
+            let why = match RowProgram::try_new(in_schema.clone(), Some(c.clone()), vec![], self.caps) {
+                Ok(_) => {
+                    gpu.push(c.clone());
+                    gpu_src.push(c.clone());
+                    continue;
                 }
+                Err(why) => why,
+            };
+            if let Some(k) = coder.as_mut() {
+                let before = k.codes.len();
+                match k.rewrite(c).and_then(|r| RowProgram::try_new(k.schema(), Some(r.clone()), vec![], self.caps).map(|_| r)) {
+                    Ok(r) => {
+                        gpu.push(r);
+                        gpu_src.push(c.clone());
+                        continue;
+                    }
+                    Err(w) => {
+                        k.codes.truncate(before);
+                        reasons.push(format!("{c}: {why}; by dictionary codes: {w}"));
+                    }
+                }
+            } else {
+                reasons.push(format!("{c}: {why}"));
             }
+            cpu.push(c.clone());
         }
         if gpu.is_empty() {
             return note(node, format!("the predicate does not compile to WGSL ({})", reasons.join("; ")));
         }
+        let codes = coder.map(|k| k.codes).unwrap_or_default();
+        let prog_schema = string_codes::augmented_schema(&in_schema, &codes);
         let predicate = conjunction(gpu.clone());
-        let split = (!cpu.is_empty()).then_some((&predicate, cpu.len()));
-        if let Err(why) = self.worth_it(f, gpu.len() + cpu.len(), split) {
+        let src_predicate = conjunction(gpu_src.clone());
+        let cpu_ns = conjunct_ns(&cpu, &in_schema);
+        let split = (!cpu.is_empty()).then_some((&src_predicate, cpu_ns));
+        if let Err(why) = self.worth_it(f, conjunct_ns(&gpu_src, &in_schema) + cpu_ns, split) {
             return note(node, why);
         }
-        let program = match RowProgram::try_new(in_schema.clone(), Some(predicate), vec![], self.caps) {
+        let program = match RowProgram::try_new(prog_schema, Some(predicate), vec![], self.caps) {
             Ok(p) => p,
             Err(why) => return note(node, why),
         };
+        let src_predicate = (!codes.is_empty()).then_some(src_predicate);
         let algo = self.algo(input)?;
         if cpu.is_empty() {
             let columns: Vec<OutCol> = match f.projection() {
                 Some(p) => p.iter().map(|&i| OutCol::Input(i)).collect(),
                 None => (0..in_schema.fields().len()).map(OutCol::Input).collect(),
             };
-            let g = GpuFilterExec::new(input.clone(), program, columns, f.schema(), algo, f.properties().clone());
+            let g = GpuFilterExec::new(input.clone(), program, columns, f.schema(), algo, f.properties().clone()).with_codes(codes, src_predicate);
             return Ok(Transformed::yes(Arc::new(g)));
         }
         // The conjuncts that compile run first on the GPU; the rest above, on the CPU.
@@ -286,7 +334,8 @@ impl Env {
             Boundedness::Bounded,
         ));
         let columns = (0..in_schema.fields().len()).map(OutCol::Input).collect();
-        let g: Arc<dyn ExecutionPlan> = Arc::new(GpuFilterExec::new(input.clone(), program, columns, in_schema, algo, props));
+        let g: Arc<dyn ExecutionPlan> =
+            Arc::new(GpuFilterExec::new(input.clone(), program, columns, in_schema, algo, props).with_codes(codes, src_predicate));
         let rest = datafusion::physical_plan::filter::FilterExecBuilder::new(conjunction(cpu), g)
             .apply_projection(f.projection().as_ref().map(|p| p.to_vec()))?
             .build()?;
@@ -333,7 +382,7 @@ impl Env {
             Ok(f) => f,
             Err(why) => return note(node, format!("projection not fused into the GPU filter: {why}")),
         };
-        let f = GpuFilterExec::new(g.input().clone(), fused, columns, p.schema(), g.algo(), props);
+        let f = GpuFilterExec::new(g.input().clone(), fused, columns, p.schema(), g.algo(), props).with_codes(g.codes().to_vec(), g.input_predicate().cloned());
         Ok(Transformed::yes(Arc::new(f)))
     }
 }

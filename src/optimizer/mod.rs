@@ -7,6 +7,7 @@ pub mod gpu_filter;
 pub mod gpu_repartition;
 pub mod gpu_topk;
 pub mod join_reorder;
+pub mod string_codes;
 pub use boundaries::GpuBoundaries;
 pub use filter_estimates::FilterEstimates;
 pub use gpu_aggregate::GpuAggregateRule;

@@ -220,6 +220,20 @@ impl Ridgeline {
             Err(e) => Err(e),
         }
     }
+    /// The host chunks of a table registered with [`register_batches`] or
+    /// [`register_resident`] (a resident table's host copy), shared, not copied;
+    /// `None` for other tables.
+    ///
+    /// [`register_batches`]: Ridgeline::register_batches
+    /// [`register_resident`]: Ridgeline::register_resident
+    pub async fn host_chunks(&self, name: &str) -> Result<Option<Vec<RecordBatch>>> {
+        let Some(t) = self.ctx.table_provider(name).await.ok() else { return Ok(None) };
+        let any: &dyn std::any::Any = t.as_ref();
+        if let Some(r) = any.downcast_ref::<ResidentTable>() {
+            return Ok(Some(r.data().table.host.clone()));
+        }
+        Ok(any.downcast_ref::<HostTable>().map(|h| h.data().host.clone()))
+    }
     /// Makes an already registered table GPU-resident (reads it once).
     pub async fn make_resident(&self, name: &str) -> Result<bool> {
         let df = self.ctx.table(name).await?;
@@ -237,6 +251,30 @@ impl Ridgeline {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A second engine registering another's host chunks reads the same memory.
+    #[tokio::test]
+    async fn host_chunks_are_shared() {
+        use arrow::array::{Array, Int64Array};
+        let a = Ridgeline::builder().gpu_mode(GpuMode::Off).build().unwrap();
+        let col = Arc::new(Int64Array::from_iter_values(0..100_000)) as arrow::array::ArrayRef;
+        let batch = RecordBatch::try_from_iter([("x", col)]).unwrap();
+        a.register_batches("t", batch.schema(), vec![batch.clone()]).unwrap();
+        let chunks = a.host_chunks("t").await.unwrap().expect("a host table");
+        assert_eq!(chunks.iter().map(|c| c.num_rows()).sum::<usize>(), 100_000);
+        assert!(a.host_chunks("missing").await.unwrap().is_none());
+        let b = Ridgeline::builder().gpu_mode(GpuMode::Off).build().unwrap();
+        b.register_batches("t", batch.schema(), chunks.clone()).unwrap();
+        let again = b.host_chunks("t").await.unwrap().unwrap();
+        assert_eq!(again.len(), chunks.len());
+        for (x, y) in chunks.iter().zip(&again) {
+            let (x, y) = (x.column(0).to_data(), y.column(0).to_data());
+            assert_eq!(x.buffers()[0].as_ptr(), y.buffers()[0].as_ptr(), "copied instead of shared");
+        }
+        let n = b.sql("SELECT count(*), sum(x) FROM t").await.unwrap().collect().await.unwrap();
+        let sum = n[0].column(1).as_any().downcast_ref::<Int64Array>().unwrap().value(0);
+        assert_eq!(sum, (0..100_000i64).sum::<i64>());
+    }
 
     #[test]
     fn perfect_hash_range_default_unless_set() {

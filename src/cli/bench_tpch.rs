@@ -616,6 +616,13 @@ pub async fn run(args: TpchArgs) -> Result<()> {
         if run_gpu {
             if args.resident {
                 all_resident &= gpu_rl.register_resident(&name, schema.clone(), batches.clone()).await?;
+                // CPU mode reads the same host chunks (shared, not copied; chunked the
+                // same way they stay one batch a chunk): where the modes run the same
+                // plan they then read the same memory, and differ only in their plans.
+                if let Some(host) = gpu_rl.host_chunks(&name).await? {
+                    rl.register_batches(&name, schema, host)?;
+                    continue;
+                }
             } else {
                 gpu_rl.register_batches(&name, schema.clone(), batches.clone())?;
             }

@@ -46,6 +46,17 @@ async fn filters_on_the_gpu_and_notes_why_not() {
         assert_eq!(rows(&rl, q).await, rows(&cpu, q).await, "{q}");
     }
 
+    // A GPU aggregation whose predicate and arguments test strings reads their codes.
+    for q in [
+        "SELECT l_returnflag, count(*) FROM lineitem WHERE l_shipmode IN ('AIR', 'MAIL') GROUP BY l_returnflag",
+        "SELECT l_shipmode, sum(CASE WHEN l_shipinstruct = 'DELIVER IN PERSON' THEN 1 ELSE 0 END) FROM lineitem GROUP BY l_shipmode",
+    ] {
+        let p = explain(&rl, q).await;
+        assert!(p.contains("GpuAggregateExec"), "{p}");
+        assert!(!p.contains("AggregateExec: mode=Partial"), "{p}");
+        assert_eq!(rows(&rl, q).await, rows(&cpu, q).await, "{q}");
+    }
+
     // A projection above a GPU filter runs in its kernel.
     let p = explain(&rl, "SELECT id, i32 * 2 AS twice FROM types WHERE i32 > -10").await;
     assert!(p.contains("GpuFilterExec") && p.contains("* 2 as twice]"), "{p}");

@@ -134,6 +134,10 @@ pub struct GpuAggregatePlan {
     /// Keys, in GROUP BY order; the program's input ends with one `UInt32` code
     /// column per dictionary key, in key order.
     pub keys: Vec<GroupKey>,
+    /// Dictionaries of the string columns the predicate or the arguments test
+    /// (`optimizer::string_codes`): their code columns follow the keys' in the
+    /// program's input, in this order.
+    pub str_codes: Vec<Arc<StringDict>>,
     /// Groups (`G`, the product of the keys' codes).
     pub groups: u32,
     /// Output 0: group id (`u32`, `G` for rejected rows); then the `nvals` value
@@ -551,6 +555,9 @@ fn for_each_chunk(dev: &GpuContext, plan: &GpuAggregatePlan, mut f: impl FnMut(&
             if let GroupKey::Dict { dict, .. } = k {
                 cols.push(dict.codes[ci].clone());
             }
+        }
+        for d in &plan.str_codes {
+            cols.push(d.codes[ci].clone());
         }
         let batch = GpuBatch { schema: aug_schema.clone(), columns: cols, num_rows: chunk.num_rows };
         let t = std::time::Instant::now();

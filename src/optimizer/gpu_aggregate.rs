@@ -40,6 +40,7 @@ use ridgeline_operators::select::RawKind;
 use crate::exec::gpu_filter::OutCol;
 use crate::exec::{cpu_equivalent, CpuNoteExec, GpuAggregateExec, GpuFilterExec, GpuScanExec};
 use crate::gpu_expr::{Caps, RowProgram};
+use super::string_codes::{self, Coder};
 use crate::resident::MAX_DICT_VALUES;
 use arrow::datatypes::{DataType, Field, Schema};
 use datafusion::common::stats::Precision;
@@ -453,7 +454,13 @@ fn prepare(
             return Err(format!("more than {} groups", max_groups.max(table_cap + 1) - 1));
         }
     }
-    let aug_schema = Arc::new(Schema::new(fields));
+    // String tests in the predicate and the arguments: by dictionary codes, whose
+    // columns follow the keys' codes.
+    let mut coder = Coder::with_base(dev, scan, fields.len());
+    let coded_predicate = match &predicate {
+        Some(p) => Some(coder.rewrite(p).map_err(|w| format!("the predicate's strings: {w}"))?),
+        None => None,
+    };
     // Group id in mixed radix; rejected rows get `groups`.
     let mut gid: Option<Arc<dyn PhysicalExpr>> = None;
     for (k, code) in keys.iter().zip(key_codes) {
@@ -469,7 +476,7 @@ fn prepare(
     let gid = gid.unwrap_or_else(|| lit(ScalarValue::UInt32(Some(0))));
     let gid_all = gid.clone();
     let when = |v: Arc<dyn PhysicalExpr>, otherwise: Option<Arc<dyn PhysicalExpr>>| -> std::result::Result<Arc<dyn PhysicalExpr>, Why> {
-        Ok(match &predicate {
+        Ok(match &coded_predicate {
             Some(p) => Arc::new(CaseExpr::try_new(None, vec![(p.clone(), v)], otherwise).map_err(e)?),
             None => v,
         })
@@ -584,6 +591,7 @@ fn prepare(
             Some(c) => c,
             None => {
                 value_keys.push(key);
+                let v = coder.rewrite(&v).map_err(|w| format!("{name}'s argument: {w}"))?;
                 outputs.push(when(v, None)?);
                 value_keys.len() - 1
             }
@@ -626,6 +634,9 @@ fn prepare(
         outputs.push(tag);
         outputs.push(v);
     }
+    fields.extend((0..coder.codes.len()).map(|k| Field::new(string_codes::code_field_name(k), DataType::UInt32, false)));
+    let str_codes: Vec<_> = coder.codes.iter().map(|c| c.dict.clone()).collect();
+    let aug_schema = Arc::new(Schema::new(fields));
     let program = RowProgram::try_new_wide(aug_schema, None, outputs, Caps::of(dev))?;
     // DataFusion's partial state and the final aggregation over it.
     let partial = if *src.mode() == AggregateMode::Partial {
@@ -708,6 +719,7 @@ fn prepare(
         data,
         table_cols,
         keys,
+        str_codes,
         groups: groups as u32,
         program,
         nvals,

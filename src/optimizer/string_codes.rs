@@ -66,6 +66,8 @@ pub struct Coder<'a> {
     dev: &'a GpuContext,
     scan: &'a GpuScanExec,
     schema: SchemaRef,
+    /// Index of the first code column in the program's input.
+    base: usize,
     /// Code columns, in the order they follow the scan's columns.
     pub codes: Vec<CodeColumn>,
 }
@@ -74,10 +76,18 @@ impl<'a> Coder<'a> {
     /// A coder for expressions over `scan`'s output, appending after `codes`
     /// (the code columns a program already has).
     pub fn new(dev: &'a GpuContext, scan: &'a GpuScanExec, codes: Vec<CodeColumn>) -> Self {
-        Coder { dev, schema: datafusion::physical_plan::ExecutionPlan::schema(scan), scan, codes }
+        let schema = datafusion::physical_plan::ExecutionPlan::schema(scan);
+        Coder { dev, base: schema.fields().len(), schema, scan, codes }
     }
 
-    /// The scan's schema with the code columns so far.
+    /// A coder whose code columns start at input column `base` (after other
+    /// columns a program appends to the scan's, such as a GPU aggregation's key codes).
+    pub fn with_base(dev: &'a GpuContext, scan: &'a GpuScanExec, base: usize) -> Self {
+        let schema = datafusion::physical_plan::ExecutionPlan::schema(scan);
+        Coder { dev, base, schema, scan, codes: Vec::new() }
+    }
+
+    /// The scan's schema with the code columns so far (for a coder made by [`Coder::new`]).
     pub fn schema(&self) -> SchemaRef {
         augmented_schema(&self.schema, &self.codes)
     }
@@ -119,7 +129,7 @@ impl<'a> Coder<'a> {
     /// Index (in the augmented schema) of the code column of table column `t`.
     fn code_column(&mut self, t: usize) -> std::result::Result<(usize, Arc<StringDict>), String> {
         if let Some(k) = self.codes.iter().position(|c| c.table_col == t) {
-            return Ok((self.schema.fields().len() + k, self.codes[k].dict.clone()));
+            return Ok((self.base + k, self.codes[k].dict.clone()));
         }
         let dict = self
             .scan
@@ -128,7 +138,7 @@ impl<'a> Coder<'a> {
             .map_err(|x| x.to_string())?
             .ok_or_else(|| format!("column {} has more than {} distinct strings (no dictionary)", self.schema.field(self.scan_col_of(t)).name(), crate::resident::MAX_DICT_VALUES))?;
         self.codes.push(CodeColumn { table_col: t, dict: dict.clone() });
-        Ok((self.schema.fields().len() + self.codes.len() - 1, dict))
+        Ok((self.base + self.codes.len() - 1, dict))
     }
 
     fn scan_col_of(&self, t: usize) -> usize {
@@ -157,7 +167,7 @@ impl<'a> Coder<'a> {
             }
         }
         let (col_idx, _) = self.code_column(t)?;
-        let code = Arc::new(Column::new(&code_field_name(col_idx - self.schema.fields().len()), col_idx)) as Arc<dyn PhysicalExpr>;
+        let code = Arc::new(Column::new(&code_field_name(col_idx - self.base), col_idx)) as Arc<dyn PhysicalExpr>;
         let test = match ranges_test(&code, &pass, n as u32) {
             Some(t) => t,
             None => return Err(format!("{e}: more than {MAX_CODE_RANGES} ranges of codes")),

@@ -112,7 +112,8 @@ impl<'a> Coder<'a> {
             return Ok(e.clone());
         }
         let boolean = e.data_type(&self.schema).map_err(|x| x.to_string())? == DataType::Boolean;
-        if cols.len() == 1 && boolean {
+        // A volatile expression (`random() < 0.5 AND s = 'a'`) has no answer per value.
+        if cols.len() == 1 && boolean && !datafusion::physical_expr_common::physical_expr::is_volatile(e) {
             return self.by_codes(e, strings[0]);
         }
         if e.downcast_ref::<Column>().is_some() {

@@ -65,11 +65,8 @@ impl GpuScanExec {
     /// with those fields added): the input of a GPU filter that tests strings by
     /// their codes (`optimizer::string_codes`).
     pub fn chunks_with_codes(&self, partition: usize, codes: &[crate::optimizer::string_codes::CodeColumn], schema: &SchemaRef) -> Result<Vec<GpuBatch>> {
-        let chunks: Vec<usize> = (0..self.data.chunks.len()).filter(|i| i % self.partitions == partition).collect();
-        let batches = self.chunks_of(partition)?;
-        chunks
-            .into_iter()
-            .zip(batches)
+        self.chunk_indices(partition)
+            .zip(self.chunks_of(partition)?)
             .map(|(ci, mut b)| {
                 for c in codes {
                     let col = c.dict.codes.get(ci).ok_or_else(|| datafusion::error::DataFusionError::Internal(format!("no codes for chunk {ci}")))?;
@@ -81,13 +78,15 @@ impl GpuScanExec {
             .collect()
     }
 
+    /// Indices of partition `partition`'s chunks (every `partitions`-th).
+    fn chunk_indices(&self, partition: usize) -> impl Iterator<Item = usize> {
+        (partition..self.data.chunks.len()).step_by(self.partitions)
+    }
+
     fn chunks_of(&self, partition: usize) -> Result<Vec<GpuBatch>> {
-        self.data
-            .chunks
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| i % self.partitions == partition)
-            .map(|(_, c)| match &self.projection {
+        self.chunk_indices(partition)
+            .map(|i| &self.data.chunks[i])
+            .map(|c| match &self.projection {
                 Some(p) => c.project(p),
                 None => Ok(c.clone()),
             })

@@ -21,7 +21,6 @@ use crate::exec::gpu_filter::OutCol;
 use crate::exec::{as_gpu, CpuNoteExec, GpuFilterExec, GpuScanExec};
 use crate::gpu_expr::{Caps, RowProgram};
 use super::string_codes::{self, Coder};
-use arrow::datatypes::DataType;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::config::ConfigOptions;
 use datafusion::error::Result;
@@ -154,7 +153,7 @@ fn conjunct_ns(conjuncts: &[Arc<dyn PhysicalExpr>], schema: &arrow::datatypes::S
         .map(|c| {
             let strings = datafusion::physical_expr::utils::collect_columns(c)
                 .iter()
-                .any(|col| schema.fields().get(col.index()).is_some_and(|f| matches!(f.data_type(), DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8)));
+                .any(|col| schema.fields().get(col.index()).is_some_and(|f| string_codes::is_string(f.data_type())));
             if strings { CPU_NS_PER_ROW_STRING_CONJUNCT } else { CPU_NS_PER_ROW_CONJUNCT }
         })
         .sum()
@@ -267,7 +266,7 @@ impl Env {
         let input = f.input();
         let in_schema = input.schema();
         // Over a resident scan, string tests can compile as tests of dictionary codes.
-        let mut coder = input.downcast_ref::<GpuScanExec>().map(|s| Coder::new(&self.dev, s, Vec::new()));
+        let mut coder = input.downcast_ref::<GpuScanExec>().map(|s| Coder::new(&self.dev, s));
         // The conjuncts that compile (as compiled, and as written), and the rest.
         let mut gpu: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
         let mut gpu_src: Vec<Arc<dyn PhysicalExpr>> = Vec::new();

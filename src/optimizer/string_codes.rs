@@ -56,7 +56,8 @@ pub fn augmented_schema(schema: &SchemaRef, codes: &[CodeColumn]) -> SchemaRef {
     Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
 }
 
-fn is_string(dt: &DataType) -> bool {
+/// Whether `dt` is a string type (the types a dictionary codes).
+pub fn is_string(dt: &DataType) -> bool {
     matches!(dt, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
 }
 
@@ -73,11 +74,11 @@ pub struct Coder<'a> {
 }
 
 impl<'a> Coder<'a> {
-    /// A coder for expressions over `scan`'s output, appending after `codes`
-    /// (the code columns a program already has).
-    pub fn new(dev: &'a GpuContext, scan: &'a GpuScanExec, codes: Vec<CodeColumn>) -> Self {
-        let schema = datafusion::physical_plan::ExecutionPlan::schema(scan);
-        Coder { dev, base: schema.fields().len(), schema, scan, codes }
+    /// A coder for expressions over `scan`'s output, its code columns right after
+    /// the scan's.
+    pub fn new(dev: &'a GpuContext, scan: &'a GpuScanExec) -> Self {
+        let base = datafusion::physical_plan::ExecutionPlan::schema(scan).fields().len();
+        Self::with_base(dev, scan, base)
     }
 
     /// A coder whose code columns start at input column `base` (after other
@@ -127,23 +128,17 @@ impl<'a> Coder<'a> {
         e.clone().with_new_children(new).map_err(|x| x.to_string())
     }
 
-    /// Index (in the augmented schema) of the code column of table column `t`.
-    fn code_column(&mut self, t: usize) -> std::result::Result<(usize, Arc<StringDict>), String> {
-        if let Some(k) = self.codes.iter().position(|c| c.table_col == t) {
-            return Ok((self.base + k, self.codes[k].dict.clone()));
-        }
-        let dict = self
-            .scan
-            .data()
-            .string_dict(self.dev, t)
-            .map_err(|x| x.to_string())?
-            .ok_or_else(|| format!("column {} has more than {} distinct strings (no dictionary)", self.schema.field(self.scan_col_of(t)).name(), crate::resident::MAX_DICT_VALUES))?;
-        self.codes.push(CodeColumn { table_col: t, dict: dict.clone() });
-        Ok((self.base + self.codes.len() - 1, dict))
-    }
-
-    fn scan_col_of(&self, t: usize) -> usize {
-        self.scan.table_columns().iter().position(|&x| x == t).unwrap_or(0)
+    /// Index (in the program's input) of the code column of table column `t`,
+    /// whose dictionary is `dict`; added on first use.
+    fn code_column(&mut self, t: usize, dict: &Arc<StringDict>) -> usize {
+        let k = match self.codes.iter().position(|c| c.table_col == t) {
+            Some(k) => k,
+            None => {
+                self.codes.push(CodeColumn { table_col: t, dict: dict.clone() });
+                self.codes.len() - 1
+            }
+        };
+        self.base + k
     }
 
     /// `e` (Boolean, over string column `c` only) as a test of `c`'s codes.
@@ -167,7 +162,7 @@ impl<'a> Coder<'a> {
                 pass.push(code as u32);
             }
         }
-        let (col_idx, _) = self.code_column(t)?;
+        let col_idx = self.code_column(t, &dict);
         let code = Arc::new(Column::new(&code_field_name(col_idx - self.base), col_idx)) as Arc<dyn PhysicalExpr>;
         let test = match ranges_test(&code, &pass, n as u32) {
             Some(t) => t,

@@ -34,6 +34,9 @@ extensions_options! {
         /// Let a GPU aggregation with more groups than its per-chunk tables take keep
         /// its groups' state in one table in device memory (no quantiles).
         pub gpu_group_tables: bool, default = true
+        /// Let a hash join's build-side keys filter its GPU-resident probe side on the
+        /// device before download (the `ridgeline_gpu_join_prefilter` rule).
+        pub gpu_join_prefilter: bool, default = true
     }
 }
 

@@ -56,6 +56,7 @@ impl RidgelineSessionExt for SessionStateBuilder {
             .with_physical_optimizer_rule(Arc::new(crate::optimizer::GpuAggregateRule))
             .with_physical_optimizer_rule(Arc::new(crate::optimizer::GpuTopKRule))
             .with_physical_optimizer_rule(Arc::new(crate::optimizer::GpuRepartitionRule))
+            .with_physical_optimizer_rule(Arc::new(crate::optimizer::GpuJoinPrefilter))
             .with_physical_optimizer_rule(Arc::new(GpuBoundaries))
     }
 }

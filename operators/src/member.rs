@@ -227,9 +227,11 @@ pub fn member_gpu(
             return Err(GpuError::Invalid("validity bitmap not split like its keys".into()));
         }
     }
-    // One selection segment per key segment: `seg / 32` words each when the keys
-    // are split (the row-wise kernels' layout), else one segment of every word.
-    let out_seg = if segments > 1 { seg / 32 } else { rows.div_ceil(32).max(1).div_ceil(4) * 4 };
+    // One selection segment per key segment, `seg / 32` words each (the row-wise
+    // kernels' layout, which the compaction expects)
+    // (a single segment whose rows are not a multiple of 128 gets one segment of
+    // every word instead)
+    let out_seg = if seg % 128 == 0 { seg / 32 } else { rows.div_ceil(32).max(1).div_ceil(4) * 4 };
     let out = DeviceArray::alloc_segmented(ctx, rows.div_ceil(32), 4, out_seg)?;
     if rows == 0 {
         return Ok(out);

@@ -167,72 +167,88 @@ impl GpuFilterExec {
         }
         let eval = self.program.evaluate(dev, &batch)?;
         let sel = eval.selection.as_ref().ok_or_else(|| DataFusionError::Internal("GPU filter without a predicate".into()))?;
-        let selection = Selection::Bitmap { bits: sel, rows };
-        let source = |c: &OutCol| -> &GpuColumn {
-            match c {
-                OutCol::Input(i) => &batch.columns[*i],
-                OutCol::Computed(j) => &eval.outputs[*j],
-            }
-        };
-        // Device columns are compacted together; Booleans and host columns are
-        // filtered on the host (in input order, so the compaction must keep it).
-        let mut device_idx = Vec::new();
-        let mut host_idx = Vec::new();
-        for (k, c) in self.columns.iter().enumerate() {
-            match &source(c).data {
-                ColumnData::Device { storage, .. } if *storage != Storage::Bool => device_idx.push(k),
-                _ => host_idx.push(k),
-            }
-        }
-        let algo = if host_idx.is_empty() { algo } else { CompactAlgo::Stable };
-        let cols: Vec<CCol<'_>> = device_idx
+        let cols: Vec<&GpuColumn> = self
+            .columns
             .iter()
-            .map(|&k| match &source(&self.columns[k]).data {
-                ColumnData::Device { values, validity: Some(v), .. } => CCol::with_validity(values, v),
-                ColumnData::Device { values, .. } => CCol::new(values),
-                ColumnData::Host(_) => unreachable!(),
+            .map(|c| match c {
+                OutCol::Input(i) => batch.columns[*i].as_ref(),
+                OutCol::Computed(j) => &eval.outputs[*j],
             })
             .collect();
-        let (count, mut compacted) = if cols.is_empty() {
-            (count_selected(dev, selection).map_err(gpu_err)?, Vec::new())
-        } else {
-            let mut opts = CompactOptions::with_algo(algo);
-            opts.jj_min_selectivity = filter_jj_min_selectivity(dev);
-            let c = compact_with(dev, selection, &cols, &opts).map_err(gpu_err)?;
-            (c.count, c.columns.into_iter().map(Some).collect::<Vec<_>>())
-        };
+        let out = compact_columns(dev, sel, rows, &cols, algo, &self.schema)?;
         eval.check_errors(dev)?;
-        let mut out: Vec<Option<Arc<GpuColumn>>> = vec![None; self.columns.len()];
-        for (pos, &k) in device_idx.iter().enumerate() {
-            let src = source(&self.columns[k]);
-            let c = compacted[pos].take().expect("one output per column");
+        Ok(out)
+    }
+}
+
+/// The rows of `cols` selected by the bitmap `sel` (of `rows` rows), as a batch of
+/// `schema`: device columns compacted together on the device, Booleans and host
+/// columns filtered on the host by the downloaded bitmap (in input order, so the
+/// compaction then keeps it). `None` when no row is selected.
+pub(crate) fn compact_columns(
+    dev: &GpuContext,
+    sel: &ridgeline_operators::DeviceArray,
+    rows: usize,
+    cols_in: &[&GpuColumn],
+    algo: CompactAlgo,
+    schema: &SchemaRef,
+) -> Result<Option<GpuBatch>> {
+    let selection = Selection::Bitmap { bits: sel, rows };
+    let mut device_idx = Vec::new();
+    let mut host_idx = Vec::new();
+    for (k, c) in cols_in.iter().enumerate() {
+        match &c.data {
+            ColumnData::Device { storage, .. } if *storage != Storage::Bool => device_idx.push(k),
+            _ => host_idx.push(k),
+        }
+    }
+    let algo = if host_idx.is_empty() { algo } else { CompactAlgo::Stable };
+    let cols: Vec<CCol<'_>> = device_idx
+        .iter()
+        .map(|&k| match &cols_in[k].data {
+            ColumnData::Device { values, validity: Some(v), .. } => CCol::with_validity(values, v),
+            ColumnData::Device { values, .. } => CCol::new(values),
+            ColumnData::Host(_) => unreachable!(),
+        })
+        .collect();
+    let (count, mut compacted) = if cols.is_empty() {
+        (count_selected(dev, selection).map_err(gpu_err)?, Vec::new())
+    } else {
+        let mut opts = CompactOptions::with_algo(algo);
+        opts.jj_min_selectivity = filter_jj_min_selectivity(dev);
+        let c = compact_with(dev, selection, &cols, &opts).map_err(gpu_err)?;
+        (c.count, c.columns.into_iter().map(Some).collect::<Vec<_>>())
+    };
+    let mut out: Vec<Option<Arc<GpuColumn>>> = vec![None; cols_in.len()];
+    for (pos, &k) in device_idx.iter().enumerate() {
+        let src = cols_in[k];
+        let c = compacted[pos].take().expect("one output per column");
+        out[k] = Some(Arc::new(GpuColumn {
+            data_type: src.data_type.clone(),
+            data: ColumnData::Device { storage: Storage::of(&src.data_type).expect("device type"), values: c.values, validity: c.validity },
+            len: count,
+            null_count: 0,
+        }));
+    }
+    if !host_idx.is_empty() {
+        let words: Vec<u32> = sel.download(dev).map_err(gpu_err)?;
+        let mask = BooleanArray::new(BooleanBuffer::new(Buffer::from_vec(words), 0, rows), None);
+        for &k in &host_idx {
+            let src = cols_in[k];
+            let array = download_column(dev, src)?;
+            let filtered = arrow::compute::filter(array.as_ref(), &mask)?;
             out[k] = Some(Arc::new(GpuColumn {
                 data_type: src.data_type.clone(),
-                data: ColumnData::Device { storage: Storage::of(&src.data_type).expect("device type"), values: c.values, validity: c.validity },
-                len: count,
-                null_count: 0,
+                len: filtered.len(),
+                null_count: filtered.null_count(),
+                data: ColumnData::Host(filtered),
             }));
         }
-        if !host_idx.is_empty() {
-            let words: Vec<u32> = sel.download(dev).map_err(gpu_err)?;
-            let mask = BooleanArray::new(BooleanBuffer::new(Buffer::from_vec(words), 0, rows), None);
-            for &k in &host_idx {
-                let src = source(&self.columns[k]);
-                let array = download_column(dev, src)?;
-                let filtered = arrow::compute::filter(array.as_ref(), &mask)?;
-                out[k] = Some(Arc::new(GpuColumn {
-                    data_type: src.data_type.clone(),
-                    len: filtered.len(),
-                    null_count: filtered.null_count(),
-                    data: ColumnData::Host(filtered),
-                }));
-            }
-        }
-        if count == 0 {
-            return Ok(None);
-        }
-        Ok(Some(GpuBatch { schema: self.schema.clone(), columns: out.into_iter().map(|c| c.expect("filled")).collect(), num_rows: count }))
     }
+    if count == 0 {
+        return Ok(None);
+    }
+    Ok(Some(GpuBatch { schema: schema.clone(), columns: out.into_iter().map(|c| c.expect("filled")).collect(), num_rows: count }))
 }
 
 impl DisplayAs for GpuFilterExec {

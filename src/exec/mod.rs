@@ -12,9 +12,11 @@ pub mod gpu_filter;
 pub mod gpu_load;
 pub mod gpu_repartition;
 pub mod gpu_scan;
+pub mod gpu_semi_filter;
 pub mod gpu_topk;
 pub mod gpu_unload;
 pub mod host_scan;
+pub mod join_keys;
 pub mod skyline;
 
 pub use cpu_note::CpuNoteExec;
@@ -23,9 +25,11 @@ pub use gpu_filter::GpuFilterExec;
 pub use gpu_load::GpuLoadExec;
 pub use gpu_repartition::GpuRepartitionExec;
 pub use gpu_scan::GpuScanExec;
+pub use gpu_semi_filter::GpuSemiFilterExec;
 pub use gpu_topk::GpuTopKExec;
 pub use gpu_unload::GpuUnloadExec;
 pub use host_scan::HostScanExec;
+pub use join_keys::JoinKeysExec;
 pub use skyline::SkylineExec;
 
 use crate::gpu_batch::GpuBatch;
@@ -103,12 +107,15 @@ pub fn gpu_operator_names(plan: &Arc<dyn ExecutionPlan>) -> Vec<String> {
             || p.downcast_ref::<SkylineExec>().is_some_and(|s| s.uses_gpu())
             || p.downcast_ref::<GpuTopKExec>().is_some()
             || p.downcast_ref::<GpuAggregateExec>().is_some()
-            || p.downcast_ref::<GpuRepartitionExec>().is_some();
+            || p.downcast_ref::<GpuRepartitionExec>().is_some()
+            || p.downcast_ref::<GpuSemiFilterExec>().is_some();
         let counts = gpu && (p.downcast_ref::<GpuScanExec>().is_none() || parent_gpu);
         if counts && !out.iter().any(|n| n == p.name()) {
             out.push(p.name().to_string());
         }
-        let consumes = as_gpu(p).is_some_and(|g| g.consumes_gpu_input()) || p.downcast_ref::<GpuRepartitionExec>().is_some();
+        let consumes = as_gpu(p).is_some_and(|g| g.consumes_gpu_input())
+            || p.downcast_ref::<GpuRepartitionExec>().is_some()
+            || p.downcast_ref::<GpuSemiFilterExec>().is_some();
         for c in p.children() {
             walk(c, consumes, out);
         }

@@ -3,7 +3,7 @@
 //! `GpuUnloadExec` under a CPU operator (or at the root) whose input is a GPU
 //! operator (except a resident scan, which serves CPU parents from its host
 //! copy). Runs after every rule that places operators on the GPU.
-use crate::exec::{as_gpu, GpuLoadExec, GpuRepartitionExec, GpuScanExec, GpuUnloadExec};
+use crate::exec::{as_gpu, GpuLoadExec, GpuRepartitionExec, GpuScanExec, GpuSemiFilterExec, GpuUnloadExec};
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::config::ConfigOptions;
 use datafusion::error::Result;
@@ -21,7 +21,9 @@ impl PhysicalOptimizerRule for GpuBoundaries {
             .transform_up(|node| {
                 let gpu_consumer = as_gpu(&node).map(|g| g.consumes_gpu_input());
                 // Nodes that read GPU islands themselves and hand over host batches.
-                let is_unload = node.downcast_ref::<GpuUnloadExec>().is_some() || node.downcast_ref::<GpuRepartitionExec>().is_some();
+                let is_unload = node.downcast_ref::<GpuUnloadExec>().is_some()
+                    || node.downcast_ref::<GpuRepartitionExec>().is_some()
+                    || node.downcast_ref::<GpuSemiFilterExec>().is_some();
                 let mut changed = false;
                 let children: Vec<Arc<dyn ExecutionPlan>> = node
                     .children()

@@ -1,0 +1,189 @@
+//! The semi-join prefilter rule: sideways information passing from a hash join's
+//! build side to a GPU-resident probe side.
+//!
+//! For a `CollectLeft` hash join whose probe (right) side reads a GPU island (a
+//! resident scan or a GPU filter, possibly under projections, CPU filters,
+//! repartitions and batch coalescing), and whose equi-join keys are integer
+//! columns on both sides, the rule
+//! - wraps the build side in a [`JoinKeysExec`], which collects the build keys
+//!   into exact key sets while the join builds its hash table, and
+//! - puts a [`GpuSemiFilterExec`] on the island's output for each such key, which
+//!   drops on the device the probe rows whose key is not in the set before they
+//!   are downloaded and probed.
+//!
+//! Only join types where a probe row without a match contributes nothing qualify
+//! (inner, left outer, left semi / anti / mark, right semi), and only with NULL
+//! keys never equal (a NULL probe key never matches, so dropping it is right).
+//! Whether a filter runs is decided at execution from the set's density over the
+//! probe key's range (see `GpuSemiFilterExec`). Runs after the rules that place
+//! GPU operators and before the boundary rule.
+use crate::config::rule_device;
+use crate::exec::join_keys::{key_type_supported, JoinKeyLink, JoinKeysExec};
+use crate::exec::gpu_semi_filter::SemiKey;
+use crate::exec::{as_gpu, gpu_filter::OutCol, CpuNoteExec, GpuFilterExec, GpuScanExec, GpuSemiFilterExec};
+use datafusion::common::stats::Precision;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{JoinType, NullEquality, ScalarValue};
+use datafusion::config::ConfigOptions;
+use datafusion::error::Result;
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
+use ridgeline_operators::GpuMode;
+use std::sync::Arc;
+
+/// The rule.
+#[derive(Debug, Default)]
+pub struct GpuJoinPrefilter;
+
+/// Join types for which dropping probe (right) rows without a match changes
+/// nothing.
+fn probe_rows_droppable(t: &JoinType) -> bool {
+    matches!(t, JoinType::Inner | JoinType::Left | JoinType::LeftSemi | JoinType::LeftAnti | JoinType::LeftMark | JoinType::RightSemi)
+}
+
+fn as_i64(v: &Precision<ScalarValue>) -> Option<i64> {
+    match v.get_value()? {
+        ScalarValue::Int8(Some(x)) => Some(*x as i64),
+        ScalarValue::Int16(Some(x)) => Some(*x as i64),
+        ScalarValue::Int32(Some(x)) | ScalarValue::Date32(Some(x)) => Some(*x as i64),
+        ScalarValue::Int64(Some(x)) => Some(*x),
+        ScalarValue::UInt8(Some(x)) => Some(*x as i64),
+        ScalarValue::UInt16(Some(x)) => Some(*x as i64),
+        ScalarValue::UInt32(Some(x)) => Some(*x as i64),
+        _ => None,
+    }
+}
+
+/// The [min, max] of output column `col` of a GPU island, from its resident scan's
+/// statistics, and the scan's rows.
+fn domain(plan: &Arc<dyn ExecutionPlan>, col: usize) -> Option<((i64, i64), usize)> {
+    if let Some(s) = plan.downcast_ref::<GpuScanExec>() {
+        let st = crate::exec::plan_statistics(s).ok()?;
+        let cs = st.column_statistics.get(col)?;
+        let rows = *st.num_rows.get_value()?;
+        return Some(((as_i64(&cs.min_value)?, as_i64(&cs.max_value)?), rows));
+    }
+    if let Some(f) = plan.downcast_ref::<GpuFilterExec>() {
+        return match f.columns().get(col)? {
+            OutCol::Input(i) => domain(f.input(), *i),
+            OutCol::Computed(_) => None,
+        };
+    }
+    None
+}
+
+/// A probe-side key the filter may test: its column, its key set's slot, the
+/// build side's column name.
+#[derive(Clone)]
+struct ProbeKey {
+    col: usize,
+    slot: usize,
+    build: String,
+}
+
+/// `plan` (the probe side, with the join keys `keys`) with a semi filter on its
+/// GPU island, or `None` when no island is reachable through row-preserving nodes
+/// with some key as a plain column.
+fn with_filter(plan: &Arc<dyn ExecutionPlan>, keys: Vec<ProbeKey>, link: &Arc<JoinKeyLink>, min_rows: usize) -> Option<Arc<dyn ExecutionPlan>> {
+    if as_gpu(plan).is_some() {
+        if plan.downcast_ref::<GpuScanExec>().is_none() && plan.downcast_ref::<GpuFilterExec>().is_none() {
+            return None;
+        }
+        let mut cands = Vec::new();
+        for k in keys {
+            if let Some((dom, rows)) = domain(plan, k.col) {
+                if rows >= min_rows {
+                    cands.push(SemiKey { col: k.col, slot: k.slot, build: k.build, domain: dom });
+                }
+            }
+        }
+        if cands.is_empty() {
+            return None;
+        }
+        return Some(Arc::new(GpuSemiFilterExec::new(plan.clone(), cands, link.clone())));
+    }
+    let map: Box<dyn Fn(usize) -> Option<usize>> = if let Some(p) = plan.downcast_ref::<ProjectionExec>() {
+        let cols: Vec<Option<usize>> = p.expr().iter().map(|e| e.expr.downcast_ref::<Column>().map(|c| c.index())).collect();
+        Box::new(move |k| *cols.get(k)?)
+    } else if let Some(f) = plan.downcast_ref::<FilterExec>() {
+        let proj = f.projection().clone();
+        Box::new(move |k| match &proj {
+            Some(p) => p.get(k).copied(),
+            None => Some(k),
+        })
+    } else if plan.downcast_ref::<RepartitionExec>().is_some()
+        || plan.name() == "CoalesceBatchesExec"
+        || plan.downcast_ref::<CoalescePartitionsExec>().is_some()
+        || plan.downcast_ref::<CpuNoteExec>().is_some()
+        || plan.name() == "CooperativeExec"
+    {
+        Box::new(Some)
+    } else {
+        return None;
+    };
+    let keys: Vec<ProbeKey> = keys.into_iter().filter_map(|k| Some(ProbeKey { col: map(k.col)?, ..k })).collect();
+    if keys.is_empty() {
+        return None;
+    }
+    let child = plan.children().first().cloned()?.clone();
+    let new_child = with_filter(&child, keys, link, min_rows)?;
+    #[allow(deprecated)]
+    plan.clone().with_new_children(vec![new_child]).ok()
+}
+
+impl PhysicalOptimizerRule for GpuJoinPrefilter {
+    fn optimize(&self, plan: Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
+        let Some((opts, mode, dev)) = rule_device(config)? else { return Ok(plan) };
+        if !opts.gpu_join_prefilter || (mode == GpuMode::Auto && dev.is_cpu_adapter()) {
+            return Ok(plan);
+        }
+        // Mode on places it on any size (tests); auto from the GPU rows threshold.
+        let min_rows = if mode == GpuMode::On { 0 } else { opts.min_gpu_rows };
+        Ok(plan
+            .transform_up(|node| {
+                let Some(j) = node.downcast_ref::<HashJoinExec>() else { return Ok(Transformed::no(node)) };
+                if *j.partition_mode() != PartitionMode::CollectLeft
+                    || j.null_equality() != NullEquality::NullEqualsNothing
+                    || !probe_rows_droppable(j.join_type())
+                    || j.left().output_partitioning().partition_count() != 1
+                    || j.left().downcast_ref::<JoinKeysExec>().is_some()
+                {
+                    return Ok(Transformed::no(node));
+                }
+                let (ls, rs) = (j.left().schema(), j.right().schema());
+                let link = JoinKeyLink::new();
+                let mut build_keys = Vec::new();
+                let mut probe_keys = Vec::new();
+                for (l, r) in j.on() {
+                    let (Some(l), Some(r)) = (l.downcast_ref::<Column>(), r.downcast_ref::<Column>()) else { continue };
+                    let (lt, rt) = (ls.field(l.index()).data_type(), rs.field(r.index()).data_type());
+                    if lt != rt || !key_type_supported(lt) {
+                        continue;
+                    }
+                    probe_keys.push(ProbeKey { col: r.index(), slot: build_keys.len(), build: ls.field(l.index()).name().clone() });
+                    build_keys.push(l.index());
+                }
+                if probe_keys.is_empty() {
+                    return Ok(Transformed::no(node));
+                }
+                let Some(right) = with_filter(j.right(), probe_keys, &link, min_rows) else { return Ok(Transformed::no(node)) };
+                let left: Arc<dyn ExecutionPlan> = Arc::new(JoinKeysExec::new(j.left().clone(), build_keys, link));
+                #[allow(deprecated)]
+                let n = node.clone().with_new_children(vec![left, right])?;
+                Ok(Transformed::yes(n))
+            })?
+            .data)
+    }
+    fn name(&self) -> &str {
+        "ridgeline_gpu_join_prefilter"
+    }
+    fn schema_check(&self) -> bool {
+        true
+    }
+}

@@ -4,14 +4,12 @@
 //! semi-join prefilter; the rule is `optimizer::join_prefilter`, the keys come
 //! from the build side's [`JoinKeysExec`](super::JoinKeysExec)).
 //!
-//! On its first poll a partition waits for the build side's key set, then decides
-//! by the set's density over the probe key's range (from the scan's statistics):
-//! the fraction of probe rows expected to pass. Over a resident scan, whose host
-//! copy costs nothing to read, the filter runs only when at most
-//! [`SCAN_MAX_DENSITY`] of the rows would pass (each surviving row is then
-//! downloaded instead of read in place); over a GPU filter, whose rows are
-//! downloaded anyway, whenever at most [`FILTER_MAX_DENSITY`] pass. Otherwise, and
-//! when the GPU fails, the input's rows pass unfiltered: the join drops them.
+//! On its first poll a partition waits for the build side's key sets, then picks
+//! the key whose set lets the fewest probe rows pass (the set's density over the
+//! probe key's range, from the resident table's statistics) and weighs the
+//! filter's cost against what it saves ([`worth_it`]); in mode `on` it always
+//! filters. Otherwise, and when the GPU fails, the input's rows pass unfiltered:
+//! the join drops them.
 //!
 //! Like `GpuUnloadExec` it hands host batches to its CPU parent; the boundary rule
 //! puts no unload above it and no load below it.
@@ -26,20 +24,34 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use futures::{StreamExt, TryStreamExt};
 use ridgeline_operators::compact::CompactAlgo;
-use ridgeline_operators::member::{member_gpu, KeyWidth};
+use ridgeline_operators::member::{member_gpu, DeviceKeySet, KeyWidth};
 use ridgeline_operators::GpuContext;
 use std::sync::Arc;
 
-/// Over a resident scan: the largest fraction of rows expected to pass for which
-/// the prefilter runs. Each passing row is downloaded (about 2 ns a row of 48
-/// bytes at the H100 machine's 25 GB/s of effective readback) instead of read in
-/// place, and each dropped row saves its probe (about 15 ns of CPU time, 1 ns of
-/// wall time on 16 cores, measured on TPC-H's lineitem probes), so it pays below
-/// about a third; a quarter leaves a margin.
-pub const SCAN_MAX_DENSITY: f64 = 0.25;
-/// Over a GPU filter (rows downloaded anyway): the prefilter only shrinks the
-/// download, so it runs unless nearly every row passes.
-pub const FILTER_MAX_DENSITY: f64 = 0.9;
+/// CPU time a hash join spends per probe row (measured: 15 ns a row of TPC-H
+/// lineitem against a 43K-row build side, DataFusion 55, one core).
+pub const PROBE_NS_PER_ROW: f64 = 15.0;
+/// Fixed cost of the filter per output partition, in ms: each partition's batches
+/// take a membership kernel, a compaction with a count readback and a download
+/// per column, and the partitions wait on one queue (measured on the H100
+/// machine, TPC-H SF 10: over 8M partsupp rows with 16 partitions the filter lost
+/// 8.4 ms while saving about 7 ms of probing).
+pub const FIXED_MS_PER_PARTITION: f64 = 1.0;
+/// Effective download rate of filtered rows, bytes per ms (25 GB/s).
+pub const DOWNLOAD_BYTES_PER_MS: f64 = 25.0e6;
+
+/// Whether filtering `rows` probe rows of `row_bytes` bytes each down to a
+/// fraction `density` pays on `threads` cores with `partitions` partitions.
+/// `downloaded_anyway`: the input is a GPU filter, whose rows are downloaded
+/// either way (the filter then saves downloads too); over a resident scan its
+/// host copy is read in place, so every passing row's download is a cost.
+pub fn worth_it(rows: f64, density: f64, row_bytes: f64, threads: usize, partitions: usize, downloaded_anyway: bool) -> bool {
+    let per_row_download = row_bytes / DOWNLOAD_BYTES_PER_MS;
+    let probe = PROBE_NS_PER_ROW * 1e-6 / threads.max(1) as f64;
+    let saved = (1.0 - density) * rows * (probe + if downloaded_anyway { per_row_download } else { 0.0 });
+    let cost = FIXED_MS_PER_PARTITION * partitions as f64 + if downloaded_anyway { 0.0 } else { density * rows * per_row_download };
+    saved > cost
+}
 
 /// A join key the filter may test.
 #[derive(Clone, Debug)]
@@ -60,16 +72,16 @@ pub struct GpuSemiFilterExec {
     input: Arc<dyn ExecutionPlan>,
     keys: Vec<SemiKey>,
     link: Arc<JoinKeyLink>,
-    max_density: f64,
+    /// The input's estimated rows (all partitions).
+    rows: usize,
     metrics: ExecutionPlanMetricsSet,
 }
 
 impl GpuSemiFilterExec {
-    /// Filters `input` (a GPU island) by one of `keys`: at execution, the one whose
-    /// key set in `link` lets the fewest rows pass.
-    pub fn new(input: Arc<dyn ExecutionPlan>, keys: Vec<SemiKey>, link: Arc<JoinKeyLink>) -> Self {
-        let max_density = if input.downcast_ref::<super::GpuScanExec>().is_some() { SCAN_MAX_DENSITY } else { FILTER_MAX_DENSITY };
-        GpuSemiFilterExec { input, keys, link, max_density, metrics: ExecutionPlanMetricsSet::new() }
+    /// Filters `input` (a GPU island of about `rows` rows) by one of `keys`: at
+    /// execution, the one whose key set in `link` lets the fewest rows pass.
+    pub fn new(input: Arc<dyn ExecutionPlan>, keys: Vec<SemiKey>, link: Arc<JoinKeyLink>, rows: usize) -> Self {
+        GpuSemiFilterExec { input, keys, link, rows, metrics: ExecutionPlanMetricsSet::new() }
     }
     /// The input.
     pub fn input(&self) -> &Arc<dyn ExecutionPlan> {
@@ -79,8 +91,7 @@ impl GpuSemiFilterExec {
     pub fn keys(&self) -> &[SemiKey] {
         &self.keys
     }
-    /// The key to test and the expected fraction of rows passing by it: the
-    /// smallest, if at most `max_density`.
+    /// The key whose set lets the fewest rows pass, and that fraction.
     fn choose(&self, sets: &KeySets) -> Option<(SemiKey, f64)> {
         self.keys
             .iter()
@@ -90,7 +101,6 @@ impl GpuSemiFilterExec {
                 let span = (hi as i128 - lo as i128 + 1).max(1) as f64;
                 Some((k.clone(), set.count_in(lo, hi) as f64 / span))
             })
-            .filter(|(_, d)| *d <= self.max_density)
             .min_by(|a, b| a.1.total_cmp(&b.1))
     }
 }
@@ -103,7 +113,7 @@ impl DisplayAs for GpuSemiFilterExec {
             .iter()
             .map(|k| format!("{}@{} IN {} [{}, {}]", schema.field(k.col).name(), k.col, k.build, k.domain.0, k.domain.1))
             .collect();
-        write!(f, "GpuSemiFilterExec: keys #{}: {}, max_density={}", self.link.id(), keys.join(" OR "), self.max_density)
+        write!(f, "GpuSemiFilterExec: keys #{}: {}, rows={}", self.link.id(), keys.join(" OR "), self.rows)
     }
 }
 
@@ -135,9 +145,7 @@ impl ExecutionPlan for GpuSemiFilterExec {
     }
     #[allow(deprecated)]
     fn with_new_children(self: Arc<Self>, mut children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
-        let mut n = GpuSemiFilterExec::new(children.swap_remove(0), self.keys.clone(), self.link.clone());
-        n.max_density = self.max_density;
-        Ok(Arc::new(n))
+        Ok(Arc::new(GpuSemiFilterExec::new(children.swap_remove(0), self.keys.clone(), self.link.clone(), self.rows)))
     }
     fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
         let schema = self.schema();
@@ -147,19 +155,25 @@ impl ExecutionPlan for GpuSemiFilterExec {
             applied: MetricBuilder::new(&self.metrics).counter("prefiltered_partitions", partition),
             time: MetricBuilder::new(&self.metrics).elapsed_compute(partition),
         };
-        let (input, link, me) = (self.input.clone(), self.link.clone(), GpuSemiFilterExec::new(self.input.clone(), self.keys.clone(), self.link.clone()));
-        let max_density = self.max_density;
+        let (input, link, me) = (self.input.clone(), self.link.clone(), GpuSemiFilterExec::new(self.input.clone(), self.keys.clone(), self.link.clone(), self.rows));
+        let opts = crate::config::RidgelineOptions::from_config(ctx.session_config().options());
+        let forced = opts.mode().ok() == Some(ridgeline_operators::GpuMode::On);
+        let threads = ctx.session_config().target_partitions();
+        let partitions = self.input.properties().output_partitioning().partition_count();
+        let downloaded_anyway = self.input.downcast_ref::<super::GpuScanExec>().is_none();
+        let row_bytes: f64 = self.schema().fields().iter().map(|f| Storage::of(f.data_type()).map_or(16, |s| s.elem_size()) as f64).sum();
         let fut = async move {
-            let me = GpuSemiFilterExec { max_density, ..me };
             let sets = link.wait(KEY_WAIT).await;
-            let choice = sets.as_ref().and_then(|s| me.choose(s).map(|(k, _)| (k, s.clone())));
-            let (Some((key, sets)), Some(_)) = (choice, as_gpu(&input)) else {
+            let choice = sets.as_ref().and_then(|s| me.choose(s).map(|(k, d)| (k, d, s.clone())));
+            let choice = choice.filter(|(_, d, _)| forced || worth_it(me.rows as f64, *d, row_bytes, threads, partitions, downloaded_anyway));
+            let (Some((key, _, sets)), Some(_)) = (choice, as_gpu(&input)) else {
                 return passthrough(&input, partition, ctx, m);
             };
             match filtered(input.clone(), key, sets, partition, ctx.clone(), &m).await {
                 Ok(s) => Ok(s),
                 Err(e) if is_gpu_error(&e) => {
                     log::warn!("GPU semi-join prefilter failed ({e}); probe rows pass unfiltered");
+                    eprintln!("warning: GPU failed, the semi-join prefilter passes every row instead: {e}");
                     passthrough(&input, partition, ctx, m)
                 }
                 Err(e) => Err(e),
@@ -198,19 +212,23 @@ fn passthrough(input: &Arc<dyn ExecutionPlan>, partition: usize, ctx: Arc<TaskCo
 async fn filtered(input: Arc<dyn ExecutionPlan>, key: SemiKey, sets: Arc<KeySets>, partition: usize, ctx: Arc<TaskContext>, m: &Metrics) -> Result<BatchStream> {
     let dev = ridgeline_operators::context::global().map_err(gpu_err)?;
     let gpu = as_gpu(&input).ok_or_else(|| DataFusionError::Internal("semi filter over a CPU operator".into()))?;
+    // The set on the device (uploaded by the first partition); without it, fall back.
+    let (d2, s2, slot) = (dev.clone(), sets.clone(), key.slot);
+    let dset = tokio::task::spawn_blocking(move || s2.device_set(&d2, slot)).await.map_err(blocking_err)?.map_err(gpu_err)?;
+    let dset = dset.ok_or_else(|| DataFusionError::Internal("semi filter without a key set".into()))?;
     let input = gpu.execute_gpu(partition, ctx.clone())?;
     let batch_size = ctx.session_config().batch_size();
     m.applied.add(1);
     let (rows_in, rows_out, time) = (m.rows_in.clone(), m.rows_out.clone(), m.time.clone());
     let mut s = input
         .then(move |b: Result<GpuBatch>| {
-            let (key, dev, sets, rows_in, rows_out, time) = (key.clone(), dev.clone(), sets.clone(), rows_in.clone(), rows_out.clone(), time.clone());
+            let (key, dev, dset, rows_in, rows_out, time) = (key.clone(), dev.clone(), dset.clone(), rows_in.clone(), rows_out.clone(), time.clone());
             async move {
                 let b = b?;
                 tokio::task::spawn_blocking(move || {
                     let _t = time.timer();
                     rows_in.add(b.num_rows);
-                    let out = semi_filter_batch(&dev, &key, &sets, b)?;
+                    let out = semi_filter_batch(&dev, &key, &dset, b)?;
                     let out = out.map(|o| o.download(&dev)).transpose()?;
                     if let Some(o) = &out {
                         rows_out.add(o.num_rows());
@@ -244,7 +262,7 @@ async fn filtered(input: Arc<dyn ExecutionPlan>, key: SemiKey, sets: Arc<KeySets
 }
 
 /// One device batch's rows whose key is in the set (`None`: none is).
-fn semi_filter_batch(dev: &GpuContext, key: &SemiKey, sets: &KeySets, b: GpuBatch) -> Result<Option<GpuBatch>> {
+fn semi_filter_batch(dev: &GpuContext, key: &SemiKey, set: &DeviceKeySet, b: GpuBatch) -> Result<Option<GpuBatch>> {
     if b.num_rows == 0 {
         return Ok(None);
     }
@@ -256,8 +274,7 @@ fn semi_filter_batch(dev: &GpuContext, key: &SemiKey, sets: &KeySets, b: GpuBatc
         // not a device key column: every row passes
         _ => return Ok(Some(b)),
     };
-    let Some(set) = sets.device_set(dev, key.slot) else { return Ok(Some(b)) };
-    let sel = member_gpu(dev, values, width, validity, b.num_rows, &set).map_err(gpu_err)?;
+    let sel = member_gpu(dev, values, width, validity, b.num_rows, set).map_err(gpu_err)?;
     let cols: Vec<&crate::gpu_batch::GpuColumn> = b.columns.iter().map(|c| c.as_ref()).collect();
     super::gpu_filter::compact_columns(dev, &sel, b.num_rows, &cols, CompactAlgo::Stable, &b.schema)
 }

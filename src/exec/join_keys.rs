@@ -19,7 +19,7 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Pla
 use futures::StreamExt;
 use ridgeline_operators::member::{DeviceKeySet, KeyBitmap, MAX_SET_BITS};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Whether a join key of this type can go into a key set (integers of at most 64
@@ -63,32 +63,25 @@ pub struct KeySets {
     /// The sets, in the tap's key order.
     pub sets: Vec<Option<KeyBitmap>>,
     /// Each set on the device, uploaded by the first probe partition that uses it.
-    device: Vec<OnceLock<Option<Arc<DeviceKeySet>>>>,
+    device: Vec<Mutex<Option<Arc<DeviceKeySet>>>>,
 }
 
 impl KeySets {
     /// Sets for the collected keys of each column.
     pub fn new(keys: Vec<Vec<i64>>) -> KeySets {
         let sets: Vec<Option<KeyBitmap>> = keys.iter().map(|k| KeyBitmap::from_keys(k, MAX_SET_BITS)).collect();
-        let device = sets.iter().map(|_| OnceLock::new()).collect();
+        let device = sets.iter().map(|_| Mutex::new(None)).collect();
         KeySets { sets, device }
     }
 
-    /// Set `slot` on the device (uploaded once; `None` if it has no set or the
-    /// upload failed).
-    pub fn device_set(&self, dev: &ridgeline_operators::GpuContext, slot: usize) -> Option<Arc<DeviceKeySet>> {
-        self.device[slot]
-            .get_or_init(|| {
-                let set = self.sets[slot].as_ref()?;
-                match DeviceKeySet::upload(dev, set) {
-                    Ok(d) => Some(Arc::new(d)),
-                    Err(e) => {
-                        log::warn!("join key set upload failed ({e}); probe rows pass unfiltered");
-                        None
-                    }
-                }
-            })
-            .clone()
+    /// Set `slot` on the device (uploaded once; `None` if it has no set).
+    pub fn device_set(&self, dev: &ridgeline_operators::GpuContext, slot: usize) -> ridgeline_operators::GpuResult<Option<Arc<DeviceKeySet>>> {
+        let Some(set) = self.sets.get(slot).and_then(|s| s.as_ref()) else { return Ok(None) };
+        let mut d = self.device[slot].lock().unwrap();
+        if d.is_none() {
+            *d = Some(Arc::new(DeviceKeySet::upload(dev, set)?));
+        }
+        Ok(d.clone())
     }
 }
 

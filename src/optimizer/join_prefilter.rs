@@ -61,7 +61,7 @@ fn as_i64(v: &Precision<ScalarValue>) -> Option<i64> {
 }
 
 /// The [min, max] of output column `col` of a GPU island, from its resident scan's
-/// statistics, and the scan's rows.
+/// statistics, and the island's estimated rows.
 fn domain(plan: &Arc<dyn ExecutionPlan>, col: usize) -> Option<((i64, i64), usize)> {
     if let Some(s) = plan.downcast_ref::<GpuScanExec>() {
         let st = crate::exec::plan_statistics(s).ok()?;
@@ -70,10 +70,12 @@ fn domain(plan: &Arc<dyn ExecutionPlan>, col: usize) -> Option<((i64, i64), usiz
         return Some(((as_i64(&cs.min_value)?, as_i64(&cs.max_value)?), rows));
     }
     if let Some(f) = plan.downcast_ref::<GpuFilterExec>() {
-        return match f.columns().get(col)? {
-            OutCol::Input(i) => domain(f.input(), *i),
-            OutCol::Computed(_) => None,
+        let (dom, scan_rows) = match f.columns().get(col)? {
+            OutCol::Input(i) => domain(f.input(), *i)?,
+            OutCol::Computed(_) => return None,
         };
+        let rows = crate::exec::plan_statistics(f).ok().and_then(|s| s.num_rows.get_value().copied()).unwrap_or(scan_rows);
+        return Some((dom, rows.min(scan_rows)));
     }
     None
 }
@@ -96,17 +98,19 @@ fn with_filter(plan: &Arc<dyn ExecutionPlan>, keys: Vec<ProbeKey>, link: &Arc<Jo
             return None;
         }
         let mut cands = Vec::new();
+        let mut rows = 0;
         for k in keys {
-            if let Some((dom, rows)) = domain(plan, k.col) {
-                if rows >= min_rows {
+            if let Some((dom, r)) = domain(plan, k.col) {
+                if r >= min_rows {
                     cands.push(SemiKey { col: k.col, slot: k.slot, build: k.build, domain: dom });
+                    rows = r;
                 }
             }
         }
         if cands.is_empty() {
             return None;
         }
-        return Some(Arc::new(GpuSemiFilterExec::new(plan.clone(), cands, link.clone())));
+        return Some(Arc::new(GpuSemiFilterExec::new(plan.clone(), cands, link.clone(), rows)));
     }
     let map: Box<dyn Fn(usize) -> Option<usize>> = if let Some(p) = plan.downcast_ref::<ProjectionExec>() {
         let cols: Vec<Option<usize>> = p.expr().iter().map(|e| e.expr.downcast_ref::<Column>().map(|c| c.index())).collect();

@@ -19,7 +19,8 @@
 //! GPU operators and before the boundary rule.
 use crate::config::rule_device;
 use crate::exec::join_keys::{key_type_supported, JoinKeyLink, JoinKeysExec};
-use crate::exec::gpu_semi_filter::SemiKey;
+use crate::exec::gpu_semi_filter::{worth_it, SemiKey};
+use crate::gpu_batch::Storage;
 use crate::exec::{as_gpu, gpu_filter::OutCol, CpuNoteExec, GpuFilterExec, GpuScanExec, GpuSemiFilterExec};
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::{Transformed, TreeNode};
@@ -92,7 +93,7 @@ struct ProbeKey {
 /// `plan` (the probe side, with the join keys `keys`) with a semi filter on its
 /// GPU island, or `None` when no island is reachable through row-preserving nodes
 /// with some key as a plain column.
-fn with_filter(plan: &Arc<dyn ExecutionPlan>, keys: Vec<ProbeKey>, link: &Arc<JoinKeyLink>, min_rows: usize) -> Option<Arc<dyn ExecutionPlan>> {
+fn with_filter(plan: &Arc<dyn ExecutionPlan>, keys: Vec<ProbeKey>, link: &Arc<JoinKeyLink>, min_rows: Option<(usize, usize)>) -> Option<Arc<dyn ExecutionPlan>> {
     if as_gpu(plan).is_some() {
         if plan.downcast_ref::<GpuScanExec>().is_none() && plan.downcast_ref::<GpuFilterExec>().is_none() {
             return None;
@@ -101,10 +102,18 @@ fn with_filter(plan: &Arc<dyn ExecutionPlan>, keys: Vec<ProbeKey>, link: &Arc<Jo
         let mut rows = 0;
         for k in keys {
             if let Some((dom, r)) = domain(plan, k.col) {
-                if r >= min_rows {
-                    cands.push(SemiKey { col: k.col, slot: k.slot, build: k.build, domain: dom });
-                    rows = r;
-                }
+                cands.push(SemiKey { col: k.col, slot: k.slot, build: k.build, domain: dom });
+                rows = r;
+            }
+        }
+        // Outside mode on: only where even a filter that drops every row would pay
+        // (otherwise collecting the build keys is wasted work).
+        if let Some((min_rows, threads)) = min_rows {
+            let partitions = plan.output_partitioning().partition_count();
+            let row_bytes: f64 = plan.schema().fields().iter().map(|f| Storage::of(f.data_type()).map_or(16, |s| s.elem_size()) as f64).sum();
+            let downloaded_anyway = plan.downcast_ref::<GpuScanExec>().is_none();
+            if rows < min_rows || !worth_it(rows as f64, 0.0, row_bytes, threads, partitions, downloaded_anyway) {
+                return None;
             }
         }
         if cands.is_empty() {
@@ -147,8 +156,9 @@ impl PhysicalOptimizerRule for GpuJoinPrefilter {
         if !opts.gpu_join_prefilter || (mode == GpuMode::Auto && dev.is_cpu_adapter()) {
             return Ok(plan);
         }
-        // Mode on places it on any size (tests); auto from the GPU rows threshold.
-        let min_rows = if mode == GpuMode::On { 0 } else { opts.min_gpu_rows };
+        // Mode on places it on any size (tests); auto from the GPU rows threshold,
+        // where it could pay.
+        let min_rows = if mode == GpuMode::On { None } else { Some((opts.min_gpu_rows, config.execution.target_partitions)) };
         Ok(plan
             .transform_up(|node| {
                 let Some(j) = node.downcast_ref::<HashJoinExec>() else { return Ok(Transformed::no(node)) };

@@ -7,6 +7,7 @@ mod common;
 use arrow::array::{ArrayRef, Date32Array, Int32Array, Int64Array, RecordBatch, StringArray};
 use arrow::util::pretty::pretty_format_batches;
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
+use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::ExecutionPlan;
 use ridgeline::exec::{GpuSemiFilterExec, JoinKeysExec};
 use ridgeline::{GpuMode, Ridgeline};
@@ -30,9 +31,12 @@ async fn plan(rl: &Ridgeline, sql: &str) -> Arc<dyn ExecutionPlan> {
 fn check_placement(p: &Arc<dyn ExecutionPlan>) -> usize {
     let mut n = 0;
     if let Some(j) = p.downcast_ref::<HashJoinExec>() {
-        if j.left().downcast_ref::<JoinKeysExec>().is_some() {
+        let collect_left = j.left().downcast_ref::<JoinKeysExec>().is_some();
+        let partitioned = j.left().downcast_ref::<RepartitionExec>().is_some_and(|r| r.input().downcast_ref::<JoinKeysExec>().is_some());
+        if collect_left || partitioned {
             use datafusion::common::JoinType::*;
-            assert_eq!(*j.partition_mode(), PartitionMode::CollectLeft);
+            let mode = if collect_left { PartitionMode::CollectLeft } else { PartitionMode::Partitioned };
+            assert_eq!(*j.partition_mode(), mode);
             assert!(matches!(j.join_type(), Inner | Left | LeftSemi | LeftAnti | LeftMark | RightSemi), "prefilter under a {:?} join", j.join_type());
             n += 1;
         }
@@ -181,6 +185,23 @@ async fn join_types_nulls_and_key_kinds_match_cpu_mode() {
     assert!(text.contains("JoinKeysExec"), "{text}");
     let (inp, out) = filtered_rows(&text);
     assert!(inp == 20_000.0 && out < 1000.0, "fact {inp} -> {out} rows: {text}");
+    // Partitioned joins (collect-left thresholds at zero): the keys are collected
+    // below the build side's repartition, and answers stay the same.
+    for k in ["datafusion.optimizer.hash_join_single_partition_threshold", "datafusion.optimizer.hash_join_single_partition_threshold_rows"] {
+        for rl in [&gpu, &cpu] {
+            rl.sql(&format!("SET {k} = 0")).await.unwrap().collect().await.unwrap();
+        }
+    }
+    let mut partitioned = 0;
+    for q in queries {
+        assert_eq!(rows(&gpu, q).await, rows(&cpu, q).await, "partitioned: {q}");
+        let p = plan(&gpu, q).await;
+        check_placement(&p);
+        if format!("{}", datafusion::physical_plan::displayable(p.as_ref()).indent(true)).contains("mode=Partitioned") && has_semi(&p) {
+            partitioned += 1;
+        }
+    }
+    assert!(partitioned >= 1, "only {partitioned} partitioned joins got a prefilter: {}", datafusion::physical_plan::displayable(plan(&gpu, queries[0]).await.as_ref()).indent(true));
     // Turned off, nothing is placed.
     gpu.sql("SET ridgeline.gpu_join_prefilter = false").await.unwrap().collect().await.unwrap();
     assert!(!has_semi(&plan(&gpu, queries[0]).await));

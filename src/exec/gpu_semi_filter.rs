@@ -117,6 +117,79 @@ impl DisplayAs for GpuSemiFilterExec {
     }
 }
 
+impl GpuSemiFilterExec {
+    /// The future deciding, once the build side's keys are in, which key to test
+    /// (`None`: pass every row). `downloaded_anyway`: the rows go to the CPU either
+    /// way (a GPU filter's output, a GPU parent's), so the filter saves downloads.
+    fn decision(&self, ctx: &Arc<TaskContext>, downloaded_anyway: bool) -> impl std::future::Future<Output = Option<(SemiKey, Arc<KeySets>)>> + Send + 'static {
+        let me = GpuSemiFilterExec::new(self.input.clone(), self.keys.clone(), self.link.clone(), self.rows);
+        let opts = crate::config::RidgelineOptions::from_config(ctx.session_config().options());
+        let forced = opts.mode().ok() == Some(ridgeline_operators::GpuMode::On);
+        let threads = ctx.session_config().target_partitions();
+        let partitions = self.input.properties().output_partitioning().partition_count();
+        let row_bytes: f64 = self.schema().fields().iter().map(|f| Storage::of(f.data_type()).map_or(16, |s| s.elem_size()) as f64).sum();
+        async move {
+            let sets = me.link.wait(KEY_WAIT).await?;
+            let (key, d) = me.choose(&sets)?;
+            (forced || worth_it(me.rows as f64, d, row_bytes, threads, partitions, downloaded_anyway)).then_some((key, sets))
+        }
+    }
+}
+
+impl super::GpuExec for GpuSemiFilterExec {
+    fn execute_gpu(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<super::GpuBatchStream> {
+        let input = self.input.clone();
+        let decide = self.decision(&ctx, true);
+        let (rows_in, rows_out, applied, time) = (
+            MetricBuilder::new(&self.metrics).counter("input_rows", partition),
+            MetricBuilder::new(&self.metrics).output_rows(partition),
+            MetricBuilder::new(&self.metrics).counter("prefiltered_partitions", partition),
+            MetricBuilder::new(&self.metrics).elapsed_compute(partition),
+        );
+        let fut = async move {
+            let gpu = as_gpu(&input).ok_or_else(|| DataFusionError::Internal("semi filter over a CPU operator".into()))?;
+            let choice = decide.await;
+            let s = gpu.execute_gpu(partition, ctx)?;
+            let Some((key, sets)) = choice else {
+                return Ok::<super::GpuBatchStream, DataFusionError>(
+                    s.inspect_ok(move |b| {
+                        rows_in.add(b.num_rows);
+                        rows_out.add(b.num_rows);
+                    })
+                    .boxed(),
+                );
+            };
+            let dev = ridgeline_operators::context::global().map_err(gpu_err)?;
+            let (d2, slot) = (dev.clone(), key.slot);
+            let dset = tokio::task::spawn_blocking(move || sets.device_set(&d2, slot)).await.map_err(blocking_err)?.map_err(gpu_err)?;
+            let dset = dset.ok_or_else(|| DataFusionError::Internal("semi filter without a key set".into()))?;
+            applied.add(1);
+            Ok(s.then(move |b: Result<GpuBatch>| {
+                let (key, dev, dset, rows_in, rows_out, time) = (key.clone(), dev.clone(), dset.clone(), rows_in.clone(), rows_out.clone(), time.clone());
+                async move {
+                    let b = b?;
+                    tokio::task::spawn_blocking(move || {
+                        let _t = time.timer();
+                        rows_in.add(b.num_rows);
+                        let out = semi_filter_batch(&dev, &key, &dset, b)?;
+                        rows_out.add(out.as_ref().map_or(0, |o| o.num_rows));
+                        Ok(out)
+                    })
+                    .await
+                    .map_err(blocking_err)?
+                }
+            })
+            .filter_map(|r: Result<Option<GpuBatch>>| async move { r.transpose() })
+            .boxed())
+        };
+        Ok(futures::stream::once(fut).try_flatten().boxed())
+    }
+    fn cpu_plan(&self) -> Option<Result<Arc<dyn ExecutionPlan>>> {
+        // Every row passes on the CPU: the join drops the ones without a match.
+        cpu_equivalent(&self.input)
+    }
+}
+
 struct Metrics {
     rows_in: Count,
     rows_out: Count,
@@ -155,18 +228,10 @@ impl ExecutionPlan for GpuSemiFilterExec {
             applied: MetricBuilder::new(&self.metrics).counter("prefiltered_partitions", partition),
             time: MetricBuilder::new(&self.metrics).elapsed_compute(partition),
         };
-        let (input, link, me) = (self.input.clone(), self.link.clone(), GpuSemiFilterExec::new(self.input.clone(), self.keys.clone(), self.link.clone(), self.rows));
-        let opts = crate::config::RidgelineOptions::from_config(ctx.session_config().options());
-        let forced = opts.mode().ok() == Some(ridgeline_operators::GpuMode::On);
-        let threads = ctx.session_config().target_partitions();
-        let partitions = self.input.properties().output_partitioning().partition_count();
-        let downloaded_anyway = self.input.downcast_ref::<super::GpuScanExec>().is_none();
-        let row_bytes: f64 = self.schema().fields().iter().map(|f| Storage::of(f.data_type()).map_or(16, |s| s.elem_size()) as f64).sum();
+        let input = self.input.clone();
+        let decide = self.decision(&ctx, self.input.downcast_ref::<super::GpuScanExec>().is_none());
         let fut = async move {
-            let sets = link.wait(KEY_WAIT).await;
-            let choice = sets.as_ref().and_then(|s| me.choose(s).map(|(k, d)| (k, d, s.clone())));
-            let choice = choice.filter(|(_, d, _)| forced || worth_it(me.rows as f64, *d, row_bytes, threads, partitions, downloaded_anyway));
-            let (Some((key, _, sets)), Some(_)) = (choice, as_gpu(&input)) else {
+            let (Some((key, sets)), Some(_)) = (decide.await, as_gpu(&input)) else {
                 return passthrough(&input, partition, ctx, m);
             };
             match filtered(input.clone(), key, sets, partition, ctx.clone(), &m).await {

@@ -15,7 +15,7 @@ use datafusion::error::Result;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties};
 use futures::StreamExt;
 use ridgeline_operators::member::{DeviceKeySet, KeyBitmap, MAX_SET_BITS};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -142,13 +142,14 @@ pub struct JoinKeysExec {
     input: Arc<dyn ExecutionPlan>,
     keys: Vec<usize>,
     link: Arc<JoinKeyLink>,
+    shared: Arc<Shared>,
     metrics: ExecutionPlanMetricsSet,
 }
 
 impl JoinKeysExec {
     /// Collects the columns `keys` of `input` (one partition) into `link`.
     pub fn new(input: Arc<dyn ExecutionPlan>, keys: Vec<usize>, link: Arc<JoinKeyLink>) -> Self {
-        JoinKeysExec { input, keys, link, metrics: ExecutionPlanMetricsSet::new() }
+        JoinKeysExec { input, keys, link, shared: Arc::default(), metrics: ExecutionPlanMetricsSet::new() }
     }
     /// The link to the probe side.
     pub fn link(&self) -> &Arc<JoinKeyLink> {
@@ -164,9 +165,30 @@ impl DisplayAs for JoinKeysExec {
     }
 }
 
-/// Publishes "no sets" if the build side's stream goes away before its end.
+/// One execution's collection over the input's partitions.
+#[derive(Debug)]
+struct Acc {
+    generation: u64,
+    started: Vec<bool>,
+    finished: usize,
+    failed: bool,
+    keys: Vec<Vec<i64>>,
+}
+
+/// The shared collection of a node: the current execution's [`Acc`].
+#[derive(Debug, Default)]
+struct Shared {
+    acc: Mutex<Option<Acc>>,
+    generations: std::sync::atomic::AtomicU64,
+}
+
+/// One partition's stream state. Its keys join the execution's collection when
+/// it ends; the last partition to end publishes the sets. A partition that fails
+/// or is dropped early publishes "no sets".
 struct Guard {
     link: Arc<JoinKeyLink>,
+    shared: Arc<Shared>,
+    generation: u64,
     keys: Vec<usize>,
     collected: Vec<Vec<i64>>,
     done: bool,
@@ -178,19 +200,41 @@ impl Guard {
             push_keys(b.column(c), &mut self.collected[k]);
         }
     }
+    /// Merges this partition's keys; returns the set bytes when it was the last.
     fn finish(&mut self) -> usize {
         self.done = true;
-        let sets = KeySets::new(std::mem::take(&mut self.collected));
+        let mut g = self.shared.acc.lock().unwrap();
+        let Some(acc) = g.as_mut().filter(|a| a.generation == self.generation) else { return 0 };
+        for (all, mine) in acc.keys.iter_mut().zip(self.collected.iter_mut()) {
+            if all.is_empty() {
+                std::mem::swap(all, mine);
+            } else {
+                all.append(mine);
+            }
+        }
+        acc.finished += 1;
+        if acc.failed || acc.finished < acc.started.len() {
+            return 0;
+        }
+        let sets = KeySets::new(std::mem::take(&mut acc.keys));
+        drop(g);
         let n = sets.sets.iter().flatten().map(|s| s.words.len() * 4).sum();
         self.link.publish(Some(Arc::new(sets)));
         n
+    }
+    fn fail(&mut self) {
+        self.done = true;
+        if let Some(acc) = self.shared.acc.lock().unwrap().as_mut().filter(|a| a.generation == self.generation) {
+            acc.failed = true;
+        }
+        self.link.publish(None);
     }
 }
 
 impl Drop for Guard {
     fn drop(&mut self) {
         if !self.done {
-            self.link.publish(None);
+            self.fail();
         }
     }
 }
@@ -222,17 +266,29 @@ impl ExecutionPlan for JoinKeysExec {
         Ok(Arc::new(JoinKeysExec::new(children.swap_remove(0), self.keys.clone(), self.link.clone())))
     }
     fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
-        self.link.start();
+        // A new execution starts when a partition is executed again (or first).
+        let generation = {
+            let mut g = self.shared.acc.lock().unwrap();
+            if g.as_ref().is_none_or(|a| a.started.get(partition).copied().unwrap_or(true)) {
+                let n = self.input.output_partitioning().partition_count().max(partition + 1);
+                let generation = self.shared.generations.fetch_add(1, Ordering::Relaxed);
+                *g = Some(Acc { generation, started: vec![false; n], finished: 0, failed: false, keys: self.keys.iter().map(|_| Vec::new()).collect() });
+                self.link.start();
+            }
+            let acc = g.as_mut().expect("set above");
+            acc.started[partition] = true;
+            acc.generation
+        };
+        let collected = self.keys.iter().map(|_| Vec::new()).collect();
+        let mut guard = Guard { link: self.link.clone(), shared: self.shared.clone(), generation, keys: self.keys.clone(), collected, done: false };
         let input = match self.input.execute(partition, ctx) {
             Ok(s) => s,
             Err(e) => {
-                self.link.publish(None);
+                guard.fail();
                 return Err(e);
             }
         };
         let schema: SchemaRef = input.schema();
-        let collected = self.keys.iter().map(|_| Vec::new()).collect();
-        let mut guard = Guard { link: self.link.clone(), keys: self.keys.clone(), collected, done: false };
         let rows = MetricBuilder::new(&self.metrics).output_rows(partition);
         let set_bytes = MetricBuilder::new(&self.metrics).gauge("key_set_bytes", partition);
         let time = MetricBuilder::new(&self.metrics).elapsed_compute(partition);
@@ -248,13 +304,12 @@ impl ExecutionPlan for JoinKeysExec {
                 }
                 std::task::Poll::Ready(None) => {
                     let _t = time.timer();
-                    set_bytes.set(guard.finish());
+                    set_bytes.add(guard.finish());
                     input = None;
                     std::task::Poll::Ready(None)
                 }
                 std::task::Poll::Ready(Some(Err(e))) => {
-                    guard.link.publish(None);
-                    guard.done = true;
+                    guard.fail();
                     std::task::Poll::Ready(Some(Err(e)))
                 }
                 std::task::Poll::Pending => std::task::Poll::Pending,

@@ -93,6 +93,9 @@ pub fn as_gpu(plan: &Arc<dyn ExecutionPlan>) -> Option<&dyn GpuExec> {
     if let Some(x) = p.downcast_ref::<GpuFilterExec>() {
         return Some(x);
     }
+    if let Some(x) = p.downcast_ref::<GpuSemiFilterExec>() {
+        return Some(x);
+    }
     None
 }
 
@@ -107,15 +110,12 @@ pub fn gpu_operator_names(plan: &Arc<dyn ExecutionPlan>) -> Vec<String> {
             || p.downcast_ref::<SkylineExec>().is_some_and(|s| s.uses_gpu())
             || p.downcast_ref::<GpuTopKExec>().is_some()
             || p.downcast_ref::<GpuAggregateExec>().is_some()
-            || p.downcast_ref::<GpuRepartitionExec>().is_some()
-            || p.downcast_ref::<GpuSemiFilterExec>().is_some();
+            || p.downcast_ref::<GpuRepartitionExec>().is_some();
         let counts = gpu && (p.downcast_ref::<GpuScanExec>().is_none() || parent_gpu);
         if counts && !out.iter().any(|n| n == p.name()) {
             out.push(p.name().to_string());
         }
-        let consumes = as_gpu(p).is_some_and(|g| g.consumes_gpu_input())
-            || p.downcast_ref::<GpuRepartitionExec>().is_some()
-            || p.downcast_ref::<GpuSemiFilterExec>().is_some();
+        let consumes = as_gpu(p).is_some_and(|g| g.consumes_gpu_input()) || p.downcast_ref::<GpuRepartitionExec>().is_some();
         for c in p.children() {
             walk(c, consumes, out);
         }

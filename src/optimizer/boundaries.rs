@@ -11,6 +11,11 @@ use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
 use std::sync::Arc;
 
+/// GPU operators whose `execute` hands CPU parents host batches without an unload.
+fn serves_cpu(p: &Arc<dyn ExecutionPlan>) -> bool {
+    p.downcast_ref::<GpuScanExec>().is_some() || p.downcast_ref::<GpuSemiFilterExec>().is_some()
+}
+
 /// The boundary rule.
 #[derive(Debug, Default)]
 pub struct GpuBoundaries;
@@ -21,9 +26,7 @@ impl PhysicalOptimizerRule for GpuBoundaries {
             .transform_up(|node| {
                 let gpu_consumer = as_gpu(&node).map(|g| g.consumes_gpu_input());
                 // Nodes that read GPU islands themselves and hand over host batches.
-                let is_unload = node.downcast_ref::<GpuUnloadExec>().is_some()
-                    || node.downcast_ref::<GpuRepartitionExec>().is_some()
-                    || node.downcast_ref::<GpuSemiFilterExec>().is_some();
+                let is_unload = node.downcast_ref::<GpuUnloadExec>().is_some() || node.downcast_ref::<GpuRepartitionExec>().is_some();
                 let mut changed = false;
                 let children: Vec<Arc<dyn ExecutionPlan>> = node
                     .children()
@@ -35,8 +38,9 @@ impl PhysicalOptimizerRule for GpuBoundaries {
                                 changed = true;
                                 Arc::new(GpuLoadExec::new(c.clone())) as Arc<dyn ExecutionPlan>
                             }
-                            // A resident scan serves CPU parents from its host copy.
-                            None if child_gpu && !is_unload && c.downcast_ref::<GpuScanExec>().is_none() => {
+                            // A resident scan serves CPU parents from its host copy,
+                            // and a semi-join prefilter downloads its own output.
+                            None if child_gpu && !is_unload && !serves_cpu(c) => {
                                 changed = true;
                                 Arc::new(GpuUnloadExec::new(c.clone()))
                             }
@@ -52,7 +56,7 @@ impl PhysicalOptimizerRule for GpuBoundaries {
                 Ok(Transformed::yes(n))
             })?
             .data;
-        Ok(if as_gpu(&plan).is_some() && plan.downcast_ref::<GpuScanExec>().is_none() { Arc::new(GpuUnloadExec::new(plan)) } else { plan })
+        Ok(if as_gpu(&plan).is_some() && !serves_cpu(&plan) { Arc::new(GpuUnloadExec::new(plan)) } else { plan })
     }
     fn name(&self) -> &str {
         "ridgeline_gpu_boundaries"

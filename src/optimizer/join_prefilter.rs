@@ -21,7 +21,7 @@ use crate::config::rule_device;
 use crate::exec::join_keys::{key_type_supported, JoinKeyLink, JoinKeysExec};
 use crate::exec::gpu_semi_filter::{worth_it, SemiKey};
 use crate::gpu_batch::Storage;
-use crate::exec::{as_gpu, gpu_filter::OutCol, CpuNoteExec, GpuFilterExec, GpuScanExec, GpuSemiFilterExec};
+use crate::exec::{as_gpu, gpu_filter::OutCol, CpuNoteExec, GpuFilterExec, GpuRepartitionExec, GpuScanExec, GpuSemiFilterExec};
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{JoinType, NullEquality, ScalarValue};
@@ -34,7 +34,7 @@ use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
-use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, Partitioning};
 use ridgeline_operators::GpuMode;
 use std::sync::Arc;
 
@@ -131,6 +131,7 @@ fn with_filter(plan: &Arc<dyn ExecutionPlan>, keys: Vec<ProbeKey>, link: &Arc<Jo
             None => Some(k),
         })
     } else if plan.downcast_ref::<RepartitionExec>().is_some()
+        || plan.downcast_ref::<GpuRepartitionExec>().is_some()
         || plan.name() == "CoalesceBatchesExec"
         || plan.downcast_ref::<CoalescePartitionsExec>().is_some()
         || plan.downcast_ref::<CpuNoteExec>().is_some()
@@ -162,11 +163,24 @@ impl PhysicalOptimizerRule for GpuJoinPrefilter {
         Ok(plan
             .transform_up(|node| {
                 let Some(j) = node.downcast_ref::<HashJoinExec>() else { return Ok(Transformed::no(node)) };
-                if *j.partition_mode() != PartitionMode::CollectLeft
-                    || j.null_equality() != NullEquality::NullEqualsNothing
+                // Where the keys are collected: the build side itself (collect-left:
+                // one partition, read whole before the probe side), or below the
+                // build side's hash repartition (partitioned: any build partition
+                // ends only once the repartition has read all of its input, so the
+                // keys are complete before any probe partition is read).
+                let tap_at = match j.partition_mode() {
+                    PartitionMode::CollectLeft if j.left().output_partitioning().partition_count() == 1 => Some(j.left().clone()),
+                    PartitionMode::Partitioned => j
+                        .left()
+                        .downcast_ref::<RepartitionExec>()
+                        .filter(|r| matches!(r.partitioning(), Partitioning::Hash(..)))
+                        .map(|r| r.input().clone()),
+                    _ => None,
+                };
+                let Some(tap_at) = tap_at else { return Ok(Transformed::no(node)) };
+                if j.null_equality() != NullEquality::NullEqualsNothing
                     || !probe_rows_droppable(j.join_type())
-                    || j.left().output_partitioning().partition_count() != 1
-                    || j.left().downcast_ref::<JoinKeysExec>().is_some()
+                    || tap_at.downcast_ref::<JoinKeysExec>().is_some()
                 {
                     return Ok(Transformed::no(node));
                 }
@@ -187,7 +201,9 @@ impl PhysicalOptimizerRule for GpuJoinPrefilter {
                     return Ok(Transformed::no(node));
                 }
                 let Some(right) = with_filter(j.right(), probe_keys, &link, min_rows) else { return Ok(Transformed::no(node)) };
-                let left: Arc<dyn ExecutionPlan> = Arc::new(JoinKeysExec::new(j.left().clone(), build_keys, link));
+                let tap: Arc<dyn ExecutionPlan> = Arc::new(JoinKeysExec::new(tap_at, build_keys, link));
+                #[allow(deprecated)]
+                let left = if *j.partition_mode() == PartitionMode::Partitioned { j.left().clone().with_new_children(vec![tap])? } else { tap };
                 #[allow(deprecated)]
                 let n = node.clone().with_new_children(vec![left, right])?;
                 Ok(Transformed::yes(n))

@@ -11,8 +11,10 @@
 //! filters. Otherwise, and when the GPU fails, the input's rows pass unfiltered:
 //! the join drops them.
 //!
-//! Like `GpuUnloadExec` it hands host batches to its CPU parent; the boundary rule
-//! puts no unload above it and no load below it.
+//! Under a CPU parent it downloads its own output (a resident scan's rows that
+//! pass unfiltered are read from the host copy, not downloaded), so the boundary
+//! rule puts no unload above it; a GPU parent (a `GpuRepartitionExec`) takes its
+//! device batches.
 use super::join_keys::{JoinKeyLink, KeySets, KEY_WAIT};
 use super::{as_gpu, blocking_err, cpu_equivalent};
 use crate::gpu_batch::{gpu_err, is_gpu_error, ColumnData, GpuBatch, Storage};

@@ -6,9 +6,13 @@
 //!
 //! A `CollectLeft` hash join executes its build side before it polls its probe
 //! side (DataFusion 55: `left.execute(0)` runs first and the join stream starts in
-//! `WaitBuildSide`), so the sets are complete before any probe row is read. A build
-//! side that fails or is dropped early publishes "no sets", and the probe side then
-//! passes every row: the prefilter only ever removes rows the join would drop.
+//! `WaitBuildSide`), so the sets are complete before any probe row is read. In a
+//! partitioned join the node sits below the build side's hash repartition and
+//! publishes when all of its input partitions have ended: a build partition ends
+//! only once the repartition has read its whole input, so again no probe row is
+//! read before the sets are out. A build side that fails or is dropped early
+//! publishes "no sets", and the probe side then passes every row: the prefilter
+//! only ever removes rows the join would drop.
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::{DataType, Date32Type, Int16Type, Int32Type, Int64Type, Int8Type, SchemaRef, UInt16Type, UInt32Type, UInt8Type};
 use datafusion::error::Result;

@@ -1,12 +1,13 @@
 //! The semi-join prefilter rule: sideways information passing from a hash join's
 //! build side to a GPU-resident probe side.
 //!
-//! For a `CollectLeft` hash join whose probe (right) side reads a GPU island (a
-//! resident scan or a GPU filter, possibly under projections, CPU filters,
-//! repartitions and batch coalescing), and whose equi-join keys are integer
-//! columns on both sides, the rule
-//! - wraps the build side in a [`JoinKeysExec`], which collects the build keys
-//!   into exact key sets while the join builds its hash table, and
+//! For a hash join whose probe (right) side reads a GPU island (a resident scan or
+//! a GPU filter, possibly under projections, CPU filters, repartitions (CPU or
+//! GPU) and batch coalescing), and whose equi-join keys are integer columns on
+//! both sides, the rule
+//! - puts a [`JoinKeysExec`] on the build side (collect-left: the build side
+//!   itself; partitioned: below its hash repartition), which collects the build
+//!   keys into exact key sets while the join builds its hash table, and
 //! - puts a [`GpuSemiFilterExec`] on the island's output for each such key, which
 //!   drops on the device the probe rows whose key is not in the set before they
 //!   are downloaded and probed.

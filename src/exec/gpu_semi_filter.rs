@@ -120,6 +120,15 @@ impl DisplayAs for GpuSemiFilterExec {
 }
 
 impl GpuSemiFilterExec {
+    fn metrics_for(&self, partition: usize) -> Metrics {
+        Metrics {
+            rows_in: MetricBuilder::new(&self.metrics).counter("input_rows", partition),
+            rows_out: MetricBuilder::new(&self.metrics).output_rows(partition),
+            applied: MetricBuilder::new(&self.metrics).counter("prefiltered_partitions", partition),
+            time: MetricBuilder::new(&self.metrics).elapsed_compute(partition),
+        }
+    }
+
     /// The future deciding, once the build side's keys are in, which key to test
     /// (`None`: pass every row). `downloaded_anyway`: the rows go to the CPU either
     /// way (a GPU filter's output, a GPU parent's), so the filter saves downloads.
@@ -142,12 +151,7 @@ impl super::GpuExec for GpuSemiFilterExec {
     fn execute_gpu(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<super::GpuBatchStream> {
         let input = self.input.clone();
         let decide = self.decision(&ctx, true);
-        let (rows_in, rows_out, applied, time) = (
-            MetricBuilder::new(&self.metrics).counter("input_rows", partition),
-            MetricBuilder::new(&self.metrics).output_rows(partition),
-            MetricBuilder::new(&self.metrics).counter("prefiltered_partitions", partition),
-            MetricBuilder::new(&self.metrics).elapsed_compute(partition),
-        );
+        let m = self.metrics_for(partition);
         let fut = async move {
             let gpu = as_gpu(&input).ok_or_else(|| DataFusionError::Internal("semi filter over a CPU operator".into()))?;
             let choice = decide.await;
@@ -155,34 +159,18 @@ impl super::GpuExec for GpuSemiFilterExec {
             let Some((key, sets)) = choice else {
                 return Ok::<super::GpuBatchStream, DataFusionError>(
                     s.inspect_ok(move |b| {
-                        rows_in.add(b.num_rows);
-                        rows_out.add(b.num_rows);
+                        m.rows_in.add(b.num_rows);
+                        m.rows_out.add(b.num_rows);
                     })
                     .boxed(),
                 );
             };
             let dev = ridgeline_operators::context::global().map_err(gpu_err)?;
-            let (d2, slot) = (dev.clone(), key.slot);
-            let dset = tokio::task::spawn_blocking(move || sets.device_set(&d2, slot)).await.map_err(blocking_err)?.map_err(gpu_err)?;
-            let dset = dset.ok_or_else(|| DataFusionError::Internal("semi filter without a key set".into()))?;
-            applied.add(1);
-            Ok(s.then(move |b: Result<GpuBatch>| {
-                let (key, dev, dset, rows_in, rows_out, time) = (key.clone(), dev.clone(), dset.clone(), rows_in.clone(), rows_out.clone(), time.clone());
-                async move {
-                    let b = b?;
-                    tokio::task::spawn_blocking(move || {
-                        let _t = time.timer();
-                        rows_in.add(b.num_rows);
-                        let out = semi_filter_batch(&dev, &key, &dset, b)?;
-                        rows_out.add(out.as_ref().map_or(0, |o| o.num_rows));
-                        Ok(out)
-                    })
-                    .await
-                    .map_err(blocking_err)?
-                }
-            })
-            .filter_map(|r: Result<Option<GpuBatch>>| async move { r.transpose() })
-            .boxed())
+            let dset = device_set(&dev, sets, key.slot).await?;
+            Ok(apply(s, key, dev, dset, &m, |_, b| {
+                let n = b.num_rows;
+                Ok((b, n))
+            }))
         };
         Ok(futures::stream::once(fut).try_flatten().boxed())
     }
@@ -224,12 +212,7 @@ impl ExecutionPlan for GpuSemiFilterExec {
     }
     fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
         let schema = self.schema();
-        let m = Metrics {
-            rows_in: MetricBuilder::new(&self.metrics).counter("input_rows", partition),
-            rows_out: MetricBuilder::new(&self.metrics).output_rows(partition),
-            applied: MetricBuilder::new(&self.metrics).counter("prefiltered_partitions", partition),
-            time: MetricBuilder::new(&self.metrics).elapsed_compute(partition),
-        };
+        let m = self.metrics_for(partition);
         let input = self.input.clone();
         let decide = self.decision(&ctx, self.input.downcast_ref::<super::GpuScanExec>().is_none());
         let fut = async move {
@@ -279,45 +262,25 @@ fn passthrough(input: &Arc<dyn ExecutionPlan>, partition: usize, ctx: Arc<TaskCo
 async fn filtered(input: Arc<dyn ExecutionPlan>, key: SemiKey, sets: Arc<KeySets>, partition: usize, ctx: Arc<TaskContext>, m: &Metrics) -> Result<BatchStream> {
     let dev = ridgeline_operators::context::global().map_err(gpu_err)?;
     let gpu = as_gpu(&input).ok_or_else(|| DataFusionError::Internal("semi filter over a CPU operator".into()))?;
-    // The set on the device (uploaded by the first partition); without it, fall back.
-    let (d2, s2, slot) = (dev.clone(), sets.clone(), key.slot);
-    let dset = tokio::task::spawn_blocking(move || s2.device_set(&d2, slot)).await.map_err(blocking_err)?.map_err(gpu_err)?;
-    let dset = dset.ok_or_else(|| DataFusionError::Internal("semi filter without a key set".into()))?;
+    let dset = device_set(&dev, sets, key.slot).await?;
     let input = gpu.execute_gpu(partition, ctx.clone())?;
     let batch_size = ctx.session_config().batch_size();
-    m.applied.add(1);
-    let (rows_in, rows_out, time) = (m.rows_in.clone(), m.rows_out.clone(), m.time.clone());
-    let mut s = input
-        .then(move |b: Result<GpuBatch>| {
-            let (key, dev, dset, rows_in, rows_out, time) = (key.clone(), dev.clone(), dset.clone(), rows_in.clone(), rows_out.clone(), time.clone());
-            async move {
-                let b = b?;
-                tokio::task::spawn_blocking(move || {
-                    let _t = time.timer();
-                    rows_in.add(b.num_rows);
-                    let out = semi_filter_batch(&dev, &key, &dset, b)?;
-                    let out = out.map(|o| o.download(&dev)).transpose()?;
-                    if let Some(o) = &out {
-                        rows_out.add(o.num_rows());
-                    }
-                    Ok(out)
-                })
-                .await
-                .map_err(blocking_err)?
+    let mut s = apply(input, key, dev, dset, m, |dev, b| {
+        let r = b.download(dev)?;
+        let n = r.num_rows();
+        Ok((r, n))
+    })
+    .flat_map(move |r: Result<RecordBatch>| {
+        let parts: Vec<Result<RecordBatch>> = match r {
+            Ok(b) => {
+                let n = b.num_rows();
+                (0..n).step_by(batch_size.max(1)).map(|o| Ok(b.slice(o, batch_size.min(n - o)))).collect()
             }
-        })
-        .filter_map(|r: Result<Option<RecordBatch>>| async move { r.transpose() })
-        .flat_map(move |r: Result<RecordBatch>| {
-            let parts: Vec<Result<RecordBatch>> = match r {
-                Ok(b) => {
-                    let n = b.num_rows();
-                    (0..n).step_by(batch_size.max(1)).map(|o| Ok(b.slice(o, batch_size.min(n - o)))).collect()
-                }
-                Err(e) => vec![Err(e)],
-            };
-            futures::stream::iter(parts)
-        })
-        .boxed();
+            Err(e) => vec![Err(e)],
+        };
+        futures::stream::iter(parts)
+    })
+    .boxed();
     // Run the first batch now: a GPU error here still falls back.
     let first = s.next().await;
     let head: Vec<Result<RecordBatch>> = match first {
@@ -326,6 +289,46 @@ async fn filtered(input: Arc<dyn ExecutionPlan>, key: SemiKey, sets: Arc<KeySets
         None => vec![],
     };
     Ok(futures::stream::iter(head).chain(s).boxed())
+}
+
+/// Set `slot` of `sets` on the device (uploaded by the first partition that asks).
+async fn device_set(dev: &Arc<GpuContext>, sets: Arc<KeySets>, slot: usize) -> Result<Arc<DeviceKeySet>> {
+    let d = dev.clone();
+    let set = tokio::task::spawn_blocking(move || sets.device_set(&d, slot)).await.map_err(blocking_err)?.map_err(gpu_err)?;
+    set.ok_or_else(|| DataFusionError::Internal("semi filter without a key set".into()))
+}
+
+/// `s`'s batches with the prefilter applied on the device, each passed through
+/// `finish` (a download, or nothing) in the same blocking task; batches left
+/// empty are dropped.
+fn apply<T: Send + 'static>(
+    s: super::GpuBatchStream,
+    key: SemiKey,
+    dev: Arc<GpuContext>,
+    dset: Arc<DeviceKeySet>,
+    m: &Metrics,
+    finish: fn(&GpuContext, GpuBatch) -> Result<(T, usize)>,
+) -> futures::stream::BoxStream<'static, Result<T>> {
+    m.applied.add(1);
+    let (rows_in, rows_out, time) = (m.rows_in.clone(), m.rows_out.clone(), m.time.clone());
+    s.then(move |b: Result<GpuBatch>| {
+        let (key, dev, dset, rows_in, rows_out, time) = (key.clone(), dev.clone(), dset.clone(), rows_in.clone(), rows_out.clone(), time.clone());
+        async move {
+            let b = b?;
+            tokio::task::spawn_blocking(move || {
+                let _t = time.timer();
+                rows_in.add(b.num_rows);
+                let Some(out) = semi_filter_batch(&dev, &key, &dset, b)? else { return Ok(None) };
+                let (out, n) = finish(&dev, out)?;
+                rows_out.add(n);
+                Ok(Some(out))
+            })
+            .await
+            .map_err(blocking_err)?
+        }
+    })
+    .filter_map(|r: Result<Option<T>>| async move { r.transpose() })
+    .boxed()
 }
 
 /// One device batch's rows whose key is in the set (`None`: none is).

@@ -42,6 +42,11 @@ pub const FIXED_MS_PER_PARTITION: f64 = 1.0;
 /// Effective download rate of filtered rows, bytes per ms (25 GB/s).
 pub const DOWNLOAD_BYTES_PER_MS: f64 = 25.0e6;
 
+/// Bytes a row of `schema` downloads (16 for a column without a device layout).
+pub fn row_bytes(schema: &arrow::datatypes::Schema) -> f64 {
+    schema.fields().iter().map(|f| Storage::of(f.data_type()).map_or(16, |s| s.elem_size()) as f64).sum()
+}
+
 /// Whether filtering `rows` probe rows of `row_bytes` bytes each down to a
 /// fraction `density` pays on `threads` cores with `partitions` partitions.
 /// `downloaded_anyway`: the input is a GPU filter, whose rows are downloaded
@@ -93,18 +98,18 @@ impl GpuSemiFilterExec {
     pub fn keys(&self) -> &[SemiKey] {
         &self.keys
     }
-    /// The key whose set lets the fewest rows pass, and that fraction.
-    fn choose(&self, sets: &KeySets) -> Option<(SemiKey, f64)> {
-        self.keys
-            .iter()
-            .filter_map(|k| {
-                let set = sets.sets.get(k.slot)?.as_ref()?;
-                let (lo, hi) = k.domain;
-                let span = (hi as i128 - lo as i128 + 1).max(1) as f64;
-                Some((k.clone(), set.count_in(lo, hi) as f64 / span))
-            })
-            .min_by(|a, b| a.1.total_cmp(&b.1))
-    }
+}
+
+/// Of `keys`, the one whose set lets the fewest rows pass, and that fraction.
+fn choose(keys: &[SemiKey], sets: &KeySets) -> Option<(SemiKey, f64)> {
+    keys.iter()
+        .filter_map(|k| {
+            let set = sets.sets.get(k.slot)?.as_ref()?;
+            let (lo, hi) = k.domain;
+            let span = (hi as i128 - lo as i128 + 1).max(1) as f64;
+            Some((k.clone(), set.count_in(lo, hi) as f64 / span))
+        })
+        .min_by(|a, b| a.1.total_cmp(&b.1))
 }
 
 impl DisplayAs for GpuSemiFilterExec {
@@ -133,16 +138,16 @@ impl GpuSemiFilterExec {
     /// (`None`: pass every row). `downloaded_anyway`: the rows go to the CPU either
     /// way (a GPU filter's output, a GPU parent's), so the filter saves downloads.
     fn decision(&self, ctx: &Arc<TaskContext>, downloaded_anyway: bool) -> impl std::future::Future<Output = Option<(SemiKey, Arc<KeySets>)>> + Send + 'static {
-        let me = GpuSemiFilterExec::new(self.input.clone(), self.keys.clone(), self.link.clone(), self.rows);
+        let (keys, link, rows) = (self.keys.clone(), self.link.clone(), self.rows as f64);
         let opts = crate::config::RidgelineOptions::from_config(ctx.session_config().options());
         let forced = opts.mode().ok() == Some(ridgeline_operators::GpuMode::On);
         let threads = ctx.session_config().target_partitions();
         let partitions = self.input.properties().output_partitioning().partition_count();
-        let row_bytes: f64 = self.schema().fields().iter().map(|f| Storage::of(f.data_type()).map_or(16, |s| s.elem_size()) as f64).sum();
+        let row_bytes = row_bytes(&self.schema());
         async move {
-            let sets = me.link.wait(KEY_WAIT).await?;
-            let (key, d) = me.choose(&sets)?;
-            (forced || worth_it(me.rows as f64, d, row_bytes, threads, partitions, downloaded_anyway)).then_some((key, sets))
+            let sets = link.wait(KEY_WAIT).await?;
+            let (key, d) = choose(&keys, &sets)?;
+            (forced || worth_it(rows, d, row_bytes, threads, partitions, downloaded_anyway)).then_some((key, sets))
         }
     }
 }
@@ -167,10 +172,7 @@ impl super::GpuExec for GpuSemiFilterExec {
             };
             let dev = ridgeline_operators::context::global().map_err(gpu_err)?;
             let dset = device_set(&dev, sets, key.slot).await?;
-            Ok(apply(s, key, dev, dset, &m, |_, b| {
-                let n = b.num_rows;
-                Ok((b, n))
-            }))
+            Ok(apply(s, key, dev, dset, &m))
         };
         Ok(futures::stream::once(fut).try_flatten().boxed())
     }
@@ -263,24 +265,8 @@ async fn filtered(input: Arc<dyn ExecutionPlan>, key: SemiKey, sets: Arc<KeySets
     let dev = ridgeline_operators::context::global().map_err(gpu_err)?;
     let gpu = as_gpu(&input).ok_or_else(|| DataFusionError::Internal("semi filter over a CPU operator".into()))?;
     let dset = device_set(&dev, sets, key.slot).await?;
-    let input = gpu.execute_gpu(partition, ctx.clone())?;
-    let batch_size = ctx.session_config().batch_size();
-    let mut s = apply(input, key, dev, dset, m, |dev, b| {
-        let r = b.download(dev)?;
-        let n = r.num_rows();
-        Ok((r, n))
-    })
-    .flat_map(move |r: Result<RecordBatch>| {
-        let parts: Vec<Result<RecordBatch>> = match r {
-            Ok(b) => {
-                let n = b.num_rows();
-                (0..n).step_by(batch_size.max(1)).map(|o| Ok(b.slice(o, batch_size.min(n - o)))).collect()
-            }
-            Err(e) => vec![Err(e)],
-        };
-        futures::stream::iter(parts)
-    })
-    .boxed();
+    let batches = gpu.execute_gpu(partition, ctx.clone())?;
+    let mut s = super::gpu_unload::download_stream(input.schema(), apply(batches, key, dev, dset, m), ctx.session_config().batch_size())?;
     // Run the first batch now: a GPU error here still falls back.
     let first = s.next().await;
     let head: Vec<Result<RecordBatch>> = match first {
@@ -298,17 +284,9 @@ async fn device_set(dev: &Arc<GpuContext>, sets: Arc<KeySets>, slot: usize) -> R
     set.ok_or_else(|| DataFusionError::Internal("semi filter without a key set".into()))
 }
 
-/// `s`'s batches with the prefilter applied on the device, each passed through
-/// `finish` (a download, or nothing) in the same blocking task; batches left
-/// empty are dropped.
-fn apply<T: Send + 'static>(
-    s: super::GpuBatchStream,
-    key: SemiKey,
-    dev: Arc<GpuContext>,
-    dset: Arc<DeviceKeySet>,
-    m: &Metrics,
-    finish: fn(&GpuContext, GpuBatch) -> Result<(T, usize)>,
-) -> futures::stream::BoxStream<'static, Result<T>> {
+/// `s`'s batches with the prefilter applied on the device; batches left empty
+/// are dropped.
+fn apply(s: super::GpuBatchStream, key: SemiKey, dev: Arc<GpuContext>, dset: Arc<DeviceKeySet>, m: &Metrics) -> super::GpuBatchStream {
     m.applied.add(1);
     let (rows_in, rows_out, time) = (m.rows_in.clone(), m.rows_out.clone(), m.time.clone());
     s.then(move |b: Result<GpuBatch>| {
@@ -318,16 +296,15 @@ fn apply<T: Send + 'static>(
             tokio::task::spawn_blocking(move || {
                 let _t = time.timer();
                 rows_in.add(b.num_rows);
-                let Some(out) = semi_filter_batch(&dev, &key, &dset, b)? else { return Ok(None) };
-                let (out, n) = finish(&dev, out)?;
-                rows_out.add(n);
-                Ok(Some(out))
+                let out = semi_filter_batch(&dev, &key, &dset, b)?;
+                rows_out.add(out.as_ref().map_or(0, |o| o.num_rows));
+                Ok(out)
             })
             .await
             .map_err(blocking_err)?
         }
     })
-    .filter_map(|r: Result<Option<T>>| async move { r.transpose() })
+    .filter_map(|r: Result<Option<GpuBatch>>| async move { r.transpose() })
     .boxed()
 }
 

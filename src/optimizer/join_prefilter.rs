@@ -20,8 +20,7 @@
 //! GPU operators and before the boundary rule.
 use crate::config::rule_device;
 use crate::exec::join_keys::{key_type_supported, JoinKeyLink, JoinKeysExec};
-use crate::exec::gpu_semi_filter::{worth_it, SemiKey};
-use crate::gpu_batch::Storage;
+use crate::exec::gpu_semi_filter::{row_bytes, worth_it, SemiKey};
 use crate::exec::{as_gpu, gpu_filter::OutCol, CpuNoteExec, GpuFilterExec, GpuRepartitionExec, GpuScanExec, GpuSemiFilterExec};
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::{Transformed, TreeNode};
@@ -111,7 +110,7 @@ fn with_filter(plan: &Arc<dyn ExecutionPlan>, keys: Vec<ProbeKey>, link: &Arc<Jo
         // (otherwise collecting the build keys is wasted work).
         if let Some((min_rows, threads)) = min_rows {
             let partitions = plan.output_partitioning().partition_count();
-            let row_bytes: f64 = plan.schema().fields().iter().map(|f| Storage::of(f.data_type()).map_or(16, |s| s.elem_size()) as f64).sum();
+            let row_bytes = row_bytes(&plan.schema());
             let downloaded_anyway = plan.downcast_ref::<GpuScanExec>().is_none();
             if rows < min_rows || !worth_it(rows as f64, 0.0, row_bytes, threads, partitions, downloaded_anyway) {
                 return None;

@@ -206,3 +206,56 @@ async fn join_types_nulls_and_key_kinds_match_cpu_mode() {
     gpu.sql("SET ridgeline.gpu_join_prefilter = false").await.unwrap().collect().await.unwrap();
     assert!(!has_semi(&plan(&gpu, queries[0]).await));
 }
+
+/// The mask path (a resident scan under a CPU parent: every chunk's selection
+/// computed on the device in one pass, the host copy filtered with it) over more
+/// chunks than partitions, chunks of an odd length (3001 rows: masks sliced at
+/// bit offsets) and batches that cut chunks (1000 rows), with and without the
+/// CPU's dynamic filters alongside: answers equal CPU mode, the scan's rows are
+/// really dropped, and every partition is filtered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mask_path_over_many_chunks_and_cut_batches() {
+    if ridgeline_operators::testing::test_context().is_none() {
+        return;
+    }
+    let mut engines = Vec::new();
+    for mode in [GpuMode::On, GpuMode::Off] {
+        let rl = Ridgeline::builder().gpu_mode(mode).build().unwrap();
+        for s in ["SET ridgeline.chunk_rows = 3001", "SET datafusion.execution.batch_size = 1000"] {
+            rl.sql(s).await.unwrap().collect().await.unwrap();
+        }
+        for (name, b) in tables() {
+            rl.register_resident(name, b.schema(), vec![b]).await.unwrap();
+        }
+        engines.push(rl);
+    }
+    let (gpu, cpu) = (&engines[0], &engines[1]);
+    let queries = [
+        "SELECT count(*), sum(v) FROM fact JOIN dim ON fk = dk WHERE name = 'a'",
+        "SELECT fk, count(*), min(v) FROM fact JOIN dim ON fk32 = dk32 GROUP BY fk",
+        "SELECT count(*), sum(v) FROM fact WHERE fk IN (SELECT dk FROM dim WHERE name = 'b')",
+        "SELECT count(*), count(dk), sum(v) FROM fact LEFT JOIN dim ON fk = dk",
+        "SELECT count(*), sum(v) FROM fact JOIN dim ON fd = dd WHERE dk < 100",
+    ];
+    for dynamic in ["true", "false"] {
+        for rl in [gpu, cpu] {
+            rl.sql(&format!("SET datafusion.optimizer.enable_join_dynamic_filter_pushdown = {dynamic}")).await.unwrap().collect().await.unwrap();
+        }
+        for q in queries {
+            assert_eq!(rows(gpu, q).await, rows(cpu, q).await, "dynamic filters {dynamic}: {q}");
+        }
+        let b = gpu.sql(&format!("EXPLAIN ANALYZE {}", queries[0])).await.unwrap().collect().await.unwrap();
+        let text = pretty_format_batches(&b).unwrap().to_string();
+        assert!(text.contains("table=fact") && text.contains("chunks=7"), "{text}");
+        let line = text.lines().find(|l| l.contains("GpuSemiFilterExec") && l.contains("fk@")).unwrap_or_else(|| panic!("{text}"));
+        let parts = gpu.sql("SELECT 1").await.unwrap().task_ctx().session_config().target_partitions();
+        assert_eq!(metric(line, "prefiltered_partitions"), parts.min(7) as f64, "{line}");
+        let (inp, out) = (metric(line, "input_rows"), metric(line, "output_rows"));
+        assert!(inp == 20_000.0 && out < 1000.0, "fact {inp} -> {out} rows: {line}");
+    }
+    // The device path over the same scans (compacted per partition, downloaded).
+    gpu.sql("SET ridgeline.gpu_semi_filter_mask = false").await.unwrap().collect().await.unwrap();
+    for q in queries {
+        assert_eq!(rows(gpu, q).await, rows(cpu, q).await, "device path: {q}");
+    }
+}

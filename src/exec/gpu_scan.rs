@@ -5,6 +5,7 @@
 use super::{GpuBatchStream, GpuExec};
 use crate::gpu_batch::GpuBatch;
 use crate::resident::ResidentData;
+use arrow::buffer::BooleanBuffer;
 use arrow::datatypes::SchemaRef;
 use datafusion::common::Statistics;
 use datafusion::error::Result;
@@ -78,6 +79,20 @@ impl GpuScanExec {
             .collect()
     }
 
+    /// Output partition `partition` as a CPU parent reads it (the host copy), with
+    /// the rows of chunk `i` whose bit in `masks[i]` is clear left out (a
+    /// selection computed on the device; `None`: every row).
+    pub fn execute_masked(&self, partition: usize, ctx: Arc<TaskContext>, masks: Option<&[Option<BooleanBuffer>]>) -> Result<SendableRecordBatchStream> {
+        let bs = ctx.session_config().batch_size();
+        let s = self.data.table.filtered_stream(self.schema.clone(), self.projection.as_deref(), self.partitions, partition, bs, self.filters.clone(), masks)?;
+        Ok(datafusion::physical_plan::coop::make_cooperative(s))
+    }
+
+    /// Rows of output partition `partition`.
+    pub fn partition_rows(&self, partition: usize) -> usize {
+        self.data.table.partition_rows(self.partitions, partition)
+    }
+
     /// Indices of partition `partition`'s chunks (every `partitions`-th).
     fn chunk_indices(&self, partition: usize) -> impl Iterator<Item = usize> {
         (partition..self.data.chunks.len()).step_by(self.partitions)
@@ -135,9 +150,7 @@ impl ExecutionPlan for GpuScanExec {
     }
     fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
         // CPU parents read the host copy: the same rows, no transfer.
-        let bs = ctx.session_config().batch_size();
-        let s = self.data.table.filtered_stream(self.schema.clone(), self.projection.as_deref(), self.partitions, partition, bs, self.filters.clone())?;
-        Ok(datafusion::physical_plan::coop::make_cooperative(s))
+        self.execute_masked(partition, ctx, None)
     }
     fn handle_child_pushdown_result(
         &self,

@@ -11,14 +11,19 @@
 //! filters. Otherwise, and when the GPU fails, the input's rows pass unfiltered:
 //! the join drops them.
 //!
-//! Under a CPU parent it downloads its own output (a resident scan's rows that
-//! pass unfiltered are read from the host copy, not downloaded), so the boundary
-//! rule puts no unload above it; a GPU parent (a `GpuRepartitionExec`) takes its
-//! device batches.
+//! Under a CPU parent over a resident scan, the first partition to get there
+//! tests the keys of every chunk of the table on the device and reads back the
+//! selections (a bit a row, one readback for the whole input); every partition
+//! then filters its rows of the scan's host copy with them, so no row is
+//! downloaded and the device is waited on once per query, not per partition.
+//! Under a CPU parent over a GPU filter it compacts on the device and downloads
+//! its own output, so the boundary rule puts no unload above it; a GPU parent (a
+//! `GpuRepartitionExec`) takes its device batches.
 use super::join_keys::{JoinKeyLink, KeySets, KEY_WAIT};
 use super::{as_gpu, blocking_err, cpu_equivalent};
 use crate::gpu_batch::{gpu_err, is_gpu_error, ColumnData, GpuBatch, Storage};
 use arrow::array::RecordBatch;
+use arrow::buffer::BooleanBuffer;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, Time};
@@ -33,14 +38,32 @@ use std::sync::Arc;
 /// CPU time a hash join spends per probe row (measured: 15 ns a row of TPC-H
 /// lineitem against a 43K-row build side, DataFusion 55, one core).
 pub const PROBE_NS_PER_ROW: f64 = 15.0;
-/// Fixed cost of the filter per output partition, in ms: each partition's batches
-/// take a membership kernel, a compaction with a count readback and a download
-/// per column, and the partitions wait on one queue (measured on the H100
-/// machine, TPC-H SF 10: over 8M partsupp rows with 16 partitions the filter lost
-/// 8.4 ms while saving about 7 ms of probing).
+/// Fixed cost of the device path per output partition, in ms: each partition's
+/// batches take a membership kernel, a compaction with a count readback and a
+/// download per column, and the partitions wait on one queue (measured on the
+/// H100 machine, TPC-H SF 10: over 8M partsupp rows with 16 partitions the filter
+/// lost 8.4 ms while saving about 7 ms of probing).
 pub const FIXED_MS_PER_PARTITION: f64 = 1.0;
 /// Effective download rate of filtered rows, bytes per ms (25 GB/s).
 pub const DOWNLOAD_BYTES_PER_MS: f64 = 25.0e6;
+/// Fixed cost of the mask path, in ms, for the whole input: one membership
+/// kernel per chunk, one readback of every selection.
+pub const MASK_FIXED_MS: f64 = 0.5;
+/// CPU time of the mask path per input row (counting a batch's mask bits and
+/// gathering the passing rows of the host copy), ns on one core.
+pub const MASK_NS_PER_ROW: f64 = 1.0;
+
+/// How the filter's rows reach its parent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FilterPath {
+    /// A resident scan under a CPU parent: every row's selection computed in one
+    /// device pass and read back, the host copy filtered with it.
+    HostMask,
+    /// Compacted on the device per partition and downloaded or handed to a GPU
+    /// parent. `downloaded_anyway`: the rows reach the CPU either way (a GPU
+    /// filter's output, a GPU parent's), so the filter saves downloads too.
+    Device { downloaded_anyway: bool },
+}
 
 /// Bytes a row of `schema` downloads (16 for a column without a device layout).
 pub fn row_bytes(schema: &arrow::datatypes::Schema) -> f64 {
@@ -48,16 +71,21 @@ pub fn row_bytes(schema: &arrow::datatypes::Schema) -> f64 {
 }
 
 /// Whether filtering `rows` probe rows of `row_bytes` bytes each down to a
-/// fraction `density` pays on `threads` cores with `partitions` partitions.
-/// `downloaded_anyway`: the input is a GPU filter, whose rows are downloaded
-/// either way (the filter then saves downloads too); over a resident scan its
-/// host copy is read in place, so every passing row's download is a cost.
-pub fn worth_it(rows: f64, density: f64, row_bytes: f64, threads: usize, partitions: usize, downloaded_anyway: bool) -> bool {
+/// fraction `density` pays on `threads` cores with `partitions` partitions, by
+/// `path`. Over a resident scan the device path downloads every passing row
+/// (its host copy would have been read in place); the mask path downloads none.
+pub fn worth_it(rows: f64, density: f64, row_bytes: f64, threads: usize, partitions: usize, path: FilterPath) -> bool {
     let per_row_download = row_bytes / DOWNLOAD_BYTES_PER_MS;
-    let probe = PROBE_NS_PER_ROW * 1e-6 / threads.max(1) as f64;
-    let saved = (1.0 - density) * rows * (probe + if downloaded_anyway { per_row_download } else { 0.0 });
-    let cost = FIXED_MS_PER_PARTITION * partitions as f64 + if downloaded_anyway { 0.0 } else { density * rows * per_row_download };
-    saved > cost
+    let threads = threads.max(1) as f64;
+    let probe = PROBE_NS_PER_ROW * 1e-6 / threads;
+    match path {
+        FilterPath::HostMask => (1.0 - density) * rows * probe > MASK_FIXED_MS + rows * MASK_NS_PER_ROW * 1e-6 / threads,
+        FilterPath::Device { downloaded_anyway } => {
+            let saved = (1.0 - density) * rows * (probe + if downloaded_anyway { per_row_download } else { 0.0 });
+            let cost = FIXED_MS_PER_PARTITION * partitions as f64 + if downloaded_anyway { 0.0 } else { density * rows * per_row_download };
+            saved > cost
+        }
+    }
 }
 
 /// A join key the filter may test.
@@ -82,13 +110,43 @@ pub struct GpuSemiFilterExec {
     /// The input's estimated rows (all partitions).
     rows: usize,
     metrics: ExecutionPlanMetricsSet,
+    masks: Arc<MaskCache>,
+}
+
+/// Per-chunk selections of a resident scan's rows (`None`: every row passes).
+type Masks = Arc<Vec<Option<BooleanBuffer>>>;
+
+/// The mask path's selections of the latest execution, computed once for all
+/// partitions: keyed by the build side's key sets (a new execution publishes new
+/// ones) and the key tested. The cell holds `None` when the GPU failed.
+#[derive(Default)]
+struct MaskCache(std::sync::Mutex<Option<(Arc<KeySets>, usize, Arc<tokio::sync::OnceCell<Option<Masks>>>)>>);
+
+impl std::fmt::Debug for MaskCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MaskCache")
+    }
+}
+
+impl MaskCache {
+    fn cell(&self, sets: &Arc<KeySets>, slot: usize) -> Arc<tokio::sync::OnceCell<Option<Masks>>> {
+        let mut g = self.0.lock().unwrap();
+        match &*g {
+            Some((s, k, c)) if Arc::ptr_eq(s, sets) && *k == slot => c.clone(),
+            _ => {
+                let c = Arc::new(tokio::sync::OnceCell::new());
+                *g = Some((sets.clone(), slot, c.clone()));
+                c
+            }
+        }
+    }
 }
 
 impl GpuSemiFilterExec {
     /// Filters `input` (a GPU island of about `rows` rows) by one of `keys`: at
     /// execution, the one whose key set in `link` lets the fewest rows pass.
     pub fn new(input: Arc<dyn ExecutionPlan>, keys: Vec<SemiKey>, link: Arc<JoinKeyLink>, rows: usize) -> Self {
-        GpuSemiFilterExec { input, keys, link, rows, metrics: ExecutionPlanMetricsSet::new() }
+        GpuSemiFilterExec { input, keys, link, rows, metrics: ExecutionPlanMetricsSet::new(), masks: Arc::default() }
     }
     /// The input.
     pub fn input(&self) -> &Arc<dyn ExecutionPlan> {
@@ -135,9 +193,8 @@ impl GpuSemiFilterExec {
     }
 
     /// The future deciding, once the build side's keys are in, which key to test
-    /// (`None`: pass every row). `downloaded_anyway`: the rows go to the CPU either
-    /// way (a GPU filter's output, a GPU parent's), so the filter saves downloads.
-    fn decision(&self, ctx: &Arc<TaskContext>, downloaded_anyway: bool) -> impl std::future::Future<Output = Option<(SemiKey, Arc<KeySets>)>> + Send + 'static {
+    /// (`None`: pass every row), for filtering by `path`.
+    fn decision(&self, ctx: &Arc<TaskContext>, path: FilterPath) -> impl std::future::Future<Output = Option<(SemiKey, Arc<KeySets>)>> + Send + 'static {
         let (keys, link, rows) = (self.keys.clone(), self.link.clone(), self.rows as f64);
         let opts = crate::config::RidgelineOptions::from_config(ctx.session_config().options());
         let forced = opts.mode().ok() == Some(ridgeline_operators::GpuMode::On);
@@ -147,7 +204,7 @@ impl GpuSemiFilterExec {
         async move {
             let sets = link.wait(KEY_WAIT).await?;
             let (key, d) = choose(&keys, &sets)?;
-            (forced || worth_it(rows, d, row_bytes, threads, partitions, downloaded_anyway)).then_some((key, sets))
+            (forced || worth_it(rows, d, row_bytes, threads, partitions, path)).then_some((key, sets))
         }
     }
 }
@@ -155,7 +212,7 @@ impl GpuSemiFilterExec {
 impl super::GpuExec for GpuSemiFilterExec {
     fn execute_gpu(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<super::GpuBatchStream> {
         let input = self.input.clone();
-        let decide = self.decision(&ctx, true);
+        let decide = self.decision(&ctx, FilterPath::Device { downloaded_anyway: true });
         let m = self.metrics_for(partition);
         let fut = async move {
             let gpu = as_gpu(&input).ok_or_else(|| DataFusionError::Internal("semi filter over a CPU operator".into()))?;
@@ -216,11 +273,29 @@ impl ExecutionPlan for GpuSemiFilterExec {
         let schema = self.schema();
         let m = self.metrics_for(partition);
         let input = self.input.clone();
-        let decide = self.decision(&ctx, self.input.downcast_ref::<super::GpuScanExec>().is_none());
+        let over_scan = self.input.downcast_ref::<super::GpuScanExec>().is_some();
+        let mask = over_scan && crate::config::RidgelineOptions::from_config(ctx.session_config().options()).gpu_semi_filter_mask;
+        let path = match (over_scan, mask) {
+            (_, true) => FilterPath::HostMask,
+            (true, false) => FilterPath::Device { downloaded_anyway: false },
+            (false, _) => FilterPath::Device { downloaded_anyway: true },
+        };
+        let decide = self.decision(&ctx, path);
+        let cache = self.masks.clone();
         let fut = async move {
             let (Some((key, sets)), Some(_)) = (decide.await, as_gpu(&input)) else {
                 return passthrough(&input, partition, ctx, m);
             };
+            if let Some(scan) = input.downcast_ref::<super::GpuScanExec>().filter(|_| mask) {
+                let cell = cache.cell(&sets, key.slot);
+                let masks = cell.get_or_try_init(|| scan_masks(scan, &key, sets, m.time.clone())).await?.clone();
+                let Some(masks) = masks else { return passthrough(&input, partition, ctx, m) };
+                m.applied.add(1);
+                m.rows_in.add(scan.partition_rows(partition));
+                let rows_out = m.rows_out.clone();
+                let s = scan.execute_masked(partition, ctx, Some(&masks))?;
+                return Ok(s.inspect_ok(move |b| rows_out.add(b.num_rows())).boxed());
+            }
             match filtered(input.clone(), key, sets, partition, ctx.clone(), &m).await {
                 Ok(s) => Ok(s),
                 Err(e) if is_gpu_error(&e) => {
@@ -277,6 +352,77 @@ async fn filtered(input: Arc<dyn ExecutionPlan>, key: SemiKey, sets: Arc<KeySets
     Ok(futures::stream::iter(head).chain(s).boxed())
 }
 
+/// The mask path's selections: every chunk of `scan`'s table tested on the
+/// device (one membership kernel per chunk, the key set uploaded once), all read
+/// back in one transfer. `None` (with a warning) when the GPU fails: the rows
+/// then pass unfiltered.
+async fn scan_masks(scan: &super::GpuScanExec, key: &SemiKey, sets: Arc<KeySets>, time: Time) -> Result<Option<Masks>> {
+    let data = scan.data().clone();
+    let col = *scan.table_columns().get(key.col).ok_or_else(|| DataFusionError::Internal("semi filter key outside the scan".into()))?;
+    let slot = key.slot;
+    let r = tokio::task::spawn_blocking(move || -> Result<Masks> {
+        let _t = time.timer();
+        let dev = ridgeline_operators::context::global().map_err(gpu_err)?;
+        let set = sets.device_set(&dev, slot).map_err(gpu_err)?.ok_or_else(|| DataFusionError::Internal("semi filter without a key set".into()))?;
+        let mut sels = Vec::with_capacity(data.chunks.len());
+        for c in &data.chunks {
+            let sel = match key_column(&c.columns[col].data) {
+                Some((width, values, validity)) => Some((member_gpu(&dev, values, width, validity, c.num_rows, &set).map_err(gpu_err)?, c.num_rows)),
+                None => None,
+            };
+            sels.push(sel);
+        }
+        // One readback: the selections one after another, each from a word offset.
+        let mut extents = Vec::new();
+        let mut offsets = Vec::with_capacity(sels.len());
+        let mut total = 0u64;
+        for (a, rows) in sels.iter().flatten() {
+            offsets.push(total);
+            extents.extend(a.extents().into_iter().map(|mut e| {
+                e.stream_offset += total;
+                e
+            }));
+            total += (rows.div_ceil(32) * 4) as u64;
+        }
+        let mut words = vec![0u32; (total / 4) as usize];
+        if total > 0 {
+            dev.download_stream(&extents, bytemuck::cast_slice_mut(&mut words)).map_err(gpu_err)?;
+        }
+        let buf = arrow::buffer::Buffer::from_vec(words);
+        let mut offsets = offsets.into_iter();
+        Ok(Arc::new(
+            sels.iter()
+                .map(|s| {
+                    let (_, rows) = s.as_ref()?;
+                    Some(BooleanBuffer::new(buf.slice(offsets.next()? as usize), 0, *rows))
+                })
+                .collect(),
+        ))
+    })
+    .await
+    .map_err(blocking_err)?;
+    match r {
+        Ok(m) => Ok(Some(m)),
+        Err(e) if is_gpu_error(&e) => {
+            log::warn!("GPU semi-join prefilter failed ({e}); probe rows pass unfiltered");
+            eprintln!("warning: GPU failed, the semi-join prefilter passes every row instead: {e}");
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// A device key column's width, values and validity (`None`: not a device key
+/// column, every row passes).
+fn key_column(data: &ColumnData) -> Option<(KeyWidth, &ridgeline_operators::DeviceArray, Option<&ridgeline_operators::DeviceArray>)> {
+    match data {
+        ColumnData::Device { storage: Storage::I32, values, validity } => Some((KeyWidth::I32, values, validity.as_ref())),
+        ColumnData::Device { storage: Storage::U32, values, validity } => Some((KeyWidth::U32, values, validity.as_ref())),
+        ColumnData::Device { storage: Storage::I64, values, validity } => Some((KeyWidth::I64, values, validity.as_ref())),
+        _ => None,
+    }
+}
+
 /// Set `slot` of `sets` on the device (uploaded by the first partition that asks).
 async fn device_set(dev: &Arc<GpuContext>, sets: Arc<KeySets>, slot: usize) -> Result<Arc<DeviceKeySet>> {
     let d = dev.clone();
@@ -313,14 +459,8 @@ fn semi_filter_batch(dev: &GpuContext, key: &SemiKey, set: &DeviceKeySet, b: Gpu
     if b.num_rows == 0 {
         return Ok(None);
     }
-    let col = &b.columns[key.col];
-    let (width, values, validity) = match &col.data {
-        ColumnData::Device { storage: Storage::I32, values, validity } => (KeyWidth::I32, values, validity.as_ref()),
-        ColumnData::Device { storage: Storage::U32, values, validity } => (KeyWidth::U32, values, validity.as_ref()),
-        ColumnData::Device { storage: Storage::I64, values, validity } => (KeyWidth::I64, values, validity.as_ref()),
-        // not a device key column: every row passes
-        _ => return Ok(Some(b)),
-    };
+    // not a device key column: every row passes
+    let Some((width, values, validity)) = key_column(&b.columns[key.col].data) else { return Ok(Some(b)) };
     let sel = member_gpu(dev, values, width, validity, b.num_rows, set).map_err(gpu_err)?;
     let cols: Vec<&crate::gpu_batch::GpuColumn> = b.columns.iter().map(|c| c.as_ref()).collect();
     super::gpu_filter::compact_columns(dev, &sel, b.num_rows, &cols, CompactAlgo::Stable, &b.schema)

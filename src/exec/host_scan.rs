@@ -13,6 +13,7 @@ use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties};
 use arrow::array::{Array, BooleanArray, RecordBatch};
+use arrow::buffer::BooleanBuffer;
 use arrow::compute::filter_record_batch;
 use datafusion::common::ScalarValue;
 use datafusion::config::ConfigOptions;
@@ -33,7 +34,10 @@ impl HostData {
     /// Output partition `partition` of `partitions`, projected (`out_schema`), cut
     /// into `batch_size` rows, with rows failing any of `filters` (dynamic filters
     /// of the plan: a hash join's build-side keys, a top-k's threshold; evaluated on
-    /// each batch as it is read, with their value at that moment) left out.
+    /// each batch as it is read, with their value at that moment) left out, and,
+    /// with `masks` (one per chunk, `None`: every row), the rows whose mask bit is
+    /// not set (a semi-join prefilter's selection, computed on the device).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn filtered_stream(
         &self,
         out_schema: SchemaRef,
@@ -42,6 +46,7 @@ impl HostData {
         partition: usize,
         batch_size: usize,
         filters: Vec<Arc<dyn PhysicalExpr>>,
+        masks: Option<&[Option<BooleanBuffer>]>,
     ) -> Result<SendableRecordBatchStream> {
         let batch_size = batch_size.max(1);
         let mut out = Vec::new();
@@ -54,14 +59,28 @@ impl HostData {
                 None => b.clone(),
             };
             let n = b.num_rows();
-            out.extend((0..n).step_by(batch_size).map(|o| b.slice(o, batch_size.min(n - o))));
+            let mask = masks.and_then(|m| m.get(i).cloned().flatten()).filter(|m| m.len() == n);
+            out.extend((0..n).step_by(batch_size).map(|o| {
+                let len = batch_size.min(n - o);
+                (b.slice(o, len), mask.as_ref().map(|m| m.slice(o, len)))
+            }));
         }
         // The filters run when a batch is polled (the iterator is lazy), so a hash
         // join's filter applies once its build side is done.
         let mut skip = vec![0usize; filters.len()];
-        let batches = out.into_iter().filter_map(move |b| match apply_filters(&filters, &mut skip, b) {
-            Ok(b) if b.num_rows() == 0 => None,
-            r => Some(r),
+        let batches = out.into_iter().filter_map(move |(b, mask)| {
+            let b = match mask.map(|m| (m.count_set_bits(), m)) {
+                Some((0, _)) => return None,
+                Some((k, m)) if k < m.len() => match filter_record_batch(&b, &BooleanArray::new(m, None)) {
+                    Ok(b) => b,
+                    Err(e) => return Some(Err(e.into())),
+                },
+                _ => b,
+            };
+            match apply_filters(&filters, &mut skip, b) {
+                Ok(b) if b.num_rows() == 0 => None,
+                r => Some(r),
+            }
         });
         Ok(Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(out_schema, futures::stream::iter(batches))))
     }
@@ -247,7 +266,7 @@ impl ExecutionPlan for HostScanExec {
     }
     fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
         let bs = ctx.session_config().batch_size();
-        self.data.filtered_stream(self.schema.clone(), self.projection.as_deref(), self.partitions, partition, bs, self.filters.clone())
+        self.data.filtered_stream(self.schema.clone(), self.projection.as_deref(), self.partitions, partition, bs, self.filters.clone(), None)
     }
     /// Takes the dynamic filters of the second (post-optimization) pushdown phase:
     /// they only drop rows the operator that made them would drop anyway, so the

@@ -20,7 +20,7 @@
 //! GPU operators and before the boundary rule.
 use crate::config::rule_device;
 use crate::exec::join_keys::{key_type_supported, JoinKeyLink, JoinKeysExec};
-use crate::exec::gpu_semi_filter::{row_bytes, worth_it, SemiKey};
+use crate::exec::gpu_semi_filter::{row_bytes, worth_it, FilterPath, SemiKey};
 use crate::exec::{as_gpu, gpu_filter::OutCol, CpuNoteExec, GpuFilterExec, GpuRepartitionExec, GpuScanExec, GpuSemiFilterExec};
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::{Transformed, TreeNode};
@@ -93,7 +93,9 @@ struct ProbeKey {
 /// `plan` (the probe side, with the join keys `keys`) with a semi filter on its
 /// GPU island, or `None` when no island is reachable through row-preserving nodes
 /// with some key as a plain column.
-fn with_filter(plan: &Arc<dyn ExecutionPlan>, keys: Vec<ProbeKey>, link: &Arc<JoinKeyLink>, min_rows: Option<(usize, usize)>) -> Option<Arc<dyn ExecutionPlan>> {
+/// `gpu_parent`: `plan`'s parent is a GPU operator (a `GpuRepartitionExec`).
+/// `mask`: the mask path is on (`ridgeline.gpu_semi_filter_mask`).
+fn with_filter(plan: &Arc<dyn ExecutionPlan>, keys: Vec<ProbeKey>, link: &Arc<JoinKeyLink>, min_rows: Option<(usize, usize)>, gpu_parent: bool, mask: bool) -> Option<Arc<dyn ExecutionPlan>> {
     if as_gpu(plan).is_some() {
         if plan.downcast_ref::<GpuScanExec>().is_none() && plan.downcast_ref::<GpuFilterExec>().is_none() {
             return None;
@@ -111,8 +113,12 @@ fn with_filter(plan: &Arc<dyn ExecutionPlan>, keys: Vec<ProbeKey>, link: &Arc<Jo
         if let Some((min_rows, threads)) = min_rows {
             let partitions = plan.output_partitioning().partition_count();
             let row_bytes = row_bytes(&plan.schema());
-            let downloaded_anyway = plan.downcast_ref::<GpuScanExec>().is_none();
-            if rows < min_rows || !worth_it(rows as f64, 0.0, row_bytes, threads, partitions, downloaded_anyway) {
+            let path = match (plan.downcast_ref::<GpuScanExec>().is_some(), gpu_parent) {
+                (true, false) if mask => FilterPath::HostMask,
+                (true, false) => FilterPath::Device { downloaded_anyway: false },
+                _ => FilterPath::Device { downloaded_anyway: true },
+            };
+            if rows < min_rows || !worth_it(rows as f64, 0.0, row_bytes, threads, partitions, path) {
                 return None;
             }
         }
@@ -146,7 +152,7 @@ fn with_filter(plan: &Arc<dyn ExecutionPlan>, keys: Vec<ProbeKey>, link: &Arc<Jo
         return None;
     }
     let child = plan.children().first().cloned()?.clone();
-    let new_child = with_filter(&child, keys, link, min_rows)?;
+    let new_child = with_filter(&child, keys, link, min_rows, plan.downcast_ref::<GpuRepartitionExec>().is_some(), mask)?;
     #[allow(deprecated)]
     plan.clone().with_new_children(vec![new_child]).ok()
 }
@@ -200,7 +206,7 @@ impl PhysicalOptimizerRule for GpuJoinPrefilter {
                 if probe_keys.is_empty() {
                     return Ok(Transformed::no(node));
                 }
-                let Some(right) = with_filter(j.right(), probe_keys, &link, min_rows) else { return Ok(Transformed::no(node)) };
+                let Some(right) = with_filter(j.right(), probe_keys, &link, min_rows, false, opts.gpu_semi_filter_mask) else { return Ok(Transformed::no(node)) };
                 let tap: Arc<dyn ExecutionPlan> = Arc::new(JoinKeysExec::new(tap_at, build_keys, link));
                 #[allow(deprecated)]
                 let left = if *j.partition_mode() == PartitionMode::Partitioned { j.left().clone().with_new_children(vec![tap])? } else { tap };

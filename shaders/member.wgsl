@@ -5,11 +5,13 @@
 // match), here exact rather than a Bloom filter because join keys of dimension
 // tables are dense integer ranges.
 //
-// One invocation per selection word: it tests the 32 rows of its word and writes
-// the word, so no atomics are needed. A key is a member when it is valid, lies in
-// the bitmap's range and its bit is set; the range test subtracts the base in
-// 64-bit two's complement on u32 pairs (keys of 4 bytes are sign- or zero-extended
-// first), so keys far outside the range never alias into it.
+// A workgroup tests ITEMS * WG consecutive rows (ITEMS * WG / 32 selection
+// words): invocation l tests rows l, l + WG, ... so the key loads of a subgroup
+// are coalesced, and sets its bits in the workgroup's words with atomicOr; the
+// first invocations then write the words out. A key is a member when it is
+// valid, lies in the bitmap's range and its bit is set; the range test subtracts
+// the base in 64-bit two's complement on u32 pairs (keys of 4 bytes are sign- or
+// zero-extended first), so keys far outside the range never alias into it.
 //
 // Launched once per segment of the key column (every array is bound segment by
 // segment, as the row-wise kernels are); the selection and validity words of a
@@ -57,24 +59,38 @@ fn member(r: u32) -> bool {
     return ((keyset[dlo >> 5u] >> (dlo & 31u)) & 1u) != 0u;
 }
 
+const ITEMS: u32 = 4u;
+const WORDS: u32 = ITEMS * WG / 32u;
+
+var<workgroup> wbits: array<atomic<u32>, WORDS>;
+
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let w = wid.y * p.grid + wid.x * WG + lid;
-    let words = (p.rows + 31u) / 32u;
-    if (w >= words) {
-        return;
+    // p.grid: workgroups per row of the dispatch grid
+    let r0 = (wid.y * p.grid + wid.x) * ITEMS * WG;
+    for (var k = lid; k < WORDS; k += WG) {
+        atomicStore(&wbits[k], 0u);
     }
-    let r0 = w * 32u;
-    let n = min(32u, p.rows - r0);
-    var vw = 0xffffffffu;
-    if ((p.flags & F_VALIDITY) != 0u) {
-        vw = valid[w];
-    }
-    var bits = 0u;
-    for (var j = 0u; j < n; j++) {
-        if (((vw >> j) & 1u) != 0u && member(r0 + j)) {
-            bits |= 1u << j;
+    workgroupBarrier();
+    for (var k = 0u; k < ITEMS; k++) {
+        let j = k * WG + lid;
+        let r = r0 + j;
+        if (r < p.rows) {
+            var ok = true;
+            if ((p.flags & F_VALIDITY) != 0u) {
+                ok = ((valid[r >> 5u] >> (r & 31u)) & 1u) != 0u;
+            }
+            if (ok && member(r)) {
+                atomicOr(&wbits[j >> 5u], 1u << (j & 31u));
+            }
         }
     }
-    sel[w] = bits;
+    workgroupBarrier();
+    let words = (p.rows + 31u) / 32u;
+    let w0 = r0 / 32u;
+    for (var k = lid; k < WORDS; k += WG) {
+        if (w0 + k < words) {
+            sel[w0 + k] = atomicLoad(&wbits[k]);
+        }
+    }
 }

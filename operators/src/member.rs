@@ -201,6 +201,23 @@ struct Params {
     pad1: u32,
 }
 
+/// One key column of [`member_gpu_many`]: `rows` keys (`keys`, stored as
+/// `width`, validity bits in `validity` when some are NULL).
+#[derive(Clone, Copy)]
+pub struct MemberInput<'a> {
+    /// The keys.
+    pub keys: &'a DeviceArray,
+    /// Their storage.
+    pub width: KeyWidth,
+    /// Their validity bits, if some are NULL.
+    pub validity: Option<&'a DeviceArray>,
+    /// Rows to test.
+    pub rows: usize,
+}
+
+/// Rows a workgroup of the kernel tests (`ITEMS * WG` in shaders/member.wgsl).
+const ROWS_PER_WG: u64 = 4 * WG as u64;
+
 /// The selection bitmap of `rows` rows whose key (`keys`, stored as `width`,
 /// validity bits in `validity` when some are NULL) is in `set`: segmented like the
 /// row-wise kernels' selections (`keys.seg_rows() / 32` words per segment), ready
@@ -213,84 +230,94 @@ pub fn member_gpu(
     rows: usize,
     set: &DeviceKeySet,
 ) -> GpuResult<DeviceArray> {
-    let elem = if width == KeyWidth::I64 { 8 } else { 4 };
-    if keys.elem_size() != elem || keys.len() < rows {
-        return Err(GpuError::Invalid(format!("{rows} keys of {elem} bytes expected, got {} of {}", keys.len(), keys.elem_size())));
-    }
-    let seg = keys.seg_rows();
-    let segments = rows.div_ceil(seg);
-    if segments > 1 && seg % 32 != 0 {
-        return Err(GpuError::Invalid(format!("key segments of {seg} rows (expected a multiple of 32)")));
-    }
-    if let Some(v) = validity {
-        if v.num_segments() < segments || (segments > 1 && v.seg_rows() != seg / 32) {
-            return Err(GpuError::Invalid("validity bitmap not split like its keys".into()));
-        }
-    }
-    // One selection segment per key segment, `seg / 32` words each (the row-wise
-    // kernels' layout, which the compaction expects)
-    // (a single segment whose rows are not a multiple of 128 gets one segment of
-    // every word instead)
-    let out_seg = if seg % 128 == 0 { seg / 32 } else { rows.div_ceil(32).max(1).div_ceil(4) * 4 };
-    let out = DeviceArray::alloc_segmented(ctx, rows.div_ceil(32), 4, out_seg)?;
-    if rows == 0 {
-        return Ok(out);
-    }
+    let mut out = member_gpu_many(ctx, &[MemberInput { keys, width, validity, rows }], set)?;
+    Ok(out.pop().expect("one input, one selection"))
+}
+
+/// [`member_gpu`] for several key columns against one set, recorded into one
+/// command buffer and submitted once (a semi-join prefilter tests every chunk of
+/// a table this way).
+pub fn member_gpu_many(ctx: &GpuContext, inputs: &[MemberInput<'_>], set: &DeviceKeySet) -> GpuResult<Vec<DeviceArray>> {
     let pipe = ctx.pipeline("member", MEMBER_WGSL, "main", &[("WG", WG.to_string())])?;
     let layout = pipe.get_bind_group_layout(0);
     let max_dim = ctx.limits().max_compute_workgroups_per_dimension;
-    let mut flags = match width {
-        KeyWidth::I64 => 1,
-        KeyWidth::I32 => 2,
-        KeyWidth::U32 => 0,
-    };
-    if validity.is_some() {
-        flags |= 4;
-    }
     let (set_buf, _, _) = set.bits.segment(0);
     let mut enc = ctx.encoder("member");
-    let mut uniforms = Vec::with_capacity(segments);
-    for s in 0..segments {
-        let (kbuf, start, _) = keys.segment(s);
-        let seg_len = (rows - start).min(seg);
-        let words = seg_len.div_ceil(32) as u64;
-        let (x, y, z) = dispatch_dims(words.div_ceil(WG as u64), max_dim);
-        let ub = ctx.uniform(&Params {
-            rows: seg_len as u32,
-            grid: x * WG,
-            flags,
-            nbits: set.nbits,
-            base_lo: set.base as u64 as u32,
-            base_hi: ((set.base as u64) >> 32) as u32,
-            pad0: 0,
-            pad1: 0,
-        });
-        let vbuf = match validity {
-            Some(v) => v.segment(s).0,
-            None => kbuf,
-        };
-        let (obuf, _, _) = out.segment(s);
-        let entries = [
-            wgpu::BindGroupEntry { binding: 0, resource: ub.as_entire_binding() },
-            wgpu::BindGroupEntry { binding: 1, resource: kbuf.as_entire_binding() },
-            wgpu::BindGroupEntry { binding: 2, resource: vbuf.as_entire_binding() },
-            wgpu::BindGroupEntry { binding: 3, resource: set_buf.as_entire_binding() },
-            wgpu::BindGroupEntry { binding: 4, resource: obuf.as_entire_binding() },
-        ];
-        let bg = ctx.scoped(|| {
-            ctx.device.create_bind_group(&wgpu::BindGroupDescriptor { label: Some("member"), layout: &layout, entries: &entries })
-        })?;
-        {
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("member"), timestamp_writes: None });
-            pass.set_pipeline(&pipe);
-            pass.set_bind_group(0, &bg, &[]);
-            pass.dispatch_workgroups(x, y, z);
+    let mut uniforms = Vec::new();
+    let mut outs = Vec::with_capacity(inputs.len());
+    for &MemberInput { keys, width, validity, rows } in inputs {
+        let elem = if width == KeyWidth::I64 { 8 } else { 4 };
+        if keys.elem_size() != elem || keys.len() < rows {
+            return Err(GpuError::Invalid(format!("{rows} keys of {elem} bytes expected, got {} of {}", keys.len(), keys.elem_size())));
         }
-        uniforms.push(ub);
+        let seg = keys.seg_rows();
+        let segments = rows.div_ceil(seg);
+        if segments > 1 && seg % 32 != 0 {
+            return Err(GpuError::Invalid(format!("key segments of {seg} rows (expected a multiple of 32)")));
+        }
+        if let Some(v) = validity {
+            if v.num_segments() < segments || (segments > 1 && v.seg_rows() != seg / 32) {
+                return Err(GpuError::Invalid("validity bitmap not split like its keys".into()));
+            }
+        }
+        // One selection segment per key segment, `seg / 32` words each (the
+        // row-wise kernels' layout, which the compaction expects)
+        // (a single segment whose rows are not a multiple of 128 gets one segment
+        // of every word instead)
+        let out_seg = if seg % 128 == 0 { seg / 32 } else { rows.div_ceil(32).max(1).div_ceil(4) * 4 };
+        let out = DeviceArray::alloc_segmented(ctx, rows.div_ceil(32), 4, out_seg)?;
+        let mut flags = match width {
+            KeyWidth::I64 => 1,
+            KeyWidth::I32 => 2,
+            KeyWidth::U32 => 0,
+        };
+        if validity.is_some() {
+            flags |= 4;
+        }
+        for s in 0..segments {
+            let (kbuf, start, _) = keys.segment(s);
+            let seg_len = (rows - start).min(seg);
+            let (x, y, z) = dispatch_dims((seg_len as u64).div_ceil(ROWS_PER_WG), max_dim);
+            let ub = ctx.uniform(&Params {
+                rows: seg_len as u32,
+                grid: x,
+                flags,
+                nbits: set.nbits,
+                base_lo: set.base as u64 as u32,
+                base_hi: ((set.base as u64) >> 32) as u32,
+                pad0: 0,
+                pad1: 0,
+            });
+            let vbuf = match validity {
+                Some(v) => v.segment(s).0,
+                None => kbuf,
+            };
+            let (obuf, _, _) = out.segment(s);
+            let entries = [
+                wgpu::BindGroupEntry { binding: 0, resource: ub.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 1, resource: kbuf.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 2, resource: vbuf.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 3, resource: set_buf.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 4, resource: obuf.as_entire_binding() },
+            ];
+            let bg = ctx.scoped(|| {
+                ctx.device.create_bind_group(&wgpu::BindGroupDescriptor { label: Some("member"), layout: &layout, entries: &entries })
+            })?;
+            {
+                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("member"), timestamp_writes: None });
+                pass.set_pipeline(&pipe);
+                pass.set_bind_group(0, &bg, &[]);
+                pass.dispatch_workgroups(x, y, z);
+            }
+            uniforms.push(ub);
+        }
+        outs.push(out);
     }
-    ctx.submit(enc)?;
+    if !uniforms.is_empty() {
+        ctx.submit(enc)?;
+    }
     drop(uniforms);
-    Ok(out)
+    Ok(outs)
 }
 
 #[cfg(test)]

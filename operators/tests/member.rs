@@ -3,7 +3,7 @@
 //! all NULL, sizes off the workgroup, keys far outside the set's range, split
 //! segments and a column above the adapter's binding limit).
 use rand::{Rng, SeedableRng};
-use ridgeline_operators::member::{member_gpu, member_reference, member_words, DeviceKeySet, KeyBitmap, KeyWidth, Keys, MAX_SET_BITS};
+use ridgeline_operators::member::{member_gpu, member_gpu_many, member_reference, member_words, DeviceKeySet, KeyBitmap, KeyWidth, Keys, MemberInput, MAX_SET_BITS};
 use ridgeline_operators::testing::test_context;
 use ridgeline_operators::{DeviceArray, GpuContext};
 
@@ -144,4 +144,50 @@ fn member_above_the_binding_limit() {
     assert!(got == want, "membership above the binding limit differs");
     let passed: u64 = got.iter().map(|w| w.count_ones() as u64).sum();
     assert!(passed > 0 && passed < n as u64);
+}
+
+/// Several key columns (widths, NULLs, sizes off the workgroup's 1024 rows, an
+/// empty one, one split into segments) against one set in one submission: each
+/// selection equals the reference.
+#[test]
+fn member_many_in_one_submission() {
+    let Some(ctx) = test_context() else { return };
+    let mut r = rng(29);
+    let build: Vec<i64> = (0..3000).map(|_| r.random_range(-5000..20_000)).collect();
+    let set = KeyBitmap::from_keys(&build, MAX_SET_BITS).unwrap();
+    let dset = DeviceKeySet::upload(&ctx, &set).unwrap();
+    let sizes = [1usize, 1023, 1024, 1025, 0, 5000, 70_000];
+    let widths = [KeyWidth::I64, KeyWidth::I32, KeyWidth::U32, KeyWidth::I64, KeyWidth::I32, KeyWidth::U32, KeyWidth::I64];
+    let mut cols = Vec::new();
+    for (i, (&n, &width)) in sizes.iter().zip(&widths).enumerate() {
+        let keys: Vec<i64> = (0..n)
+            .map(|_| {
+                let k: i64 = r.random_range(-6000..21_000);
+                if width == KeyWidth::U32 { k.rem_euclid(21_000) } else { k }
+            })
+            .collect();
+        let valid: Option<Vec<bool>> = (i % 2 == 1).then(|| (0..n).map(|j| j % 5 != 2).collect());
+        // the last column in segments of 4096 rows
+        let seg = if i == sizes.len() - 1 { 4096 } else { ctx.segment_rows() };
+        let dkeys = match width {
+            KeyWidth::I64 => DeviceArray::upload_segmented(&ctx, &keys, seg),
+            KeyWidth::I32 => DeviceArray::upload_segmented(&ctx, &keys.iter().map(|&k| k as i32).collect::<Vec<_>>(), seg),
+            KeyWidth::U32 => DeviceArray::upload_segmented(&ctx, &keys.iter().map(|&k| k as u32).collect::<Vec<_>>(), seg),
+        }
+        .unwrap();
+        let dvalid = valid.as_ref().map(|v| DeviceArray::upload_segmented(&ctx, &bits_of(v), seg / 32).unwrap());
+        cols.push((keys, valid, width, dkeys, dvalid));
+    }
+    let inputs: Vec<MemberInput<'_>> = cols
+        .iter()
+        .map(|(keys, _, width, dkeys, dvalid)| MemberInput { keys: dkeys, width: *width, validity: dvalid.as_ref(), rows: keys.len() })
+        .collect();
+    let sels = member_gpu_many(&ctx, &inputs, &dset).unwrap();
+    assert_eq!(sels.len(), cols.len());
+    for (i, ((keys, valid, width, _, _), sel)) in cols.iter().zip(&sels).enumerate() {
+        let want = member_reference(keys, valid.as_deref(), &set);
+        let got: Vec<u32> = sel.download(&ctx).unwrap();
+        assert_eq!(got.len(), keys.len().div_ceil(32), "column {i} ({width:?}): words");
+        assert_eq!(unpack(&got, keys.len()), want, "column {i} ({width:?}, {} rows)", keys.len());
+    }
 }

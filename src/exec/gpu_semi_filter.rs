@@ -31,7 +31,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use futures::{StreamExt, TryStreamExt};
 use ridgeline_operators::compact::CompactAlgo;
-use ridgeline_operators::member::{member_gpu, DeviceKeySet, KeyWidth};
+use ridgeline_operators::member::{member_gpu, member_gpu_many, DeviceKeySet, KeyWidth, MemberInput};
 use ridgeline_operators::GpuContext;
 use std::sync::Arc;
 
@@ -51,7 +51,7 @@ pub const DOWNLOAD_BYTES_PER_MS: f64 = 25.0e6;
 pub const MASK_FIXED_MS: f64 = 0.5;
 /// CPU time of the mask path per input row (counting a batch's mask bits and
 /// gathering the passing rows of the host copy), ns on one core.
-pub const MASK_NS_PER_ROW: f64 = 1.0;
+pub const MASK_NS_PER_ROW: f64 = 2.0;
 
 /// How the filter's rows reach its parent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -292,9 +292,14 @@ impl ExecutionPlan for GpuSemiFilterExec {
                 let Some(masks) = masks else { return passthrough(&input, partition, ctx, m) };
                 m.applied.add(1);
                 m.rows_in.add(scan.partition_rows(partition));
-                let rows_out = m.rows_out.clone();
-                let s = scan.execute_masked(partition, ctx, Some(&masks))?;
-                return Ok(s.inspect_ok(move |b| rows_out.add(b.num_rows())).boxed());
+                let (rows_out, time) = (m.rows_out.clone(), m.time.clone());
+                let mut s = scan.execute_masked(partition, ctx, Some(&masks))?;
+                // The host copy is filtered as its batches are polled: time the polls.
+                let timed = futures::stream::poll_fn(move |cx| {
+                    let _t = time.timer();
+                    s.as_mut().poll_next(cx)
+                });
+                return Ok(timed.inspect_ok(move |b| rows_out.add(b.num_rows())).boxed());
             }
             match filtered(input.clone(), key, sets, partition, ctx.clone(), &m).await {
                 Ok(s) => Ok(s),
@@ -362,16 +367,19 @@ async fn scan_masks(scan: &super::GpuScanExec, key: &SemiKey, sets: Arc<KeySets>
     let slot = key.slot;
     let r = tokio::task::spawn_blocking(move || -> Result<Masks> {
         let _t = time.timer();
+        let t0 = std::time::Instant::now();
         let dev = ridgeline_operators::context::global().map_err(gpu_err)?;
         let set = sets.device_set(&dev, slot).map_err(gpu_err)?.ok_or_else(|| DataFusionError::Internal("semi filter without a key set".into()))?;
-        let mut sels = Vec::with_capacity(data.chunks.len());
-        for c in &data.chunks {
-            let sel = match key_column(&c.columns[col].data) {
-                Some((width, values, validity)) => Some((member_gpu(&dev, values, width, validity, c.num_rows, &set).map_err(gpu_err)?, c.num_rows)),
-                None => None,
-            };
-            sels.push(sel);
-        }
+        let t_set = t0.elapsed();
+        // Every chunk's kernel in one submission.
+        let inputs: Vec<Option<MemberInput<'_>>> = data
+            .chunks
+            .iter()
+            .map(|c| key_column(&c.columns[col].data).map(|(width, keys, validity)| MemberInput { keys, width, validity, rows: c.num_rows }))
+            .collect();
+        let mut computed = member_gpu_many(&dev, &inputs.iter().flatten().copied().collect::<Vec<_>>(), &set).map_err(gpu_err)?.into_iter();
+        let sels: Vec<Option<(ridgeline_operators::DeviceArray, usize)>> = inputs.iter().map(|i| i.as_ref().and_then(|i| Some((computed.next()?, i.rows)))).collect();
+        let t_member = t0.elapsed();
         // One readback: the selections one after another, each from a word offset.
         let mut extents = Vec::new();
         let mut offsets = Vec::with_capacity(sels.len());
@@ -387,6 +395,17 @@ async fn scan_masks(scan: &super::GpuScanExec, key: &SemiKey, sets: Arc<KeySets>
         let mut words = vec![0u32; (total / 4) as usize];
         if total > 0 {
             dev.download_stream(&extents, bytemuck::cast_slice_mut(&mut words)).map_err(gpu_err)?;
+        }
+        if std::env::var_os("RIDGELINE_SEMI_PROFILE").is_some() {
+            let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+            eprintln!(
+                "semi filter masks: {} chunks, {} rows: key set {:.3} ms, kernels {:.3} ms, readback {:.3} ms",
+                sels.len(),
+                data.table.num_rows,
+                ms(t_set),
+                ms(t_member - t_set),
+                ms(t0.elapsed() - t_member)
+            );
         }
         let buf = arrow::buffer::Buffer::from_vec(words);
         let mut offsets = offsets.into_iter();

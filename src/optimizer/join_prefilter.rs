@@ -81,6 +81,17 @@ fn domain(plan: &Arc<dyn ExecutionPlan>, col: usize) -> Option<((i64, i64), usiz
     None
 }
 
+/// Outside mode on: what a filter must pay against.
+#[derive(Clone, Copy)]
+struct Placement {
+    /// The GPU rows threshold.
+    min_rows: usize,
+    /// Cores probing.
+    threads: usize,
+    /// The build side's estimated rows (`None`: unknown).
+    build_rows: Option<f64>,
+}
+
 /// A probe-side key the filter may test: its column, its key set's slot, the
 /// build side's column name.
 #[derive(Clone)]
@@ -95,7 +106,7 @@ struct ProbeKey {
 /// with some key as a plain column.
 /// `gpu_parent`: `plan`'s parent is a GPU operator (a `GpuRepartitionExec`).
 /// `mask`: the mask path is on (`ridgeline.gpu_semi_filter_mask`).
-fn with_filter(plan: &Arc<dyn ExecutionPlan>, keys: Vec<ProbeKey>, link: &Arc<JoinKeyLink>, min_rows: Option<(usize, usize)>, gpu_parent: bool, mask: bool) -> Option<Arc<dyn ExecutionPlan>> {
+fn with_filter(plan: &Arc<dyn ExecutionPlan>, keys: Vec<ProbeKey>, link: &Arc<JoinKeyLink>, min_rows: Option<Placement>, gpu_parent: bool, mask: bool) -> Option<Arc<dyn ExecutionPlan>> {
     if as_gpu(plan).is_some() {
         if plan.downcast_ref::<GpuScanExec>().is_none() && plan.downcast_ref::<GpuFilterExec>().is_none() {
             return None;
@@ -108,9 +119,14 @@ fn with_filter(plan: &Arc<dyn ExecutionPlan>, keys: Vec<ProbeKey>, link: &Arc<Jo
                 rows = r;
             }
         }
-        // Outside mode on: only where even a filter that drops every row would pay
-        // (otherwise collecting the build keys is wasted work).
-        if let Some((min_rows, threads)) = min_rows {
+        // Outside mode on: only where a filter letting through the share of rows
+        // the build side's estimated size allows (every row's key distinct, all
+        // in the probe key's range: the most it can drop) would pay; otherwise
+        // collecting the build keys is wasted work.
+        if let Some(Placement { min_rows, threads, build_rows }) = min_rows {
+            let density = build_rows.map_or(0.0, |b| {
+                cands.iter().map(|k| (b / ((k.domain.1 as f64 - k.domain.0 as f64) + 1.0).max(1.0)).min(1.0)).fold(1.0, f64::min)
+            });
             let partitions = plan.output_partitioning().partition_count();
             let row_bytes = row_bytes(&plan.schema());
             let path = match (plan.downcast_ref::<GpuScanExec>().is_some(), gpu_parent) {
@@ -118,7 +134,7 @@ fn with_filter(plan: &Arc<dyn ExecutionPlan>, keys: Vec<ProbeKey>, link: &Arc<Jo
                 (true, false) => FilterPath::Device { downloaded_anyway: false },
                 _ => FilterPath::Device { downloaded_anyway: true },
             };
-            if rows < min_rows || !worth_it(rows as f64, 0.0, row_bytes, threads, partitions, path) {
+            if rows < min_rows || !worth_it(rows as f64, density, row_bytes, threads, partitions, path) {
                 return None;
             }
         }
@@ -165,7 +181,7 @@ impl PhysicalOptimizerRule for GpuJoinPrefilter {
         }
         // Mode on places it on any size (tests); auto from the GPU rows threshold,
         // where it could pay.
-        let min_rows = if mode == GpuMode::On { None } else { Some((opts.min_gpu_rows, config.execution.target_partitions)) };
+        let place = (mode != GpuMode::On).then_some(Placement { min_rows: opts.min_gpu_rows, threads: config.execution.target_partitions, build_rows: None });
         Ok(plan
             .transform_up(|node| {
                 let Some(j) = node.downcast_ref::<HashJoinExec>() else { return Ok(Transformed::no(node)) };
@@ -206,6 +222,8 @@ impl PhysicalOptimizerRule for GpuJoinPrefilter {
                 if probe_keys.is_empty() {
                     return Ok(Transformed::no(node));
                 }
+                let build_rows = crate::exec::plan_statistics(j.left().as_ref()).ok().and_then(|s| s.num_rows.get_value().map(|&r| r as f64));
+                let min_rows = place.map(|p| Placement { build_rows, ..p });
                 let Some(right) = with_filter(j.right(), probe_keys, &link, min_rows, false, opts.gpu_semi_filter_mask) else { return Ok(Transformed::no(node)) };
                 let tap: Arc<dyn ExecutionPlan> = Arc::new(JoinKeysExec::new(tap_at, build_keys, link));
                 #[allow(deprecated)]

@@ -49,7 +49,7 @@ impl HostData {
         masks: Option<&[Option<BooleanBuffer>]>,
     ) -> Result<SendableRecordBatchStream> {
         let batch_size = batch_size.max(1);
-        let mut out = Vec::new();
+        let mut chunks = Vec::new();
         for (i, b) in self.host.iter().enumerate() {
             if i % partitions != partition {
                 continue;
@@ -58,30 +58,32 @@ impl HostData {
                 Some(p) => b.project(p)?,
                 None => b.clone(),
             };
-            let n = b.num_rows();
-            let mask = masks.and_then(|m| m.get(i).cloned().flatten()).filter(|m| m.len() == n);
-            out.extend((0..n).step_by(batch_size).map(|o| {
-                let len = batch_size.min(n - o);
-                (b.slice(o, len), mask.as_ref().map(|m| m.slice(o, len)))
-            }));
+            let mask = masks.and_then(|m| m.get(i).cloned().flatten()).filter(|m| m.len() == b.num_rows());
+            chunks.push((b, mask));
         }
-        // The filters run when a batch is polled (the iterator is lazy), so a hash
-        // join's filter applies once its build side is done.
+        // A chunk is filtered by its mask whole (one selection and one gather per
+        // column, not one per batch) when its first batch is polled, then cut into
+        // batches. The dynamic filters run when a batch is polled (the iterator is
+        // lazy), so a hash join's filter applies once its build side is done.
         let mut skip = vec![0usize; filters.len()];
-        let batches = out.into_iter().filter_map(move |(b, mask)| {
-            let b = match mask.map(|m| (m.count_set_bits(), m)) {
-                Some((0, _)) => return None,
-                Some((k, m)) if k < m.len() => match filter_record_batch(&b, &BooleanArray::new(m, None)) {
-                    Ok(b) => b,
-                    Err(e) => return Some(Err(e.into())),
-                },
-                _ => b,
-            };
-            match apply_filters(&filters, &mut skip, b) {
+        let batches = chunks
+            .into_iter()
+            .flat_map(move |(b, mask)| -> Vec<Result<RecordBatch>> {
+                let b = match mask.map(|m| (m.count_set_bits(), m)) {
+                    Some((0, _)) => return vec![],
+                    Some((k, m)) if k < m.len() => match filter_record_batch(&b, &BooleanArray::new(m, None)) {
+                        Ok(b) => b,
+                        Err(e) => return vec![Err(e.into())],
+                    },
+                    _ => b,
+                };
+                let n = b.num_rows();
+                (0..n).step_by(batch_size).map(|o| Ok(b.slice(o, batch_size.min(n - o)))).collect()
+            })
+            .filter_map(move |b| match b.and_then(|b| apply_filters(&filters, &mut skip, b)) {
                 Ok(b) if b.num_rows() == 0 => None,
                 r => Some(r),
-            }
-        });
+            });
         Ok(Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(out_schema, futures::stream::iter(batches))))
     }
 

@@ -210,7 +210,8 @@ async fn join_types_nulls_and_key_kinds_match_cpu_mode() {
 /// The mask path (a resident scan under a CPU parent: every chunk's selection
 /// computed on the device in one pass, the host copy filtered with it) over more
 /// chunks than partitions, chunks of an odd length (3001 rows: masks sliced at
-/// bit offsets) and batches that cut chunks (1000 rows), with and without the
+/// bit offsets), batches that cut chunks (1000 rows) and batches larger than a
+/// chunk (4000 rows), with and without the
 /// CPU's dynamic filters alongside: answers equal CPU mode, the scan's rows are
 /// really dropped, and every partition is filtered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -237,9 +238,14 @@ async fn mask_path_over_many_chunks_and_cut_batches() {
         "SELECT count(*), count(dk), sum(v) FROM fact LEFT JOIN dim ON fk = dk",
         "SELECT count(*), sum(v) FROM fact JOIN dim ON fd = dd WHERE dk < 100",
     ];
-    for dynamic in ["true", "false"] {
+    // batches of 1000 rows cut the 3001-row chunks; batches of 4000 are larger
+    // than any chunk
+    for (dynamic, batch) in [("true", 1000), ("false", 4000)] {
         for rl in [gpu, cpu] {
-            rl.sql(&format!("SET datafusion.optimizer.enable_join_dynamic_filter_pushdown = {dynamic}")).await.unwrap().collect().await.unwrap();
+            rl.sql(&format!("SET datafusion.execution.batch_size = {batch}")).await.unwrap().collect().await.unwrap();
+            for k in ["datafusion.optimizer.enable_join_dynamic_filter_pushdown", "ridgeline.scan_dynamic_filters"] {
+                rl.sql(&format!("SET {k} = {dynamic}")).await.unwrap().collect().await.unwrap();
+            }
         }
         for q in queries {
             assert_eq!(rows(gpu, q).await, rows(cpu, q).await, "dynamic filters {dynamic}: {q}");

@@ -48,7 +48,7 @@ pub const FIXED_MS_PER_PARTITION: f64 = 1.0;
 pub const DOWNLOAD_BYTES_PER_MS: f64 = 25.0e6;
 /// Fixed cost of the mask path, in ms, for the whole input: the key set's
 /// upload, one membership kernel per chunk in one submission, one readback of
-/// every selection (measured on the H100 machine, TPC-H SF 10: 1.1-1.3 ms over
+/// every selection (measured on the H100 machine, TPC-H SF 10: 1.0-1.6 ms over
 /// 8M partsupp rows in 16 chunks).
 pub const MASK_FIXED_MS: f64 = 0.8;
 /// Device and readback time of the mask path per input row, ns (same

@@ -73,6 +73,19 @@ pub enum FilterPath {
     Device { downloaded_anyway: bool },
 }
 
+impl FilterPath {
+    /// The path of a filter over a resident scan (`over_scan`; else a GPU filter)
+    /// under a GPU parent or a CPU one, with the mask path allowed or not
+    /// (`ridgeline.gpu_semi_filter_mask`).
+    pub fn of(over_scan: bool, gpu_parent: bool, mask: bool) -> FilterPath {
+        match (over_scan, gpu_parent) {
+            (true, false) if mask => FilterPath::HostMask,
+            (true, false) => FilterPath::Device { downloaded_anyway: false },
+            _ => FilterPath::Device { downloaded_anyway: true },
+        }
+    }
+}
+
 /// Bytes a row of `schema` downloads (16 for a column without a device layout).
 pub fn row_bytes(schema: &arrow::datatypes::Schema) -> f64 {
     schema.fields().iter().map(|f| Storage::of(f.data_type()).map_or(16, |s| s.elem_size()) as f64).sum()
@@ -110,6 +123,13 @@ pub struct SemiKey {
     pub build: String,
     /// The probe key's [min, max] (the resident table's statistics).
     pub domain: (i64, i64),
+}
+
+impl SemiKey {
+    /// Values in the probe key's range (at least 1).
+    pub fn span(&self) -> f64 {
+        (self.domain.1 as i128 - self.domain.0 as i128 + 1).max(1) as f64
+    }
 }
 
 /// A semi-join prefilter on the GPU.
@@ -174,9 +194,7 @@ fn choose(keys: &[SemiKey], sets: &KeySets) -> Option<(SemiKey, f64)> {
     keys.iter()
         .filter_map(|k| {
             let set = sets.sets.get(k.slot)?.as_ref()?;
-            let (lo, hi) = k.domain;
-            let span = (hi as i128 - lo as i128 + 1).max(1) as f64;
-            Some((k.clone(), set.count_in(lo, hi) as f64 / span))
+            Some((k.clone(), set.count_in(k.domain.0, k.domain.1) as f64 / k.span()))
         })
         .min_by(|a, b| a.1.total_cmp(&b.1))
 }
@@ -223,7 +241,7 @@ impl GpuSemiFilterExec {
 impl super::GpuExec for GpuSemiFilterExec {
     fn execute_gpu(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<super::GpuBatchStream> {
         let input = self.input.clone();
-        let decide = self.decision(&ctx, FilterPath::Device { downloaded_anyway: true });
+        let decide = self.decision(&ctx, FilterPath::of(self.input.downcast_ref::<super::GpuScanExec>().is_some(), true, false));
         let m = self.metrics_for(partition);
         let fut = async move {
             let gpu = as_gpu(&input).ok_or_else(|| DataFusionError::Internal("semi filter over a CPU operator".into()))?;
@@ -285,12 +303,8 @@ impl ExecutionPlan for GpuSemiFilterExec {
         let m = self.metrics_for(partition);
         let input = self.input.clone();
         let over_scan = self.input.downcast_ref::<super::GpuScanExec>().is_some();
-        let mask = over_scan && crate::config::RidgelineOptions::from_config(ctx.session_config().options()).gpu_semi_filter_mask;
-        let path = match (over_scan, mask) {
-            (_, true) => FilterPath::HostMask,
-            (true, false) => FilterPath::Device { downloaded_anyway: false },
-            (false, _) => FilterPath::Device { downloaded_anyway: true },
-        };
+        let path = FilterPath::of(over_scan, false, crate::config::RidgelineOptions::from_config(ctx.session_config().options()).gpu_semi_filter_mask);
+        let mask = path == FilterPath::HostMask;
         let decide = self.decision(&ctx, path);
         let cache = self.masks.clone();
         let fut = async move {
@@ -315,8 +329,7 @@ impl ExecutionPlan for GpuSemiFilterExec {
             match filtered(input.clone(), key, sets, partition, ctx.clone(), &m).await {
                 Ok(s) => Ok(s),
                 Err(e) if is_gpu_error(&e) => {
-                    log::warn!("GPU semi-join prefilter failed ({e}); probe rows pass unfiltered");
-                    eprintln!("warning: GPU failed, the semi-join prefilter passes every row instead: {e}");
+                    warn_unfiltered(&e);
                     passthrough(&input, partition, ctx, m)
                 }
                 Err(e) => Err(e),
@@ -380,7 +393,7 @@ async fn scan_masks(scan: &super::GpuScanExec, key: &SemiKey, sets: Arc<KeySets>
         let _t = time.timer();
         let t0 = std::time::Instant::now();
         let dev = ridgeline_operators::context::global().map_err(gpu_err)?;
-        let set = sets.device_set(&dev, slot).map_err(gpu_err)?.ok_or_else(|| DataFusionError::Internal("semi filter without a key set".into()))?;
+        let set = key_set(&dev, &sets, slot)?;
         let t_set = t0.elapsed();
         // Every chunk's kernel in one submission.
         let inputs: Vec<Option<MemberInput<'_>>> = data
@@ -434,8 +447,7 @@ async fn scan_masks(scan: &super::GpuScanExec, key: &SemiKey, sets: Arc<KeySets>
     match r {
         Ok(m) => Ok(Some(m)),
         Err(e) if is_gpu_error(&e) => {
-            log::warn!("GPU semi-join prefilter failed ({e}); probe rows pass unfiltered");
-            eprintln!("warning: GPU failed, the semi-join prefilter passes every row instead: {e}");
+            warn_unfiltered(&e);
             Ok(None)
         }
         Err(e) => Err(e),
@@ -456,8 +468,19 @@ fn key_column(data: &ColumnData) -> Option<(KeyWidth, &ridgeline_operators::Devi
 /// Set `slot` of `sets` on the device (uploaded by the first partition that asks).
 async fn device_set(dev: &Arc<GpuContext>, sets: Arc<KeySets>, slot: usize) -> Result<Arc<DeviceKeySet>> {
     let d = dev.clone();
-    let set = tokio::task::spawn_blocking(move || sets.device_set(&d, slot)).await.map_err(blocking_err)?.map_err(gpu_err)?;
+    tokio::task::spawn_blocking(move || key_set(&d, &sets, slot)).await.map_err(blocking_err)?
+}
+
+/// Set `slot` of `sets` on the device, from a blocking thread.
+fn key_set(dev: &GpuContext, sets: &KeySets, slot: usize) -> Result<Arc<DeviceKeySet>> {
+    let set = sets.device_set(dev, slot).map_err(gpu_err)?;
     set.ok_or_else(|| DataFusionError::Internal("semi filter without a key set".into()))
+}
+
+/// The warning of a prefilter whose GPU work failed: its rows pass unfiltered.
+fn warn_unfiltered(e: &DataFusionError) {
+    log::warn!("GPU semi-join prefilter failed ({e}); probe rows pass unfiltered");
+    eprintln!("warning: GPU failed, the semi-join prefilter passes every row instead: {e}");
 }
 
 /// `s`'s batches with the prefilter applied on the device; batches left empty

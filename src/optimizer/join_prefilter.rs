@@ -124,16 +124,10 @@ fn with_filter(plan: &Arc<dyn ExecutionPlan>, keys: Vec<ProbeKey>, link: &Arc<Jo
         // in the probe key's range: the most it can drop) would pay; otherwise
         // collecting the build keys is wasted work.
         if let Some(Placement { min_rows, threads, build_rows }) = min_rows {
-            let density = build_rows.map_or(0.0, |b| {
-                cands.iter().map(|k| (b / ((k.domain.1 as f64 - k.domain.0 as f64) + 1.0).max(1.0)).min(1.0)).fold(1.0, f64::min)
-            });
+            let density = build_rows.map_or(0.0, |b| cands.iter().map(|k| (b / k.span()).min(1.0)).fold(1.0, f64::min));
             let partitions = plan.output_partitioning().partition_count();
             let row_bytes = row_bytes(&plan.schema());
-            let path = match (plan.downcast_ref::<GpuScanExec>().is_some(), gpu_parent) {
-                (true, false) if mask => FilterPath::HostMask,
-                (true, false) => FilterPath::Device { downloaded_anyway: false },
-                _ => FilterPath::Device { downloaded_anyway: true },
-            };
+            let path = FilterPath::of(plan.downcast_ref::<GpuScanExec>().is_some(), gpu_parent, mask);
             if rows < min_rows || !worth_it(rows as f64, density, row_bytes, threads, partitions, path) {
                 return None;
             }

@@ -77,6 +77,11 @@ pub struct TpchArgs {
     /// Timed runs per query and mode, after one warm-up run.
     #[arg(long, default_value_t = 3)]
     pub iterations: usize,
+    /// Keep timing a query (every mode, and DuckDB, alike) past `--iterations`
+    /// until each has spent at least this many milliseconds in timed runs (at most
+    /// 1000 runs): short queries get more samples, so their medians settle.
+    #[arg(long, value_name = "MS", default_value_t = 0.0)]
+    pub min_time_ms: f64,
     /// Time each mode's runs of a query in one block (CPU mode's, then GPU mode's)
     /// instead of alternating the modes run by run (the default).
     #[arg(long)]
@@ -266,6 +271,8 @@ pub(crate) struct Timing {
     pub(crate) min_ms: f64,
     pub(crate) median_ms: f64,
     pub(crate) rows: usize,
+    /// Timed runs behind the figures.
+    pub(crate) runs: usize,
 }
 
 /// One query in one Ridgeline mode.
@@ -307,10 +314,19 @@ pub(crate) async fn warm_up_query(rl: &Ridgeline, sql: &str, since: Instant) -> 
     Ok(())
 }
 
+/// The most timed runs per query and engine that `--min-time-ms` asks for.
+pub(crate) const MAX_RUNS: usize = 1000;
+
+/// Whether another round of timed runs is due after `done` rounds: always below
+/// `iterations`, then while some engine's timed runs add up to less than `min_ms`.
+fn more_runs(done: usize, iterations: usize, min_ms: f64, spent_ms: impl Iterator<Item = f64>) -> bool {
+    done < iterations || (done < MAX_RUNS && spent_ms.fold(f64::INFINITY, f64::min) < min_ms)
+}
+
 /// Warm-up (the first run gives the answer; see [`warm_up_query`]), then
 /// `iterations` timed runs (planning and execution).
 pub(crate) async fn run_mode(rl: &Ridgeline, sql: &str, iterations: usize) -> Result<ModeRun> {
-    run_modes(&[rl], sql, iterations, false).await.pop().expect("one engine")
+    run_modes(&[rl], sql, iterations, 0.0, false).await.pop().expect("one engine")
 }
 
 /// [`run_mode`] for several engines on one query. Every engine gets its answer run
@@ -318,9 +334,11 @@ pub(crate) async fn run_mode(rl: &Ridgeline, sql: &str, iterations: usize) -> Re
 /// engines, in forward order on even iterations and backward on odd ones, so a drift
 /// of the machine (clocks, memory left by the previous run, other load) falls on
 /// every engine alike instead of on whichever ran second. Without it each engine
-/// runs all its iterations in turn. An engine that fails keeps its error and is
-/// left out of the later rounds.
-pub(crate) async fn run_modes(engines: &[&Ridgeline], sql: &str, iterations: usize, interleave: bool) -> Vec<Result<ModeRun>> {
+/// runs all its iterations in turn. After `iterations` runs, runs go on while an
+/// engine has spent less than `min_ms` in timed runs (every engine gets the same
+/// number, at most [`MAX_RUNS`]). An engine that fails keeps its error and is left
+/// out of the later rounds.
+pub(crate) async fn run_modes(engines: &[&Ridgeline], sql: &str, iterations: usize, min_ms: f64, interleave: bool) -> Vec<Result<ModeRun>> {
     struct Slot {
         result: Vec<Vec<String>>,
         plan: Arc<dyn ExecutionPlan>,
@@ -345,7 +363,8 @@ pub(crate) async fn run_modes(engines: &[&Ridgeline], sql: &str, iterations: usi
         for rl in engines {
             slots.push(first(rl, sql).await);
         }
-        for i in 0..iterations {
+        let mut i = 0;
+        while more_runs(i, iterations, min_ms, slots.iter().filter_map(|s| s.as_ref().ok()).map(|s| s.times.iter().sum::<f64>())) {
             let order: Vec<usize> = if i % 2 == 0 { (0..engines.len()).collect() } else { (0..engines.len()).rev().collect() };
             for e in order {
                 if let Ok(slot) = &mut slots[e] {
@@ -354,12 +373,16 @@ pub(crate) async fn run_modes(engines: &[&Ridgeline], sql: &str, iterations: usi
                     }
                 }
             }
+            i += 1;
         }
     } else {
         for rl in engines {
             let mut slot = first(rl, sql).await;
-            for _ in 0..iterations {
+            for i in 0.. {
                 let Ok(s) = &mut slot else { break };
+                if !more_runs(i, iterations, min_ms, std::iter::once(s.times.iter().sum::<f64>())) {
+                    break;
+                }
                 if let Err(err) = timed(rl, sql, s).await {
                     slot = Err(err);
                 }
@@ -372,7 +395,7 @@ pub(crate) async fn run_modes(engines: &[&Ridgeline], sql: &str, iterations: usi
         .map(|slot| {
             let s = slot?;
             Ok(ModeRun {
-                timing: Timing { min_ms: s.times.iter().copied().fold(f64::INFINITY, f64::min), median_ms: median(&s.times), rows: s.result.len() },
+                timing: Timing { min_ms: s.times.iter().copied().fold(f64::INFINITY, f64::min), median_ms: median(&s.times), rows: s.result.len(), runs: s.times.len() },
                 result: s.result,
                 gpu_ops: gpu_operator_names(&s.plan),
             })
@@ -529,6 +552,9 @@ pub async fn run(args: TpchArgs) -> Result<()> {
     if args.iterations == 0 {
         return Err(DataFusionError::Plan("--iterations must be at least 1".into()));
     }
+    if !(args.min_time_ms.is_finite() && args.min_time_ms >= 0.0) {
+        return Err(DataFusionError::Plan(format!("--min-time-ms {}: it must be a number of milliseconds, 0 or more", args.min_time_ms)));
+    }
     let queries = parse_queries(args.queries.as_deref())?;
     let answers_dir = args.answers.clone().or_else(|| std::env::var_os("RIDGELINE_TPCH_ANSWERS").map(PathBuf::from));
     let check = args.check || args.answers.is_some();
@@ -643,7 +669,10 @@ pub async fn run(args: TpchArgs) -> Result<()> {
     if !args.gpu_settings.is_empty() {
         println!("GPU column's settings: {}", args.gpu_settings.join(", "));
     }
-    let runs = if args.iterations == 1 { "1 timed run".to_string() } else { format!("{} timed runs", args.iterations) };
+    let mut runs = if args.iterations == 1 { "1 timed run".to_string() } else { format!("{} timed runs", args.iterations) };
+    if args.min_time_ms > 0.0 {
+        runs = format!("{runs} (more until {:.0} ms of timed runs, at most {MAX_RUNS})", args.min_time_ms);
+    }
     let order = if args.blocks || !(run_cpu && run_gpu) { "" } else { ", the modes alternating run by run" };
     println!("{gpu_line}; {runs} per query and mode after one warm-up (planning + execution){order}");
 
@@ -653,7 +682,7 @@ pub async fn run(args: TpchArgs) -> Result<()> {
         let sql = query_sql(q);
         let mut o = QueryOutcome { q, cpu: None, gpu: None, check: None };
         let engines: Vec<&Ridgeline> = [(run_cpu, &rl), (run_gpu, &gpu_rl)].into_iter().filter(|(on, _)| *on).map(|(_, e)| e).collect();
-        let mut runs = run_modes(&engines, sql, args.iterations, !args.blocks).await.into_iter();
+        let mut runs = run_modes(&engines, sql, args.iterations, args.min_time_ms, !args.blocks).await.into_iter();
         if run_cpu {
             o.cpu = runs.next().map(|r| r.map_err(|e| super::one_line(&e)));
         }
@@ -669,7 +698,7 @@ pub async fn run(args: TpchArgs) -> Result<()> {
     // DuckDB.
     let mut duck: Option<duckdb::Report> = None;
     if let Some(py) = &duck_python {
-        duck = Some(duckdb::run(py, &files, &queries, args.iterations).await?);
+        duck = Some(duckdb::run(py, &files, &queries, args.iterations, args.min_time_ms).await?);
     }
 
     // The table.
@@ -687,6 +716,10 @@ pub async fn run(args: TpchArgs) -> Result<()> {
         headers.extend([("DuckDB min ms".into(), true), ("DuckDB med ms".into(), true)]);
     }
     headers.push(("rows".into(), true));
+    let show_runs = args.min_time_ms > 0.0;
+    if show_runs {
+        headers.push(("runs".into(), true));
+    }
     if run_gpu {
         headers.push(("GPU operators".into(), false));
     }
@@ -746,6 +779,16 @@ pub async fn run(args: TpchArgs) -> Result<()> {
             }
         }
         r.push(rows_cell);
+        if show_runs {
+            // Ridgeline's modes alternate, so they share one count unless one failed
+            let mut counts: Vec<String> = cols.iter().filter_map(|c| c.1).map(|t| t.runs.to_string()).collect();
+            counts.dedup();
+            let mut cell = if counts.is_empty() { "-".to_string() } else { counts.join("/") };
+            if let Some(Some(d)) = &duck_t {
+                cell = format!("{cell} (DuckDB {})", d.runs);
+            }
+            r.push(cell);
+        }
         if run_gpu {
             r.push(match &o.gpu {
                 Some(Ok(m)) if m.gpu_ops.is_empty() => "none".into(),
@@ -911,7 +954,7 @@ for q, sql in cfg["queries"].items():
     try:
         rows = len(con.execute(sql).fetchall())
         times = []
-        for _ in range(int(cfg["iterations"])):
+        while len(times) < int(cfg["iterations"]) or (len(times) < int(cfg["max_runs"]) and sum(times) < float(cfg["min_ms"])):
             t = time.perf_counter()
             con.execute(sql).fetchall()
             times.append((time.perf_counter() - t) * 1e3)
@@ -1010,7 +1053,7 @@ print(json.dumps(out))
     }
 
     /// Runs the queries in DuckDB over the Parquet `files`.
-    pub async fn run(python: &Path, files: &[(String, PathBuf)], queries: &[usize], iterations: usize) -> Result<Report> {
+    pub async fn run(python: &Path, files: &[(String, PathBuf)], queries: &[usize], iterations: usize, min_ms: f64) -> Result<Report> {
         let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         let mut tables = serde_json::Map::new();
         for (name, path) in files {
@@ -1021,7 +1064,7 @@ print(json.dumps(out))
         let qs: serde_json::Map<String, serde_json::Value> =
             queries.iter().map(|&q| (q.to_string(), dialect(super::query_sql(q)).into())).collect();
         let views = std::env::var("RIDGELINE_DUCKDB_VIEWS").is_ok_and(|v| v == "1");
-        let cfg = serde_json::json!({ "threads": threads, "iterations": iterations, "tables": tables, "queries": qs, "views": views });
+        let cfg = serde_json::json!({ "threads": threads, "iterations": iterations, "min_ms": min_ms, "max_runs": super::MAX_RUNS, "tables": tables, "queries": qs, "views": views });
         let dir = std::env::temp_dir().join(format!("ridgeline-duckdb-{}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| exec_err(format!("cannot create {}: {e}", dir.display())))?;
         let (script, input) = (dir.join("bench_tpch.py"), dir.join("input.json"));
@@ -1056,6 +1099,7 @@ print(json.dumps(out))
                         min_ms: times.iter().copied().fold(f64::INFINITY, f64::min),
                         median_ms: median(&times),
                         rows: rows as usize,
+                        runs: times.len(),
                     }),
                     _ => Err("no result from DuckDB".to_string()),
                 }
@@ -1076,7 +1120,7 @@ mod tests {
         with.sql("CREATE TABLE t AS VALUES (1), (2), (3)").await.unwrap().collect().await.unwrap();
         let without = Ridgeline::builder().gpu_mode(GpuMode::Off).build().unwrap();
         for interleave in [true, false] {
-            let runs = run_modes(&[&with, &without, &with], "SELECT sum(column1) FROM t", 3, interleave).await;
+            let runs = run_modes(&[&with, &without, &with], "SELECT sum(column1) FROM t", 3, 0.0, interleave).await;
             assert_eq!(runs.len(), 3);
             for i in [0, 2] {
                 let r = runs[i].as_ref().unwrap();
@@ -1086,6 +1130,45 @@ mod tests {
             let e = runs[1].as_ref().err().expect("no table t in the second engine").to_string();
             assert!(e.contains("t"), "{e}");
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn min_time_adds_runs_alike() {
+        let a = Ridgeline::builder().gpu_mode(GpuMode::Off).build().unwrap();
+        a.sql("CREATE TABLE t AS VALUES (1), (2), (3)").await.unwrap().collect().await.unwrap();
+        let b = Ridgeline::builder().gpu_mode(GpuMode::Off).build().unwrap();
+        b.sql("CREATE TABLE t AS VALUES (4), (5)").await.unwrap().collect().await.unwrap();
+        let sql = "SELECT sum(column1) FROM t";
+        for interleave in [true, false] {
+            let plain = run_modes(&[&a, &b], sql, 2, 0.0, interleave).await;
+            let runs: Vec<usize> = plain.iter().map(|r| r.as_ref().unwrap().timing.runs).collect();
+            assert_eq!(runs, vec![2, 2], "interleave {interleave}");
+            let long = run_modes(&[&a, &b], sql, 2, 30.0, interleave).await;
+            let (ra, rb) = (long[0].as_ref().unwrap(), long[1].as_ref().unwrap());
+            assert_eq!(ra.result, vec![vec!["6".to_string()]]);
+            assert_eq!(rb.result, vec![vec!["9".to_string()]]);
+            // past the 2 iterations only while 30 ms are not spent: runs of under 15 ms
+            // each need more than 2
+            for t in [&ra.timing, &rb.timing] {
+                assert!(t.runs > 2 || t.min_ms * 2.0 >= 30.0, "{} runs, min {} ms", t.runs, t.min_ms);
+                assert!(t.runs == 2 || t.min_ms * ((t.runs - 1) as f64) < 30.0 || interleave, "{} runs, min {} ms", t.runs, t.min_ms);
+            }
+            assert!(ra.timing.runs <= MAX_RUNS);
+            if interleave {
+                assert_eq!(ra.timing.runs, rb.timing.runs);
+            }
+        }
+    }
+
+    #[test]
+    fn more_runs_rule() {
+        assert!(more_runs(0, 3, 0.0, std::iter::empty()));
+        assert!(!more_runs(3, 3, 0.0, [1.0, 2.0].into_iter()));
+        assert!(more_runs(3, 3, 10.0, [20.0, 5.0].into_iter()), "the engine with 5 ms goes on");
+        assert!(!more_runs(3, 3, 10.0, [20.0, 10.0].into_iter()));
+        assert!(!more_runs(MAX_RUNS, 3, 10.0, [0.1].into_iter()), "capped");
+        // every engine failed: no time to count, no more rounds past the minimum
+        assert!(!more_runs(3, 3, 10.0, std::iter::empty()));
     }
 
     #[test]

@@ -197,6 +197,14 @@ async fn plan_uses_gpu_aggregate_in_mode_on() {
     // HAVING conditions on counts and sums of a group table run on the device too.
     let p = plan(&gpu, "SELECT kwide, sum(v64) FROM agg GROUP BY kwide HAVING sum(v64) > 0 AND count(*) >= 2").await;
     assert!(p.contains("2 HAVING conditions on the device"), "{p}");
+    // EXPLAIN ANALYZE reports the device pass: groups read back, rows out.
+    let groups = run(&gpu, "SELECT count(*) FROM (SELECT k8 FROM agg GROUP BY k8)").await.unwrap();
+    let b = gpu.sql("EXPLAIN ANALYZE SELECT k8, count(*) FROM agg GROUP BY k8").await.unwrap().collect().await.unwrap();
+    let a = arrow::util::pretty::pretty_format_batches(&b).unwrap().to_string();
+    let line = a.lines().find(|l| l.contains("GpuAggregateExec")).unwrap_or_else(|| panic!("{a}"));
+    let n: String = groups.lines().nth(3).unwrap().chars().filter(|c| c.is_ascii_digit()).collect();
+    assert!(line.contains(&format!("groups={n}")) && line.contains(&format!("output_rows={n}")), "{n} groups\n{line}");
+    assert!(line.contains("device_time=") && line.contains("deal_time="), "{line}");
     // TPC-H Q1 and Q6 run whole on the GPU, with nothing but the aggregation's
     // result above it.
     let rl = common::engine(GpuMode::On).await;

@@ -43,6 +43,7 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties};
 use futures::TryStreamExt;
@@ -187,6 +188,10 @@ pub struct GpuAggregateExec {
     /// HAVING conditions of the filter above, applied on the device before the
     /// groups are read back (group-table path; the filter itself stays above).
     having: Arc<Vec<TableCond>>,
+    /// EXPLAIN ANALYZE: `device_time` (the device pass with its readback, counted
+    /// by the partition that ran it), `deal_time` (spreading the groups over the
+    /// partitions), `groups` (read back) and per partition `output_rows`.
+    metrics: ExecutionPlanMetricsSet,
 }
 
 /// What the device pass left.
@@ -217,7 +222,13 @@ impl GpuAggregateExec {
             EmissionType::Final,
             Boundedness::Bounded,
         );
-        GpuAggregateExec { plan: Arc::new(plan), props: Arc::new(props), outcome: Arc::new(tokio::sync::OnceCell::new()), having: Arc::new(vec![]) }
+        GpuAggregateExec {
+            plan: Arc::new(plan),
+            props: Arc::new(props),
+            outcome: Arc::new(tokio::sync::OnceCell::new()),
+            having: Arc::new(vec![]),
+            metrics: ExecutionPlanMetricsSet::new(),
+        }
     }
     /// The same node keeping only the groups that meet `having` (the conditions of
     /// a filter above it, which must stay: the node returns a superset).
@@ -227,6 +238,7 @@ impl GpuAggregateExec {
             props: self.props.clone(),
             outcome: Arc::new(tokio::sync::OnceCell::new()),
             having: Arc::new(having),
+            metrics: ExecutionPlanMetricsSet::new(),
         }
     }
     /// The HAVING conditions applied on the device.
@@ -270,9 +282,16 @@ impl ExecutionPlan for GpuAggregateExec {
     fn with_new_children(self: Arc<Self>, _children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
         Ok(self)
     }
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
     fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
         let plan = self.plan.clone();
         let schema = self.schema();
+        let device_time = MetricBuilder::new(&self.metrics).subset_time("device_time", partition);
+        let deal_time = MetricBuilder::new(&self.metrics).subset_time("deal_time", partition);
+        let groups = MetricBuilder::new(&self.metrics).counter("groups", partition);
+        let output_rows = MetricBuilder::new(&self.metrics).output_rows(partition);
         let cell = self.outcome.clone();
         let having = self.having.clone();
         // Without GROUP BY the one result row comes from partition 0 alone.
@@ -286,14 +305,20 @@ impl ExecutionPlan for GpuAggregateExec {
             let outcome = cell
                 .get_or_init(|| async {
                     let p = plan.clone();
+                    let timer = device_time.timer();
                     let states = tokio::task::spawn_blocking(move || {
                         let dev = ridgeline_operators::context::global().map_err(gpu_err)?;
                         if p.table { table_states(&dev, &p, &having) } else { partial_states(&dev, &p) }
                     })
                     .await
                     .map_err(super::blocking_err);
+                    timer.done();
                     match states {
-                        Ok(Ok(batch)) => tokio::task::spawn_blocking(move || deal(&batch, parts, hash, batch_rows))
+                        Ok(Ok(batch)) => tokio::task::spawn_blocking(move || {
+                            groups.add(batch.num_rows());
+                            let _t = deal_time.timer();
+                            deal(&batch, parts, hash, batch_rows)
+                        })
                             .await
                             .map_err(super::blocking_err)
                             .and_then(|r| r)
@@ -333,7 +358,8 @@ impl ExecutionPlan for GpuAggregateExec {
                 }
             }
         };
-        Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema(), futures::stream::once(fut).try_flatten())))
+        let out = futures::stream::once(fut).try_flatten().inspect_ok(move |b| output_rows.add(b.num_rows()));
+        Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema(), out)))
     }
 }
 

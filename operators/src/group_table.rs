@@ -250,6 +250,16 @@ impl GroupTable {
     /// 8-byte i64 values (with optional validity) per value column, shaped like
     /// `gids`. Row counts are u32 words: at most `u32::MAX` rows in all calls.
     pub fn add(&mut self, ctx: &GpuContext, gids: &DeviceArray, columns: &[Column<'_>]) -> GpuResult<()> {
+        let mut enc = ctx.encoder("group-table-add");
+        self.add_into(ctx, gids, columns, &mut enc)?;
+        ctx.submit(enc)?;
+        Ok(())
+    }
+
+    /// [`GroupTable::add`] recorded into `enc` instead of submitted (after the
+    /// commands that write `gids` and `columns`, say): the caller submits `enc` and
+    /// keeps the inputs alive until then.
+    pub fn add_into(&mut self, ctx: &GpuContext, gids: &DeviceArray, columns: &[Column<'_>], enc: &mut wgpu::CommandEncoder) -> GpuResult<()> {
         let inv = |m: String| Err(GpuError::Invalid(m));
         let n = gids.len();
         let seg = gids.seg_rows();
@@ -276,7 +286,6 @@ impl GroupTable {
             return Ok(());
         }
         self.added += n as u64;
-        let mut enc = ctx.encoder("group-table-add");
         for (c, w) in columns.iter().zip(&mut self.columns) {
             if c.validity.is_some() && w.cnt.is_none() {
                 let cnt = DeviceArray::alloc(ctx, self.groups.max(1) as usize, 4)?;
@@ -326,8 +335,7 @@ impl GroupTable {
                 }
             }
         }
-        pass.encode(&mut enc, None);
-        ctx.submit(enc)?;
+        pass.encode(enc, None);
         Ok(())
     }
 

@@ -76,6 +76,24 @@ pub fn run_rowwise(
     seg_rows: usize,
     arrays: &[RowArray<'_>],
 ) -> GpuResult<RowwiseRun> {
+    let mut enc = ctx.encoder(name);
+    let run = record_rowwise(ctx, name, source, rows, seg_rows, arrays, &mut enc)?;
+    ctx.submit(enc)?;
+    Ok(run)
+}
+
+/// [`run_rowwise`] recorded into `enc` instead of submitted: the caller submits
+/// it (with the work that reads its outputs, in one submission) and keeps every
+/// array alive until then.
+pub fn record_rowwise(
+    ctx: &GpuContext,
+    name: &str,
+    source: &str,
+    rows: usize,
+    seg_rows: usize,
+    arrays: &[RowArray<'_>],
+    enc: &mut wgpu::CommandEncoder,
+) -> GpuResult<RowwiseRun> {
     if seg_rows == 0 || seg_rows % 32 != 0 {
         return Err(GpuError::Invalid(format!("row-wise kernel over segments of {seg_rows} rows (expected a multiple of 32)")));
     }
@@ -99,7 +117,6 @@ pub fn run_rowwise(
     }
     let err = DeviceArray::alloc(ctx, 4, 4)?;
     let (err_buf, _, _) = err.segment(0);
-    let mut enc = ctx.encoder(name);
     enc.clear_buffer(err_buf, 0, None);
     if segments > 0 {
         let pipe = ctx.pipeline(name, source, "main", &[("WG", ROWWISE_WG.to_string())])?;
@@ -136,10 +153,7 @@ pub fn run_rowwise(
             }
             uniforms.push(ub);
         }
-        ctx.submit(enc)?;
         drop(uniforms);
-    } else {
-        ctx.submit(enc)?;
     }
     Ok(RowwiseRun { err })
 }

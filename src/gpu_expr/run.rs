@@ -5,7 +5,7 @@ use arrow::datatypes::{DataType, SchemaRef};
 use arrow::error::ArrowError;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::physical_expr::PhysicalExpr;
-use ridgeline_operators::rowwise::{run_rowwise, RowArray, RowwiseRun};
+use ridgeline_operators::rowwise::{record_rowwise, run_rowwise, RowArray, RowwiseRun};
 use ridgeline_operators::{DeviceArray, GpuContext};
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -29,6 +29,9 @@ pub struct Evaluated {
     /// One column per output expression (in a filter, written only at selected rows).
     pub outputs: Vec<GpuColumn>,
     run: Option<RowwiseRun>,
+    /// Host columns uploaded for the kernel: kept while the kernel may still be
+    /// unsubmitted ([`RowProgram::evaluate_into`]).
+    _uploaded: Vec<GpuColumn>,
 }
 
 impl Evaluated {
@@ -244,6 +247,17 @@ impl RowProgram {
     /// Runs the program over `batch`. Errors raised by rows are reported by
     /// [`Evaluated::check_errors`] (after the caller's own synchronization).
     pub fn evaluate(&self, ctx: &GpuContext, batch: &GpuBatch) -> Result<Evaluated> {
+        self.evaluate_with(ctx, batch, None)
+    }
+
+    /// [`RowProgram::evaluate`] with the kernel recorded into `enc` instead of
+    /// submitted: the caller submits `enc` before anything reads the outputs, and
+    /// keeps the [`Evaluated`] (and the batch's columns) alive until then.
+    pub fn evaluate_into(&self, ctx: &GpuContext, batch: &GpuBatch, enc: &mut ridgeline_operators::wgpu::CommandEncoder) -> Result<Evaluated> {
+        self.evaluate_with(ctx, batch, Some(enc))
+    }
+
+    fn evaluate_with(&self, ctx: &GpuContext, batch: &GpuBatch, enc: Option<&mut ridgeline_operators::wgpu::CommandEncoder>) -> Result<Evaluated> {
         // Columns the kernel reads must be on the device (a Boolean column a filter
         // kept on the host, for example): upload them.
         let mut uploaded: Vec<Option<GpuColumn>> = (0..batch.columns.len()).map(|_| None).collect();
@@ -310,7 +324,11 @@ impl RowProgram {
         let run = if rows == 0 {
             None
         } else {
-            let r = run_rowwise(ctx, &name, &kernel.source, rows, seg, &arrays).map_err(gpu_err)?;
+            let r = match enc {
+                Some(enc) => record_rowwise(ctx, &name, &kernel.source, rows, seg, &arrays, enc),
+                None => run_rowwise(ctx, &name, &kernel.source, rows, seg, &arrays),
+            }
+            .map_err(gpu_err)?;
             // Only kernels that can raise an error pay for reading the error word back.
             kernel.may_error.then_some(r)
         };
@@ -326,7 +344,7 @@ impl RowProgram {
                 null_count: 0,
             })
             .collect();
-        Ok(Evaluated { selection, outputs, run })
+        Ok(Evaluated { selection, outputs, run, _uploaded: uploaded.into_iter().flatten().collect() })
     }
 }
 

@@ -173,6 +173,12 @@ async fn gpu_aggregate_matches_cpu_mode() {
         }
     }
     ridgeline::exec::gpu_aggregate::set_record_flush_bytes(0);
+    // A row that raises an error in any chunk fails the query in both modes (the
+    // chunks' error words come back in one readback).
+    let q = "SELECT k8, sum(v32 / (v32 - v32)) FROM agg GROUP BY k8";
+    let (c, g) = (run(&cpu, q).await, run(&gpu, q).await);
+    assert!(c.as_ref().is_err_and(|e| e.contains("ivide by zero")), "{c:?}");
+    assert!(g.as_ref().is_err_and(|e| e.contains("ivide by zero")), "{g:?}");
     // The answers are not trivially empty.
     assert!(run(&cpu, QUERIES[0].0).await.unwrap().contains("banana"));
     if common::gpu_mode() == GpuMode::On {

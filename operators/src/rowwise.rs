@@ -61,6 +61,25 @@ impl RowwiseRun {
         let v: Vec<u32> = self.err.download(ctx)?;
         Ok(v.first().copied().unwrap_or(0))
     }
+
+    /// The largest error code of several runs, read back in one transfer (each
+    /// run's error word copied next to the others first). Waits for the kernels.
+    pub fn error_code_many(ctx: &GpuContext, runs: &[&RowwiseRun]) -> GpuResult<u32> {
+        match runs {
+            [] => return Ok(0),
+            [one] => return one.error_code(ctx),
+            _ => {}
+        }
+        let all = DeviceArray::alloc(ctx, runs.len(), 4)?;
+        let (dst, _, _) = all.segment(0);
+        let mut enc = ctx.encoder("rowwise-errors");
+        for (i, r) in runs.iter().enumerate() {
+            enc.copy_buffer_to_buffer(r.err.segment(0).0, 0, dst, i as u64 * 4, 4);
+        }
+        ctx.submit(enc)?;
+        let v: Vec<u32> = all.download(ctx)?;
+        Ok(v.into_iter().max().unwrap_or(0))
+    }
 }
 
 /// Runs the row-wise kernel `source` (entry point `main`, `{{WG}}` replaced by

@@ -646,9 +646,7 @@ fn for_each_chunk(dev: &GpuContext, plan: &GpuAggregatePlan, record: bool, mut f
         flush(&mut enc, &mut held, &mut pending_errors)?;
     }
     let t = std::time::Instant::now();
-    for eval in &pending_errors {
-        eval.check_errors(dev)?;
-    }
+    crate::gpu_expr::Evaluated::check_errors_many(dev, &pending_errors)?;
     log::debug!(
         "GPU aggregate chunks: {n} in {:?} (row program {t_eval:?}, aggregation {t_f:?}, {submits} recorded submissions, error checks {:?})",
         t0.elapsed(),

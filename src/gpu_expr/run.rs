@@ -41,6 +41,13 @@ impl Evaluated {
         let code = run.error_code(ctx).map_err(gpu_err)?;
         error_for(code)
     }
+
+    /// [`Evaluated::check_errors`] over several evaluations with one readback.
+    pub fn check_errors_many(ctx: &GpuContext, evals: &[Evaluated]) -> Result<()> {
+        let runs: Vec<&RowwiseRun> = evals.iter().filter_map(|e| e.run.as_ref()).collect();
+        let code = RowwiseRun::error_code_many(ctx, &runs).map_err(gpu_err)?;
+        error_for(code)
+    }
 }
 
 /// The error a kernel raises when a wide decimal (precision above 18) leaves i64.

@@ -176,3 +176,47 @@ pub fn record_rowwise(
     }
     Ok(RowwiseRun { err })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Raises each row's value as the error code, then adds 1 to it.
+    const KERNEL: &str = "
+struct Params { rows: u32, grid: u32, row0_lo: u32, row0_hi: u32 }
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read_write> err: array<atomic<u32>, 4>;
+@group(0) @binding(2) var<storage, read_write> a: array<u32>;
+@compute @workgroup_size({{WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let i = wid.y * params.grid + wid.x * {{WG}}u + lid.x;
+    if (i >= params.rows) { return; }
+    atomicMax(&err[0], a[i]);
+    a[i] = a[i] + 1u;
+}
+";
+
+    #[test]
+    fn recorded_runs_and_one_error_readback() {
+        let Some(ctx) = crate::testing::test_context() else { return };
+        // sizes not a multiple of the workgroup; one array with no error, two with
+        // codes at odd rows, one row long
+        let inputs: Vec<Vec<u32>> = vec![vec![0; 1000], (0..777).map(|i| if i == 500 { 7 } else { 0 }).collect(), vec![3], vec![0; 64]];
+        let arrays: Vec<DeviceArray> = inputs.iter().map(|v| DeviceArray::upload(&ctx, v).unwrap()).collect();
+        let mut enc = ctx.encoder("test");
+        let runs: Vec<RowwiseRun> = arrays
+            .iter()
+            .map(|a| record_rowwise(&ctx, "rowwise_test", KERNEL, a.len(), a.len().div_ceil(32) * 32, &[RowArray::Rows(a)], &mut enc).unwrap())
+            .collect();
+        ctx.submit(enc).unwrap();
+        let refs: Vec<&RowwiseRun> = runs.iter().collect();
+        assert_eq!(RowwiseRun::error_code_many(&ctx, &refs).unwrap(), 7);
+        assert_eq!(RowwiseRun::error_code_many(&ctx, &[&runs[0], &runs[3]]).unwrap(), 0);
+        assert_eq!(RowwiseRun::error_code_many(&ctx, &[&runs[2]]).unwrap(), 3);
+        assert_eq!(RowwiseRun::error_code_many(&ctx, &[]).unwrap(), 0);
+        for (a, v) in arrays.iter().zip(&inputs) {
+            let got: Vec<u32> = a.download(&ctx).unwrap();
+            assert_eq!(got, v.iter().map(|x| x + 1).collect::<Vec<_>>());
+        }
+    }
+}

@@ -590,7 +590,6 @@ fn for_each_chunk(dev: &GpuContext, plan: &GpuAggregatePlan, record: bool, mut f
         if let Some(e) = enc.take() {
             dev.submit(e).map_err(gpu_err)?;
             submits += 1;
-            *enc = Some(dev.encoder("aggregate-chunks"));
         }
         for mut eval in held.drain(..) {
             eval.outputs.clear();
@@ -623,17 +622,11 @@ fn for_each_chunk(dev: &GpuContext, plan: &GpuAggregatePlan, record: bool, mut f
         t_eval += te;
         n += 1;
         if enc.is_some() {
-            held_bytes += eval
-                .outputs
-                .iter()
-                .map(|c| match &c.data {
-                    ColumnData::Device { values, .. } => (values.len() * values.elem_size()) as u64,
-                    ColumnData::Host(_) => 0,
-                })
-                .sum::<u64>();
+            held_bytes += eval.outputs.iter().map(GpuColumn::device_bytes).sum::<u64>();
             held.push(eval);
             if held_bytes >= record_flush_bytes() {
                 flush(&mut enc, &mut held, &mut pending_errors)?;
+                enc = Some(dev.encoder("aggregate-chunks"));
                 held_bytes = 0;
             }
         } else {
@@ -642,9 +635,7 @@ fn for_each_chunk(dev: &GpuContext, plan: &GpuAggregatePlan, record: bool, mut f
             pending_errors.push(eval);
         }
     }
-    if enc.is_some() {
-        flush(&mut enc, &mut held, &mut pending_errors)?;
-    }
+    flush(&mut enc, &mut held, &mut pending_errors)?;
     let t = std::time::Instant::now();
     crate::gpu_expr::Evaluated::check_errors_many(dev, &pending_errors)?;
     log::debug!(

@@ -165,6 +165,43 @@ impl DeviceArray {
 /// with the copy kernel, splitting at segment boundaries of both arrays and at the
 /// workgroup-count limit. Both arrays must have the same element size.
 pub fn copy_elements(ctx: &GpuContext, src: &DeviceArray, src_start: usize, dst: &DeviceArray, dst_start: usize, n: usize) -> GpuResult<()> {
+    let dispatches = copy_dispatches(ctx, src, src_start, dst, dst_start, n)?;
+    if dispatches.is_empty() {
+        return Ok(());
+    }
+    let mut enc = ctx.encoder("copy");
+    record_copies(&mut enc, &dispatches, None);
+    ctx.submit(enc)?;
+    Ok(())
+}
+
+/// Whole-array copies `src -> dst` of every pair, all recorded into one compute
+/// pass timed as pass 0 of `timer`, submitted: the streaming rate a kernel that
+/// reads and writes the same bytes can reach (`bench partition`'s floor). Read the
+/// time with `timer.read_ms`.
+pub fn copy_arrays_timed(ctx: &GpuContext, pairs: &[(&DeviceArray, &DeviceArray)], timer: Option<&crate::timing::KernelTimer>) -> GpuResult<()> {
+    let mut dispatches = Vec::new();
+    for (src, dst) in pairs {
+        dispatches.extend(copy_dispatches(ctx, src, 0, dst, 0, src.len)?);
+    }
+    let mut enc = ctx.encoder("copy-timed");
+    record_copies(&mut enc, &dispatches, timer.and_then(|t| t.writes(0)));
+    if let Some(t) = timer {
+        t.resolve(&mut enc);
+    }
+    ctx.submit(enc)?;
+    Ok(())
+}
+
+/// One dispatch of the copy kernel: pipeline, bind group (which keeps its
+/// buffers and uniform alive) and workgroup counts.
+struct CopyDispatch {
+    pipe: std::sync::Arc<wgpu::ComputePipeline>,
+    bind: wgpu::BindGroup,
+    dims: (u32, u32, u32),
+}
+
+fn copy_dispatches(ctx: &GpuContext, src: &DeviceArray, src_start: usize, dst: &DeviceArray, dst_start: usize, n: usize) -> GpuResult<Vec<CopyDispatch>> {
     if src.elem != dst.elem {
         return Err(GpuError::Invalid("copy between arrays of different element sizes".into()));
     }
@@ -174,16 +211,15 @@ pub fn copy_elements(ctx: &GpuContext, src: &DeviceArray, src_start: usize, dst:
             src.len, dst.len
         )));
     }
+    let mut out = Vec::new();
     if n == 0 {
-        return Ok(());
+        return Ok(out);
     }
     let words_per = src.elem / 4;
     let defs = [("WG", COPY_WG.to_string()), ("ITEMS", COPY_ITEMS.to_string())];
     let p4 = ctx.pipeline("copy", include_str!("../../shaders/copy.wgsl"), "copy_vec4", &defs)?;
     let p1 = ctx.pipeline("copy_words", include_str!("../../shaders/copy_words.wgsl"), "copy_words", &defs)?;
     let max_dim = ctx.limits().max_compute_workgroups_per_dimension;
-    let mut enc = ctx.encoder("copy");
-    let mut params = Vec::new();
     let mut done = 0usize;
     while done < n {
         let (si, so) = ((src_start + done) / src.seg_rows, (src_start + done) % src.seg_rows);
@@ -196,10 +232,10 @@ pub fn copy_elements(ctx: &GpuContext, src: &DeviceArray, src_start: usize, dst:
         let (pipe, unit) = if vec4 { (&p4, 4) } else { (&p1, 1) };
         let elems = (nw / unit) as u64;
         let groups = elems.div_ceil((COPY_WG * COPY_ITEMS) as u64);
-        let (x, y, z) = dispatch_dims(groups, max_dim);
-        let grid = (x as u64 * y as u64 * COPY_WG as u64) as u32;
+        let dims = dispatch_dims(groups, max_dim);
+        let grid = (dims.0 as u64 * dims.1 as u64 * COPY_WG as u64) as u32;
         let ub = ctx.uniform(&CopyParams { src_off: (sw / unit) as u32, dst_off: (dw / unit) as u32, n: elems as u32, grid });
-        let bg = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        let bind = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some("copy"),
             layout: &pipe.get_bind_group_layout(0),
             entries: &[
@@ -208,15 +244,18 @@ pub fn copy_elements(ctx: &GpuContext, src: &DeviceArray, src_start: usize, dst:
                 wgpu::BindGroupEntry { binding: 2, resource: ub.as_entire_binding() },
             ],
         });
-        {
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("copy"), timestamp_writes: None });
-            pass.set_pipeline(pipe);
-            pass.set_bind_group(0, &bg, &[]);
-            pass.dispatch_workgroups(x, y, z);
-        }
-        params.push(ub);
+        out.push(CopyDispatch { pipe: pipe.clone(), bind, dims });
         done += m;
     }
-    ctx.submit(enc)?;
-    Ok(())
+    Ok(out)
+}
+
+/// Records the dispatches into one compute pass (they write disjoint ranges).
+fn record_copies(enc: &mut wgpu::CommandEncoder, dispatches: &[CopyDispatch], timestamps: Option<wgpu::ComputePassTimestampWrites<'_>>) {
+    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("copy"), timestamp_writes: timestamps });
+    for d in dispatches {
+        pass.set_pipeline(&d.pipe);
+        pass.set_bind_group(0, &d.bind, &[]);
+        pass.dispatch_workgroups(d.dims.0, d.dims.1, d.dims.2);
+    }
 }

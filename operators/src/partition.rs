@@ -1531,6 +1531,15 @@ pub struct PartitionBench {
     pub gb_per_s: f64,
     /// Scratch accounting of the last run.
     pub stats: PartitionStats,
+    /// Median device time of plain copies of the same columns (the copy kernel,
+    /// every column read once and written once, one timed pass), in
+    /// milliseconds; 0 without timestamps.
+    pub copy_ms: f64,
+    /// The streaming floor of a histogram-scan-scatter partition: the copy
+    /// kernel's measured rate applied to the partition's least traffic (every
+    /// column read and written once, plus the histogram's read of the key),
+    /// `copy_ms * (2 * input + key) / (2 * input)`, in milliseconds.
+    pub floor_ms: f64,
     /// With `RIDGELINE_PARTITION_PROFILE=1`: one more run with every dispatch in
     /// its own timed pass, device milliseconds per step (ids, histogram, scan,
     /// rank, moves, ...); empty otherwise.
@@ -1590,5 +1599,21 @@ pub fn bench_partition(ctx: &GpuContext, n: usize, fanout: u32, payload_columns:
     if std::env::var("RIDGELINE_PARTITION_PROFILE").is_ok_and(|v| v == "1") {
         partition_impl(ctx, &cols, &[0], &func, &opts, Timing::Each(&mut profile))?;
     }
-    Ok(PartitionBench { n, fanout, payload_columns, ms, wall_ms: walls[walls.len() / 2], gb_per_s, stats, profile })
+    // The same bytes through the copy kernel, in the same process and lease.
+    let copies: Vec<DeviceArray> = arrays.iter().map(|a| DeviceArray::alloc_segmented(ctx, a.len(), 4, a.seg_rows())).collect::<GpuResult<_>>()?;
+    let pairs: Vec<(&DeviceArray, &DeviceArray)> = arrays.iter().zip(copies.iter()).collect();
+    let mut copy_times = Vec::new();
+    crate::array::copy_arrays_timed(ctx, &pairs, None)?;
+    for _ in 0..reps.max(1) {
+        ctx.wait()?;
+        if let Some(t) = KernelTimer::new(ctx, 1) {
+            crate::array::copy_arrays_timed(ctx, &pairs, Some(&t))?;
+            copy_times.push(t.read_ms(ctx)?[0]);
+        }
+    }
+    copy_times.sort_by(|a, b| a.total_cmp(b));
+    let copy_ms = copy_times.get(copy_times.len() / 2).copied().unwrap_or(0.0);
+    let moved = 2.0 * stats.input_bytes as f64;
+    let floor_ms = copy_ms * (moved + 4.0 * n as f64) / moved.max(1.0);
+    Ok(PartitionBench { n, fanout, payload_columns, ms, wall_ms: walls[walls.len() / 2], gb_per_s, stats, copy_ms, floor_ms, profile })
 }

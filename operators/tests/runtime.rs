@@ -65,6 +65,27 @@ fn copy_kernel_unaligned_ranges_across_segments() {
 }
 
 #[test]
+fn timed_copy_of_several_arrays() {
+    let Some(ctx) = test_context() else { return };
+    // several segments, a length that is not a multiple of 4 words, 8-byte elements
+    let a: Vec<u32> = rand_u32(10_007, 3);
+    let b: Vec<u64> = (0..5_001u64).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).collect();
+    let (sa, sb) = (DeviceArray::upload_segmented(&ctx, &a, 4096).unwrap(), DeviceArray::upload_segmented(&ctx, &b, 1024).unwrap());
+    let da = DeviceArray::alloc_segmented(&ctx, a.len(), 4, 4096).unwrap();
+    let db = DeviceArray::alloc_segmented(&ctx, b.len(), 8, 1024).unwrap();
+    let timer = ridgeline_operators::timing::KernelTimer::new(&ctx, 1);
+    ridgeline_operators::array::copy_arrays_timed(&ctx, &[(&sa, &da), (&sb, &db)], timer.as_ref()).unwrap();
+    if let Some(t) = &timer {
+        assert!(t.read_ms(&ctx).unwrap()[0] >= 0.0);
+    }
+    assert!(da.download::<u32>(&ctx).unwrap() == a);
+    assert!(db.download::<u64>(&ctx).unwrap() == b);
+    // a length mismatch is an error
+    let short = DeviceArray::alloc_segmented(&ctx, 10, 4, 4096).unwrap();
+    assert!(matches!(ridgeline_operators::array::copy_arrays_timed(&ctx, &[(&sa, &short)], None), Err(GpuError::Invalid(_))));
+}
+
+#[test]
 fn above_the_binding_limit() {
     let Some(ctx) = test_context() else { return };
     let limit = ctx.limits().max_storage_buffer_binding_size as usize;

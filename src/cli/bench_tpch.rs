@@ -86,6 +86,11 @@ pub struct TpchArgs {
     /// instead of alternating the modes run by run (the default).
     #[arg(long)]
     pub blocks: bool,
+    /// Time planning only (SQL text to physical plan, every optimizer rule), not
+    /// execution: each mode's planning cost side by side. The answer run still
+    /// executes, so --check still compares answers. DuckDB is not timed.
+    #[arg(long)]
+    pub plan_only: bool,
     /// Verify the answers: GPU mode against CPU mode, and at SF 1 against --answers.
     #[arg(long)]
     pub check: bool,
@@ -273,6 +278,17 @@ pub(crate) struct Timing {
     pub(crate) rows: usize,
     /// Timed runs behind the figures.
     pub(crate) runs: usize,
+    /// Every timed run's milliseconds, in run order.
+    pub(crate) times: Vec<f64>,
+}
+
+/// The median of the run-by-run ratios `a[i] / b[i]` of two modes whose runs
+/// alternated (run i of each taken back to back), or `None` without a pair. Each
+/// pair shares the machine's state of the moment (clock, caches, other load), so
+/// drift over a query's runs cancels out of it, unlike a ratio of two medians.
+pub(crate) fn paired_ratio(a: &[f64], b: &[f64]) -> Option<f64> {
+    let r: Vec<f64> = a.iter().zip(b).filter(|(_, y)| **y > 0.0).map(|(x, y)| x / y).collect();
+    (!r.is_empty()).then(|| median(&r))
 }
 
 /// One query in one Ridgeline mode.
@@ -339,6 +355,13 @@ pub(crate) async fn run_mode(rl: &Ridgeline, sql: &str, iterations: usize) -> Re
 /// number, at most [`MAX_RUNS`]). An engine that fails keeps its error and is left
 /// out of the later rounds.
 pub(crate) async fn run_modes(engines: &[&Ridgeline], sql: &str, iterations: usize, min_ms: f64, interleave: bool) -> Vec<Result<ModeRun>> {
+    run_modes_with(engines, sql, iterations, min_ms, interleave, false).await
+}
+
+/// [`run_modes`]; with `plan_only` the timed runs plan the query (SQL text to
+/// physical plan, every optimizer rule included) without executing it, while the
+/// first run still executes it for the answer.
+pub(crate) async fn run_modes_with(engines: &[&Ridgeline], sql: &str, iterations: usize, min_ms: f64, interleave: bool, plan_only: bool) -> Vec<Result<ModeRun>> {
     struct Slot {
         result: Vec<Vec<String>>,
         plan: Arc<dyn ExecutionPlan>,
@@ -351,9 +374,9 @@ pub(crate) async fn run_modes(engines: &[&Ridgeline], sql: &str, iterations: usi
         warm_up_query(rl, sql, t).await?;
         Ok(Slot { result, plan, times: Vec::new() })
     }
-    async fn timed(rl: &Ridgeline, sql: &str, slot: &mut Slot) -> Result<()> {
+    async fn timed(rl: &Ridgeline, sql: &str, slot: &mut Slot, plan_only: bool) -> Result<()> {
         let t = Instant::now();
-        let (_, p) = execute(rl, sql).await?;
+        let p = if plan_only { rl.sql(sql).await?.create_physical_plan().await? } else { execute(rl, sql).await?.1 };
         slot.times.push(t.elapsed().as_secs_f64() * 1e3);
         slot.plan = p;
         Ok(())
@@ -368,7 +391,7 @@ pub(crate) async fn run_modes(engines: &[&Ridgeline], sql: &str, iterations: usi
             let order: Vec<usize> = if i % 2 == 0 { (0..engines.len()).collect() } else { (0..engines.len()).rev().collect() };
             for e in order {
                 if let Ok(slot) = &mut slots[e] {
-                    if let Err(err) = timed(engines[e], sql, slot).await {
+                    if let Err(err) = timed(engines[e], sql, slot, plan_only).await {
                         slots[e] = Err(err);
                     }
                 }
@@ -383,7 +406,7 @@ pub(crate) async fn run_modes(engines: &[&Ridgeline], sql: &str, iterations: usi
                 if !more_runs(i, iterations, min_ms, std::iter::once(s.times.iter().sum::<f64>())) {
                     break;
                 }
-                if let Err(err) = timed(rl, sql, s).await {
+                if let Err(err) = timed(rl, sql, s, plan_only).await {
                     slot = Err(err);
                 }
             }
@@ -395,7 +418,7 @@ pub(crate) async fn run_modes(engines: &[&Ridgeline], sql: &str, iterations: usi
         .map(|slot| {
             let s = slot?;
             Ok(ModeRun {
-                timing: Timing { min_ms: s.times.iter().copied().fold(f64::INFINITY, f64::min), median_ms: median(&s.times), rows: s.result.len(), runs: s.times.len() },
+                timing: Timing { min_ms: s.times.iter().copied().fold(f64::INFINITY, f64::min), median_ms: median(&s.times), rows: s.result.len(), runs: s.times.len(), times: s.times },
                 result: s.result,
                 gpu_ops: gpu_operator_names(&s.plan),
             })
@@ -552,6 +575,9 @@ pub async fn run(args: TpchArgs) -> Result<()> {
     if args.iterations == 0 {
         return Err(DataFusionError::Plan("--iterations must be at least 1".into()));
     }
+    if args.plan_only && args.duckdb {
+        return Err(DataFusionError::Plan("--plan-only times Ridgeline's planning; it does not go with --duckdb".into()));
+    }
     if !(args.min_time_ms.is_finite() && args.min_time_ms >= 0.0) {
         return Err(DataFusionError::Plan(format!("--min-time-ms {}: it must be a number of milliseconds, 0 or more", args.min_time_ms)));
     }
@@ -674,7 +700,8 @@ pub async fn run(args: TpchArgs) -> Result<()> {
         runs = format!("{runs} (more until {:.0} ms of timed runs, at most {MAX_RUNS})", args.min_time_ms);
     }
     let order = if args.blocks || !(run_cpu && run_gpu) { "" } else { ", the modes alternating run by run" };
-    println!("{gpu_line}; {runs} per query and mode after one warm-up (planning + execution){order}");
+    let what = if args.plan_only { "planning only: SQL text to physical plan" } else { "planning + execution" };
+    println!("{gpu_line}; {runs} per query and mode after one warm-up ({what}){order}");
 
     // Ridgeline runs.
     let mut outcomes = Vec::new();
@@ -682,7 +709,7 @@ pub async fn run(args: TpchArgs) -> Result<()> {
         let sql = query_sql(q);
         let mut o = QueryOutcome { q, cpu: None, gpu: None, check: None };
         let engines: Vec<&Ridgeline> = [(run_cpu, &rl), (run_gpu, &gpu_rl)].into_iter().filter(|(on, _)| *on).map(|(_, e)| e).collect();
-        let mut runs = run_modes(&engines, sql, args.iterations, args.min_time_ms, !args.blocks).await.into_iter();
+        let mut runs = run_modes_with(&engines, sql, args.iterations, args.min_time_ms, !args.blocks, args.plan_only).await.into_iter();
         if run_cpu {
             o.cpu = runs.next().map(|r| r.map_err(|e| super::one_line(&e)));
         }
@@ -709,8 +736,13 @@ pub async fn run(args: TpchArgs) -> Result<()> {
     if run_gpu {
         headers.extend([("GPU min ms".into(), true), ("GPU med ms".into(), true)]);
     }
+    // run-by-run ratios exist where the modes alternated
+    let paired = run_cpu && run_gpu && !args.blocks;
     if run_cpu && run_gpu {
         headers.push(("CPU/GPU".into(), true));
+    }
+    if paired {
+        headers.push(("CPU/GPU paired".into(), true));
     }
     if duck.is_some() {
         headers.extend([("DuckDB min ms".into(), true), ("DuckDB med ms".into(), true)]);
@@ -730,6 +762,7 @@ pub async fn run(args: TpchArgs) -> Result<()> {
     let mut errors = Vec::new();
     // geometric means over the queries where every column has a time
     let mut gm: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    let mut pairs_gm: Vec<f64> = Vec::new();
     for o in &outcomes {
         let mut r = vec![query_name(o.q)];
         let mut cols: Vec<(&str, Option<&Timing>)> = Vec::new();
@@ -764,6 +797,13 @@ pub async fn run(args: TpchArgs) -> Result<()> {
                 (Some(c), Some(g)) => format!("{:.2}", c.median_ms / g.median_ms),
                 _ => "-".into(),
             });
+        }
+        if paired {
+            let pr = cpu_t.zip(gpu_t).and_then(|(c, g)| paired_ratio(&c.times, &g.times));
+            if let Some(p) = pr {
+                pairs_gm.push(p);
+            }
+            r.push(pr.map(|p| format!("{p:.2}")).unwrap_or_else(|| "-".into()));
         }
         if let Some(d) = &duck_t {
             match d {
@@ -827,6 +867,9 @@ pub async fn run(args: TpchArgs) -> Result<()> {
             let ratio = g("cpu_med") / g("gpu_med");
             r.push(if ratio.is_finite() { format!("{ratio:.2}") } else { "-".into() });
         }
+        if paired {
+            r.push(if pairs_gm.is_empty() { "-".into() } else { format!("{:.2}", geomean(&pairs_gm)) });
+        }
         if duck.is_some() {
             r.extend([fmt_ms(g("duck_min")), fmt_ms(g("duck_med"))]);
         }
@@ -839,6 +882,9 @@ pub async fn run(args: TpchArgs) -> Result<()> {
     print_table(&headers, &rows);
     if let Some(d) = &duck {
         println!("DuckDB {} ({} threads): tables loaded into memory from the same Parquet files", d.version, d.threads);
+    }
+    if paired {
+        println!("CPU/GPU: ratio of the medians; paired: median of the run-by-run ratios (run i of each mode back to back), geomean row over the queries");
     }
     if run_gpu {
         println!("GPU operators: Gpu*Exec nodes in the GPU-mode plan");
@@ -1100,6 +1146,7 @@ print(json.dumps(out))
                         median_ms: median(&times),
                         rows: rows as usize,
                         runs: times.len(),
+                        times,
                     }),
                     _ => Err("no result from DuckDB".to_string()),
                 }
@@ -1158,6 +1205,44 @@ mod tests {
                 assert_eq!(ra.timing.runs, rb.timing.runs);
             }
         }
+    }
+
+    #[test]
+    fn paired_ratio_cancels_drift() {
+        // a slow drift shared by both modes: the ratio of medians sees the
+        // drift's skew between the two sample sets, the paired ratio does not
+        let cpu = [10.0, 11.0, 30.0, 31.0, 32.0];
+        let gpu = [5.0, 5.5, 15.0, 15.5, 16.0];
+        assert_eq!(paired_ratio(&cpu, &gpu), Some(2.0));
+        assert_eq!(paired_ratio(&[4.0, 9.0, 1.0], &[2.0, 3.0, 1.0]), Some(2.0), "median of 2, 3 and 1");
+        assert_eq!(paired_ratio(&[4.0, 6.0], &[2.0, 2.0]), Some(2.5), "even count: mean of the middle two");
+        // unequal lengths pair what they share; nothing to pair is None
+        assert_eq!(paired_ratio(&[3.0, 100.0], &[1.0]), Some(3.0));
+        assert_eq!(paired_ratio(&[], &[1.0]), None);
+        assert_eq!(paired_ratio(&[1.0], &[0.0]), None, "a zero time is not a ratio");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn timed_runs_are_kept_in_order() {
+        let a = Ridgeline::builder().gpu_mode(GpuMode::Off).build().unwrap();
+        let r = run_modes(&[&a], "SELECT 1", 4, 0.0, true).await.pop().unwrap().unwrap();
+        assert_eq!(r.timing.times.len(), 4);
+        assert_eq!(r.timing.runs, 4);
+        let min = r.timing.times.iter().copied().fold(f64::INFINITY, f64::min);
+        assert_eq!(min, r.timing.min_ms);
+        assert!(r.timing.times.iter().all(|t| *t > 0.0));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn plan_only_times_planning_and_keeps_the_answer() {
+        let a = Ridgeline::builder().gpu_mode(GpuMode::Off).build().unwrap();
+        a.sql("CREATE TABLE t AS VALUES (1), (2), (3)").await.unwrap().collect().await.unwrap();
+        let r = run_modes_with(&[&a], "SELECT sum(column1) FROM t", 3, 0.0, true, true).await.pop().unwrap().unwrap();
+        assert_eq!(r.result, vec![vec!["6".to_string()]], "the answer run executes");
+        assert_eq!(r.timing.runs, 3);
+        // an error found while planning fails the engine's column
+        let e = run_modes_with(&[&a], "SELECT nope FROM t", 2, 0.0, true, true).await.pop().unwrap();
+        assert!(e.err().unwrap().to_string().contains("nope"));
     }
 
     #[test]

@@ -44,7 +44,7 @@ impl RidgelineSessionExt for SessionStateBuilder {
         let mut po = self.physical_optimizers().take().unwrap_or_default();
         if !po.rules.iter().any(|r| r.name() == "ridgeline_filter_estimates") {
             let at = po.rules.iter().position(|r| r.name() == "join_selection").unwrap_or(0);
-            po.rules.insert(at, Arc::new(crate::optimizer::FilterEstimates));
+            po.rules.insert(at, timed(Arc::new(crate::optimizer::FilterEstimates)));
         }
         *self.physical_optimizers() = Some(po);
         let mut udfs = self.scalar_functions().take().unwrap_or_default();
@@ -52,13 +52,19 @@ impl RidgelineSessionExt for SessionStateBuilder {
         self.with_scalar_functions(udfs)
             .with_query_planner(Arc::new(crate::planner::RidgelineQueryPlanner))
             .with_optimizer_rule(Arc::new(crate::optimizer::JoinReorder))
-            .with_physical_optimizer_rule(Arc::new(GpuFilterRule))
-            .with_physical_optimizer_rule(Arc::new(crate::optimizer::GpuAggregateRule))
-            .with_physical_optimizer_rule(Arc::new(crate::optimizer::GpuTopKRule))
-            .with_physical_optimizer_rule(Arc::new(crate::optimizer::GpuRepartitionRule))
-            .with_physical_optimizer_rule(Arc::new(crate::optimizer::GpuJoinPrefilter))
-            .with_physical_optimizer_rule(Arc::new(GpuBoundaries))
+            .with_physical_optimizer_rule(timed(Arc::new(GpuFilterRule)))
+            .with_physical_optimizer_rule(timed(Arc::new(crate::optimizer::GpuAggregateRule)))
+            .with_physical_optimizer_rule(timed(Arc::new(crate::optimizer::GpuTopKRule)))
+            .with_physical_optimizer_rule(timed(Arc::new(crate::optimizer::GpuRepartitionRule)))
+            .with_physical_optimizer_rule(timed(Arc::new(crate::optimizer::GpuJoinPrefilter)))
+            .with_physical_optimizer_rule(timed(Arc::new(GpuBoundaries)))
     }
+}
+
+fn timed(
+    rule: Arc<dyn datafusion::physical_optimizer::PhysicalOptimizerRule + Send + Sync>,
+) -> Arc<dyn datafusion::physical_optimizer::PhysicalOptimizerRule + Send + Sync> {
+    Arc::new(crate::optimizer::Timed(rule))
 }
 
 /// DataFusion settings whose defaults Ridgeline changes (where they still hold

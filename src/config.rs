@@ -37,10 +37,12 @@ extensions_options! {
         /// Let a hash join's build-side keys filter its GPU-resident probe side on the
         /// device before download (the `ridgeline_gpu_join_prefilter` rule).
         pub gpu_join_prefilter: bool, default = true
-        /// Over a resident scan under a CPU operator, let the prefilter compute every
-        /// row's selection in one device pass and filter the scan's host copy with it
-        /// (false: compact on the device per partition and download the rows).
-        pub gpu_semi_filter_mask: bool, default = true
+        /// Over a resident scan under a CPU operator, how the prefilter's rows reach
+        /// it: true computes every row's selection in one device pass and filters the
+        /// scan's host copy with it (the mask path); false compacts on the device per
+        /// partition and downloads the rows; auto takes the cheaper once the build
+        /// side's keys are known.
+        pub gpu_semi_filter_mask: String, default = "auto".to_string()
     }
 }
 

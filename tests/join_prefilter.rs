@@ -259,9 +259,31 @@ async fn mask_path_over_many_chunks_and_cut_batches() {
         let (inp, out) = (metric(line, "input_rows"), metric(line, "output_rows"));
         assert!(inp == 20_000.0 && out < 1000.0, "fact {inp} -> {out} rows: {line}");
     }
-    // The device path over the same scans (compacted per partition, downloaded).
-    gpu.sql("SET ridgeline.gpu_semi_filter_mask = false").await.unwrap().collect().await.unwrap();
-    for q in queries {
-        assert_eq!(rows(gpu, q).await, rows(cpu, q).await, "device path: {q}");
+    // The mask path and the device path (compacted per partition, downloaded)
+    // forced over the same scans; auto picked one of them above.
+    for (setting, path) in [("true", "mask path"), ("false", "device path")] {
+        gpu.sql(&format!("SET ridgeline.gpu_semi_filter_mask = {setting}")).await.unwrap().collect().await.unwrap();
+        for q in queries {
+            assert_eq!(rows(gpu, q).await, rows(cpu, q).await, "{path}: {q}");
+        }
+        let b = gpu.sql(&format!("EXPLAIN ANALYZE {}", queries[0])).await.unwrap().collect().await.unwrap();
+        let text = pretty_format_batches(&b).unwrap().to_string();
+        let line = text.lines().find(|l| l.contains("GpuSemiFilterExec") && l.contains("fk@")).unwrap_or_else(|| panic!("{text}"));
+        let (inp, out) = (metric(line, "input_rows"), metric(line, "output_rows"));
+        assert!(inp == 20_000.0 && out < 1000.0, "{path}: fact {inp} -> {out} rows: {line}");
     }
+    // A setting that is none of auto, true and false is an error, not a guess.
+    // The statement after the SET (the SET's own plan already goes through the
+    // rule) fails with the message, and a good value makes the session work again.
+    let set = gpu.sql("SET ridgeline.gpu_semi_filter_mask = 'sometimes'").await.unwrap().collect().await.err();
+    let query = match gpu.sql(queries[0]).await {
+        Ok(df) => df.collect().await.err(),
+        Err(e) => Some(e),
+    };
+    for err in [set, query] {
+        let err = err.expect("a bad gpu_semi_filter_mask value must fail").to_string();
+        assert!(err.contains("gpu_semi_filter_mask must be auto, true or false, not 'sometimes'"), "{err}");
+    }
+    gpu.sql("SET ridgeline.gpu_semi_filter_mask = auto").await.unwrap().collect().await.unwrap();
+    assert_eq!(rows(gpu, queries[0]).await, rows(cpu, queries[0]).await);
 }

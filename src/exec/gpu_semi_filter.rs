@@ -7,15 +7,20 @@
 //! On its first poll a partition waits for the build side's key sets, then picks
 //! the key whose set lets the fewest probe rows pass (the set's density over the
 //! probe key's range, from the resident table's statistics) and weighs the
-//! filter's cost against what it saves ([`worth_it`]); in mode `on` it always
-//! filters. Otherwise, and when the GPU fails, the input's rows pass unfiltered:
-//! the join drops them.
+//! filter's cost against what it saves on each path open to it ([`gain_ms`],
+//! [`FilterPath`]) and takes the best; in mode `on` it always filters.
+//! Otherwise, and when the GPU fails, the input's rows pass unfiltered: the join
+//! drops them.
 //!
-//! Under a CPU parent over a resident scan, the first partition to get there
-//! tests the keys of every chunk of the table on the device and reads back the
-//! selections (a bit a row, one readback for the whole input); every partition
-//! then filters its rows of the scan's host copy with them, so no row is
-//! downloaded and the device is waited on once per query, not per partition.
+//! Under a CPU parent over a resident scan there are two paths. On the mask
+//! path the first partition to get there tests the keys of every chunk of the
+//! table on the device and reads back the selections (a bit a row, one readback
+//! for the whole input); every partition then filters its rows of the scan's host
+//! copy with them, so no row is downloaded and the device is waited on once per
+//! query, not per partition, but the gather reads most of the host copy's cache
+//! lines when many rows pass. On the device path each partition compacts its
+//! rows on the device and downloads the passing ones. Auto
+//! (`ridgeline.gpu_semi_filter_mask`) takes the cheaper by the key set's density.
 //! Under a CPU parent over a GPU filter it compacts on the device and downloads
 //! its own output, so the boundary rule puts no unload above it; a GPU parent (a
 //! `GpuRepartitionExec`) takes its device batches.
@@ -57,9 +62,12 @@ pub const MASK_DEVICE_NS_PER_ROW: f64 = 0.05;
 /// CPU time of the mask path per input row (counting a chunk's mask bits and
 /// walking them), ns on one core.
 pub const MASK_NS_PER_ROW: f64 = 0.3;
-/// CPU time of the mask path per byte of a passing row (gathering it from the
-/// host copy), ns on one core.
-pub const MASK_NS_PER_PASSING_BYTE: f64 = 0.15;
+/// Host memory bandwidth the mask path's gather gets, bytes per ms, all cores
+/// together: it reads about every cache line holding a passing row of the host
+/// copy and writes the passing rows (TPC-H Q5 at SF 10 on the H100 machine:
+/// 60M lineitem rows, 20% of 48 bytes passing, 437-571 ms of gather summed over
+/// 16 partitions, about 30 ms of wall time for 2.6 GB).
+pub const HOST_BYTES_PER_MS: f64 = 60.0e6;
 
 /// How the filter's rows reach its parent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,15 +81,40 @@ pub enum FilterPath {
     Device { downloaded_anyway: bool },
 }
 
+/// Which paths a filter over a resident scan under a CPU operator may take
+/// (`ridgeline.gpu_semi_filter_mask`: auto, true or false).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MaskChoice {
+    /// The cheaper of the mask path and the device path, once the key set's
+    /// density is known.
+    Auto,
+    /// Always the mask path.
+    Always,
+    /// Never the mask path.
+    Never,
+}
+
+impl MaskChoice {
+    /// Parses the setting (auto; true/on; false/off).
+    pub fn parse(s: &str) -> Result<MaskChoice> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(MaskChoice::Auto),
+            "true" | "on" => Ok(MaskChoice::Always),
+            "false" | "off" => Ok(MaskChoice::Never),
+            other => Err(DataFusionError::Configuration(format!("ridgeline.gpu_semi_filter_mask must be auto, true or false, not '{other}'"))),
+        }
+    }
+}
+
 impl FilterPath {
-    /// The path of a filter over a resident scan (`over_scan`; else a GPU filter)
-    /// under a GPU parent or a CPU one, with the mask path allowed or not
-    /// (`ridgeline.gpu_semi_filter_mask`).
-    pub fn of(over_scan: bool, gpu_parent: bool, mask: bool) -> FilterPath {
-        match (over_scan, gpu_parent) {
-            (true, false) if mask => FilterPath::HostMask,
-            (true, false) => FilterPath::Device { downloaded_anyway: false },
-            _ => FilterPath::Device { downloaded_anyway: true },
+    /// The paths open to a filter over a resident scan (`over_scan`; else a GPU
+    /// filter) under a GPU parent or a CPU one, by the mask setting.
+    pub fn candidates(over_scan: bool, gpu_parent: bool, mask: MaskChoice) -> Vec<FilterPath> {
+        match (over_scan, gpu_parent, mask) {
+            (true, false, MaskChoice::Auto) => vec![FilterPath::HostMask, FilterPath::Device { downloaded_anyway: false }],
+            (true, false, MaskChoice::Always) => vec![FilterPath::HostMask],
+            (true, false, MaskChoice::Never) => vec![FilterPath::Device { downloaded_anyway: false }],
+            _ => vec![FilterPath::Device { downloaded_anyway: true }],
         }
     }
 }
@@ -91,25 +124,47 @@ pub fn row_bytes(schema: &arrow::datatypes::Schema) -> f64 {
     schema.fields().iter().map(|f| Storage::of(f.data_type()).map_or(16, |s| s.elem_size()) as f64).sum()
 }
 
-/// Whether filtering `rows` probe rows of `row_bytes` bytes each down to a
-/// fraction `density` pays on `threads` cores with `partitions` partitions, by
-/// `path`. Over a resident scan the device path downloads every passing row
-/// (its host copy would have been read in place); the mask path downloads none.
-pub fn worth_it(rows: f64, density: f64, row_bytes: f64, threads: usize, partitions: usize, path: FilterPath) -> bool {
+/// Share of a column's cache lines (64 bytes) holding at least one of a
+/// fraction `density` of its `elem`-byte values spread evenly: what a gather of
+/// the passing rows reads of it.
+fn lines_touched(density: f64, elem: f64) -> f64 {
+    let per_line = (64.0 / elem.max(1.0)).max(1.0);
+    1.0 - (1.0 - density.clamp(0.0, 1.0)).powf(per_line)
+}
+
+/// What filtering `rows` probe rows of `row_bytes` bytes each (in columns of
+/// `elem_bytes` on average) down to a fraction `density` gains on `threads` cores
+/// with `partitions` partitions by `path`, in ms of wall time (negative: it
+/// loses). Over a resident scan the device path downloads every passing row
+/// (its host copy would have been read in place); the mask path downloads none
+/// but gathers the passing rows from the host copy, reading about every cache
+/// line that holds one, at the host's memory bandwidth.
+pub fn gain_ms(rows: f64, density: f64, row_bytes: f64, threads: usize, partitions: usize, path: FilterPath) -> f64 {
     let per_row_download = row_bytes / DOWNLOAD_BYTES_PER_MS;
     let threads = threads.max(1) as f64;
     let probe = PROBE_NS_PER_ROW * 1e-6 / threads;
     match path {
         FilterPath::HostMask => {
-            let host = rows * (MASK_NS_PER_ROW + density * row_bytes * MASK_NS_PER_PASSING_BYTE) * 1e-6 / threads;
-            (1.0 - density) * rows * probe > MASK_FIXED_MS + rows * MASK_DEVICE_NS_PER_ROW * 1e-6 + host
+            let elem = (row_bytes / 4.0).clamp(4.0, 16.0);
+            let read = rows * row_bytes * lines_touched(density, elem);
+            let written = rows * density * row_bytes;
+            let host = rows * MASK_NS_PER_ROW * 1e-6 / threads + (read + written) / HOST_BYTES_PER_MS;
+            (1.0 - density) * rows * probe - (MASK_FIXED_MS + rows * MASK_DEVICE_NS_PER_ROW * 1e-6 + host)
         }
         FilterPath::Device { downloaded_anyway } => {
             let saved = (1.0 - density) * rows * (probe + if downloaded_anyway { per_row_download } else { 0.0 });
             let cost = FIXED_MS_PER_PARTITION * partitions as f64 + if downloaded_anyway { 0.0 } else { density * rows * per_row_download };
-            saved > cost
+            saved - cost
         }
     }
+}
+
+/// Of `paths`, the one gaining most, with its gain in ms (see [`gain_ms`]).
+pub fn best_path(rows: f64, density: f64, row_bytes: f64, threads: usize, partitions: usize, paths: &[FilterPath]) -> Option<(FilterPath, f64)> {
+    paths
+        .iter()
+        .map(|&p| (p, gain_ms(rows, density, row_bytes, threads, partitions, p)))
+        .max_by(|a, b| a.1.total_cmp(&b.1))
 }
 
 /// A join key the filter may test.
@@ -222,18 +277,24 @@ impl GpuSemiFilterExec {
     }
 
     /// The future deciding, once the build side's keys are in, which key to test
-    /// (`None`: pass every row), for filtering by `path`.
-    fn decision(&self, ctx: &Arc<TaskContext>, path: FilterPath) -> impl std::future::Future<Output = Option<(SemiKey, Arc<KeySets>)>> + Send + 'static {
+    /// and by which of `paths` (`None`: pass every row).
+    fn decision(&self, ctx: &Arc<TaskContext>, paths: Vec<FilterPath>) -> impl std::future::Future<Output = Option<(SemiKey, Arc<KeySets>, FilterPath)>> + Send + 'static {
         let (keys, link, rows) = (self.keys.clone(), self.link.clone(), self.rows as f64);
         let opts = crate::config::RidgelineOptions::from_config(ctx.session_config().options());
         let forced = opts.mode().ok() == Some(ridgeline_operators::GpuMode::On);
         let threads = ctx.session_config().target_partitions();
         let partitions = self.input.properties().output_partitioning().partition_count();
         let row_bytes = row_bytes(&self.schema());
+        let id = self.link.id();
         async move {
             let sets = link.wait(KEY_WAIT).await?;
             let (key, d) = choose(&keys, &sets)?;
-            (forced || worth_it(rows, d, row_bytes, threads, partitions, path)).then_some((key, sets))
+            let (path, gain) = best_path(rows, d, row_bytes, threads, partitions, &paths)?;
+            if log::log_enabled!(log::Level::Debug) {
+                let all: Vec<String> = paths.iter().map(|&p| format!("{p:?} {:.2} ms", gain_ms(rows, d, row_bytes, threads, partitions, p))).collect();
+                log::debug!("semi filter #{id}: {rows} rows of {row_bytes} bytes, {partitions} partitions, key {} density {d:.4}: gains {}", key.build, all.join(", "));
+            }
+            (forced || gain > 0.0).then_some((key, sets, path))
         }
     }
 }
@@ -241,13 +302,13 @@ impl GpuSemiFilterExec {
 impl super::GpuExec for GpuSemiFilterExec {
     fn execute_gpu(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<super::GpuBatchStream> {
         let input = self.input.clone();
-        let decide = self.decision(&ctx, FilterPath::of(self.input.downcast_ref::<super::GpuScanExec>().is_some(), true, false));
+        let decide = self.decision(&ctx, FilterPath::candidates(self.input.downcast_ref::<super::GpuScanExec>().is_some(), true, MaskChoice::Never));
         let m = self.metrics_for(partition);
         let fut = async move {
             let gpu = as_gpu(&input).ok_or_else(|| DataFusionError::Internal("semi filter over a CPU operator".into()))?;
             let choice = decide.await;
             let s = gpu.execute_gpu(partition, ctx)?;
-            let Some((key, sets)) = choice else {
+            let Some((key, sets, _)) = choice else {
                 return Ok::<super::GpuBatchStream, DataFusionError>(
                     s.inspect_ok(move |b| {
                         m.rows_in.add(b.num_rows);
@@ -303,15 +364,14 @@ impl ExecutionPlan for GpuSemiFilterExec {
         let m = self.metrics_for(partition);
         let input = self.input.clone();
         let over_scan = self.input.downcast_ref::<super::GpuScanExec>().is_some();
-        let path = FilterPath::of(over_scan, false, crate::config::RidgelineOptions::from_config(ctx.session_config().options()).gpu_semi_filter_mask);
-        let mask = path == FilterPath::HostMask;
-        let decide = self.decision(&ctx, path);
+        let choice = MaskChoice::parse(&crate::config::RidgelineOptions::from_config(ctx.session_config().options()).gpu_semi_filter_mask)?;
+        let decide = self.decision(&ctx, FilterPath::candidates(over_scan, false, choice));
         let cache = self.masks.clone();
         let fut = async move {
-            let (Some((key, sets)), Some(_)) = (decide.await, as_gpu(&input)) else {
+            let (Some((key, sets, path)), Some(_)) = (decide.await, as_gpu(&input)) else {
                 return passthrough(&input, partition, ctx, m);
             };
-            if let Some(scan) = input.downcast_ref::<super::GpuScanExec>().filter(|_| mask) {
+            if let Some(scan) = input.downcast_ref::<super::GpuScanExec>().filter(|_| path == FilterPath::HostMask) {
                 let cell = cache.cell(&sets, key.slot);
                 let masks = cell.get_or_try_init(|| scan_masks(scan, &key, sets, m.time.clone())).await?.clone();
                 let Some(masks) = masks else { return passthrough(&input, partition, ctx, m) };
@@ -517,4 +577,100 @@ fn semi_filter_batch(dev: &GpuContext, key: &SemiKey, set: &DeviceKeySet, b: Gpu
     let sel = member_gpu(dev, values, width, validity, b.num_rows, set).map_err(gpu_err)?;
     let cols: Vec<&crate::gpu_batch::GpuColumn> = b.columns.iter().map(|c| c.as_ref()).collect();
     super::gpu_filter::compact_columns(dev, &sel, b.num_rows, &cols, CompactAlgo::Stable, &b.schema)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEVICE: FilterPath = FilterPath::Device { downloaded_anyway: false };
+
+    #[test]
+    fn mask_setting_parses_and_rejects_other_words() {
+        assert_eq!(MaskChoice::parse("auto").unwrap(), MaskChoice::Auto);
+        assert_eq!(MaskChoice::parse(" TRUE ").unwrap(), MaskChoice::Always);
+        assert_eq!(MaskChoice::parse("on").unwrap(), MaskChoice::Always);
+        assert_eq!(MaskChoice::parse("False").unwrap(), MaskChoice::Never);
+        assert_eq!(MaskChoice::parse("off").unwrap(), MaskChoice::Never);
+        let err = MaskChoice::parse("sometimes").unwrap_err().to_string();
+        assert!(err.contains("must be auto, true or false, not 'sometimes'"), "{err}");
+        assert!(MaskChoice::parse("").is_err());
+    }
+
+    #[test]
+    fn candidates_follow_the_setting_only_over_a_scan_under_a_cpu_parent() {
+        assert_eq!(FilterPath::candidates(true, false, MaskChoice::Auto), vec![FilterPath::HostMask, DEVICE]);
+        assert_eq!(FilterPath::candidates(true, false, MaskChoice::Always), vec![FilterPath::HostMask]);
+        assert_eq!(FilterPath::candidates(true, false, MaskChoice::Never), vec![DEVICE]);
+        for mask in [MaskChoice::Auto, MaskChoice::Always, MaskChoice::Never] {
+            // under a GPU parent, or over a GPU filter, the rows are on the device anyway
+            assert_eq!(FilterPath::candidates(true, true, mask), vec![FilterPath::Device { downloaded_anyway: true }]);
+            assert_eq!(FilterPath::candidates(false, false, mask), vec![FilterPath::Device { downloaded_anyway: true }]);
+        }
+    }
+
+    #[test]
+    fn lines_touched_grows_from_none_to_all() {
+        assert_eq!(lines_touched(0.0, 8.0), 0.0);
+        assert!((lines_touched(1.0, 8.0) - 1.0).abs() < 1e-12);
+        // one value a line: the share of lines is the density
+        assert!((lines_touched(0.3, 64.0) - 0.3).abs() < 1e-12);
+        // eight 8-byte values a line: 1 - 0.8^8
+        assert!((lines_touched(0.2, 8.0) - (1.0 - 0.8f64.powi(8))).abs() < 1e-12);
+        let mut last = 0.0;
+        for i in 1..=20 {
+            let t = lines_touched(i as f64 / 20.0, 12.0);
+            assert!(t > last && t <= 1.0);
+            last = t;
+        }
+        // out-of-range inputs are clamped, not NaN
+        assert_eq!(lines_touched(-1.0, 0.0), 0.0);
+        assert!((lines_touched(2.0, 4.0) - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn auto_picks_the_device_path_for_a_dense_set_over_wide_rows() {
+        // TPC-H Q5 at SF 10 on 16 cores: 60M lineitem rows of 48 bytes, a fifth passing.
+        // The mask path's gather reads nearly every cache line of the host copy.
+        let paths = FilterPath::candidates(true, false, MaskChoice::Auto);
+        let (path, gain) = best_path(60e6, 0.2, 48.0, 16, 16, &paths).unwrap();
+        assert_eq!(path, DEVICE);
+        assert!(gain > 0.0);
+        assert!(gain_ms(60e6, 0.2, 48.0, 16, 16, FilterPath::HostMask) < gain);
+    }
+
+    #[test]
+    fn auto_picks_the_mask_path_for_a_sparse_set() {
+        // 15M orders rows, 0.5% passing, and 8M partsupp rows, 4% passing (SF 10, 16 cores):
+        // the device path's fixed cost per partition exceeds what it saves.
+        let paths = FilterPath::candidates(true, false, MaskChoice::Auto);
+        for (rows, d) in [(15e6, 0.0049), (8e6, 0.04)] {
+            assert!(gain_ms(rows, d, 24.0, 16, 16, DEVICE) < 0.0);
+            let (path, gain) = best_path(rows, d, 24.0, 16, 16, &paths).unwrap();
+            assert_eq!(path, FilterPath::HostMask);
+            assert!(gain > 0.0);
+        }
+    }
+
+    #[test]
+    fn no_path_pays_when_every_row_passes_or_the_input_is_small() {
+        let paths = FilterPath::candidates(true, false, MaskChoice::Auto);
+        for (rows, d) in [(60e6, 1.0), (1000.0, 0.01), (0.0, 0.5)] {
+            let (_, gain) = best_path(rows, d, 32.0, 16, 16, &paths).unwrap();
+            assert!(gain <= 0.0, "{rows} rows at density {d} gain {gain}");
+        }
+        assert!(best_path(1e6, 0.1, 32.0, 2, 2, &[]).is_none());
+    }
+
+    #[test]
+    fn gains_fall_as_density_rises() {
+        for path in [FilterPath::HostMask, DEVICE, FilterPath::Device { downloaded_anyway: true }] {
+            let mut last = f64::INFINITY;
+            for i in 0..=10 {
+                let g = gain_ms(20e6, i as f64 / 10.0, 40.0, 8, 8, path);
+                assert!(g < last, "{path:?} at {i}: {g} after {last}");
+                last = g;
+            }
+        }
+    }
 }

@@ -78,6 +78,25 @@ pub const REGION_GPU_MIN_ROWS: usize = 1 << 16;
 /// lost to CPU mode, 2^24 won 2.2x; H100, session 25).
 pub const TABLE_MIN_ROWS_PER_GROUP: u64 = 16;
 
+/// Mode auto: CPU time DataFusion's aggregation with its WHERE clause spends per
+/// table row, ns on one core (TPC-H Q15 at SF 1, H200 machine, warm: 22 ms of
+/// filter and 12.5 ms of partial aggregation over 6M lineitem rows, summed over
+/// 16 cores; more where more rows pass).
+pub const CPU_AGG_NS_PER_ROW: f64 = 5.75;
+/// Mode auto: fixed device time of a group-table aggregation, ms (same query,
+/// session 32: 2.3-3.3 ms per aggregation over 16 chunks, of which recording the
+/// chunks' row programs 0.7, waiting for the device 1.0, compaction and readback
+/// of the groups 0.56).
+pub const TABLE_FIXED_MS: f64 = 2.5;
+
+/// Mode auto: whether a group table of `groups` groups over `rows` table rows
+/// pays on `threads` cores without HAVING on the device: enough rows per group
+/// ([`TABLE_MIN_ROWS_PER_GROUP`]) and more CPU wall time to save than the device
+/// pass costs.
+pub fn table_pays(rows: u64, groups: u64, threads: usize) -> bool {
+    rows >= TABLE_MIN_ROWS_PER_GROUP * groups && rows as f64 * CPU_AGG_NS_PER_ROW * 1e-6 / threads.max(1) as f64 > TABLE_FIXED_MS
+}
+
 /// The GPU aggregation rule.
 #[derive(Debug, Default)]
 pub struct GpuAggregateRule;
@@ -112,6 +131,7 @@ impl PhysicalOptimizerRule for GpuAggregateRule {
                     _ => return Ok(Transformed::no(node)),
                 };
                 let region_min = if mode == GpuMode::On { 2 } else { REGION_GPU_MIN_ROWS };
+                let auto = auto.then_some(config.execution.target_partitions);
                 match prepare(&dev, &node, src, min_rows, max_groups, region_min, opts.gpu_group_tables, auto) {
                     Ok(Some(p)) => {
                         // Parents may rely on the replaced node's hash partitioning (a
@@ -331,7 +351,7 @@ fn prepare(
     max_groups: u64,
     region_gpu_min_rows: usize,
     group_tables: bool,
-    auto: bool,
+    auto: Option<usize>,
 ) -> std::result::Result<Option<GpuAggregatePlan>, Why> {
     let e = |e: datafusion::error::DataFusionError| e.to_string();
     let table_cap = if group_tables { ridgeline_operators::group_table::max_groups(dev) as u64 } else { 0 };
@@ -731,12 +751,33 @@ fn prepare(
         table,
         direct,
         // Fewer than TABLE_MIN_ROWS_PER_GROUP rows per group: reading back almost as
-        // many groups as rows loses to the CPU (measured: 1M groups over 1M-4M rows),
-        // unless HAVING cuts the groups on the device (TPC-H Q18).
-        unless_having: (auto && table && (table_rows as u64) < TABLE_MIN_ROWS_PER_GROUP * groups).then(|| node.clone()),
+        // many groups as rows loses to the CPU (measured: 1M groups over 1M-4M rows);
+        // nor does a pass whose fixed cost exceeds the cores' time (TPC-H Q15 at
+        // SF 1 on 16 cores); unless HAVING cuts the groups on the device (TPC-H Q18).
+        unless_having: auto.filter(|&threads| table && !table_pays(table_rows as u64, groups, threads)).map(|_| node.clone()),
         final_agg: Arc::new(final_agg),
         partial_schema,
         cpu,
         display,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn group_table_pays_with_many_rows_per_group_and_enough_cpu_work() {
+        // TPC-H Q15: 10,000 suppliers over lineitem. SF 1 on 16 cores: 2.2 ms of CPU
+        // wall time against the device pass's fixed cost; SF 10, or SF 1 on 4 cores: pays.
+        assert!(!table_pays(6_001_215, 10_000, 16));
+        assert!(table_pays(59_986_052, 100_000, 16));
+        assert!(table_pays(6_001_215, 10_000, 4));
+        // Too few rows a group, however many cores' time there is to save.
+        assert!(!table_pays(4_000_000, 1_000_000, 1));
+        assert!(table_pays(16_000_000, 1_000_000, 1));
+        // Nothing to save: no rows, or no groups on an empty table.
+        assert!(!table_pays(0, 0, 16));
+        assert!(!table_pays(0, 1, 0));
+    }
 }

@@ -132,7 +132,11 @@ fn check(ctx: &GpuContext, host: &[HostColumn<'_>], keys: &[usize], func: Partit
     stats.unwrap()
 }
 
-const SIZES: &[usize] = &[0, 1, 2, 31, 255, 257, 4097, 16_385, 100_003];
+// Up to 8 segments of the 4096-row segments most tests use; inputs above the
+// binding limit have their own test. (Larger sizes here only slowed CI on
+// lavapipe, whose subgroup emulation makes the fused scatter 1-2 s per 100,000
+// rows at fanouts of 256 and up.)
+const SIZES: &[usize] = &[0, 1, 2, 31, 255, 257, 4097, 16_385, 30_011];
 
 fn key_sets(n: usize, seed: u64) -> Vec<(&'static str, Vec<u32>)> {
     let mut r = rng(seed);
@@ -169,7 +173,7 @@ fn hash_partition_fanouts_sizes_and_keys() {
 fn radix_and_direct_partition() {
     let Some(ctx) = test_context() else { return };
     let opts = PartitionOptions::default();
-    for &n in &[1usize, 257, 100_003] {
+    for &n in &[1usize, 257, 30_011] {
         for (name, keys) in key_sets(n, 3) {
             let b = Batch::new(keys, 11, 0.1);
             let host = b.host(true);

@@ -138,6 +138,91 @@ pub(crate) fn no_expressions(
 /// DataFusion's statistics of a plan (all partitions), computed by walking its
 /// inputs: since DataFusion 55 the built-in operators answer only through
 /// `StatisticsContext` (their `partition_statistics` says "unknown").
+///
+/// Inside a [`StatsScope`] (each Ridgeline optimizer rule runs in one) the
+/// statistics of every input subtree are remembered, so a rule that asks about
+/// many nodes of one plan walks each subtree once instead of once per question.
+/// `plan` itself is not remembered (it may be a node built for the question and
+/// dropped after it); its inputs are, and are kept alive by the scope, so the
+/// pointers that key the memo stay unique while it lives.
 pub fn plan_statistics(plan: &dyn ExecutionPlan) -> Result<Arc<datafusion::common::Statistics>> {
-    datafusion::physical_plan::StatisticsContext::new().compute(plan, &datafusion::physical_plan::StatisticsArgs::new())
+    let scoped = STATS_MEMO.with(|m| m.borrow().is_some());
+    if !scoped {
+        return datafusion::physical_plan::StatisticsContext::new().compute(plan, &datafusion::physical_plan::StatisticsArgs::new());
+    }
+    stats_from_inputs(plan)
+}
+
+/// A memoized statistics walk: the key is a node's address, the value keeps the
+/// node alive (so no other node can take its address while the memo lives).
+type StatsMemo = std::collections::HashMap<usize, (Arc<dyn ExecutionPlan>, Arc<datafusion::common::Statistics>)>;
+
+thread_local! {
+    static STATS_MEMO: std::cell::RefCell<Option<StatsMemo>> = const { std::cell::RefCell::new(None) };
+}
+
+/// While alive, [`plan_statistics`] on this thread remembers subtree statistics.
+/// Scopes do not nest: an inner scope leaves the outer one's memo in place.
+pub(crate) struct StatsScope {
+    owner: bool,
+}
+
+impl StatsScope {
+    pub(crate) fn enter() -> StatsScope {
+        let owner = STATS_MEMO.with(|m| {
+            let mut m = m.borrow_mut();
+            if m.is_some() {
+                return false;
+            }
+            *m = Some(StatsMemo::new());
+            true
+        });
+        StatsScope { owner }
+    }
+}
+
+impl Drop for StatsScope {
+    fn drop(&mut self) {
+        if self.owner {
+            // Take the memo out before dropping it: dropping plan nodes must not
+            // run while the cell is borrowed.
+            let memo = STATS_MEMO.with(|m| m.borrow_mut().take());
+            drop(memo);
+        }
+    }
+}
+
+fn stats_from_inputs(plan: &dyn ExecutionPlan) -> Result<Arc<datafusion::common::Statistics>> {
+    use datafusion::physical_plan::{ChildStats, StatisticsArgs, StatisticsContext};
+    let children = plan.children();
+    let requests = plan.child_stats_requests(None);
+    if requests.len() != children.len() {
+        return StatisticsContext::new().compute(plan, &StatisticsArgs::new());
+    }
+    let mut inputs = Vec::with_capacity(children.len());
+    for (child, req) in children.into_iter().zip(requests) {
+        let s = match req {
+            ChildStats::At(None) => child_statistics(child)?,
+            ChildStats::At(Some(p)) => {
+                StatisticsContext::new().compute(child.as_ref(), &StatisticsArgs::new().with_partition(Some(p)))?
+            }
+            ChildStats::Skip => Arc::new(datafusion::common::Statistics::new_unknown(child.schema().as_ref())),
+        };
+        inputs.push(s);
+    }
+    plan.statistics_from_inputs(&inputs, &StatisticsArgs::new())
+}
+
+fn child_statistics(child: &Arc<dyn ExecutionPlan>) -> Result<Arc<datafusion::common::Statistics>> {
+    let key = Arc::as_ptr(child) as *const () as usize;
+    if let Some(s) = STATS_MEMO.with(|m| m.borrow().as_ref().and_then(|m| m.get(&key).map(|(_, s)| s.clone()))) {
+        return Ok(s);
+    }
+    let s = stats_from_inputs(child.as_ref())?;
+    STATS_MEMO.with(|m| {
+        if let Some(m) = m.borrow_mut().as_mut() {
+            m.insert(key, (child.clone(), s.clone()));
+        }
+    });
+    Ok(s)
 }

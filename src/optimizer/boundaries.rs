@@ -51,8 +51,7 @@ impl PhysicalOptimizerRule for GpuBoundaries {
                 if !changed {
                     return Ok(Transformed::no(node));
                 }
-                #[allow(deprecated)]
-                let n = node.with_new_children(children)?;
+                let n = datafusion::physical_plan::execution_plan::replace_children_if_necessary(node, children)?;
                 Ok(Transformed::yes(n))
             })?
             .data;

@@ -43,12 +43,12 @@ impl PhysicalOptimizerRule for FilterEstimates {
         Ok(plan
             .transform_up(|p| {
                 let Some(f) = p.downcast_ref::<FilterExec>() else { return Ok(Transformed::no(p)) };
-                let stats = crate::exec::plan_statistics(f.input().as_ref())?;
+                let stats = super::span("est.stats", || crate::exec::plan_statistics(f.input().as_ref()))?;
                 let pct = percent(selectivity(f.predicate(), &stats));
                 if pct == f.default_selectivity() {
                     return Ok(Transformed::no(p));
                 }
-                let new = FilterExecBuilder::from(f).with_default_selectivity(pct).build()?;
+                let new = super::span("est.build", || FilterExecBuilder::from(f).with_default_selectivity(pct).build())?;
                 Ok(Transformed::yes(Arc::new(new) as Arc<dyn ExecutionPlan>))
             })?
             .data)

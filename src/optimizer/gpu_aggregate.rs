@@ -116,9 +116,13 @@ impl PhysicalOptimizerRule for GpuAggregateRule {
         } else {
             (opts.min_gpu_rows, ridgeline_operators::group_agg::dense_capacity(&dev) as u64)
         };
+        // Without a filter over an aggregation anywhere, no HAVING can reach the
+        // device: group tables that only pay with one are ruled out before they
+        // are prepared (TPC-H Q15 at SF 1 prepared two and dropped both).
+        let having_possible = auto && filter_over_aggregate(&plan);
         Ok(plan
             .transform_up(|node| {
-                if let Some(t) = having(&node) {
+                if let Some(t) = super::span("agg.having", || having(&node)) {
                     return Ok(Transformed::yes(t));
                 }
                 let Some(agg) = node.downcast_ref::<AggregateExec>() else { return Ok(Transformed::no(node)) };
@@ -131,8 +135,8 @@ impl PhysicalOptimizerRule for GpuAggregateRule {
                     _ => return Ok(Transformed::no(node)),
                 };
                 let region_min = if mode == GpuMode::On { 2 } else { REGION_GPU_MIN_ROWS };
-                let auto = auto.then_some(config.execution.target_partitions);
-                match prepare(&dev, &node, src, min_rows, max_groups, region_min, opts.gpu_group_tables, auto) {
+                let auto = auto.then_some((config.execution.target_partitions, having_possible));
+                match super::span("agg.prepare", || prepare(&dev, &node, src, min_rows, max_groups, region_min, opts.gpu_group_tables, auto)) {
                     Ok(Some(p)) => {
                         // Parents may rely on the replaced node's hash partitioning (a
                         // partitioned hash join on the group keys, say): the node keeps it
@@ -183,6 +187,25 @@ impl PhysicalOptimizerRule for GpuAggregateRule {
     fn schema_check(&self) -> bool {
         true
     }
+}
+
+/// Whether some filter in `plan` sits on an aggregation (directly, or through
+/// filters and notes): where [`having`] could later move conditions to the device.
+fn filter_over_aggregate(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    let is_filter = |n: &Arc<dyn ExecutionPlan>| n.downcast_ref::<FilterExec>().is_some() || n.downcast_ref::<GpuFilterExec>().is_some();
+    if is_filter(plan) {
+        let mut child = plan.children().into_iter().next();
+        while let Some(c) = child {
+            if c.downcast_ref::<AggregateExec>().is_some() || c.downcast_ref::<GpuAggregateExec>().is_some() {
+                return true;
+            }
+            if !(is_filter(c) || c.downcast_ref::<CpuNoteExec>().is_some()) {
+                break;
+            }
+            child = c.children().into_iter().next();
+        }
+    }
+    plan.children().into_iter().any(filter_over_aggregate)
 }
 
 /// A filter (CPU or GPU) right above a group-table [`GpuAggregateExec`] whose state
@@ -285,8 +308,7 @@ fn having(node: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
     conds.extend_from_slice(g.having());
     let mut rebuilt: Arc<dyn ExecutionPlan> = Arc::new(g.with_having(conds));
     for n in between.iter().rev().chain(std::iter::once(node)) {
-        #[allow(deprecated)]
-        let up = n.clone().with_new_children(vec![rebuilt]).ok()?;
+        let up = datafusion::physical_plan::execution_plan::replace_children_if_necessary(n.clone(), vec![rebuilt]).ok()?;
         rebuilt = up;
     }
     Some(rebuilt)
@@ -351,7 +373,7 @@ fn prepare(
     max_groups: u64,
     region_gpu_min_rows: usize,
     group_tables: bool,
-    auto: Option<usize>,
+    auto: Option<(usize, bool)>,
 ) -> std::result::Result<Option<GpuAggregatePlan>, Why> {
     let e = |e: datafusion::error::DataFusionError| e.to_string();
     let table_cap = if group_tables { ridgeline_operators::group_table::max_groups(dev) as u64 } else { 0 };
@@ -472,6 +494,14 @@ fn prepare(
         groups *= keys.last().expect("pushed").card() as u64;
         if groups + 1 > max_groups.max(table_cap + 1) {
             return Err(format!("more than {} groups", max_groups.max(table_cap + 1) - 1));
+        }
+    }
+    // A group table that pays only with HAVING on the device, where no filter
+    // could bring one: the CPU's, before anything is compiled.
+    let table = groups + 1 > max_groups;
+    if let Some((threads, false)) = auto {
+        if table && !table_pays(data.table.num_rows as u64, groups, threads) {
+            return Err(format!("a group table of {groups} groups over {} rows saves less than its fixed cost on {threads} cores", data.table.num_rows));
         }
     }
     // String tests in the predicate and the arguments: by dictionary codes, whose
@@ -634,7 +664,6 @@ fn prepare(
     // Beyond the per-chunk tables of all groups: one group table in device memory,
     // for COUNT, SUM, AVG, MIN and MAX (64-bit atomics) over a key range the table's
     // rows fill densely enough.
-    let table = groups + 1 > max_groups;
     if table {
         if !quantiles.is_empty() {
             return Err(format!("a quantile over {groups} groups"));
@@ -754,7 +783,7 @@ fn prepare(
         // many groups as rows loses to the CPU (measured: 1M groups over 1M-4M rows);
         // nor does a pass whose fixed cost exceeds the cores' time (TPC-H Q15 at
         // SF 1 on 16 cores); unless HAVING cuts the groups on the device (TPC-H Q18).
-        unless_having: auto.filter(|&threads| table && !table_pays(table_rows as u64, groups, threads)).map(|_| node.clone()),
+        unless_having: auto.filter(|&(threads, _)| table && !table_pays(table_rows as u64, groups, threads)).map(|_| node.clone()),
         final_agg: Arc::new(final_agg),
         partial_schema,
         cpu,
@@ -765,6 +794,24 @@ fn prepare(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn filters_over_aggregations_are_found() {
+        use datafusion::prelude::SessionContext;
+        let ctx = SessionContext::new();
+        ctx.sql("CREATE TABLE t AS VALUES (1, 10), (2, 20), (2, 30)").await.unwrap();
+        let plan = |q: &'static str| {
+            let ctx = ctx.clone();
+            async move { ctx.sql(q).await.unwrap().create_physical_plan().await.unwrap() }
+        };
+        let having = plan("SELECT column1, sum(column2) FROM t GROUP BY column1 HAVING sum(column2) > 15").await;
+        assert!(filter_over_aggregate(&having));
+        // A filter below the aggregation, and one above a join of aggregations.
+        let below = plan("SELECT column1, sum(column2) FROM t WHERE column2 > 15 GROUP BY column1").await;
+        assert!(!filter_over_aggregate(&below));
+        let plain = plan("SELECT column1, count(*) FROM t GROUP BY column1").await;
+        assert!(!filter_over_aggregate(&plain));
+    }
 
     #[test]
     fn group_table_pays_with_many_rows_per_group_and_enough_cpu_work() {

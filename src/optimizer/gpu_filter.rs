@@ -71,11 +71,11 @@ impl PhysicalOptimizerRule for GpuFilterRule {
         Ok(plan
             .transform_up(|node| {
                 if let Some(f) = node.downcast_ref::<FilterExec>() {
-                    return env.filter(&node, f);
+                    return super::span("filter.closure", || env.filter(&node, f));
                 }
                 if let Some(p) = node.downcast_ref::<ProjectionExec>() {
                     if let Some(g) = p.input().downcast_ref::<GpuFilterExec>() {
-                        return env.fuse(&node, p, g, p.properties().clone());
+                        return super::span("filter.fuse", || env.fuse(&node, p, g, p.properties().clone()));
                     }
                     // A round-robin repartition between them: the projection is
                     // row-wise, so it moves below the repartition into the filter.
@@ -282,25 +282,29 @@ impl Env {
         if self.mode != GpuMode::On && self.dev.is_cpu_adapter() {
             return note(node, "the adapter is a CPU (DataFusion's filter on the same cores is faster)".into());
         }
+        // The cost check first, as if the whole predicate compiled: compiling (and
+        // coding strings) is most of this rule's planning time, and a filter the
+        // GPU cannot win as a whole cannot win split either (the split downloads
+        // at least as many rows, of every input column, and adds the CPU's part).
+        let all_conjuncts = split_conjunction(f.predicate()).into_iter().cloned().collect::<Vec<_>>();
+        if let Err(why) = super::span("filter.worth_it", || self.worth_it(f, conjunct_ns(&all_conjuncts, &in_schema), None)) {
+            return note(node, why);
+        }
         // The common case first: the whole predicate compiles as written (one
         // compilation instead of one per conjunct and one for their conjunction).
-        if let Ok(program) = RowProgram::try_new(in_schema.clone(), Some(f.predicate().clone()), vec![], self.caps) {
-            let conjuncts = split_conjunction(f.predicate()).into_iter().cloned().collect::<Vec<_>>();
-            if let Err(why) = self.worth_it(f, conjunct_ns(&conjuncts, &in_schema), None) {
-                return note(node, why);
-            }
+        if let Ok(program) = super::span("filter.compile", || RowProgram::try_new(in_schema.clone(), Some(f.predicate().clone()), vec![], self.caps)) {
             let g = GpuFilterExec::new(input.clone(), program, output_columns(f), f.schema(), self.algo(input)?, f.properties().clone());
             return Ok(Transformed::yes(Arc::new(g)));
         }
         // Over a resident scan, string tests can compile as tests of dictionary codes.
-        let mut coder = input.downcast_ref::<GpuScanExec>().map(|s| Coder::new(&self.dev, s));
+        let mut coder = super::span("filter.coder_new", || input.downcast_ref::<GpuScanExec>().map(|s| Coder::new(&self.dev, s)));
         // The conjuncts that compile (as compiled, and as written), and the rest.
         let mut gpu: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
         let mut gpu_src: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
         let mut cpu: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
         let mut reasons: Vec<String> = Vec::new();
         for c in split_conjunction(f.predicate()) {
-            let why = match RowProgram::try_new(in_schema.clone(), Some(c.clone()), vec![], self.caps) {
+            let why = match super::span("filter.compile", || RowProgram::try_new(in_schema.clone(), Some(c.clone()), vec![], self.caps)) {
                 Ok(_) => {
                     gpu.push(c.clone());
                     gpu_src.push(c.clone());
@@ -310,7 +314,7 @@ impl Env {
             };
             if let Some(k) = coder.as_mut() {
                 let before = k.codes.len();
-                match k.rewrite(c).and_then(|r| RowProgram::try_new(k.schema(), Some(r.clone()), vec![], self.caps).map(|_| r)) {
+                match k.rewrite(c).and_then(|r| super::span("filter.compile", || RowProgram::try_new(k.schema(), Some(r.clone()), vec![], self.caps)).map(|_| r)) {
                     Ok(r) => {
                         gpu.push(r);
                         gpu_src.push(c.clone());
@@ -335,10 +339,10 @@ impl Env {
         let src_predicate = conjunction(gpu_src.clone());
         let cpu_ns = conjunct_ns(&cpu, &in_schema);
         let split = (!cpu.is_empty()).then_some((&src_predicate, cpu_ns));
-        if let Err(why) = self.worth_it(f, conjunct_ns(&gpu_src, &in_schema) + cpu_ns, split) {
+        if let Err(why) = super::span("filter.worth_it", || self.worth_it(f, conjunct_ns(&gpu_src, &in_schema) + cpu_ns, split)) {
             return note(node, why);
         }
-        let program = match RowProgram::try_new(prog_schema, Some(predicate), vec![], self.caps) {
+        let program = match super::span("filter.compile", || RowProgram::try_new(prog_schema, Some(predicate), vec![], self.caps)) {
             Ok(p) => p,
             Err(why) => return note(node, why),
         };
@@ -400,7 +404,7 @@ impl Env {
                 }
             }
         }
-        let fused = match RowProgram::try_new(in_schema, program.predicate().cloned(), outputs, self.caps) {
+        let fused = match super::span("filter.compile", || RowProgram::try_new(in_schema, program.predicate().cloned(), outputs, self.caps)) {
             Ok(f) => f,
             Err(why) => return note(node, format!("projection not fused into the GPU filter: {why}")),
         };

@@ -82,8 +82,7 @@ fn rewrite(plan: &Arc<dyn ExecutionPlan>, relied: bool) -> Result<Arc<dyn Execut
     if !changed {
         return Ok(plan.clone());
     }
-    #[allow(deprecated)]
-    plan.clone().with_new_children(children)
+    datafusion::physical_plan::execution_plan::replace_children_if_necessary(plan.clone(), children)
 }
 
 /// The key columns and device storage of a hash repartition over a GPU island.

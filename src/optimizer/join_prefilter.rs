@@ -181,8 +181,7 @@ fn with_filter(plan: &Arc<dyn ExecutionPlan>, keys: Vec<ProbeKey>, link: &Arc<Jo
     }
     let child = plan.children().first().cloned()?.clone();
     let new_child = with_filter(&child, keys, link, min_rows, plan.downcast_ref::<GpuRepartitionExec>().is_some(), mask)?;
-    #[allow(deprecated)]
-    plan.clone().with_new_children(vec![new_child]).ok()
+    datafusion::physical_plan::execution_plan::replace_children_if_necessary(plan.clone(), vec![new_child]).ok()
 }
 
 impl PhysicalOptimizerRule for GpuJoinPrefilter {
@@ -235,14 +234,12 @@ impl PhysicalOptimizerRule for GpuJoinPrefilter {
                 if probe_keys.is_empty() {
                     return Ok(Transformed::no(node));
                 }
-                let build_rows = crate::exec::plan_statistics(j.left().as_ref()).ok().and_then(|s| planned_build_rows(&s.num_rows));
+                let build_rows = super::span("prefilter.stats", || crate::exec::plan_statistics(j.left().as_ref())).ok().and_then(|s| planned_build_rows(&s.num_rows));
                 let min_rows = place.map(|p| Placement { build_rows, ..p });
-                let Some(right) = with_filter(j.right(), probe_keys, &link, min_rows, false, mask) else { return Ok(Transformed::no(node)) };
+                let Some(right) = super::span("prefilter.with_filter", || with_filter(j.right(), probe_keys, &link, min_rows, false, mask)) else { return Ok(Transformed::no(node)) };
                 let tap: Arc<dyn ExecutionPlan> = Arc::new(JoinKeysExec::new(tap_at, build_keys, link));
-                #[allow(deprecated)]
-                let left = if *j.partition_mode() == PartitionMode::Partitioned { j.left().clone().with_new_children(vec![tap])? } else { tap };
-                #[allow(deprecated)]
-                let n = node.clone().with_new_children(vec![left, right])?;
+                let left = if *j.partition_mode() == PartitionMode::Partitioned { datafusion::physical_plan::execution_plan::replace_children_if_necessary(j.left().clone(), vec![tap])? } else { tap };
+                let n = datafusion::physical_plan::execution_plan::replace_children_if_necessary(node.clone(), vec![left, right])?;
                 Ok(Transformed::yes(n))
             })?
             .data)

@@ -20,7 +20,9 @@ pub use join_reorder::JoinReorder;
 
 /// A physical optimizer rule that logs its planning time at debug level
 /// (`RUST_LOG=ridgeline::optimizer=debug`): where a GPU-mode session's extra
-/// planning time goes. Delegates everything to the wrapped rule.
+/// planning time goes, with the time of the parts marked by [`span`] and whether
+/// the rule changed the plan. Delegates everything to the wrapped rule, inside a
+/// [`StatsScope`](crate::exec::StatsScope) (subtree statistics computed once).
 #[derive(Debug)]
 pub struct Timed(pub std::sync::Arc<dyn datafusion::physical_optimizer::PhysicalOptimizerRule + Send + Sync>);
 
@@ -30,12 +32,21 @@ impl datafusion::physical_optimizer::PhysicalOptimizerRule for Timed {
         plan: std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>,
         config: &datafusion::config::ConfigOptions,
     ) -> datafusion::error::Result<std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+        let _memo = crate::exec::StatsScope::enter();
         if !log::log_enabled!(log::Level::Debug) {
             return self.0.optimize(plan, config);
         }
+        let before = std::sync::Arc::as_ptr(&plan) as *const () as usize;
+        PROFILING.with(|p| p.set(true));
         let t = std::time::Instant::now();
         let out = self.0.optimize(plan, config);
-        log::debug!("rule {}: {} us", self.0.name(), t.elapsed().as_micros());
+        let us = t.elapsed().as_micros();
+        PROFILING.with(|p| p.set(false));
+        let changed = out.as_ref().is_ok_and(|p| std::sync::Arc::as_ptr(p) as *const () as usize != before);
+        log::debug!("rule {}: {} us changed={}", self.0.name(), us, changed);
+        for (label, ns) in SPANS.with(|s| std::mem::take(&mut *s.borrow_mut())) {
+            log::debug!("span {label}: {} us", ns / 1000);
+        }
         out
     }
     fn name(&self) -> &str {
@@ -44,4 +55,27 @@ impl datafusion::physical_optimizer::PhysicalOptimizerRule for Timed {
     fn schema_check(&self) -> bool {
         self.0.schema_check()
     }
+}
+
+thread_local! {
+    static PROFILING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static SPANS: std::cell::RefCell<Vec<(&'static str, u128)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `f`; inside a rule timed at debug level, adds its time to `label`'s.
+pub(crate) fn span<T>(label: &'static str, f: impl FnOnce() -> T) -> T {
+    if !PROFILING.with(|p| p.get()) {
+        return f();
+    }
+    let t = std::time::Instant::now();
+    let r = f();
+    let ns = t.elapsed().as_nanos();
+    SPANS.with(|s| {
+        let mut s = s.borrow_mut();
+        match s.iter_mut().find(|(l, _)| *l == label) {
+            Some(e) => e.1 += ns,
+            None => s.push((label, ns)),
+        }
+    });
+    r
 }

@@ -77,8 +77,9 @@ pub fn cpu_equivalent(plan: &Arc<dyn ExecutionPlan>) -> Option<Result<Arc<dyn Ex
     if children.is_empty() {
         return Some(Ok(plan.clone()));
     }
-    #[allow(deprecated)]
-    Some(plan.clone().with_new_children(children))
+    // Unchanged children keep the node; children with the same properties keep
+    // its properties (no recomputation).
+    Some(datafusion::physical_plan::replace_children_if_necessary(plan.clone(), children))
 }
 
 /// The plan as a GPU operator, if it is one.

@@ -190,10 +190,28 @@ impl PhysicalOptimizerRule for GpuAggregateRule {
 }
 
 /// Whether some filter in `plan` sits on an aggregation (directly, or through
-/// filters and notes): where [`having`] could later move conditions to the device.
+/// filters and notes) with a condition of the shape [`having`] moves to the device
+/// (a column, or a cast of one, compared with a literal). TPC-H Q15's
+/// `total_revenue = (SELECT max(..))` is a filter over its aggregation too, but
+/// against a subquery's value.
 fn filter_over_aggregate(plan: &Arc<dyn ExecutionPlan>) -> bool {
     let is_filter = |n: &Arc<dyn ExecutionPlan>| n.downcast_ref::<FilterExec>().is_some() || n.downcast_ref::<GpuFilterExec>().is_some();
-    if is_filter(plan) {
+    let predicate = |n: &Arc<dyn ExecutionPlan>| match n.downcast_ref::<FilterExec>() {
+        Some(f) => Some(f.predicate().clone()),
+        None => n.downcast_ref::<GpuFilterExec>().and_then(|g| g.input_predicate().cloned()),
+    };
+    let column = |e: &Arc<dyn PhysicalExpr>| {
+        e.downcast_ref::<Column>().is_some() || e.downcast_ref::<CastExpr>().is_some_and(|c| c.expr().downcast_ref::<Column>().is_some())
+    };
+    let literal = |e: &Arc<dyn PhysicalExpr>| e.downcast_ref::<Literal>().is_some();
+    let movable = |p: &Arc<dyn PhysicalExpr>| {
+        datafusion::physical_expr::split_conjunction(p).into_iter().any(|c| {
+            c.downcast_ref::<BinaryExpr>().is_some_and(|b| {
+                matches!(b.op(), Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq | Operator::Eq | Operator::NotEq) && ((column(b.left()) && literal(b.right())) || (literal(b.left()) && column(b.right())))
+            })
+        })
+    };
+    if is_filter(plan) && predicate(plan).is_some_and(|p| movable(&p)) {
         let mut child = plan.children().into_iter().next();
         while let Some(c) = child {
             if c.downcast_ref::<AggregateExec>().is_some() || c.downcast_ref::<GpuAggregateExec>().is_some() {
@@ -508,7 +526,7 @@ fn prepare(
     // columns follow the keys' codes.
     let mut coder = Coder::with_base(dev, scan, fields.len());
     let coded_predicate = match &predicate {
-        Some(p) => Some(coder.rewrite(p).map_err(|w| format!("the predicate's strings: {w}"))?),
+        Some(p) => Some(super::span("agg.prepare.coder", || coder.rewrite(p)).map_err(|w| format!("the predicate's strings: {w}"))?),
         None => None,
     };
     // Group id in mixed radix; rejected rows get `groups`.
@@ -686,7 +704,7 @@ fn prepare(
     fields.extend((0..coder.codes.len()).map(|k| Field::new(string_codes::code_field_name(k), DataType::UInt32, false)));
     let str_codes: Vec<_> = coder.codes.iter().map(|c| c.dict.clone()).collect();
     let aug_schema = Arc::new(Schema::new(fields));
-    let program = RowProgram::try_new_wide(aug_schema, None, outputs, Caps::of(dev))?;
+    let program = super::span("agg.prepare.compile", || RowProgram::try_new_wide(aug_schema, None, outputs, Caps::of(dev)))?;
     // DataFusion's partial state and the final aggregation over it.
     let partial = if *src.mode() == AggregateMode::Partial {
         None
@@ -751,7 +769,7 @@ fn prepare(
     if partial_schema.fields().len() != expected {
         return Err(format!("partial state of {} columns, expected {expected}", partial_schema.fields().len()));
     }
-    let cpu = match cpu_equivalent(node) {
+    let cpu = match super::span("agg.prepare.cpu_equivalent", || cpu_equivalent(node)) {
         Some(Ok(c)) => c,
         Some(Err(err)) => return Err(err.to_string()),
         None => return Err("no CPU plan to fall back to".into()),
@@ -806,6 +824,9 @@ mod tests {
         };
         let having = plan("SELECT column1, sum(column2) FROM t GROUP BY column1 HAVING sum(column2) > 15").await;
         assert!(filter_over_aggregate(&having));
+        // Against a subquery's value (TPC-H Q15's shape): nothing to move.
+        let q15 = plan("SELECT column1, sum(column2) FROM t GROUP BY column1 HAVING sum(column2) = (SELECT max(column2) FROM t)").await;
+        assert!(!filter_over_aggregate(&q15));
         // A filter below the aggregation, and one above a join of aggregations.
         let below = plan("SELECT column1, sum(column2) FROM t WHERE column2 > 15 GROUP BY column1").await;
         assert!(!filter_over_aggregate(&below));

@@ -227,3 +227,46 @@ fn child_statistics(child: &Arc<dyn ExecutionPlan>) -> Result<Arc<datafusion::co
     });
     Ok(s)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn memoized_statistics_match_a_fresh_walk() {
+        use datafusion::prelude::SessionContext;
+        let ctx = SessionContext::new();
+        ctx.sql("CREATE TABLE a AS VALUES (1, 10), (2, 20), (2, 30), (3, NULL)").await.unwrap();
+        ctx.sql("CREATE TABLE b AS VALUES (2, 'x'), (3, 'y')").await.unwrap();
+        let plan = ctx
+            .sql("SELECT a.column1, count(*) FROM a JOIN b ON a.column1 = b.column1 WHERE a.column2 > 5 GROUP BY a.column1")
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap();
+        let mut nodes = vec![plan.clone()];
+        let mut i = 0;
+        while i < nodes.len() {
+            let kids: Vec<_> = nodes[i].children().into_iter().cloned().collect();
+            nodes.extend(kids);
+            i += 1;
+        }
+        let fresh: Vec<_> = nodes.iter().map(|n| plan_statistics(n.as_ref()).unwrap()).collect();
+        let scope = StatsScope::enter();
+        // Twice: the second round answers from the memo.
+        for _ in 0..2 {
+            for (n, want) in nodes.iter().zip(&fresh) {
+                assert_eq!(plan_statistics(n.as_ref()).unwrap().as_ref(), want.as_ref(), "{}", n.name());
+            }
+        }
+        let remembered = STATS_MEMO.with(|m| m.borrow().as_ref().map_or(0, |m| m.len()));
+        // Inputs are remembered; the root, nobody's input, is not.
+        assert!(remembered > 0 && remembered < nodes.len(), "{remembered} of {}", nodes.len());
+        // A nested scope leaves the memo in place; the outer one clears it.
+        drop(StatsScope::enter());
+        assert!(STATS_MEMO.with(|m| m.borrow().is_some()));
+        drop(scope);
+        assert!(STATS_MEMO.with(|m| m.borrow().is_none()));
+    }
+}

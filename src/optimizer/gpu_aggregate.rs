@@ -189,17 +189,12 @@ impl PhysicalOptimizerRule for GpuAggregateRule {
     }
 }
 
-/// Whether some filter in `plan` sits on an aggregation (directly, or through
-/// filters and notes) with a condition of the shape [`having`] moves to the device
-/// (a column, or a cast of one, compared with a literal). TPC-H Q15's
-/// `total_revenue = (SELECT max(..))` is a filter over its aggregation too, but
-/// against a subquery's value.
+/// Whether some filter in `plan` sits on an aggregation (through filters that
+/// keep every column, as [`having`] looks) with a condition of the shape it moves
+/// to the device (a column, or a cast of one, compared with a literal). TPC-H
+/// Q15's `total_revenue = (SELECT max(..))` is a filter over its aggregation too,
+/// but against a subquery's value.
 fn filter_over_aggregate(plan: &Arc<dyn ExecutionPlan>) -> bool {
-    let is_filter = |n: &Arc<dyn ExecutionPlan>| n.downcast_ref::<FilterExec>().is_some() || n.downcast_ref::<GpuFilterExec>().is_some();
-    let predicate = |n: &Arc<dyn ExecutionPlan>| match n.downcast_ref::<FilterExec>() {
-        Some(f) => Some(f.predicate().clone()),
-        None => n.downcast_ref::<GpuFilterExec>().and_then(|g| g.input_predicate().cloned()),
-    };
     let column = |e: &Arc<dyn PhysicalExpr>| {
         e.downcast_ref::<Column>().is_some() || e.downcast_ref::<CastExpr>().is_some_and(|c| c.expr().downcast_ref::<Column>().is_some())
     };
@@ -207,46 +202,33 @@ fn filter_over_aggregate(plan: &Arc<dyn ExecutionPlan>) -> bool {
     let movable = |p: &Arc<dyn PhysicalExpr>| {
         datafusion::physical_expr::split_conjunction(p).into_iter().any(|c| {
             c.downcast_ref::<BinaryExpr>().is_some_and(|b| {
-                matches!(b.op(), Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq | Operator::Eq | Operator::NotEq) && ((column(b.left()) && literal(b.right())) || (literal(b.left()) && column(b.right())))
+                cmp_op(b.op()).is_some() && ((column(b.left()) && literal(b.right())) || (literal(b.left()) && column(b.right())))
             })
         })
     };
-    if is_filter(plan) && predicate(plan).is_some_and(|p| movable(&p)) {
-        let mut child = plan.children().into_iter().next();
-        while let Some(c) = child {
-            if c.downcast_ref::<AggregateExec>().is_some() || c.downcast_ref::<GpuAggregateExec>().is_some() {
-                return true;
-            }
-            if !(is_filter(c) || c.downcast_ref::<CpuNoteExec>().is_some()) {
-                break;
-            }
-            child = c.children().into_iter().next();
-        }
-    }
-    plan.children().into_iter().any(filter_over_aggregate)
+    let here = filter_predicate(plan).is_some_and(|p| movable(&p))
+        && below_keeping_filters(plan).is_some_and(|(_, c)| c.downcast_ref::<AggregateExec>().is_some() || c.downcast_ref::<GpuAggregateExec>().is_some());
+    here || plan.children().into_iter().any(filter_over_aggregate)
 }
 
-/// A filter (CPU or GPU) right above a group-table [`GpuAggregateExec`] whose state
-/// columns are its results (through filters that keep every column): its conjuncts
-/// `state op constant` on COUNT or SUM columns also go into the aggregation, which then reads back only the groups
-/// that meet them (TPC-H Q18's `HAVING sum(l_quantity) > 300`: 600 of 15 million
-/// groups at SF 10). The filter stays (the node's groups are a superset of its rows).
-fn having(node: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
-    use ridgeline_operators::group_table::{CmpOp, TableCond, TableWord};
-    let pred = if let Some(f) = node.downcast_ref::<FilterExec>() {
-        f.predicate().clone()
-    } else {
-        node.downcast_ref::<GpuFilterExec>()?.input_predicate()?.clone()
-    };
-    // Down to the aggregation through filters that keep every column (a CPU and a
-    // GPU part of one HAVING clause, say).
+/// The predicate of a CPU filter, or of a GPU filter's input.
+fn filter_predicate(node: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn PhysicalExpr>> {
+    match node.downcast_ref::<FilterExec>() {
+        Some(f) => Some(f.predicate().clone()),
+        None => node.downcast_ref::<GpuFilterExec>()?.input_predicate().cloned(),
+    }
+}
+
+/// Down from `node` through filters that keep every column (a CPU and a GPU part
+/// of one HAVING clause, say) and notes: the nodes passed and the first other one.
+fn below_keeping_filters(node: &Arc<dyn ExecutionPlan>) -> Option<(Vec<Arc<dyn ExecutionPlan>>, Arc<dyn ExecutionPlan>)> {
     let mut between: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
     let mut child = node.children().into_iter().next()?.clone();
-    let g = loop {
-        if let Some(g) = child.downcast_ref::<GpuAggregateExec>() {
-            break g;
-        }
-        let n_in = child.children().first()?.schema().fields().len();
+    loop {
+        let n_in = match child.children().first() {
+            Some(c) => c.schema().fields().len(),
+            None => return Some((between, child)),
+        };
         let keeps = if let Some(f) = child.downcast_ref::<FilterExec>() {
             f.projection().as_ref().is_none_or(|p| p.iter().copied().eq(0..n_in))
         } else if let Some(f) = child.downcast_ref::<GpuFilterExec>() {
@@ -255,12 +237,38 @@ fn having(node: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
             child.downcast_ref::<CpuNoteExec>().is_some()
         };
         if !keeps {
-            return None;
+            return Some((between, child));
         }
         between.push(child.clone());
         let next = child.children().into_iter().next()?.clone();
         child = next;
-    };
+    }
+}
+
+/// A comparison as a group table's condition operator.
+fn cmp_op(op: &Operator) -> Option<ridgeline_operators::group_table::CmpOp> {
+    use ridgeline_operators::group_table::CmpOp;
+    Some(match op {
+        Operator::Lt => CmpOp::Lt,
+        Operator::LtEq => CmpOp::Le,
+        Operator::Gt => CmpOp::Gt,
+        Operator::GtEq => CmpOp::Ge,
+        Operator::Eq => CmpOp::Eq,
+        Operator::NotEq => CmpOp::Ne,
+        _ => return None,
+    })
+}
+
+/// A filter (CPU or GPU) right above a group-table [`GpuAggregateExec`] whose state
+/// columns are its results (through filters that keep every column): its conjuncts
+/// `state op constant` on COUNT or SUM columns also go into the aggregation, which then reads back only the groups
+/// that meet them (TPC-H Q18's `HAVING sum(l_quantity) > 300`: 600 of 15 million
+/// groups at SF 10). The filter stays (the node's groups are a superset of its rows).
+fn having(node: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
+    use ridgeline_operators::group_table::{TableCond, TableWord};
+    let pred = filter_predicate(node)?;
+    let (between, child) = below_keeping_filters(node)?;
+    let g = child.downcast_ref::<GpuAggregateExec>()?;
     let p = g.plan();
     if !p.table || !p.direct {
         return None;
@@ -304,15 +312,7 @@ fn having(node: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
     let mut conds = Vec::new();
     for c in datafusion::physical_expr::split_conjunction(&pred) {
         let Some(b) = c.downcast_ref::<BinaryExpr>() else { continue };
-        let op = match b.op() {
-            Operator::Lt => CmpOp::Lt,
-            Operator::LtEq => CmpOp::Le,
-            Operator::Gt => CmpOp::Gt,
-            Operator::GtEq => CmpOp::Ge,
-            Operator::Eq => CmpOp::Eq,
-            Operator::NotEq => CmpOp::Ne,
-            _ => continue,
-        };
+        let Some(op) = cmp_op(b.op()) else { continue };
         let found = match state(b.left()) {
             Some((word, ty)) => constant(b.right(), &ty).map(|v| TableCond { word, op, value: v }),
             None => state(b.right()).and_then(|(word, ty)| constant(b.left(), &ty).map(|v| TableCond { word, op: op.flipped(), value: v })),
@@ -827,7 +827,7 @@ mod tests {
         // Against a subquery's value (TPC-H Q15's shape): nothing to move.
         let q15 = plan("SELECT column1, sum(column2) FROM t GROUP BY column1 HAVING sum(column2) = (SELECT max(column2) FROM t)").await;
         assert!(!filter_over_aggregate(&q15));
-        // A filter below the aggregation, and one above a join of aggregations.
+        // A filter below the aggregation, and no filter at all.
         let below = plan("SELECT column1, sum(column2) FROM t WHERE column2 > 15 GROUP BY column1").await;
         assert!(!filter_over_aggregate(&below));
         let plain = plan("SELECT column1, count(*) FROM t GROUP BY column1").await;

@@ -19,6 +19,7 @@ pub mod functions;
 pub mod gen;
 pub mod gpu_batch;
 pub mod gpu_expr;
+pub mod guard;
 mod hll;
 pub mod logical;
 pub mod optimizer;
@@ -29,6 +30,7 @@ pub mod session;
 pub mod sql_ext;
 
 pub use config::RidgelineOptions;
+pub use guard::{panic_message, WORKER_STACK_BYTES};
 pub use logical::{SkylineDataFrameExt, SkylineDim};
 pub use sql_ext::skyline::SkylineDirection;
 pub use ridgeline_operators::{GpuContext, GpuError, GpuMode};

@@ -21,7 +21,7 @@ use std::task::{Context, Poll};
 /// main thread, the server's workers). Only touched pages cost memory; deep
 /// expressions (a 10,000-term `OR`, thousands of `UNION ALL` branches) recurse in
 /// places that DataFusion's own stack growth does not cover (sqlparser, our rules).
-pub const WORKER_STACK_BYTES: usize = 256 << 20;
+pub const WORKER_STACK_BYTES: usize = 64 << 20;
 
 /// The message of a caught panic.
 pub fn panic_message(p: &(dyn Any + Send)) -> String {

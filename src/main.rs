@@ -38,7 +38,7 @@ fn main() -> ExitCode {
         .map_err(|e| datafusion::error::DataFusionError::Execution(format!("cannot start the main thread: {e}")))
         .and_then(|h| {
             h.join().unwrap_or_else(|p| {
-                Err(ridgeline::guard::panic_error(p.as_ref())))
+                Err(ridgeline::guard::panic_error(p.as_ref()))
             })
         });
     match result {

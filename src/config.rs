@@ -11,14 +11,14 @@ extensions_options! {
     /// Ridgeline settings, under the `ridgeline.` prefix.
     pub struct RidgelineOptions {
         /// Where operators run: off, auto or on (default: `RIDGELINE_GPU`, else auto).
-        pub gpu: String, default = "auto".to_string()
+        pub gpu: Choice, default = Choice::new("gpu", "auto", check_gpu)
         /// Rows an operator's input must have before auto mode moves it to the GPU.
         pub min_gpu_rows: usize, default = 1_000_000
         /// Rows a GPU operator gathers into one device chunk (0: from the memory budget).
         pub chunk_rows: usize, default = 0
         /// Compaction of GPU filters: auto (measured choice), stable or jumping_jack
         /// (Jumping Jack only runs where no parent needs the input order).
-        pub compaction: String, default = "auto".to_string()
+        pub compaction: Choice, default = Choice::new("compaction", "auto", check_compaction)
         /// Rows a skyline's input must have before auto mode runs SkyAlign on the GPU.
         pub min_gpu_skyline_rows: usize, default = 20_000
         /// Reorder inner-join clusters by estimated sizes (the `ridgeline_join_reorder`
@@ -42,7 +42,83 @@ extensions_options! {
         /// scan's host copy with it (the mask path); false compacts on the device per
         /// partition and downloads the rows; auto takes the cheaper once the build
         /// side's keys are known.
-        pub gpu_semi_filter_mask: String, default = "auto".to_string()
+        pub gpu_semi_filter_mask: Choice, default = Choice::new("gpu_semi_filter_mask", "auto", check_tri)
+    }
+}
+
+/// A text setting with a fixed set of values, checked when it is set: a bad
+/// value is refused with an error that lists the valid ones, and the setting
+/// keeps its old value (so the statements after a mistyped `SET` still run).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Choice {
+    value: String,
+    name: &'static str,
+    default: &'static str,
+    check: fn(&str) -> std::result::Result<(), &'static str>,
+}
+
+impl Choice {
+    /// The setting `ridgeline.{name}` with its default and its check (which names
+    /// the valid values when it refuses one).
+    pub fn new(name: &'static str, default: &'static str, check: fn(&str) -> std::result::Result<(), &'static str>) -> Choice {
+        Choice { value: default.to_string(), name, default, check }
+    }
+    /// Sets the value after checking it.
+    pub fn set_value(&mut self, value: &str) -> Result<()> {
+        let v = value.trim().to_ascii_lowercase();
+        (self.check)(&v).map_err(|valid| {
+            DataFusionError::Configuration(format!("ridgeline.{} must be {valid}, not '{}'", self.name, value.trim()))
+        })?;
+        self.value = v;
+        Ok(())
+    }
+    /// The value.
+    pub fn as_str(&self) -> &str {
+        &self.value
+    }
+}
+
+impl std::ops::Deref for Choice {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.value
+    }
+}
+
+impl std::fmt::Display for Choice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.value)
+    }
+}
+
+impl datafusion::config::ConfigField for Choice {
+    fn visit<V: datafusion::config::Visit>(&self, v: &mut V, key: &str, description: &'static str) {
+        v.some(key, &self.value, description)
+    }
+    fn set(&mut self, _key: &str, value: &str) -> Result<()> {
+        self.set_value(value)
+    }
+    fn reset(&mut self, _key: &str) -> Result<()> {
+        self.value = self.default.to_string();
+        Ok(())
+    }
+}
+
+fn check_gpu(v: &str) -> std::result::Result<(), &'static str> {
+    v.parse::<GpuMode>().map(|_| ()).map_err(|_| "off, auto or on")
+}
+
+fn check_compaction(v: &str) -> std::result::Result<(), &'static str> {
+    match v {
+        "auto" | "stable" | "jumping_jack" | "jumpingjack" | "jj" => Ok(()),
+        _ => Err("auto, stable or jumping_jack"),
+    }
+}
+
+fn check_tri(v: &str) -> std::result::Result<(), &'static str> {
+    match v {
+        "auto" | "true" | "false" | "on" | "off" => Ok(()),
+        _ => Err("auto, true or false"),
     }
 }
 

@@ -137,9 +137,42 @@ pub struct GpuBatch {
     pub columns: Vec<Arc<GpuColumn>>,
     /// Rows.
     pub num_rows: usize,
+    /// The same rows in host memory, where the batch came from there (an upload,
+    /// a resident table's host copy): what a GPU operator that fails on this
+    /// batch finishes it from on the CPU. Its schema is the batch's, less any
+    /// columns appended for the device only (dictionary codes).
+    pub host: Option<RecordBatch>,
 }
 
 impl GpuBatch {
+    /// A batch whose columns all stay in host memory (what a GPU operator hands
+    /// on for rows it processed on the CPU).
+    pub fn from_host(batch: RecordBatch) -> GpuBatch {
+        let columns = batch
+            .columns()
+            .iter()
+            .map(|a| {
+                Arc::new(GpuColumn { data_type: a.data_type().clone(), len: a.len(), null_count: a.null_count(), data: ColumnData::Host(a.clone()) })
+            })
+            .collect();
+        GpuBatch { schema: batch.schema(), columns, num_rows: batch.num_rows(), host: Some(batch) }
+    }
+    /// Whether the batch has columns and none of them is on the device.
+    pub fn host_only(&self) -> bool {
+        !self.columns.is_empty() && self.columns.iter().all(|c| !c.on_device())
+    }
+    /// The batch with its host copy attached.
+    pub fn with_host(mut self, host: RecordBatch) -> GpuBatch {
+        self.host = Some(host);
+        self
+    }
+    /// The rows in host memory: the host copy, else downloaded.
+    pub fn to_host(&self, ctx: &GpuContext) -> Result<RecordBatch> {
+        match &self.host {
+            Some(h) if h.num_columns() == self.columns.len() => Ok(h.clone()),
+            _ => self.download(ctx),
+        }
+    }
     /// Device bytes held.
     pub fn device_bytes(&self) -> u64 {
         self.columns.iter().map(|c| c.device_bytes()).sum()
@@ -150,6 +183,10 @@ impl GpuBatch {
             schema: Arc::new(self.schema.project(indices)?),
             columns: indices.iter().map(|&i| self.columns[i].clone()).collect(),
             num_rows: self.num_rows,
+            host: match &self.host {
+                Some(h) if indices.iter().all(|&i| i < h.num_columns()) => Some(h.project(indices)?),
+                _ => None,
+            },
         })
     }
 
@@ -160,11 +197,16 @@ impl GpuBatch {
             .iter()
             .map(|c| upload_column(ctx, c).map(Arc::new))
             .collect::<Result<Vec<_>>>()?;
-        Ok(GpuBatch { schema: batch.schema(), columns, num_rows: batch.num_rows() })
+        Ok(GpuBatch { schema: batch.schema(), columns, num_rows: batch.num_rows(), host: None })
     }
 
     /// Downloads the whole batch.
     pub fn download(&self, ctx: &GpuContext) -> Result<RecordBatch> {
+        if self.host_only() {
+            if let Some(h) = self.host.as_ref().filter(|h| h.schema() == self.schema) {
+                return Ok(h.clone());
+            }
+        }
         let arrays = self.columns.iter().map(|c| download_column(ctx, c)).collect::<Result<Vec<_>>>()?;
         let opts = arrow::array::RecordBatchOptions::new().with_row_count(Some(self.num_rows));
         Ok(RecordBatch::try_new_with_options(self.schema.clone(), arrays, &opts)?)

@@ -34,9 +34,24 @@ pub fn panic_message(p: &(dyn Any + Send)) -> String {
     }
 }
 
+const PANIC_PREFIX: &str = "internal error (please report it): ";
+
 /// The error that stands for a caught panic.
 pub fn panic_error(p: &(dyn Any + Send)) -> DataFusionError {
-    DataFusionError::Execution(format!("internal error (please report it): {}", panic_message(p)))
+    DataFusionError::Execution(format!("{PANIC_PREFIX}{}", panic_message(p)))
+}
+
+/// Whether `e` stands for a caught panic.
+pub fn is_panic_error(e: &DataFusionError) -> bool {
+    matches!(e, DataFusionError::Execution(m) if m.starts_with(PANIC_PREFIX))
+}
+
+/// The panic message inside an error of [`panic_error`].
+pub fn panic_detail(e: &DataFusionError) -> String {
+    match e {
+        DataFusionError::Execution(m) => m.strip_prefix(PANIC_PREFIX).unwrap_or(m).to_string(),
+        other => other.to_string(),
+    }
 }
 
 /// Runs `f`, turning a panic into an error.

@@ -14,7 +14,18 @@ fn main() -> ExitCode {
         std::env::set_var("XDG_RUNTIME_DIR", std::env::temp_dir());
     }
     ridgeline::guard::install_panic_hook();
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    // Warnings and errors print as `warning: ...` / `error: ...` lines (each once);
+    // `RUST_LOG` turns on the other levels with their targets.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
+        .format(|buf, record| {
+            use std::io::Write;
+            match record.level() {
+                log::Level::Warn => writeln!(buf, "warning: {}", record.args()),
+                log::Level::Error => writeln!(buf, "error: {}", record.args()),
+                l => writeln!(buf, "[{l} {}] {}", record.target(), record.args()),
+            }
+        })
+        .init();
     let cli = ridgeline::cli::Cli::parse();
     // Deep SQL (long OR chains, thousands of UNION ALL branches) recurses in the
     // parser, planner and optimizer: DataFusion's `recursive_protection` grows the
@@ -26,7 +37,7 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
+            let _ = std::io::Write::write_fmt(&mut std::io::stderr(), format_args!("error: cannot start the runtime: {e}\n"));
             return ExitCode::FAILURE;
         }
     };
@@ -44,7 +55,8 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}", ridgeline::cli::one_line(&e));
+            // Not eprintln!: it panics when standard error is closed.
+            ridgeline::cli::output::report_error(&e);
             ExitCode::FAILURE
         }
     }

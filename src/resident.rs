@@ -158,7 +158,7 @@ impl ResidentData {
     /// `min_chunks` chunks when there are enough rows, so scans can run in parallel).
     pub fn upload(ctx: &GpuContext, name: &str, schema: SchemaRef, batches: &[RecordBatch], chunk_rows: usize, min_chunks: usize) -> Result<ResidentData> {
         let table = HostData::new(name, schema, batches, chunk_rows, min_chunks)?;
-        let chunks = table.host.iter().map(|b| GpuBatch::upload(ctx, b)).collect::<Result<Vec<_>>>()?;
+        let chunks = table.host.iter().map(|b| GpuBatch::upload(ctx, b).map(|g| g.with_host(b.clone()))).collect::<Result<Vec<_>>>()?;
         Ok(ResidentData { table, chunks, dicts: Mutex::default() })
     }
 

@@ -25,7 +25,7 @@ impl RidgelineSessionExt for SessionStateBuilder {
         if cfg.options().extensions.get::<RidgelineOptions>().is_none() {
             let mut opts = RidgelineOptions::default();
             if let Ok(m) = GpuMode::from_env() {
-                opts.gpu = m.to_string();
+                let _ = opts.gpu.set_value(m.as_str());
             }
             cfg.options_mut().extensions.insert(opts);
             ridgeline_defaults(cfg);
@@ -117,7 +117,7 @@ impl RidgelineBuilder {
         };
         let mut config = self.config.unwrap_or_default().with_information_schema(true);
         let mut opts = RidgelineOptions::default();
-        opts.gpu = mode.to_string();
+        opts.gpu.set_value(mode.as_str())?;
         config.options_mut().extensions.insert(opts);
         ridgeline_defaults(&mut config);
         let dev = device_for(mode)?;
@@ -172,7 +172,21 @@ impl Ridgeline {
         self.ctx.register_arrow(name, path, Default::default()).await
     }
     /// Registers a file by its extension (.csv, .parquet, .arrow / .ipc / .feather).
+    ///
+    /// A file whose reader fails, even by panicking (a corrupt Parquet footer or
+    /// embedded schema trips assertions in the readers), is an error that names it.
     pub async fn register_file(&self, name: &str, path: &str) -> Result<()> {
+        match crate::guard::catch(self.register_file_inner(name, path)).await {
+            Ok(()) => Ok(()),
+            Err(e) if crate::guard::is_panic_error(&e) => Err(DataFusionError::Execution(format!(
+                "cannot read '{path}': the file is corrupt or not in the format its name says ({})",
+                crate::guard::panic_detail(&e)
+            ))),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn register_file_inner(&self, name: &str, path: &str) -> Result<()> {
         let lower = path.to_ascii_lowercase();
         if lower.ends_with(".csv") {
             self.register_csv(name, path).await
@@ -220,7 +234,6 @@ impl Ridgeline {
             // Out of device memory (or budget), lost device: keep the table on the host.
             Err(e) if crate::gpu_batch::is_gpu_error(&e) => {
                 log::warn!("table {name} stays in host memory: {e}");
-                eprintln!("warning: table {name} stays in host memory: {e}");
                 self.register_batches(name, schema, batches)?;
                 Ok(false)
             }

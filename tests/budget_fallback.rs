@@ -2,14 +2,27 @@
 //! warning) and queries still answer; a GPU filter that cannot upload its input
 //! within the budget runs on the CPU instead. Its own test binary, so lowering the shared
 //! context's budget cannot disturb other tests.
+//!
+//! The fallback must never answer in part: GPU operators over Parquet, CSV and
+//! Arrow files and memory tables that run out of device memory at the first
+//! chunk or in the middle of a stream give the CPU's answers, and so does every
+//! `.slt` file under such budgets.
+mod common;
+#[path = "common/slt.rs"]
+mod slt;
 use arrow::array::{ArrayRef, AsArray, Int64Array, RecordBatch};
 use arrow::datatypes::Int64Type;
+use ridgeline::{GpuMode, Ridgeline};
 use ridgeline_operators::testing::test_context;
 use std::sync::Arc;
+
+/// The device budget is the process's: tests that change it take turns.
+static BUDGET: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[tokio::test]
 async fn resident_table_over_budget_falls_back_to_host() {
     let Some(ctx) = test_context() else { return };
+    let _turn = BUDGET.lock().await;
     ctx.pool().trim();
     ctx.pool().set_budget(1 << 20); // 1 MiB
     let rl = ridgeline::Ridgeline::builder().gpu_mode(ridgeline::GpuMode::On).build().unwrap();
@@ -58,4 +71,139 @@ async fn resident_table_over_budget_falls_back_to_host() {
         assert_eq!(n[0].column(1).as_primitive::<Int64Type>().value(0), want.iter().sum::<i64>(), "budget {budget}");
     }
     ctx.pool().set_budget(4 << 30);
+}
+
+/// `rows` rows: x = 0.., g = x % 10 (so a tenth of them have g = 1).
+fn xg_batch(rows: usize) -> RecordBatch {
+    let x: ArrayRef = Arc::new(Int64Array::from_iter_values(0..rows as i64));
+    let g: ArrayRef = Arc::new(Int64Array::from_iter_values((0..rows as i64).map(|v| v % 10)));
+    RecordBatch::try_from_iter([("x", x), ("g", g)]).unwrap()
+}
+
+/// The same rows as a Parquet file (several row groups), a directory of two
+/// Parquet files, a CSV file and an Arrow IPC file.
+fn write_files(dir: &std::path::Path, b: &RecordBatch) -> Vec<(&'static str, String)> {
+    use parquet::arrow::ArrowWriter;
+    use parquet::file::properties::WriterProperties;
+    let props = || Some(WriterProperties::builder().set_max_row_group_row_count(Some(30_000)).build());
+    let pq = dir.join("t.parquet");
+    let mut w = ArrowWriter::try_new(std::fs::File::create(&pq).unwrap(), b.schema(), props()).unwrap();
+    w.write(b).unwrap();
+    w.close().unwrap();
+    let pdir = dir.join("parts");
+    std::fs::create_dir_all(&pdir).unwrap();
+    let half = b.num_rows() / 2;
+    for (i, part) in [b.slice(0, half), b.slice(half, b.num_rows() - half)].iter().enumerate() {
+        let mut w = ArrowWriter::try_new(std::fs::File::create(pdir.join(format!("p{i}.parquet"))).unwrap(), b.schema(), props()).unwrap();
+        w.write(part).unwrap();
+        w.close().unwrap();
+    }
+    let csv = dir.join("t.csv");
+    let mut w = arrow::csv::WriterBuilder::new().with_header(true).build(std::fs::File::create(&csv).unwrap());
+    w.write(b).unwrap();
+    drop(w);
+    let arrow_path = dir.join("t.arrow");
+    let mut w = arrow::ipc::writer::FileWriter::try_new(std::fs::File::create(&arrow_path).unwrap(), &b.schema()).unwrap();
+    for o in (0..b.num_rows()).step_by(25_000) {
+        w.write(&b.slice(o, 25_000.min(b.num_rows() - o))).unwrap();
+    }
+    w.finish().unwrap();
+    let s = |p: std::path::PathBuf| p.to_str().unwrap().to_string();
+    vec![("parquet", s(pq)), ("parquet_dir", s(pdir)), ("csv", s(csv)), ("arrow", s(arrow_path))]
+}
+
+async fn answer(rl: &Ridgeline, q: &str) -> Vec<RecordBatch> {
+    rl.sql(q).await.unwrap().collect().await.unwrap_or_else(|e| panic!("{q}: {e}"))
+}
+
+fn text(b: &[RecordBatch]) -> String {
+    arrow::util::pretty::pretty_format_batches(b).unwrap().to_string()
+}
+
+/// GPU filters over files and memory tables under device budgets from "nothing
+/// fits" to "some chunks fit, later ones do not" answer exactly as CPU mode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fallback_over_files_and_memory_tables_is_exact() {
+    let Some(ctx) = test_context() else { return };
+    let _turn = BUDGET.lock().await;
+    let rows = 200_000usize;
+    let b = xg_batch(rows);
+    let dir = tempfile::tempdir().unwrap();
+    let files = write_files(dir.path(), &b);
+    let cpu = Ridgeline::builder().gpu_mode(GpuMode::Off).build().unwrap();
+    let gpu = Ridgeline::builder().gpu_mode(GpuMode::On).build().unwrap();
+    // Small chunks, so a budget can hold some of a partition's chunks but not all.
+    gpu.sql("SET ridgeline.chunk_rows = 20000").await.unwrap().collect().await.unwrap();
+    for rl in [&cpu, &gpu] {
+        for (name, path) in &files {
+            rl.register_file(name, path).await.unwrap();
+        }
+        rl.register_batches("memory", b.schema(), vec![b.clone()]).unwrap();
+    }
+    let queries = [
+        "SELECT count(*), sum(x) FROM {t} WHERE g = 1",
+        "SELECT sum(x * 2 + g) FROM {t} WHERE g < 3 AND x % 7 <> 3",
+        "SELECT x, g, x + g AS s FROM {t} WHERE x % 997 = 5 ORDER BY x",
+    ];
+    let tables = ["parquet", "parquet_dir", "csv", "arrow", "memory"];
+    let expected_count = (rows / 10) as i64;
+    for budget in [1u64 << 10, 256 << 10, 1 << 20, 4 << 20, 4 << 30] {
+        ctx.pool().trim();
+        ctx.pool().set_budget(budget);
+        for t in tables {
+            for q in queries {
+                let q = q.replace("{t}", t);
+                let plan = gpu.sql(&q).await.unwrap().create_physical_plan().await.unwrap();
+                assert!(ridgeline::exec::gpu_operator_names(&plan).iter().any(|n| n == "GpuFilterExec"), "{q}: a GPU filter is planned");
+                let (want, got) = (answer(&cpu, &q).await, answer(&gpu, &q).await);
+                assert_eq!(text(&want), text(&got), "{q} under a device budget of {budget} bytes");
+            }
+            let n = answer(&gpu, &format!("SELECT count(*) FROM {t} WHERE g = 1")).await;
+            assert_eq!(n[0].column(0).as_primitive::<Int64Type>().value(0), expected_count, "{t}, budget {budget}");
+        }
+    }
+    ctx.pool().set_budget(4 << 30);
+}
+
+/// Every `.slt` file in GPU mode with device budgets under which GPU operators
+/// fail at their first chunk (64 KiB) and part-way through (1 MiB, small
+/// chunks): the files' expected answers (those of CPU mode) still hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slt_files_under_small_device_budgets() {
+    let Some(ctx) = test_context() else { return };
+    let _turn = BUDGET.lock().await;
+    for budget in [64u64 << 10, 1 << 20] {
+        ctx.pool().trim();
+        ctx.pool().set_budget(budget);
+        slt::run_all_with(GpuMode::On, &["SET ridgeline.chunk_rows = 4096"]).await;
+    }
+    ctx.pool().set_budget(4 << 30);
+}
+
+/// A bad value for a Ridgeline setting is refused at the SET, names the valid
+/// values, and the session keeps its old value (later statements still run).
+#[tokio::test]
+async fn bad_settings_are_refused_and_not_kept() {
+    let rl = Ridgeline::builder().gpu_mode(GpuMode::Off).build().unwrap();
+    for (key, bad, valid) in [
+        ("ridgeline.gpu", "'sideways'", "off, auto or on"),
+        ("ridgeline.compaction", "'sideways'", "auto, stable or jumping_jack"),
+        ("ridgeline.gpu_semi_filter_mask", "'maybe'", "auto, true or false"),
+        ("ridgeline.min_gpu_rows", "'many'", ""),
+        ("ridgeline.join_reorder", "'perhaps'", ""),
+    ] {
+        let before = answer(&rl, &format!("SELECT value FROM information_schema.df_settings WHERE name = '{key}'")).await;
+        let r = match rl.sql(&format!("SET {key} = {bad}")).await {
+            Ok(df) => df.collect().await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        let e = r.expect_err(&format!("SET {key} = {bad} must fail")).to_string();
+        assert!(e.contains(valid), "{key}: {e}");
+        let after = answer(&rl, &format!("SELECT value FROM information_schema.df_settings WHERE name = '{key}'")).await;
+        assert_eq!(text(&before), text(&after), "{key} kept its old value");
+        answer(&rl, "SELECT 1").await;
+    }
+    assert_eq!(rl.gpu_mode().unwrap(), GpuMode::Off);
+    rl.sql("SET ridgeline.gpu = 'AUTO'").await.unwrap().collect().await.unwrap();
+    assert_eq!(rl.gpu_mode().unwrap(), GpuMode::Auto);
 }

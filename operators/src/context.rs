@@ -176,7 +176,6 @@ pub fn global() -> GpuResult<Arc<GpuContext>> {
 pub fn warn_once(msg: &str) {
     if !WARNED.swap(true, Ordering::SeqCst) {
         log::warn!("{msg}");
-        eprintln!("warning: {msg}");
     }
 }
 

@@ -338,7 +338,7 @@ impl ExecutionPlan for GpuAggregateExec {
                 Ok(Outcome::States(_)) if partition >= parts => {
                     Ok(Box::pin(RecordBatchStreamAdapter::new(schema, futures::stream::empty())) as SendableRecordBatchStream)
                 }
-                Ok(Outcome::Cpu) if partition == 0 => CoalescePartitionsExec::new(plan.cpu.clone()).execute(0, ctx),
+                Ok(Outcome::Cpu) if partition == 0 => CoalescePartitionsExec::new(super::fresh_plan(&plan.cpu)?).execute(0, super::replay_context(&ctx)),
                 Ok(Outcome::Cpu) => Ok(Box::pin(RecordBatchStreamAdapter::new(schema, futures::stream::empty())) as SendableRecordBatchStream),
                 Ok(Outcome::States(all)) if plan.direct => {
                     // COUNT, SUM, MIN and MAX states are the answers: the same columns under the node's schema.
@@ -610,7 +610,7 @@ fn for_each_chunk(dev: &GpuContext, plan: &GpuAggregatePlan, record: bool, mut f
         for d in &plan.str_codes {
             cols.push(d.codes[ci].clone());
         }
-        let batch = GpuBatch { schema: aug_schema.clone(), columns: cols, num_rows: chunk.num_rows };
+        let batch = GpuBatch { schema: aug_schema.clone(), columns: cols, num_rows: chunk.num_rows, host: None };
         let t = std::time::Instant::now();
         let mut eval = match enc.as_mut() {
             Some(e) => plan.program.evaluate_into(dev, &batch, e)?,

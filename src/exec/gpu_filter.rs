@@ -8,7 +8,7 @@
 //! surviving rows are downloaded.
 use super::{as_gpu, blocking_err, GpuBatchStream, GpuExec};
 use crate::config::{device_for, RidgelineOptions};
-use crate::gpu_batch::{download_column, gpu_err, ColumnData, GpuBatch, GpuColumn, Storage};
+use crate::gpu_batch::{download_column, gpu_err, is_gpu_error, ColumnData, GpuBatch, GpuColumn, Storage};
 use crate::gpu_expr::RowProgram;
 use arrow::array::{Array, BooleanArray};
 use arrow::buffer::{BooleanBuffer, Buffer};
@@ -67,6 +67,8 @@ pub struct GpuFilterExec {
     /// tests became code tests (for display and the CPU plan).
     codes: Vec<CodeColumn>,
     source_predicate: Option<Arc<dyn PhysicalExpr>>,
+    /// Whether this node has warned that the GPU failed (once per node).
+    warned: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl GpuFilterExec {
@@ -80,7 +82,7 @@ impl GpuFilterExec {
         algo: CompactAlgo,
         props: Arc<PlanProperties>,
     ) -> Self {
-        GpuFilterExec { input, program, columns, schema, algo, props, metrics: ExecutionPlanMetricsSet::new(), codes: Vec::new(), source_predicate: None }
+        GpuFilterExec { input, program, columns, schema, algo, props, metrics: ExecutionPlanMetricsSet::new(), codes: Vec::new(), source_predicate: None, warned: Default::default() }
     }
 
     /// The same filter whose program also reads the dictionary codes `codes`
@@ -146,8 +148,10 @@ impl GpuFilterExec {
 
     /// The same node over `input`.
     fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> GpuFilterExec {
-        GpuFilterExec::new(input, self.program.clone(), self.columns.clone(), self.schema.clone(), self.algo, self.props.clone())
-            .with_codes(self.codes.clone(), self.source_predicate.clone())
+        let mut f = GpuFilterExec::new(input, self.program.clone(), self.columns.clone(), self.schema.clone(), self.algo, self.props.clone())
+            .with_codes(self.codes.clone(), self.source_predicate.clone());
+        f.warned = self.warned.clone();
+        f
     }
 
     /// The same work as CPU operators over `input`.
@@ -158,6 +162,52 @@ impl GpuFilterExec {
             return Ok(filter);
         }
         Ok(Arc::new(ProjectionExec::try_new(self.output_exprs(), filter)?))
+    }
+
+    /// Filters one batch on the GPU; a batch the GPU fails on (out of memory, lost)
+    /// or that is not on the device is filtered on the CPU from its host rows, so
+    /// the output stays exact and in order whatever part of a stream fails.
+    fn filter_or_cpu(&self, dev: &GpuContext, batch: GpuBatch, algo: CompactAlgo) -> Result<Option<GpuBatch>> {
+        if batch.num_rows == 0 {
+            return Ok(None);
+        }
+        if !batch.host_only() {
+            match self.filter_batch(dev, batch.clone(), algo) {
+                Ok(out) => return Ok(out),
+                Err(e) if is_gpu_error(&e) => super::warn_fallback(&self.warned, "a GPU filter", &e),
+                Err(e) => return Err(e),
+            }
+        }
+        self.filter_host(dev, &batch)
+    }
+
+    /// The CPU filter (and projection) over a batch's host rows.
+    fn filter_host(&self, dev: &GpuContext, batch: &GpuBatch) -> Result<Option<GpuBatch>> {
+        let inputs = self.program.schema().fields().len() - self.codes.len();
+        let host = match &batch.host {
+            Some(h) if h.num_columns() == inputs => h.clone(),
+            _ => {
+                let all = batch.download(dev)?;
+                all.project(&(0..inputs).collect::<Vec<_>>())?
+            }
+        };
+        let pred = self.input_predicate().cloned().unwrap_or_else(|| lit(true));
+        let mask = pred.evaluate(&host)?.into_array(host.num_rows())?;
+        let mask = mask
+            .as_any()
+            .downcast_ref::<BooleanArray>()
+            .ok_or_else(|| DataFusionError::Internal(format!("filter predicate of type {}", mask.data_type())))?;
+        let kept = arrow::compute::filter_record_batch(&host, mask)?;
+        if kept.num_rows() == 0 {
+            return Ok(None);
+        }
+        let cols = self
+            .output_exprs()
+            .iter()
+            .map(|(e, _)| e.evaluate(&kept).and_then(|v| v.into_array(kept.num_rows())))
+            .collect::<Result<Vec<_>>>()?;
+        let out = arrow::array::RecordBatch::try_new(self.schema.clone(), cols)?;
+        Ok(Some(GpuBatch::from_host(out)))
     }
 
     fn filter_batch(&self, dev: &GpuContext, batch: GpuBatch, algo: CompactAlgo) -> Result<Option<GpuBatch>> {
@@ -352,7 +402,7 @@ impl GpuExec for GpuFilterExec {
                     tokio::task::spawn_blocking(move || {
                         let _t = time.timer();
                         rows_in.add(b.num_rows);
-                        let out = me.filter_batch(&dev, b, algo)?;
+                        let out = me.filter_or_cpu(&dev, b, algo)?;
                         if let Some(o) = &out {
                             rows_out.add(o.num_rows);
                         }

@@ -2,7 +2,7 @@
 //! large chunks (rows from the memory budget) and uploads each chunk once.
 use super::{blocking_err, GpuBatchStream, GpuExec};
 use crate::config::{device_for, RidgelineOptions};
-use crate::gpu_batch::{gpu_err, GpuBatch};
+use crate::gpu_batch::{gpu_err, is_gpu_error, GpuBatch};
 use arrow::compute::concat_batches;
 use datafusion::error::Result;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -18,13 +18,14 @@ pub struct GpuLoadExec {
     input: Arc<dyn ExecutionPlan>,
     props: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
+    warned: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl GpuLoadExec {
     /// Wraps a CPU plan.
     pub fn new(input: Arc<dyn ExecutionPlan>) -> Self {
         let props = input.properties().clone();
-        GpuLoadExec { input, props, metrics: ExecutionPlanMetricsSet::new() }
+        GpuLoadExec { input, props, metrics: ExecutionPlanMetricsSet::new(), warned: Default::default() }
     }
     /// The CPU input.
     pub fn input(&self) -> &Arc<dyn ExecutionPlan> {
@@ -84,15 +85,17 @@ impl GpuExec for GpuLoadExec {
         let dev = device_for(opts.mode()?)?.ok_or_else(|| gpu_err(GpuError::Disabled))?;
         let chunk_rows = opts.chunk_rows(Some(&dev));
         let schema = self.schema();
-        let input = self.input.execute(partition, ctx)?;
+        // Each partition reads its own files, so that a GPU failure can re-run it.
+        let input = self.input.execute(partition, super::replay_context(&ctx))?;
         let bytes = MetricBuilder::new(&self.metrics).counter("bytes_uploaded", partition);
+        let warned = self.warned.clone();
         let time = MetricBuilder::new(&self.metrics).subset_time("upload_time", partition);
         struct St {
             input: SendableRecordBatchStream,
             done: bool,
         }
         let stream = futures::stream::unfold(St { input, done: false }, move |mut st| {
-            let (schema, dev, bytes, time) = (schema.clone(), dev.clone(), bytes.clone(), time.clone());
+            let (schema, dev, bytes, time, warned) = (schema.clone(), dev.clone(), bytes.clone(), time.clone(), warned.clone());
             async move {
                 if st.done {
                     return None;
@@ -123,9 +126,22 @@ impl GpuExec for GpuLoadExec {
                 let res = tokio::task::spawn_blocking(move || {
                     let _t = time.timer();
                     let batch = if pending.len() == 1 { pending.pop().unwrap() } else { concat_batches(&schema, &pending)? };
-                    let g = GpuBatch::upload(&dev, &batch)?;
-                    bytes.add(batch.get_array_memory_size());
-                    Ok(g)
+                    match GpuBatch::upload(&dev, &batch) {
+                        Ok(g) => {
+                            bytes.add(batch.get_array_memory_size());
+                            // The host rows stay beside the device copy until the
+                            // island is done with the chunk: a GPU operator that
+                            // fails on it finishes it from them on the CPU.
+                            Ok(g.with_host(batch))
+                        }
+                        // Out of device memory (or the device lost): the chunk goes
+                        // on in host memory and the operators above run it on the CPU.
+                        Err(e) if is_gpu_error(&e) => {
+                            super::warn_fallback(&warned, "the chunk that cannot be uploaded", &e);
+                            Ok(GpuBatch::from_host(batch))
+                        }
+                        Err(e) => Err(e),
+                    }
                 })
                 .await
                 .map_err(blocking_err)

@@ -116,7 +116,12 @@ async fn repartition(input: Arc<dyn ExecutionPlan>, keys: Vec<usize>, n: usize, 
                     let dev = ridgeline_operators::context::global().map_err(gpu_err)?;
                     let mut out = vec![Vec::new(); n];
                     for b in &batches {
-                        split_gpu(&dev, b, &k, n, &mut out)?;
+                        if b.host_only() {
+                            // rows a GPU operator below finished on the CPU
+                            split_cpu(&b.to_host(&dev)?, &k, n, &mut out)?;
+                        } else {
+                            split_gpu(&dev, b, &k, n, &mut out)?;
+                        }
                     }
                     Ok(out)
                 })
@@ -129,8 +134,10 @@ async fn repartition(input: Arc<dyn ExecutionPlan>, keys: Vec<usize>, n: usize, 
             Ok(out) => return Ok(out),
             Err(e) if is_gpu_error(&e) => {
                 log::warn!("GPU repartition failed ({e}); repartitioning on the CPU");
+                // Every partition of the input is read again, from fresh state (the
+                // abandoned GPU run consumed the scans' shared work queues).
                 input = match cpu_equivalent(&input) {
-                    Some(c) => c?,
+                    Some(c) => super::fresh_plan(&c?)?,
                     None => return Err(e),
                 };
             }

@@ -389,8 +389,17 @@ impl ExecutionPlan for GpuSemiFilterExec {
             match filtered(input.clone(), key, sets, partition, ctx.clone(), &m).await {
                 Ok(s) => Ok(s),
                 Err(e) if is_gpu_error(&e) => {
+                    // The failed attempt may have read part of the input: read it
+                    // again from fresh state, on the CPU.
                     warn_unfiltered(&e);
-                    passthrough(&input, partition, ctx, m)
+                    let plan = super::replay_plan(&input, e)?;
+                    let s = plan.execute(partition, super::replay_context(&ctx))?;
+                    let m2 = m;
+                    Ok(s.inspect_ok(move |b| {
+                        m2.rows_in.add(b.num_rows());
+                        m2.rows_out.add(b.num_rows());
+                    })
+                    .boxed())
                 }
                 Err(e) => Err(e),
             }
@@ -539,8 +548,8 @@ fn key_set(dev: &GpuContext, sets: &KeySets, slot: usize) -> Result<Arc<DeviceKe
 
 /// The warning of a prefilter whose GPU work failed: its rows pass unfiltered.
 fn warn_unfiltered(e: &DataFusionError) {
-    log::warn!("GPU semi-join prefilter failed ({e}); probe rows pass unfiltered");
-    eprintln!("warning: GPU failed, the semi-join prefilter passes every row instead: {e}");
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    super::warn_fallback(&WARNED, "the semi-join prefilter passes every row and the join", e);
 }
 
 /// `s`'s batches with the prefilter applied on the device; batches left empty
@@ -555,7 +564,16 @@ fn apply(s: super::GpuBatchStream, key: SemiKey, dev: Arc<GpuContext>, dset: Arc
             tokio::task::spawn_blocking(move || {
                 let _t = time.timer();
                 rows_in.add(b.num_rows);
-                let out = semi_filter_batch(&dev, &key, &dset, b)?;
+                // A batch the GPU cannot test passes unfiltered: the join drops
+                // the rows without a match.
+                let out = match semi_filter_batch(&dev, &key, &dset, b.clone()) {
+                    Ok(o) => o,
+                    Err(e) if is_gpu_error(&e) => {
+                        warn_unfiltered(&e);
+                        Some(b)
+                    }
+                    Err(e) => return Err(e),
+                };
                 rows_out.add(out.as_ref().map_or(0, |o| o.num_rows));
                 Ok(out)
             })

@@ -154,7 +154,6 @@ impl ExecutionPlan for GpuTopKExec {
                         }
                         Err(e) if is_gpu_error(&e) => {
                             log::warn!("GPU top-k failed, running it on the host copy instead: {e}");
-                            eprintln!("warning: GPU top-k failed, running it on the host copy instead: {e}");
                             let schema = input.schema();
                             let batches: Vec<RecordBatch> = datafusion::physical_plan::common::collect(input.execute(0, ctx)?).await?;
                             topk(&schema, &batches, &order, fetch, usize::MAX, false)?.0
@@ -297,7 +296,6 @@ pub fn topk(
                             }
                             Err(e) => {
                                 log::warn!("GPU top-k failed, selecting on the CPU instead: {e}");
-                                eprintln!("warning: GPU top-k failed, selecting on the CPU instead: {e}");
                             }
                         }
                     }

@@ -10,6 +10,7 @@ use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use futures::StreamExt;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 /// Downloads its GPU input for a CPU parent.
@@ -18,13 +19,14 @@ pub struct GpuUnloadExec {
     input: Arc<dyn ExecutionPlan>,
     props: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
+    warned: Arc<AtomicBool>,
 }
 
 impl GpuUnloadExec {
     /// Wraps a GPU plan.
     pub fn new(input: Arc<dyn ExecutionPlan>) -> Self {
         let props = input.properties().clone();
-        GpuUnloadExec { input, props, metrics: ExecutionPlanMetricsSet::new() }
+        GpuUnloadExec { input, props, metrics: ExecutionPlanMetricsSet::new(), warned: Arc::new(AtomicBool::new(false)) }
     }
 }
 
@@ -58,21 +60,14 @@ pub(crate) fn download_stream(schema: SchemaRef, gpu: GpuBatchStream, batch_size
     Ok(Box::pin(RecordBatchStreamAdapter::new(schema, s)))
 }
 
-fn warn_fallback(e: &DataFusionError) {
-    log::warn!("GPU failed, running on the CPU instead: {e}");
-    eprintln!("warning: GPU failed, running on the CPU instead: {e}");
-}
-
-/// The island below `input` re-run by its CPU equivalent after the GPU failed with
-/// `e` (which is returned when there is no CPU equivalent).
-fn fall_back(input: &Arc<dyn ExecutionPlan>, partition: usize, ctx: Arc<TaskContext>, e: DataFusionError) -> Result<SendableRecordBatchStream> {
-    match super::cpu_equivalent(input) {
-        Some(Ok(plan)) => {
-            warn_fallback(&e);
-            plan.execute(partition, ctx)
-        }
-        _ => Err(e),
-    }
+/// The island below `input` re-run by its CPU equivalent (fresh state, the same
+/// partition) after the GPU failed with `e` before any row was handed on; `e`
+/// when there is no CPU equivalent or the input cannot be read again exactly.
+fn fall_back(input: &Arc<dyn ExecutionPlan>, partition: usize, ctx: Arc<TaskContext>, e: DataFusionError, warned: &AtomicBool) -> Result<SendableRecordBatchStream> {
+    let msg = e.to_string();
+    let plan = super::replay_plan(input, e)?;
+    super::warn_fallback(warned, "the GPU island", &msg);
+    plan.execute(partition, super::replay_context(&ctx))
 }
 
 impl ExecutionPlan for GpuUnloadExec {
@@ -104,17 +99,20 @@ impl ExecutionPlan for GpuUnloadExec {
         let batch_size = ctx.session_config().batch_size();
         let stream = match gpu.execute_gpu(partition, ctx.clone()) {
             Ok(s) => s,
-            Err(e) if is_gpu_error(&e) => return fall_back(&self.input, partition, ctx, e),
+            Err(e) if is_gpu_error(&e) => return fall_back(&self.input, partition, ctx, e, &self.warned),
             Err(e) => return Err(e),
         };
-        // A GPU failure before the first batch (lost device, out of memory) re-runs
-        // the island's CPU equivalent; after rows were handed on it is an error.
+        // GPU filters finish a batch the GPU failed on by the CPU themselves; a GPU
+        // failure that still reaches this boundary before the first batch (lost
+        // device, out of memory) re-runs the island's CPU equivalent from a fresh
+        // input; after rows were handed on it is an error (never a partial answer).
         let schema = self.schema();
         let mut stream = download_stream(schema.clone(), stream, batch_size)?;
         let input = self.input.clone();
+        let warned = self.warned.clone();
         let s = futures::stream::once(async move {
             match stream.next().await {
-                Some(Err(e)) if is_gpu_error(&e) => match fall_back(&input, partition, ctx, e) {
+                Some(Err(e)) if is_gpu_error(&e) => match fall_back(&input, partition, ctx, e, &warned) {
                     Ok(cpu) => cpu.boxed(),
                     Err(e) => futures::stream::once(async move { Err(e) }).boxed(),
                 },

@@ -33,7 +33,7 @@ pub use join_keys::JoinKeysExec;
 pub use skyline::SkylineExec;
 
 use crate::gpu_batch::GpuBatch;
-use datafusion::error::Result;
+use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
 use datafusion::physical_plan::ExecutionPlan;
 use futures::stream::BoxStream;
@@ -60,6 +60,7 @@ pub trait GpuExec: ExecutionPlan {
 
 /// `plan` with every GPU operator replaced by its CPU equivalent (`None` when one
 /// has none).
+#[recursive::recursive]
 pub fn cpu_equivalent(plan: &Arc<dyn ExecutionPlan>) -> Option<Result<Arc<dyn ExecutionPlan>>> {
     if let Some(g) = as_gpu(plan) {
         return g.cpu_plan();
@@ -80,6 +81,90 @@ pub fn cpu_equivalent(plan: &Arc<dyn ExecutionPlan>) -> Option<Result<Arc<dyn Ex
     // Unchanged children keep the node; children with the same properties keep
     // its properties (no recomputation).
     Some(datafusion::physical_plan::replace_children_if_necessary(plan.clone(), children))
+}
+
+/// `ctx` with DataFusion's file-scan work stealing switched off, for the CPU
+/// inputs of GPU islands and for every plan a fallback runs.
+///
+/// With work stealing (DataFusion's default) the partitions of one file scan
+/// take files from one shared queue, so what partition `p` reads depends on its
+/// siblings' pace, and a partition that is run again finds the queue drained. A
+/// GPU island that fails part-way re-runs its partition on the CPU: that is exact
+/// only when each partition reads its own file group, every time.
+pub fn replay_context(ctx: &Arc<TaskContext>) -> Arc<TaskContext> {
+    if !ctx.session_config().options().execution.enable_file_stream_work_stealing {
+        return ctx.clone();
+    }
+    let mut config = ctx.session_config().clone();
+    config.options_mut().execution.enable_file_stream_work_stealing = false;
+    Arc::new(TaskContext::new(
+        ctx.task_id(),
+        ctx.session_id(),
+        config,
+        ctx.scalar_functions().clone(),
+        ctx.higher_order_functions().clone(),
+        ctx.aggregate_functions().clone(),
+        ctx.window_functions().clone(),
+        ctx.runtime_env(),
+    ))
+}
+
+/// A copy of `plan` with fresh execution state in every node: file and memory
+/// scans get new sibling state (their shared work queues), repartitions new
+/// channels, joins new build sides. Executing it does not see what an earlier,
+/// abandoned execution of `plan` consumed.
+pub fn fresh_plan(plan: &Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    use datafusion::common::tree_node::{Transformed, TreeNode};
+    use datafusion::datasource::source::DataSourceExec;
+    plan.clone()
+        .transform_up(|node| {
+            if let Some(ds) = node.downcast_ref::<DataSourceExec>() {
+                let fresh = DataSourceExec::new(ds.data_source().clone())
+                    .with_partitioning(node.output_partitioning().clone());
+                return Ok(Transformed::yes(Arc::new(fresh) as Arc<dyn ExecutionPlan>));
+            }
+            Ok(Transformed::yes(node.reset_state()?))
+        })
+        .map(|t| t.data)
+}
+
+/// Whether partition `p` of a fresh copy of `plan`, run alone under a
+/// [`replay_context`], yields exactly the rows that partition `p` of any other
+/// such run yields (in any order). Round-robin repartitioning deals rows by the
+/// race of its inputs, so a plan with one is not.
+pub fn partition_replayable(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    use datafusion::physical_plan::repartition::RepartitionExec;
+    use datafusion::physical_plan::Partitioning;
+    if let Some(r) = plan.downcast_ref::<RepartitionExec>() {
+        if matches!(r.partitioning(), Partitioning::RoundRobinBatch(_)) && r.input().output_partitioning().partition_count() > 1 {
+            return false;
+        }
+    }
+    plan.children().into_iter().all(partition_replayable)
+}
+
+/// The CPU plan that re-runs partitions of the GPU island `input` after the GPU
+/// failed with `e`: fresh state, and only where a partition's rows do not depend
+/// on the abandoned run; otherwise the error, saying why nothing was retried (a
+/// fallback never returns a partial answer).
+pub fn replay_plan(input: &Arc<dyn ExecutionPlan>, e: DataFusionError) -> Result<Arc<dyn ExecutionPlan>> {
+    let plan = match cpu_equivalent(input) {
+        Some(Ok(p)) => p,
+        Some(Err(_)) | None => return Err(e),
+    };
+    if !partition_replayable(&plan) {
+        return Err(e.context("the GPU failed and its input cannot be read again partition by partition, so the query stops instead of answering in part"));
+    }
+    fresh_plan(&plan)
+}
+
+/// Logs the one warning of a GPU operator that runs (part of) its work on the
+/// CPU after the GPU failed. `warned` is the node's flag, so a query warns once
+/// per operator, not once per batch or partition.
+pub fn warn_fallback(warned: &std::sync::atomic::AtomicBool, what: &str, e: &dyn std::fmt::Display) {
+    if !warned.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        log::warn!("GPU failed, {what} runs on the CPU instead: {e}");
+    }
 }
 
 /// The plan as a GPU operator, if it is one.
@@ -193,6 +278,7 @@ impl Drop for StatsScope {
     }
 }
 
+#[recursive::recursive]
 fn stats_from_inputs(plan: &dyn ExecutionPlan) -> Result<Arc<datafusion::common::Statistics>> {
     use datafusion::physical_plan::{ChildStats, StatisticsArgs, StatisticsContext};
     let children = plan.children();
@@ -214,6 +300,7 @@ fn stats_from_inputs(plan: &dyn ExecutionPlan) -> Result<Arc<datafusion::common:
     plan.statistics_from_inputs(&inputs, &StatisticsArgs::new())
 }
 
+#[recursive::recursive]
 fn child_statistics(child: &Arc<dyn ExecutionPlan>) -> Result<Arc<datafusion::common::Statistics>> {
     let key = Arc::as_ptr(child) as *const () as usize;
     if let Some(s) = STATS_MEMO.with(|m| m.borrow().as_ref().and_then(|m| m.get(&key).map(|(_, s)| s.clone()))) {

@@ -442,7 +442,6 @@ fn group_ids(cols: &[ArrayRef], n: usize) -> Result<(Vec<u32>, usize)> {
 
 fn warn_fallback(e: &dyn std::fmt::Display) {
     log::warn!("GPU skyline failed, running on the CPU instead: {e}");
-    eprintln!("warning: GPU skyline failed, running on the CPU instead: {e}");
 }
 
 /// The device for a GPU skyline of `rows` rows and `dims` rank columns, if it runs there.

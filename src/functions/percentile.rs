@@ -629,7 +629,6 @@ fn gpu_stats(keys: &[u64], ranks: &[u64], always: bool) -> Option<Vec<u64>> {
         Ok((v, _)) => Some(v),
         Err(e) => {
             log::warn!("GPU grouped quantile failed, running on the CPU instead: {e}");
-            eprintln!("warning: GPU grouped quantile failed, running on the CPU instead: {e}");
             None
         }
     }

@@ -266,7 +266,6 @@ pub(crate) fn order_stats(keys: &[u64], ranks: &[u64], kind: QuantileKind, gpu: 
                 Ok((v, _)) => return v,
                 Err(e) => {
                     log::warn!("GPU quantile failed, running on the CPU instead: {e}");
-                    eprintln!("warning: GPU quantile failed, running on the CPU instead: {e}");
                 }
             }
         }

@@ -162,7 +162,17 @@ pub(crate) struct Gen<'a> {
     /// (raising [`codes::DECIMAL_WIDE`]: the work goes back to the CPU's 128-bit
     /// arithmetic); only for operators that fall back on that code.
     pub(crate) wide: bool,
+    /// Nesting depth of the expression being compiled (see [`MAX_GPU_EXPR_DEPTH`]).
+    depth: usize,
 }
+
+/// The deepest expression tree compiled to WGSL. A deeper one (a 1000-term `OR`
+/// chain, a long sum) stays on the CPU: shader compilers recurse over nested
+/// expressions without bounds, and such kernels would compile slowly for no gain.
+pub const MAX_GPU_EXPR_DEPTH: usize = 64;
+
+/// The longest `IN` list compiled to WGSL (one comparison per value).
+pub const MAX_GPU_IN_LIST: usize = 256;
 
 fn is_int(dt: &DataType) -> bool {
     dt.is_integer()
@@ -174,7 +184,7 @@ fn pow10(k: u32) -> i64 {
 
 impl<'a> Gen<'a> {
     pub(crate) fn new(schema: &'a Schema, caps: Caps, validity: &'a dyn Fn(usize) -> bool) -> Self {
-        Gen { schema, caps, validity, tmp: 0, cols: BTreeSet::new(), uses64: false, may_error: false, wide: false }
+        Gen { schema, caps, validity, tmp: 0, cols: BTreeSet::new(), uses64: false, may_error: false, wide: false, depth: 0 }
     }
 
     fn fresh(&mut self) -> usize {
@@ -222,7 +232,18 @@ impl<'a> Gen<'a> {
         self.gen(e, out)
     }
 
+    #[recursive::recursive]
     fn gen(&mut self, e: &Arc<dyn PhysicalExpr>, out: &mut String) -> Result<Val, String> {
+        if self.depth >= MAX_GPU_EXPR_DEPTH {
+            return Err(format!("the expression is nested deeper than {MAX_GPU_EXPR_DEPTH} levels"));
+        }
+        self.depth += 1;
+        let r = self.gen_node(e, out);
+        self.depth -= 1;
+        r
+    }
+
+    fn gen_node(&mut self, e: &Arc<dyn PhysicalExpr>, out: &mut String) -> Result<Val, String> {
         if let Some(c) = e.downcast_ref::<Column>() {
             return self.column(c.index());
         }
@@ -781,6 +802,9 @@ impl<'a> Gen<'a> {
     }
 
     fn in_list(&mut self, x: &InListExpr, out: &mut String) -> Result<Val, String> {
+        if x.list().len() > MAX_GPU_IN_LIST {
+            return Err(format!("an IN list of {} values (the GPU takes up to {MAX_GPU_IN_LIST})", x.list().len()));
+        }
         let a = self.gen(x.expr(), out)?;
         let mut any_match = Vec::new();
         let mut list_nulls = Vec::new();

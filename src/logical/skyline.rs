@@ -166,6 +166,7 @@ fn as_marker(e: &Expr) -> Option<(usize, usize, &Expr)> {
     Some((idx(&args[0])?, idx(&args[1])?, &args[2]))
 }
 
+#[recursive::recursive]
 fn contains_marker(plan: &LogicalPlan) -> bool {
     let mut found = false;
     let _ = plan.apply_with_subqueries(|p| {

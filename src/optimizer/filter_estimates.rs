@@ -111,6 +111,7 @@ fn literal(e: &Arc<dyn PhysicalExpr>) -> Option<&ScalarValue> {
     strip_cast(e).downcast_ref::<Literal>().map(|l| l.value())
 }
 
+#[recursive::recursive]
 fn sel(e: &Arc<dyn PhysicalExpr>, stats: &Statistics) -> f64 {
     const DEFAULT: f64 = 0.2;
     if let Some(b) = e.downcast_ref::<BinaryExpr>() {

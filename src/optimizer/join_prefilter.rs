@@ -63,6 +63,7 @@ fn as_i64(v: &Precision<ScalarValue>) -> Option<i64> {
 
 /// The [min, max] of output column `col` of a GPU island, from its resident scan's
 /// statistics, and the island's estimated rows.
+#[recursive::recursive]
 fn domain(plan: &Arc<dyn ExecutionPlan>, col: usize) -> Option<((i64, i64), usize)> {
     if let Some(s) = plan.downcast_ref::<GpuScanExec>() {
         let st = crate::exec::plan_statistics(s).ok()?;

@@ -126,6 +126,7 @@ struct Cluster {
     inner: Option<LogicalPlan>,
 }
 
+#[recursive::recursive]
 fn collect(plan: &LogicalPlan, c: &mut Cluster) {
     match plan {
         LogicalPlan::Join(j) if eligible(j) => {
@@ -717,6 +718,7 @@ fn col_stats_at(plan: &LogicalPlan, idx: usize) -> Option<ColStat> {
 }
 
 /// Estimated output rows of `plan`, or `None` where nothing is known.
+#[recursive::recursive]
 fn est_rows(plan: &LogicalPlan) -> Option<f64> {
     match plan {
         LogicalPlan::TableScan(s) => {
@@ -866,6 +868,7 @@ fn selectivity(e: &Expr, input: &LogicalPlan) -> f64 {
     sel(e, input).clamp(1e-7, 1.0)
 }
 
+#[recursive::recursive]
 fn sel(e: &Expr, input: &LogicalPlan) -> f64 {
     const DEFAULT: f64 = 0.25;
     match e {

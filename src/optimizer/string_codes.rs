@@ -106,6 +106,7 @@ impl<'a> Coder<'a> {
         r
     }
 
+    #[recursive::recursive]
     fn go(&mut self, e: &Arc<dyn PhysicalExpr>) -> std::result::Result<Arc<dyn PhysicalExpr>, String> {
         let cols = collect_columns(e);
         let strings: Vec<&Column> = cols.iter().filter(|c| self.schema.fields().get(c.index()).is_some_and(|f| is_string(f.data_type()))).collect();

@@ -49,7 +49,7 @@ extensions_options! {
 /// A text setting with a fixed set of values, checked when it is set: a bad
 /// value is refused with an error that lists the valid ones, and the setting
 /// keeps its old value (so the statements after a mistyped `SET` still run).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Choice {
     value: String,
     name: &'static str,
@@ -75,6 +75,12 @@ impl Choice {
     /// The value.
     pub fn as_str(&self) -> &str {
         &self.value
+    }
+}
+
+impl PartialEq for Choice {
+    fn eq(&self, other: &Choice) -> bool {
+        self.name == other.name && self.value == other.value
     }
 }
 

@@ -186,7 +186,12 @@ async fn sql_text_to_plan_never_panics() {
         .collect();
     let (mut ok, mut err) = (0, 0);
     for i in 0..cases(400) {
-        let sql = if i % 3 == 2 { mutate_text(&mut r, &tpch[r.random_range(0..tpch.len())]) } else { statement(&mut r) };
+        let sql = if i % 3 == 2 {
+            let k = r.random_range(0..tpch.len());
+            mutate_text(&mut r, &tpch[k])
+        } else {
+            statement(&mut r)
+        };
         // Execute the small-table statements too: evaluation must not panic either.
         match outcome(&rl, &sql, i % 3 != 2).await {
             Ok(_) => ok += 1,
@@ -403,7 +408,8 @@ fn diff_predicate(r: &mut SmallRng, depth: u32) -> String {
 }
 
 fn diff_query(r: &mut SmallRng, t: &str) -> String {
-    let p = diff_predicate(r, r.random_range(0..4));
+    let depth = r.random_range(0..4);
+    let p = diff_predicate(r, depth);
     match r.random_range(0..5) {
         0 => format!("SELECT count(*), count(a), sum(a % 1000), min(c), max(b), min(d), max(e) FROM {t} WHERE {p}"),
         1 => format!("SELECT k, count(*), sum(b), min(a), max(c) FROM {t} WHERE {p} GROUP BY k ORDER BY k"),

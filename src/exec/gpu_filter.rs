@@ -298,7 +298,7 @@ pub(crate) fn compact_columns(
     if count == 0 {
         return Ok(None);
     }
-    Ok(Some(GpuBatch { schema: schema.clone(), columns: out.into_iter().map(|c| c.expect("filled")).collect(), num_rows: count }))
+    Ok(Some(GpuBatch { schema: schema.clone(), columns: out.into_iter().map(|c| c.expect("filled")).collect(), num_rows: count, host: None }))
 }
 
 impl DisplayAs for GpuFilterExec {

@@ -35,7 +35,7 @@ pub use skyline::SkylineExec;
 use crate::gpu_batch::GpuBatch;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
-use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use futures::stream::BoxStream;
 use std::sync::Arc;
 

@@ -70,6 +70,32 @@ fn gen_tpch_then_count_lineitem() {
         args.extend_from_slice(extra);
         assert_eq!(ok(&args), "n\n60175\nn\n15000\n");
     }
+    // Every TPC-H query file: the files are SQL that starts with a `--` comment.
+    // Once through `-f` (all 22 in one run), once as the positional argument (the
+    // 22 texts in one argument, planned only, to keep the test fast).
+    let tables: Vec<String> = ["lineitem", "orders", "customer", "part", "partsupp", "supplier", "nation", "region"]
+        .iter()
+        .map(|t| format!("{t}={}", out.join(format!("{t}.parquet")).display()))
+        .collect();
+    let sqldir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("sql/tpch");
+    let files: Vec<String> = (1..=22).map(|q| sqldir.join(format!("q{q}.sql")).display().to_string()).collect();
+    let mut args = vec!["--gpu", "off", "query", "--format", "csv"];
+    for t in &tables {
+        args.extend(["--table", t.as_str()]);
+    }
+    let mut with_files = args.clone();
+    for f in &files {
+        with_files.extend(["-f", f.as_str()]);
+    }
+    let o = ok(&with_files);
+    assert!(o.starts_with("l_returnflag,l_linestatus,sum_qty,"), "{o}");
+    assert!(o.contains("\ncntrycode,numcust,totacctbal\n"), "q22 ran last: {o}");
+    let all: String = files.iter().map(|f| std::fs::read_to_string(f).unwrap() + "\n").collect();
+    assert!(all.starts_with("--"));
+    let mut positional = args.clone();
+    positional.extend(["--explain", all.as_str()]);
+    let o = ok(&positional);
+    assert_eq!(o.matches("GPU operators:").count(), 22, "{o}");
     let csvdir = dir.path().join("tpchcsv");
     ok(&["gen", "tpch", "--sf", "0.01", "--out", csvdir.to_str().unwrap(), "--format", "csv"]);
     let na = format!("nation={}", csvdir.join("nation.csv").display());
@@ -148,7 +174,7 @@ fn shell_reads_piped_statements() {
         .stdin
         .take()
         .unwrap()
-        .write_all(b"CREATE TABLE t AS VALUES (1), (2);\nSELECT\n sum(column1) AS total\nFROM t;\n.tables\n.schema t\n.timer on\nSELECT 40 + 2 AS answer;\n.gpu\n.bogus\n.quit\n")
+        .write_all(b"CREATE TABLE t AS VALUES (1), (2);\nSELECT\n sum(column1) AS total\nFROM t;\n.tables\n.schema t\n.timer on\nSELECT 40 + 2 AS answer;\n.gpu\n.quit\nSELECT 'not run';\n")
         .unwrap();
     let o = child.wait_with_output().unwrap();
     let out = String::from_utf8_lossy(&o.stdout);
@@ -158,7 +184,200 @@ fn shell_reads_piped_statements() {
     assert!(out.contains("column1 Int64"), "{out}");
     assert!(out.contains("| 42     |") && out.contains("time:"), "{out}");
     assert!(out.contains("gpu mode: off"), "{out}");
-    assert!(err.contains("unknown command .bogus"), "{err}");
+    assert!(!out.contains("not run"), "{out}");
+    assert!(!err.contains("error"), "{err}");
+}
+
+/// Runs the shell on a script given as standard input.
+fn script(text: &str, args: &[&str]) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = bin()
+        .args(["--gpu", "off"])
+        .args(args)
+        .env("HOME", dir.path())
+        .env_remove("RUST_BACKTRACE")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn error_lines(o: &Output) -> Vec<String> {
+    String::from_utf8_lossy(&o.stderr).lines().filter(|l| l.starts_with("error:")).map(String::from).collect()
+}
+
+/// A script on standard input stops at its first error (exit code 1), as DuckDB's
+/// shell does; `;` inside comments and strings does not end a statement.
+#[test]
+fn scripts_stop_at_the_first_error() {
+    let o = script(
+        ".format csv\n-- a script; with a header\nSELECT 1 AS a; -- trailing; comment\nSELECT 'x;y' AS s, 1 -- not the end;\n + 1 AS two /* still; */;\n\
+         SELECT $$p;q$$ AS d;\nSELECT nope;\nSELECT 'after' AS z;\n",
+        &[],
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert_eq!(out, "a\n1\ns,two\nx;y,2\nd\np;q\n");
+    let errs = error_lines(&o);
+    assert_eq!(errs.len(), 1, "{o:?}");
+    assert!(errs[0].contains("nope"), "{errs:?}");
+    // A failed dot command stops it too; a last statement without `;` runs.
+    let o = script(".bogus\nSELECT 1;\n", &[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(error_lines(&o)[0].contains("unknown command .bogus"), "{o:?}");
+    assert!(o.stdout.is_empty());
+    let o = script(".format csv\nSELECT 5 AS five -- no semicolon\n", &[]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "five\n5\n");
+}
+
+/// JSON keeps every column (NULL as null), prints `[]` for no rows, and spells
+/// NaN and the infinities as strings; CSV spells them the same way.
+#[test]
+fn json_and_csv_keep_every_column() {
+    let sql = "SELECT 1 AS a, NULL AS b, CAST(NULL AS VARCHAR) AS c; SELECT 1 AS a WHERE false; \
+               SELECT CAST('NaN' AS DOUBLE) AS x, CAST('inf' AS DOUBLE) AS y, CAST('-inf' AS DOUBLE) AS z, 1.5 AS w, \
+               CAST(NULL AS DOUBLE) AS n, [CAST('inf' AS DOUBLE), 2.0] AS l";
+    let o = ok(&["--gpu", "off", "query", sql, "--format", "json"]);
+    assert_eq!(
+        o,
+        "[{\"a\":1,\"b\":null,\"c\":null}]\n[]\n\
+         [{\"x\":\"NaN\",\"y\":\"Infinity\",\"z\":\"-Infinity\",\"w\":1.5,\"n\":null,\"l\":[\"Infinity\",2.0]}]\n"
+    );
+    let sql = "SELECT 1 AS a, NULL AS b; SELECT 1 AS a WHERE false; \
+               SELECT CAST('NaN' AS DOUBLE) AS x, CAST('inf' AS DOUBLE) AS y, CAST('-inf' AS DOUBLE) AS z, 1.5 AS w, CAST(NULL AS DOUBLE) AS n";
+    let o = ok(&["--gpu", "off", "query", sql, "--format", "csv"]);
+    assert_eq!(o, "a,b\n1,\na\nx,y,z,w,n\nNaN,Infinity,-Infinity,1.5,\n");
+}
+
+/// SQL from `-f FILE` (repeatable), `-f -` and `-` (standard input), and SQL that
+/// starts with a `--` comment as the argument.
+#[test]
+fn sql_from_files_stdin_and_leading_comments() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a.sql");
+    let b = dir.path().join("b.sql");
+    std::fs::write(&a, "-- first; file\nSELECT 1 AS a;\n").unwrap();
+    std::fs::write(&b, "/* second */ SELECT 2 AS b; SELECT 3 AS c").unwrap();
+    let (a, b) = (a.display().to_string(), b.display().to_string());
+    let q = |args: &[&str]| {
+        let mut v = vec!["--gpu", "off", "query", "--format", "csv"];
+        v.extend_from_slice(args);
+        ok(&v)
+    };
+    assert_eq!(q(&["-- a comment; with a semicolon\nSELECT 1 AS a"]), "a\n1\n");
+    assert_eq!(q(&["-f", &a, "--file", &b]), "a\n1\nb\n2\nc\n3\n");
+    for arg in [&["-f", "-"][..], &["-"][..]] {
+        let mut child = bin()
+            .args(["--gpu", "off", "query", "--format", "csv"])
+            .args(arg)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(b"-- from stdin\nSELECT 4 AS d;").unwrap();
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success(), "{o:?}");
+        assert_eq!(String::from_utf8_lossy(&o.stdout), "d\n4\n");
+    }
+    // A missing file, and an error in the second of two files: one line, exit 1.
+    std::fs::write(dir.path().join("bad.sql"), "SELECT 1 AS fine;\nSELECT nope;").unwrap();
+    let bad = dir.path().join("bad.sql").display().to_string();
+    for args in [vec!["--gpu", "off", "query", "-f", "/no/such/file.sql"], vec!["--gpu", "off", "query", "-f", &a, "-f", &bad]] {
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(1), "{o:?}");
+        let errs = error_lines(&o);
+        assert_eq!(errs.len(), 1, "{o:?}");
+        assert_eq!(String::from_utf8_lossy(&o.stderr).lines().count(), 1, "{o:?}");
+    }
+    assert!(error_lines(&run(&["query", "-f", "/no/such/file.sql"]))[0].contains("/no/such/file.sql"));
+}
+
+/// A reader that goes away (`| head -1`) ends the output quietly with exit code
+/// 0; a closed standard error never makes a panic.
+#[test]
+fn closed_pipes_end_quietly() {
+    use std::io::BufRead;
+    let sql = "SELECT value, value * 2 AS twice FROM generate_series(1, 5000000)";
+    for close_stderr in [false, true] {
+        let mut child = bin()
+            .args(["--gpu", "off", "query", sql, "--format", "csv"])
+            .env_remove("RUST_BACKTRACE")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let stderr = if close_stderr {
+            drop(stderr);
+            None
+        } else {
+            Some(stderr)
+        };
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut first = String::new();
+        lines.read_line(&mut first).unwrap();
+        assert_eq!(first, "value,twice\n");
+        drop(lines);
+        let status = child.wait().unwrap();
+        let err = stderr.map(|mut e| {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut e, &mut s).unwrap();
+            s
+        });
+        assert_eq!(status.code(), Some(0), "closed stderr: {close_stderr}; stderr: {err:?}");
+        assert_eq!(err.unwrap_or_default(), "");
+    }
+    // An error with standard error closed: exit code 1, not a panic.
+    let mut child = bin().args(["--gpu", "off", "query", "SELECT nope"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    drop(child.stderr.take());
+    assert_eq!(child.wait().unwrap().code(), Some(1));
+}
+
+/// A Parquet file whose footer length is corrupt: one `error:` line, exit code
+/// 1, no panic message, from `query` and from a script.
+#[test]
+fn corrupt_parquet_is_one_error_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.parquet");
+    {
+        use std::sync::Arc;
+        let col = Arc::new(arrow::array::Int64Array::from_iter_values(0..100)) as arrow::array::ArrayRef;
+        let batch = arrow::array::RecordBatch::try_from_iter([("x", col)]).unwrap();
+        let mut w = parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&good).unwrap(), batch.schema(), None).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+    }
+    let bytes = std::fs::read(&good).unwrap();
+    let n = bytes.len();
+    assert_eq!(&bytes[n - 4..], b"PAR1");
+    let footer = u32::from_le_bytes(bytes[n - 8..n - 4].try_into().unwrap()) as usize;
+    let mut cases = Vec::new();
+    for len in [footer + 1, footer + 7, n - 8, n - 7, u32::MAX as usize, footer / 2] {
+        let mut b = bytes.clone();
+        b[n - 8..n - 4].copy_from_slice(&(len as u32).to_le_bytes());
+        let p = dir.path().join(format!("bad{len}.parquet"));
+        std::fs::write(&p, b).unwrap();
+        cases.push(p.display().to_string());
+    }
+    for p in &cases {
+        let t = format!("t={p}");
+        let o = bin().args(["--gpu", "off", "query", "SELECT sum(x) FROM t", "--table", &t]).env_remove("RUST_BACKTRACE").output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{p}: {err}");
+        assert_eq!(error_lines(&o).len(), 1, "{p}: {err}");
+        assert_eq!(err.lines().count(), 1, "{p}: {err}");
+        assert!(!err.contains("panicked"), "{p}: {err}");
+    }
+    let sql = format!("CREATE EXTERNAL TABLE t STORED AS PARQUET LOCATION '{}';\nSELECT sum(x) FROM t;\n", cases[0]);
+    let o = script(&sql, &[]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert_eq!(error_lines(&o).len(), 1, "{o:?}");
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("panicked"), "{o:?}");
 }
 
 #[test]

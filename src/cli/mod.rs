@@ -18,7 +18,14 @@ use std::path::PathBuf;
 
 /// Ridgeline: SQL over Arrow, CSV and Parquet with GPU operators.
 #[derive(Parser, Debug)]
-#[command(name = "ridgeline", version, about)]
+#[command(
+    name = "ridgeline",
+    version,
+    about,
+    after_help = "Exit status: 0 on success, also when the reader of standard output goes away (as with `| head`); \
+                  1 on an error, printed as one `error: ...` line (a script on standard input stops at its first error); \
+                  2 on a usage error."
+)]
 pub struct Cli {
     /// Where operators run: off, auto or on (default: RIDGELINE_GPU, else auto).
     #[arg(long, global = true)]
@@ -31,10 +38,15 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Run one or more `;`-separated SQL statements.
+    /// Run one or more `;`-separated SQL statements (from the argument, `-f FILE`
+    /// or standard input).
     Query {
-        /// The SQL text.
-        sql: String,
+        /// The SQL text (it may start with a `--` comment); `-` reads standard input.
+        #[arg(allow_hyphen_values = true, required_unless_present = "files", conflicts_with = "files")]
+        sql: Option<String>,
+        /// Read the SQL from FILE (`-`: standard input); repeat to run several files in turn.
+        #[arg(short = 'f', long = "file", value_name = "FILE")]
+        files: Vec<PathBuf>,
         /// Register a table: NAME=PATH (.csv with header, .parquet, .arrow).
         #[arg(long = "table", value_name = "NAME=PATH")]
         tables: Vec<String>,
@@ -262,35 +274,67 @@ pub async fn register_tables(rl: &Ridgeline, tables: &[String], resident: bool) 
     Ok(())
 }
 
-/// Runs the command line.
+/// Reads the SQL text of a file, `-` being standard input.
+fn read_sql(path: &std::path::Path) -> Result<String> {
+    let r = if path.as_os_str() == "-" { std::io::read_to_string(std::io::stdin()) } else { std::fs::read_to_string(path) };
+    r.map_err(|e| {
+        let what = if path.as_os_str() == "-" { "standard input".to_string() } else { path.display().to_string() };
+        DataFusionError::Plan(format!("cannot read the SQL from {what}: {e}"))
+    })
+}
+
+/// Prints one line on standard output (a closed pipe is noted, not a panic).
+fn say(line: std::fmt::Arguments<'_>) -> Result<()> {
+    use std::io::Write;
+    let mut out = output::Stdout::new();
+    writeln!(out, "{line}").and_then(|()| out.flush()).map_err(|e| DataFusionError::External(Box::new(e)))
+}
+
+/// Runs the command line. A panic anywhere becomes an `internal error` (one
+/// line, exit code 1); a closed standard output (`| head -1`) ends quietly.
 pub async fn run(cli: Cli) -> Result<()> {
+    match crate::guard::catch(run_command(cli)).await {
+        Err(e) if output::is_closed_stdout(&e) => Ok(()),
+        r => r,
+    }
+}
+
+async fn run_command(cli: Cli) -> Result<()> {
     match cli.command {
         None => shell::run(engine(cli.gpu)?).await,
-        Some(Command::Query { sql, tables, format, resident, explain }) => {
+        Some(Command::Query { sql, files, tables, format, resident, explain }) => {
+            // Read every input first: a missing file fails before any work.
+            let texts: Vec<(Option<&std::path::Path>, String)> = match &sql {
+                Some(s) if s == "-" => vec![(None, read_sql(std::path::Path::new("-"))?)],
+                Some(s) => vec![(None, s.clone())],
+                None => files.iter().map(|f| Ok((Some(f.as_path()), read_sql(f)?))).collect::<Result<_>>()?,
+            };
             let rl = engine(cli.gpu)?;
             register_tables(&rl, &tables, resident).await?;
-            let mut out = std::io::stdout().lock();
-            output::run_statements(&rl, &sql, format, explain, &mut out).await
+            let mut out = output::Stdout::new();
+            for (path, text) in &texts {
+                output::run_statements(&rl, text, format, explain, &mut out).await.map_err(|e| match path {
+                    Some(p) if texts.len() > 1 => DataFusionError::Context(format!("in {}", p.display()), Box::new(e)),
+                    _ => e,
+                })?;
+            }
+            Ok(())
         }
         Some(Command::Gen { what: GenCommand::Tpch { sf, out, format } }) => {
             let files = tokio::task::spawn_blocking(move || write_tpch(sf, &out, format, true))
                 .await
                 .map_err(|e| DataFusionError::Execution(e.to_string()))??;
             for f in files {
-                println!("{}", f.display());
+                say(format_args!("{}", f.display()))?;
             }
             Ok(())
         }
         Some(Command::Gen { what: GenCommand::Skyline { dist, dims, rows, seed, out } }) => {
             write_skyline(dist, dims, rows, seed, &out)?;
-            println!("{} ({rows} rows, {dims} dims, {dist})", out.display());
-            Ok(())
+            say(format_args!("{} ({rows} rows, {dims} dims, {dist})", out.display()))
         }
         Some(Command::Gpu) => match ridgeline_operators::context::global() {
-            Ok(ctx) => {
-                println!("{}", ctx.report());
-                Ok(())
-            }
+            Ok(ctx) => say(format_args!("{}", ctx.report())),
             Err(e) => Err(DataFusionError::Execution(format!("{e}"))),
         },
         Some(Command::Demo { sf }) => demo::run(engine(cli.gpu)?, sf).await,
@@ -376,7 +420,14 @@ async fn serve(rl: Ridgeline, args: ServeArgs) -> Result<()> {
     .await
 }
 
-/// An error as one line (DataFusion's position information kept).
+/// An error as one line (DataFusion's position information kept). A caught
+/// panic reads `internal error (please report it): MESSAGE`, without the
+/// wrappers around it.
 pub fn one_line(e: &DataFusionError) -> String {
-    e.to_string().split_whitespace().collect::<Vec<_>>().join(" ")
+    let s = e.to_string();
+    let s = match s.find("internal error (please report it)") {
+        Some(i) => &s[i..],
+        None => &s,
+    };
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
 }

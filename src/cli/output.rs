@@ -1,20 +1,43 @@
 //! Running statements and printing results as a table, CSV or JSON.
+//!
+//! Formats keep every column and every row:
+//! - `table`: arrow's pretty table; NULL is an empty cell, an empty result prints
+//!   `(columns) 0 rows`.
+//! - `csv`: a header line, then one line per row; NULL is an empty field.
+//! - `json`: one JSON array of objects per statement (`[]` when empty), every
+//!   column present (NULL is `null`).
+//!
+//! Floating-point NaN and infinities are not JSON numbers: `json` and `csv`
+//! spell them `"NaN"`, `"Infinity"` and `"-Infinity"` (strings in JSON, as
+//! PostgreSQL and JavaScript spell them), never a silent `null`.
+//!
+//! Statements are split by one tokenizer-aware scanner ([`scan`]), shared by
+//! `query` and the shell: a `;` inside a quoted string or identifier, a `--`
+//! comment, a (nested) `/* */` comment or a dollar-quoted string never ends a
+//! statement.
 use crate::exec::gpu_operator_names;
+use crate::guard::{catch, catch_stream, catch_sync};
 use crate::Ridgeline;
-use arrow::array::RecordBatch;
-use arrow::datatypes::SchemaRef;
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, StringBuilder};
+use arrow::datatypes::{DataType, FieldRef, Float16Type, Float32Type, Float64Type, Schema, SchemaRef};
+use arrow::error::ArrowError;
+use arrow::json::writer::{make_encoder, Encoder, EncoderFactory, EncoderOptions, JsonArray, NullableEncoder};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::physical_plan::displayable;
+use futures::StreamExt;
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock};
 
 /// Result formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
     /// Aligned table.
     Table,
-    /// Header line then rows; NULL is an empty field.
+    /// Header line then rows; NULL is an empty field; NaN, Infinity, -Infinity.
     Csv,
-    /// A JSON array of objects.
+    /// A JSON array of objects, every column kept (NULL is null); NaN and
+    /// infinities are the strings "NaN", "Infinity", "-Infinity".
     Json,
 }
 
@@ -29,116 +52,413 @@ fn io(e: std::io::Error) -> DataFusionError {
     DataFusionError::External(Box::new(e))
 }
 
-/// Writes batches in `format`.
-pub fn write_batches(schema: &SchemaRef, batches: &[RecordBatch], format: Format, out: &mut dyn Write) -> Result<()> {
-    match format {
-        Format::Table => {
-            if batches.iter().all(|b| b.num_rows() == 0) {
-                let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
-                writeln!(out, "({}) 0 rows", names.join(", ")).map_err(io)?;
-            } else {
-                writeln!(out, "{}", arrow::util::pretty::pretty_format_batches(batches)?).map_err(io)?;
-            }
+static STDOUT_GONE: AtomicBool = AtomicBool::new(false);
+
+/// Whether a write to standard output (through [`Stdout`]) found the reader
+/// gone (a closed pipe, as in `ridgeline query ... | head -1`). The CLI then
+/// ends quietly with exit code 0, as `psql` and DuckDB do.
+pub fn stdout_closed() -> bool {
+    STDOUT_GONE.load(Ordering::Relaxed)
+}
+
+/// Buffered standard output that notes a closed pipe (see [`stdout_closed`]).
+pub struct Stdout(std::io::BufWriter<std::io::Stdout>);
+
+impl Stdout {
+    /// Standard output, buffered.
+    pub fn new() -> Self {
+        Stdout(std::io::BufWriter::with_capacity(64 << 10, std::io::stdout()))
+    }
+}
+
+impl Default for Stdout {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn note(e: std::io::Error) -> std::io::Error {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        STDOUT_GONE.store(true, Ordering::Relaxed);
+    }
+    e
+}
+
+impl Write for Stdout {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf).map_err(note)
+    }
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        self.0.write_all(buf).map_err(note)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush().map_err(note)
+    }
+}
+
+impl Drop for Stdout {
+    fn drop(&mut self) {
+        // BufWriter's own drop would flush too; this keeps a closed pipe noted.
+        let _ = self.flush();
+    }
+}
+
+/// Whether an error stands for a closed standard output: noted by [`Stdout`],
+/// or the panic of `println!` on a closed pipe (code outside this module).
+pub fn is_closed_stdout(e: &DataFusionError) -> bool {
+    stdout_closed() || e.to_string().contains("failed printing to stdout")
+}
+
+/// Prints `error: ...` as one line on standard error; a closed standard error
+/// is ignored (no panic, unlike `eprintln!`).
+pub fn report_error(e: &DataFusionError) {
+    let _ = writeln!(std::io::stderr(), "error: {}", super::one_line(e));
+}
+
+/// How a machine format spells a non-finite float.
+fn non_finite(v: f64) -> Option<&'static str> {
+    if v.is_nan() {
+        Some("NaN")
+    } else if v == f64::INFINITY {
+        Some("Infinity")
+    } else if v == f64::NEG_INFINITY {
+        Some("-Infinity")
+    } else {
+        None
+    }
+}
+
+fn float_values(a: &dyn Array) -> Option<Box<dyn Fn(usize) -> f64 + '_>> {
+    match a.data_type() {
+        DataType::Float16 => {
+            let p = a.as_primitive::<Float16Type>();
+            Some(Box::new(move |i| p.value(i).to_f64()))
         }
-        Format::Csv => {
-            let names: Vec<String> = schema.fields().iter().map(|f| csv_field(f.name())).collect();
-            writeln!(out, "{}", names.join(",")).map_err(io)?;
-            let mut w = arrow::csv::WriterBuilder::new().with_header(false).build(&mut *out);
-            for b in batches {
-                w.write(b)?;
-            }
+        DataType::Float32 => {
+            let p = a.as_primitive::<Float32Type>();
+            Some(Box::new(move |i| p.value(i) as f64))
         }
-        Format::Json => {
-            let mut w = arrow::json::ArrayWriter::new(&mut *out);
-            for b in batches {
-                w.write(b)?;
+        DataType::Float64 => {
+            let p = a.as_primitive::<Float64Type>();
+            Some(Box::new(move |i| p.value(i)))
+        }
+        _ => None,
+    }
+}
+
+/// JSON encoders for floats: the default encoding for finite values, the
+/// strings of [`non_finite`] for the rest (arrow-json writes `null`).
+#[derive(Debug)]
+struct FloatSpelling;
+
+/// The options the default float encoder runs under (no factory).
+static PLAIN: LazyLock<EncoderOptions> = LazyLock::new(|| EncoderOptions::default().with_explicit_nulls(true));
+
+struct FloatEncoder<'a> {
+    value: Box<dyn Fn(usize) -> f64 + 'a>,
+    inner: NullableEncoder<'a>,
+}
+
+impl Encoder for FloatEncoder<'_> {
+    fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
+        match non_finite((self.value)(idx)) {
+            Some(s) => {
+                out.push(b'"');
+                out.extend_from_slice(s.as_bytes());
+                out.push(b'"');
             }
-            w.finish()?;
-            drop(w);
-            if batches.iter().all(|b| b.num_rows() == 0) {
-                write!(out, "[]").map_err(io)?;
-            }
-            writeln!(out).map_err(io)?;
+            None => self.inner.encode(idx, out),
         }
     }
-    Ok(())
+}
+
+impl EncoderFactory for FloatSpelling {
+    fn make_default_encoder<'a>(&self, field: &'a FieldRef, array: &'a dyn Array, _options: &'a EncoderOptions) -> std::result::Result<Option<NullableEncoder<'a>>, ArrowError> {
+        let Some(value) = float_values(array) else { return Ok(None) };
+        let inner = make_encoder(field, array, &PLAIN)?;
+        Ok(Some(NullableEncoder::new(Box::new(FloatEncoder { value, inner }), array.nulls().cloned())))
+    }
+}
+
+/// A float column with non-finite values as text (finite values exactly as the
+/// CSV writer prints them); other columns unchanged.
+fn spell_non_finite(a: &ArrayRef) -> Result<ArrayRef> {
+    let Some(value) = float_values(a.as_ref()) else { return Ok(a.clone()) };
+    if !(0..a.len()).any(|i| a.is_valid(i) && !value(i).is_finite()) {
+        return Ok(a.clone());
+    }
+    let fmt = arrow::util::display::ArrayFormatter::try_new(a.as_ref(), &arrow::util::display::FormatOptions::default())?;
+    let mut b = StringBuilder::with_capacity(a.len(), a.len() * 8);
+    for i in 0..a.len() {
+        if a.is_null(i) {
+            b.append_null();
+        } else if let Some(s) = non_finite(value(i)) {
+            b.append_value(s);
+        } else {
+            b.append_value(fmt.value(i).to_string());
+        }
+    }
+    Ok(Arc::new(b.finish()))
+}
+
+fn csv_batch(b: &RecordBatch) -> Result<RecordBatch> {
+    let cols = b.columns().iter().map(spell_non_finite).collect::<Result<Vec<_>>>()?;
+    let fields: Vec<FieldRef> = b
+        .schema()
+        .fields()
+        .iter()
+        .zip(&cols)
+        .map(|(f, c)| if f.data_type() == c.data_type() { f.clone() } else { Arc::new(f.as_ref().clone().with_data_type(c.data_type().clone())) })
+        .collect();
+    Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)?)
+}
+
+/// Writes a result in a format, batch by batch (the table format needs them all).
+struct ResultWriter<'o> {
+    format: Format,
+    schema: SchemaRef,
+    out: &'o mut dyn Write,
+    rows: Vec<RecordBatch>,
+    /// JSON: whether the array's `[` is written.
+    started: bool,
+}
+
+impl<'o> ResultWriter<'o> {
+    fn new(schema: &SchemaRef, format: Format, out: &'o mut dyn Write) -> Result<Self> {
+        if format == Format::Csv {
+            let names: Vec<String> = schema.fields().iter().map(|f| csv_field(f.name())).collect();
+            writeln!(out, "{}", names.join(",")).map_err(io)?;
+        }
+        Ok(ResultWriter { format, schema: schema.clone(), out, rows: vec![], started: false })
+    }
+
+    fn write(&mut self, b: RecordBatch) -> Result<()> {
+        if b.num_rows() == 0 {
+            return Ok(());
+        }
+        match self.format {
+            Format::Table => self.rows.push(b),
+            Format::Csv => {
+                let b = csv_batch(&b)?;
+                let mut w = arrow::csv::WriterBuilder::new().with_header(false).build(&mut *self.out);
+                catch_sync(|| Ok(w.write(&b)?))?;
+            }
+            Format::Json => {
+                // One batch as `[{..},{..}]`; the array across batches is framed here.
+                let mut buf = Vec::with_capacity(b.num_rows() * 32);
+                catch_sync(|| {
+                    let mut w = arrow::json::WriterBuilder::new()
+                        .with_explicit_nulls(true)
+                        .with_encoder_factory(Arc::new(FloatSpelling))
+                        .build::<_, JsonArray>(&mut buf);
+                    w.write(&b)?;
+                    w.finish()?;
+                    Ok(())
+                })?;
+                let inner = buf.strip_prefix(b"[").and_then(|x| x.strip_suffix(b"]")).unwrap_or(&buf);
+                self.out.write_all(if self.started { b"," } else { b"[" }).map_err(io)?;
+                self.out.write_all(inner).map_err(io)?;
+                self.started = true;
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Result<()> {
+        match self.format {
+            Format::Table => {
+                if self.rows.is_empty() {
+                    let names: Vec<&str> = self.schema.fields().iter().map(|f| f.name().as_str()).collect();
+                    writeln!(self.out, "({}) 0 rows", names.join(", ")).map_err(io)?;
+                } else {
+                    let text = catch_sync(|| Ok(arrow::util::pretty::pretty_format_batches(&self.rows)?))?;
+                    writeln!(self.out, "{text}").map_err(io)?;
+                }
+            }
+            Format::Csv => {}
+            Format::Json => writeln!(self.out, "{}", if self.started { "]" } else { "[]" }).map_err(io)?,
+        }
+        self.out.flush().map_err(io)
+    }
+}
+
+/// Writes batches in `format`.
+pub fn write_batches(schema: &SchemaRef, batches: &[RecordBatch], format: Format, out: &mut dyn Write) -> Result<()> {
+    let mut w = ResultWriter::new(schema, format, out)?;
+    for b in batches {
+        w.write(b.clone())?;
+    }
+    w.finish()
 }
 
 fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
+    if s.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {
         s.to_string()
     }
 }
 
-/// Splits SQL text into statements at top-level `;` (not inside quotes or
-/// comments). Each statement is returned as the whole text with every other
-/// statement blanked out (newlines kept), so error positions from the parser point
-/// into the user's original text.
-pub fn split_statements(sql: &str) -> Vec<String> {
+/// One piece of SQL text between top-level `;`s.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Piece {
+    /// Byte range in the text, without the `;`.
+    pub start: usize,
+    /// End of the range (the `;`, or the end of the text for the last piece).
+    pub end: usize,
+    /// Whether it holds more than whitespace and comments.
+    pub meaningful: bool,
+}
+
+/// A scan of SQL text: its pieces and whether the text ends inside a string,
+/// quoted identifier, block comment or dollar-quoted string.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Scan {
+    /// Every piece; all but the last ended with `;` (the last runs to the end).
+    pub pieces: Vec<Piece>,
+    /// The text ends inside a quote or block comment.
+    pub open: bool,
+}
+
+impl Scan {
+    /// Whether the text is a run of complete statements: it ends outside any
+    /// quote or comment, and nothing but whitespace and comments follows its
+    /// last top-level `;` (the shell's rule for running what it has read).
+    pub fn complete(&self) -> bool {
+        !self.open && self.pieces.len() > 1 && !self.pieces.last().is_some_and(|p| p.meaningful)
+    }
+}
+
+fn ident_byte(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_' || c >= 0x80
+}
+
+/// Scans SQL text the way the tokenizer reads it (the generic dialect): `'..'`
+/// strings (`''` escapes; `E'..'` also `\` escapes), `".."` and `` `..` ``
+/// identifiers, `--` comments to the end of the line, nested `/* */` comments
+/// and `$tag$..$tag$` strings; a `;` outside all of them ends a piece.
+pub fn scan(sql: &str) -> Scan {
     let b = sql.as_bytes();
-    let mut bounds = Vec::new();
-    let (mut i, mut start) = (0usize, 0usize);
-    while i < b.len() {
-        match b[i] {
-            q @ (b'\'' | b'"') => {
+    let n = b.len();
+    let mut pieces = Vec::new();
+    let (mut i, mut start, mut meaningful, mut open) = (0usize, 0usize, false, false);
+    while i < n {
+        let c = b[i];
+        match c {
+            b'\'' | b'"' | b'`' => {
+                meaningful = true;
+                let backslash = c == b'\'' && i > 0 && (b[i - 1] | 0x20) == b'e' && (i < 2 || !ident_byte(b[i - 2]));
                 i += 1;
-                while i < b.len() {
-                    if b[i] == q {
-                        if i + 1 < b.len() && b[i + 1] == q {
-                            i += 1;
-                        } else {
-                            break;
+                loop {
+                    if i >= n {
+                        open = true;
+                        break;
+                    }
+                    if backslash && b[i] == b'\\' {
+                        i += 2;
+                        continue;
+                    }
+                    if b[i] == c {
+                        if b.get(i + 1) == Some(&c) {
+                            i += 2;
+                            continue;
                         }
+                        i += 1;
+                        break;
                     }
                     i += 1;
                 }
             }
             b'-' if b.get(i + 1) == Some(&b'-') => {
-                while i < b.len() && b[i] != b'\n' {
+                while i < n && b[i] != b'\n' {
                     i += 1;
                 }
             }
             b'/' if b.get(i + 1) == Some(&b'*') => {
+                let mut depth = 1usize;
                 i += 2;
-                while i + 1 < b.len() && !(b[i] == b'*' && b[i + 1] == b'/') {
-                    i += 1;
+                while depth > 0 {
+                    if i >= n {
+                        open = true;
+                        break;
+                    }
+                    if b[i] == b'*' && b.get(i + 1) == Some(&b'/') {
+                        depth -= 1;
+                        i += 2;
+                    } else if b[i] == b'/' && b.get(i + 1) == Some(&b'*') {
+                        depth += 1;
+                        i += 2;
+                    } else {
+                        i += 1;
+                    }
                 }
-                i += 1;
+            }
+            b'$' if i == 0 || !ident_byte(b[i - 1]) => {
+                meaningful = true;
+                // `$tag$` opens a dollar-quoted string; `$1` is a placeholder.
+                let mut j = i + 1;
+                while j < n && (b[j].is_ascii_alphanumeric() || b[j] == b'_') {
+                    j += 1;
+                }
+                let tag_ok = j < n && b[j] == b'$' && !b.get(i + 1).is_some_and(|d| d.is_ascii_digit());
+                if !tag_ok {
+                    i += 1;
+                    continue;
+                }
+                let delim = &sql[i..=j];
+                match sql[j + 1..].find(delim) {
+                    Some(k) => i = j + 1 + k + delim.len(),
+                    None => {
+                        open = true;
+                        i = n;
+                    }
+                }
             }
             b';' => {
-                bounds.push((start, i));
+                pieces.push(Piece { start, end: i, meaningful });
                 start = i + 1;
+                meaningful = false;
+                i += 1;
             }
-            _ => {}
+            c if c.is_ascii_whitespace() => i += 1,
+            _ => {
+                meaningful = true;
+                i += 1;
+            }
         }
-        i += 1;
     }
-    bounds.push((start, b.len()));
-    bounds
-        .into_iter()
-        .filter(|&(s, e)| is_meaningful(&sql[s..e.min(sql.len())]))
-        .map(|(s, e)| {
-            let e = e.min(sql.len());
-            let blank = |t: &str| t.chars().map(|c| if c == '\n' { '\n' } else { ' ' }).collect::<String>();
-            format!("{}{}{}", blank(&sql[..s]), &sql[s..e], blank(&sql[e..]))
-        })
-        .collect()
+    pieces.push(Piece { start, end: n, meaningful });
+    Scan { pieces, open }
 }
 
-fn is_meaningful(stmt: &str) -> bool {
-    // Not only whitespace and comments.
-    let mut s = stmt.trim();
-    loop {
-        if let Some(r) = s.strip_prefix("--") {
-            s = r.split_once('\n').map_or("", |x| x.1).trim();
-        } else if let Some(r) = s.strip_prefix("/*") {
-            s = r.split_once("*/").map_or("", |x| x.1).trim();
-        } else {
-            return !s.is_empty();
-        }
-    }
+/// Splits SQL text into statements at top-level `;` (see [`scan`]), leaving out
+/// pieces of only whitespace and comments. Each statement is preceded by blank
+/// space standing for the text before it (its newlines kept, then spaces up to
+/// its column), so that error positions from the parser point into the user's
+/// original text.
+pub fn split_statements(sql: &str) -> Vec<String> {
+    let (mut line_start, mut lines, mut at) = (0usize, 0usize, 0usize);
+    scan(sql)
+        .pieces
+        .into_iter()
+        .filter(|p| p.meaningful)
+        .map(|p| {
+            // Lines and column of p.start, counted from where the last piece began.
+            for (k, c) in sql[at..p.start].bytes().enumerate() {
+                if c == b'\n' {
+                    lines += 1;
+                    line_start = at + k + 1;
+                }
+            }
+            at = p.start;
+            let col = sql[line_start..p.start].chars().count();
+            let mut s = String::with_capacity(lines + col + p.end - p.start);
+            s.extend(std::iter::repeat_n('\n', lines));
+            s.extend(std::iter::repeat_n(' ', col));
+            s.push_str(&sql[p.start..p.end]);
+            s
+        })
+        .collect()
 }
 
 /// The physical plan of `sql` with GPU nodes marked `[gpu]`.
@@ -158,6 +478,25 @@ pub async fn explain(rl: &Ridgeline, sql: &str) -> Result<String> {
     ))
 }
 
+/// Runs one statement (already split), printing its result as it streams in
+/// (the table format prints at the end). A panic in planning, execution or
+/// printing becomes an `internal error` (see [`crate::guard`]).
+pub async fn run_statement(rl: &Ridgeline, sql: &str, format: Format, explain_only: bool, out: &mut dyn Write) -> Result<()> {
+    if explain_only {
+        let text = catch(explain(rl, sql)).await?;
+        writeln!(out, "{text}").map_err(io)?;
+        return out.flush().map_err(io);
+    }
+    let df = catch(rl.sql(sql)).await?;
+    let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+    let mut stream = catch_stream(catch(df.execute_stream()).await?);
+    let mut w = ResultWriter::new(&schema, format, out)?;
+    while let Some(b) = stream.next().await {
+        w.write(b?)?;
+    }
+    w.finish()
+}
+
 /// Runs every statement of `sql`, printing each result.
 pub async fn run_statements(rl: &Ridgeline, sql: &str, format: Format, explain_only: bool, out: &mut dyn Write) -> Result<()> {
     let stmts = split_statements(sql);
@@ -165,14 +504,7 @@ pub async fn run_statements(rl: &Ridgeline, sql: &str, format: Format, explain_o
         return Err(DataFusionError::Plan("no SQL statement given".into()));
     }
     for s in stmts {
-        if explain_only {
-            writeln!(out, "{}", explain(rl, &s).await?).map_err(io)?;
-            continue;
-        }
-        let df = rl.sql(&s).await?;
-        let schema: SchemaRef = std::sync::Arc::new(df.schema().as_arrow().clone());
-        let batches = df.collect().await?;
-        write_batches(&schema, &batches, format, out)?;
+        run_statement(rl, &s, format, explain_only, out).await?;
     }
     Ok(())
 }
@@ -180,17 +512,69 @@ pub async fn run_statements(rl: &Ridgeline, sql: &str, format: Format, explain_o
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow::array::{Float64Array, Int64Array};
+
     #[test]
     fn splits_keep_positions() {
         let sql = "select 1; select ';' as x -- ; c\n; /* ; */ select 2;\n  ";
         let v = split_statements(sql);
         assert_eq!(v.len(), 3);
-        for s in &v {
-            assert_eq!(s.len(), sql.len());
-        }
-        assert_eq!(v[0].trim(), "select 1");
-        assert_eq!(v[1].trim(), "select ';' as x -- ; c");
-        assert!(v[2].trim().ends_with("select 2"));
+        assert_eq!(v[0], "select 1");
+        assert_eq!(v[1], "          select ';' as x -- ; c\n");
+        assert_eq!(v[2], "\n  /* ; */ select 2");
         assert!(split_statements("  -- nothing\n ; ").is_empty());
+        assert!(split_statements("/* a /* nested ; */ still ; comment */ ;").is_empty());
+    }
+
+    #[test]
+    fn semicolons_in_quotes_and_comments_do_not_split() {
+        for sql in [
+            "select 'a;b' as \"c;d\", `e;f` -- g;h\n",
+            "select 1 /* x; /* y; */ z; */ + 1",
+            "select $$a;b$$, $t$ c;$$ $t$",
+            "select 'it''s; fine'",
+            "select E'a\\';b'",
+            "select $1;",
+        ] {
+            assert_eq!(split_statements(sql).len(), 1, "{sql}");
+        }
+        assert_eq!(split_statements("select a$b; select 2").len(), 2);
+    }
+
+    #[test]
+    fn complete_statements() {
+        let done = |s: &str| scan(s).complete();
+        assert!(done("select 1;\n"));
+        assert!(done("select 1; -- the end\n"));
+        assert!(done("select 1; select 2; /* c */\n"));
+        assert!(!done("select 1 -- not yet;\n"));
+        assert!(!done("select 'a;\n"));
+        assert!(!done("select 1 /* ; \n"));
+        assert!(!done("select 1; select\n"));
+        assert!(!done("-- c\n"));
+        assert!(scan("select 'a").open && scan("/* a").open && scan("$q$ a").open);
+    }
+
+    #[test]
+    fn json_and_csv_keep_nulls_and_spell_non_finite() {
+        let b = RecordBatch::try_from_iter_with_nullable([
+            ("a", Arc::new(Int64Array::from(vec![Some(1), None])) as ArrayRef, true),
+            ("x", Arc::new(Float64Array::from(vec![Some(f64::NAN), Some(1.5)])) as ArrayRef, true),
+            ("y", Arc::new(Float64Array::from(vec![Some(f64::INFINITY), Some(f64::NEG_INFINITY)])) as ArrayRef, true),
+        ])
+        .unwrap();
+        let s = b.schema();
+        let text = |f: Format, bs: &[RecordBatch]| {
+            let mut v = Vec::new();
+            write_batches(&s, bs, f, &mut v).unwrap();
+            String::from_utf8(v).unwrap()
+        };
+        assert_eq!(
+            text(Format::Json, &[b.clone(), b.slice(1, 1)]),
+            "[{\"a\":1,\"x\":\"NaN\",\"y\":\"Infinity\"},{\"a\":null,\"x\":1.5,\"y\":\"-Infinity\"},{\"a\":null,\"x\":1.5,\"y\":\"-Infinity\"}]\n"
+        );
+        assert_eq!(text(Format::Json, &[]), "[]\n");
+        assert_eq!(text(Format::Json, &[b.slice(0, 0)]), "[]\n");
+        assert_eq!(text(Format::Csv, &[b.clone()]), "a,x,y\n1,NaN,Infinity\n,1.5,-Infinity\n");
     }
 }

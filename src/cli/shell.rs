@@ -1,6 +1,7 @@
 //! The interactive shell: multi-line statements ended by `;`, history, and dot
 //! commands (`.tables`, `.schema NAME`, `.timer on|off`, `.gpu off|auto|on`).
-use super::output::{run_statements, Format};
+use super::output::{report_error, run_statement, run_statements, scan, split_statements, stdout_closed, Format, Stdout};
+use crate::guard::catch;
 use crate::{GpuMode, Ridgeline};
 use datafusion::error::{DataFusionError, Result};
 use std::io::Write;
@@ -20,12 +21,14 @@ pub struct Shell {
     rl: Ridgeline,
     timer: bool,
     format: Format,
+    /// SQL read but not yet ended by `;`.
+    pending: String,
 }
 
 impl Shell {
     /// A shell over an engine.
     pub fn new(rl: Ridgeline) -> Self {
-        Shell { rl, timer: false, format: Format::Table }
+        Shell { rl, timer: false, format: Format::Table, pending: String::new() }
     }
 
     /// Handles a dot command; returns false on `.quit`.
@@ -70,66 +73,135 @@ impl Shell {
         Ok(true)
     }
 
-    /// Runs a complete statement (or several).
+    /// Runs a complete statement (or several); pieces of only comments are skipped.
     pub async fn statement(&mut self, sql: &str, out: &mut dyn Write) -> Result<()> {
         let t = Instant::now();
-        run_statements(&self.rl, sql, self.format, false, out).await?;
+        for s in split_statements(sql) {
+            run_statement(&self.rl, &s, self.format, false, out).await?;
+        }
         if self.timer {
             writeln!(out, "time: {:.3} ms", t.elapsed().as_secs_f64() * 1e3).map_err(|e| DataFusionError::External(Box::new(e)))?;
         }
         Ok(())
     }
+
+    /// Takes one input line: a dot command (at the start of a statement), or SQL
+    /// added to the pending text, which runs once it is complete (see
+    /// [`super::output::Scan::complete`]: a `;` inside a string or comment does not end it).
+    /// Returns false on `.quit`. A panic becomes an error.
+    pub async fn line(&mut self, line: &str, out: &mut dyn Write) -> Result<bool> {
+        if self.pending.trim().is_empty() && line.trim_start().starts_with('.') {
+            self.pending.clear();
+            let r = catch(self.dot(line.trim(), out)).await;
+            let _ = out.flush();
+            return r;
+        }
+        self.pending.push_str(line);
+        self.pending.push('\n');
+        let sc = scan(&self.pending);
+        if sc.complete() {
+            let sql = std::mem::take(&mut self.pending);
+            let r = catch(self.statement(&sql, out)).await;
+            let _ = out.flush();
+            r?;
+        } else if !sc.open && sc.pieces.len() == 1 && !sc.pieces[0].meaningful {
+            // Only whitespace and comments so far: nothing is pending.
+            self.pending.clear();
+        }
+        Ok(true)
+    }
+
+    /// Whether SQL is pending (read but not yet ended by `;`).
+    pub fn has_pending(&self) -> bool {
+        !self.pending.trim().is_empty()
+    }
+
+    /// Runs what is pending at the end of the input (a last statement without `;`).
+    pub async fn finish(&mut self, out: &mut dyn Write) -> Result<()> {
+        let sql = std::mem::take(&mut self.pending);
+        if sql.trim().is_empty() {
+            return Ok(());
+        }
+        let r = catch(self.statement(&sql, out)).await;
+        let _ = out.flush();
+        r
+    }
+
+    /// Drops the pending text (Ctrl-C).
+    pub fn clear(&mut self) {
+        self.pending.clear();
+    }
 }
 
-/// Whether a buffered statement is complete: ends with `;` outside quotes/comments.
-fn complete(buf: &str) -> bool {
-    let t = buf.trim_end();
-    t.ends_with(';') && !super::output::split_statements(t).is_empty()
-}
-
-/// Runs the shell on the terminal (or on piped standard input).
+/// Runs the shell: interactive on a terminal, else a script read from standard
+/// input (`ridgeline < script.sql`). A script stops at its first error, which
+/// is returned (printed as one line, exit code 1), as DuckDB's shell does when
+/// its input is not a terminal; the interactive shell prints errors and goes
+/// on. A closed standard output ends either quietly.
 pub async fn run(rl: Ridgeline) -> Result<()> {
+    use std::io::IsTerminal;
+    if std::io::stdin().is_terminal() {
+        interactive(rl).await
+    } else {
+        script(rl, std::io::stdin().lock()).await
+    }
+}
+
+/// Runs a script line by line, stopping at the first error.
+pub async fn script(rl: Ridgeline, mut input: impl std::io::BufRead) -> Result<()> {
+    let mut shell = Shell::new(rl);
+    let mut out = Stdout::new();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = input.read_line(&mut line).map_err(|e| DataFusionError::External(Box::new(e)))?;
+        if n == 0 {
+            break;
+        }
+        let l = line.strip_suffix('\n').unwrap_or(&line);
+        let l = l.strip_suffix('\r').unwrap_or(l);
+        if !shell.line(l, &mut out).await? {
+            return Ok(());
+        }
+    }
+    shell.finish(&mut out).await
+}
+
+async fn interactive(rl: Ridgeline) -> Result<()> {
     let mut shell = Shell::new(rl);
     let mut editor = rustyline::DefaultEditor::new().map_err(|e| DataFusionError::External(Box::new(e)))?;
     let history = std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".ridgeline_history"));
     if let Some(h) = &history {
         let _ = editor.load_history(h);
     }
-    eprintln!("Ridgeline {} (gpu mode: {}); .help for commands, statements end with ';'", env!("CARGO_PKG_VERSION"), shell.rl.gpu_mode()?);
-    let mut buf = String::new();
+    let _ = writeln!(std::io::stderr(), "Ridgeline {} (gpu mode: {}); .help for commands, statements end with ';'", env!("CARGO_PKG_VERSION"), shell.rl.gpu_mode()?);
+    let mut out = Stdout::new();
     loop {
-        let prompt = if buf.is_empty() { "ridgeline> " } else { "      ...> " };
+        let prompt = if shell.has_pending() { "      ...> " } else { "ridgeline> " };
         match editor.readline(prompt) {
             Ok(line) => {
-                if buf.is_empty() && line.trim_start().starts_with('.') {
-                    let _ = editor.add_history_entry(line.as_str());
-                    let mut out = std::io::stdout().lock();
-                    match shell.dot(line.trim(), &mut out).await {
-                        Ok(true) => {}
-                        Ok(false) => break,
-                        Err(e) => eprintln!("error: {}", super::one_line(&e)),
-                    }
-                    continue;
+                // History holds whole statements and dot commands.
+                let entry = format!("{}{line}", shell.pending);
+                let r = shell.line(&line, &mut out).await;
+                if !shell.has_pending() && !entry.trim().is_empty() {
+                    let _ = editor.add_history_entry(entry.trim());
                 }
-                buf.push_str(&line);
-                buf.push('\n');
-                if complete(&buf) {
-                    let _ = editor.add_history_entry(buf.trim());
-                    let mut out = std::io::stdout().lock();
-                    if let Err(e) = shell.statement(&buf, &mut out).await {
-                        eprintln!("error: {}", super::one_line(&e));
-                    }
-                    buf.clear();
+                match r {
+                    Ok(true) => {}
+                    Ok(false) => break,
+                    Err(e) => report_error(&e),
+                }
+                if stdout_closed() {
+                    break;
                 }
             }
-            Err(rustyline::error::ReadlineError::Interrupted) => buf.clear(),
+            Err(rustyline::error::ReadlineError::Interrupted) => shell.clear(),
             Err(_) => break,
         }
     }
-    if !buf.trim().is_empty() {
-        let mut out = std::io::stdout().lock();
-        if let Err(e) = shell.statement(&buf, &mut out).await {
-            eprintln!("error: {}", super::one_line(&e));
+    if !stdout_closed() {
+        if let Err(e) = shell.finish(&mut out).await {
+            report_error(&e);
         }
     }
     if let Some(h) = &history {

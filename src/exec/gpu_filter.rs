@@ -206,7 +206,8 @@ impl GpuFilterExec {
             .iter()
             .map(|(e, _)| e.evaluate(&kept).and_then(|v| v.into_array(kept.num_rows())))
             .collect::<Result<Vec<_>>>()?;
-        let out = arrow::array::RecordBatch::try_new(self.schema.clone(), cols)?;
+        let opts = arrow::array::RecordBatchOptions::new().with_row_count(Some(kept.num_rows()));
+        let out = arrow::array::RecordBatch::try_new_with_options(self.schema.clone(), cols, &opts)?;
         Ok(Some(GpuBatch::from_host(out)))
     }
 

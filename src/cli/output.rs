@@ -431,19 +431,82 @@ pub fn scan(sql: &str) -> Scan {
     Scan { pieces, open }
 }
 
+/// One statement of a longer text, and where it starts in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Statement<'a> {
+    /// The statement's text (without its `;`).
+    pub sql: &'a str,
+    /// Lines of the whole text before the statement's first line.
+    pub line: usize,
+    /// Characters before the statement on its first line.
+    pub column: usize,
+}
+
+impl Statement<'_> {
+    /// Moves the `Line: N, Column: M` positions of a parser error from the
+    /// statement's text into the whole text (linear, unlike padding every
+    /// statement with the text before it).
+    pub fn locate(&self, e: DataFusionError) -> DataFusionError {
+        use datafusion::sql::sqlparser::parser::ParserError;
+        match e {
+            DataFusionError::SQL(pe, bt) => {
+                let pe = match *pe {
+                    ParserError::ParserError(m) => ParserError::ParserError(self.shift(&m)),
+                    ParserError::TokenizerError(m) => ParserError::TokenizerError(self.shift(&m)),
+                    other => other,
+                };
+                DataFusionError::SQL(Box::new(pe), bt)
+            }
+            DataFusionError::Context(d, inner) => DataFusionError::Context(d, Box::new(self.locate(*inner))),
+            other => other,
+        }
+    }
+
+    fn shift(&self, msg: &str) -> String {
+        const L: &str = "Line: ";
+        const C: &str = ", Column: ";
+        let num = |t: &str| {
+            let n = t.bytes().take_while(u8::is_ascii_digit).count();
+            t[..n].parse::<usize>().ok().map(|v| (v, n))
+        };
+        let (mut out, mut rest) = (String::with_capacity(msg.len() + 8), msg);
+        while let Some(i) = rest.find(L) {
+            let after = &rest[i + L.len()..];
+            let Some((line, n)) = num(after) else {
+                out.push_str(&rest[..i + L.len()]);
+                rest = after;
+                continue;
+            };
+            let Some(tail) = after[n..].strip_prefix(C) else {
+                out.push_str(&rest[..i + L.len()]);
+                rest = after;
+                continue;
+            };
+            let Some((col, m)) = num(tail) else {
+                out.push_str(&rest[..i + L.len()]);
+                rest = after;
+                continue;
+            };
+            let col = if line == 1 { col + self.column } else { col };
+            out.push_str(&rest[..i]);
+            out.push_str(&format!("{L}{}{C}{col}", line + self.line));
+            rest = &tail[m..];
+        }
+        out.push_str(rest);
+        out
+    }
+}
+
 /// Splits SQL text into statements at top-level `;` (see [`scan`]), leaving out
-/// pieces of only whitespace and comments. Each statement is preceded by blank
-/// space standing for the text before it (its newlines kept, then spaces up to
-/// its column), so that error positions from the parser point into the user's
-/// original text.
-pub fn split_statements(sql: &str) -> Vec<String> {
+/// pieces of only whitespace and comments, each with where it starts (see
+/// [`Statement::locate`] for error positions in the whole text).
+pub fn split_statements(sql: &str) -> Vec<Statement<'_>> {
     let (mut line_start, mut lines, mut at) = (0usize, 0usize, 0usize);
     scan(sql)
         .pieces
         .into_iter()
         .filter(|p| p.meaningful)
         .map(|p| {
-            // Lines and column of p.start, counted from where the last piece began.
             for (k, c) in sql[at..p.start].bytes().enumerate() {
                 if c == b'\n' {
                     lines += 1;
@@ -451,12 +514,7 @@ pub fn split_statements(sql: &str) -> Vec<String> {
                 }
             }
             at = p.start;
-            let col = sql[line_start..p.start].chars().count();
-            let mut s = String::with_capacity(lines + col + p.end - p.start);
-            s.extend(std::iter::repeat_n('\n', lines));
-            s.extend(std::iter::repeat_n(' ', col));
-            s.push_str(&sql[p.start..p.end]);
-            s
+            Statement { sql: &sql[p.start..p.end], line: lines, column: sql[line_start..p.start].chars().count() }
         })
         .collect()
 }
@@ -504,7 +562,7 @@ pub async fn run_statements(rl: &Ridgeline, sql: &str, format: Format, explain_o
         return Err(DataFusionError::Plan("no SQL statement given".into()));
     }
     for s in stmts {
-        run_statement(rl, &s, format, explain_only, out).await?;
+        run_statement(rl, s.sql, format, explain_only, out).await.map_err(|e| s.locate(e))?;
     }
     Ok(())
 }
@@ -518,12 +576,12 @@ mod tests {
     fn splits_keep_positions() {
         let sql = "select 1; select ';' as x -- ; c\n; /* ; */ select 2;\n  ";
         let v = split_statements(sql);
-        assert_eq!(v.len(), 3);
-        assert_eq!(v[0], "select 1");
-        assert_eq!(v[1], "          select ';' as x -- ; c\n");
-        assert_eq!(v[2], "\n  /* ; */ select 2");
+        let at = |sql, line, column| Statement { sql, line, column };
+        assert_eq!(v, [at("select 1", 0, 0), at(" select ';' as x -- ; c\n", 0, 9), at(" /* ; */ select 2", 1, 1)]);
         assert!(split_statements("  -- nothing\n ; ").is_empty());
         assert!(split_statements("/* a /* nested ; */ still ; comment */ ;").is_empty());
+        let msg = "Expected: x, found: y at Line: 1, Column: 4; also Line: 3, Column: 2 and Line: 7";
+        assert_eq!(at("", 10, 5).shift(msg), "Expected: x, found: y at Line: 11, Column: 9; also Line: 13, Column: 2 and Line: 7");
     }
 
     #[test]

@@ -23,12 +23,18 @@ pub struct Shell {
     format: Format,
     /// SQL read but not yet ended by `;`.
     pending: String,
+    /// Input lines taken so far, and the line where `pending` began.
+    lines: usize,
+    pending_from: usize,
+    /// Error positions count lines from the start of the input (a script), not
+    /// from the statement's start (the interactive shell).
+    script_positions: bool,
 }
 
 impl Shell {
     /// A shell over an engine.
     pub fn new(rl: Ridgeline) -> Self {
-        Shell { rl, timer: false, format: Format::Table, pending: String::new() }
+        Shell { rl, timer: false, format: Format::Table, pending: String::new(), lines: 0, pending_from: 0, script_positions: false }
     }
 
     /// Handles a dot command; returns false on `.quit`.
@@ -75,9 +81,15 @@ impl Shell {
 
     /// Runs a complete statement (or several); pieces of only comments are skipped.
     pub async fn statement(&mut self, sql: &str, out: &mut dyn Write) -> Result<()> {
+        self.statement_at(sql, 0, out).await
+    }
+
+    /// [`Shell::statement`] for text that starts after `first_line` lines of the input.
+    async fn statement_at(&mut self, sql: &str, first_line: usize, out: &mut dyn Write) -> Result<()> {
         let t = Instant::now();
-        for s in split_statements(sql) {
-            run_statement(&self.rl, &s, self.format, false, out).await?;
+        for mut s in split_statements(sql) {
+            s.line += first_line;
+            run_statement(&self.rl, s.sql, self.format, false, out).await.map_err(|e| s.locate(e))?;
         }
         if self.timer {
             writeln!(out, "time: {:.3} ms", t.elapsed().as_secs_f64() * 1e3).map_err(|e| DataFusionError::External(Box::new(e)))?;
@@ -90,6 +102,10 @@ impl Shell {
     /// [`super::output::Scan::complete`]: a `;` inside a string or comment does not end it).
     /// Returns false on `.quit`. A panic becomes an error.
     pub async fn line(&mut self, line: &str, out: &mut dyn Write) -> Result<bool> {
+        self.lines += 1;
+        if self.pending.is_empty() {
+            self.pending_from = self.lines - 1;
+        }
         if self.pending.trim().is_empty() && line.trim_start().starts_with('.') {
             self.pending.clear();
             let r = catch(self.dot(line.trim(), out)).await;
@@ -101,7 +117,7 @@ impl Shell {
         let sc = scan(&self.pending);
         if sc.complete() {
             let sql = std::mem::take(&mut self.pending);
-            let r = catch(self.statement(&sql, out)).await;
+            let r = catch(self.statement_at(&sql, self.first_line(), out)).await;
             let _ = out.flush();
             r?;
         } else if !sc.open && sc.pieces.len() == 1 && !sc.pieces[0].meaningful {
@@ -122,9 +138,17 @@ impl Shell {
         if sql.trim().is_empty() {
             return Ok(());
         }
-        let r = catch(self.statement(&sql, out)).await;
+        let r = catch(self.statement_at(&sql, self.first_line(), out)).await;
         let _ = out.flush();
         r
+    }
+
+    fn first_line(&self) -> usize {
+        if self.script_positions {
+            self.pending_from
+        } else {
+            0
+        }
     }
 
     /// Drops the pending text (Ctrl-C).
@@ -150,6 +174,7 @@ pub async fn run(rl: Ridgeline) -> Result<()> {
 /// Runs a script line by line, stopping at the first error.
 pub async fn script(rl: Ridgeline, mut input: impl std::io::BufRead) -> Result<()> {
     let mut shell = Shell::new(rl);
+    shell.script_positions = true;
     let mut out = Stdout::new();
     let mut line = String::new();
     loop {

@@ -29,11 +29,13 @@ async fn main() -> datafusion::error::Result<()> {
         .route("/top-customers/{n}", get(top_customers))
         .with_state(sql.clone())
         // Ridgeline's endpoint: POST /sql/query, GET /sql/health.
-        .nest("/sql", http::router(sql));
+        .nest("/sql", http::router(sql.clone()));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
     println!("listening on http://{}", listener.local_addr()?);
-    axum::serve(listener, app).await?;
-    Ok(())
+    // Not `axum::serve`: Ridgeline's server adds header and write timeouts and a
+    // connection limit (slow or idle clients cannot pile up connections).
+    let options = sql.options().clone();
+    http::serve_router(app, &options, listener, std::future::pending()).await
 }
 
 /// The `n` customers with the largest order totals, as JSON.

@@ -57,7 +57,7 @@ async fn flight_query(c: &mut FlightSqlServiceClient<Channel>, sql: &str) -> Res
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn http_json_arrow_and_flight_sql_answers() {
-    let s = Server::start(&[]);
+    let mut s = Server::start(&[]);
     let exp = expected().await;
     let mut fc = flight_client(&s).await;
     for q in QUERIES {
@@ -92,6 +92,35 @@ async fn http_json_arrow_and_flight_sql_answers() {
     let h = s.health().await;
     assert_eq!(h["queries"]["failed"], 0, "{h}");
     assert!(h["queries"]["ok"].as_u64().unwrap() >= 3 * QUERIES.len() as u64, "{h}");
+
+    // Deep expressions (they used to overflow a worker's stack and abort the
+    // server): an answer or a clear error, over HTTP and Flight SQL, and the
+    // server keeps serving.
+    let or_chain = |n: usize| {
+        let terms: Vec<String> = (0..n).map(|i| format!("n_nationkey = {i}")).collect();
+        format!("SELECT count(*) AS n FROM nation WHERE {}", terms.join(" OR "))
+    };
+    let union = {
+        let parts: Vec<String> = (0..1000).map(|i| format!("SELECT {i} AS v")).collect();
+        format!("SELECT count(*) AS n FROM ({})", parts.join(" UNION ALL "))
+    };
+    for (sql, n) in [(or_chain(1000), 25), (or_chain(5000), 25), (union, 1000)] {
+        let r = query(s.http, &sql, None).await;
+        let what = &sql[..60];
+        match r.status {
+            200 => assert_eq!(r.json()["rows"][0]["n"], n, "{what}"),
+            400 | 500 | 503 => assert!(r.json()["error"].is_string(), "{what}: {}", r.text()),
+            other => panic!("{what}: status {other}: {}", r.text()),
+        }
+        eprintln!("{what}...: HTTP {}", r.status);
+        match flight_query(&mut fc, &sql).await {
+            Ok(b) => assert_eq!(json_rows(&b)[0]["n"], n, "{what}"),
+            Err(e) => assert!(!e.is_empty() && !e.contains("transport error"), "{what}: {e}"),
+        }
+        assert!(s.alive(), "server died on {what}:\n{}", s.stderr());
+        let r = query(s.http, "SELECT count(*) AS n FROM region", None).await;
+        assert_eq!(r.json()["rows"][0]["n"], 5);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -217,8 +246,14 @@ async fn timeout_memory_limit_and_cancellation() {
         std::io::Write::write_all(&mut c, &request_bytes("POST", "/query", &h, SLOW.as_bytes())).unwrap();
         wait_for(&s, "query started", |h| h["running_queries"] == 1).await;
         drop(c);
-        let h = wait_for(&s, "query cancelled", |h| h["running_queries"] == 0).await;
+        let h = wait_for(&s, "query cancelled", |h| h["running_queries"] == 0 && h["memory_reserved_bytes"] == 0).await;
         assert_eq!(h["queries"]["cancelled"].as_u64().unwrap(), before + 1, "{h}");
+        // Stopped for real: the server is idle right after.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let cpu0 = s.cpu_time();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let used = s.cpu_time() - cpu0;
+        assert!(used < Duration::from_millis(600), "a cancelled query still runs: {used:?} of CPU in 1.5 s");
     }
     // Flight SQL: the client drops the DoGet stream.
     let mut fc = flight_client(&s).await;
@@ -325,4 +360,300 @@ async fn fifty_clients_under_load() {
     let rss1 = s.rss();
     eprintln!("load: {ok} answers, {failed} errors in 8 s; RSS {:.1} MiB before, {:.1} MiB after", rss0 as f64 / 1048576.0, rss1 as f64 / 1048576.0);
     assert!(rss1 <= rss0 + rss0 / 4 + (64 << 20), "memory did not come back: {rss0} -> {rss1} bytes");
+}
+
+/// Bad `serve` options: one error line and exit code 1, before any work.
+#[test]
+fn bad_serve_options_are_one_error_line() {
+    let huge = u64::MAX.to_string();
+    let cases: &[(&[&str], &str)] = &[
+        (&["--query-timeout", "inf"], "--query-timeout"),
+        (&["--query-timeout", "nan"], "--query-timeout"),
+        (&["--query-timeout=-1"], "--query-timeout"),
+        (&["--header-timeout", "inf"], "--header-timeout"),
+        (&["--body-timeout", "NaN"], "--body-timeout"),
+        (&["--total-memory-mib", &huge], "--total-memory-mib"),
+        (&["--query-memory-mib", "17592186044416"], "--query-memory-mib"),
+        (&["--max-connections", "0"], "--max-connections"),
+    ];
+    for (args, flag) in cases {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ridgeline"))
+            .args(["serve", "--http", "127.0.0.1:0", "--flight-sql", "none", "--tpch", "0.01"])
+            .args(*args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "{args:?}: {err}");
+        assert!(lines[0].starts_with("error:") && lines[0].contains(flag), "{args:?}: {err}");
+    }
+}
+
+/// Without a token, a server that listens beyond loopback says so at start; the
+/// `Origin` and `Host` checks hold whether or not there is a token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_token_beyond_loopback_warns() {
+    let s = Server::start_args(&["serve", "--http", "0.0.0.0:0", "--flight-sql", "none"], false);
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{}", s.http.port()).parse().unwrap();
+    let r = http(addr, "POST", "/query", &[], b"SELECT 1 AS one").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = http(addr, "POST", "/query", &[("Origin", "http://evil.example"), ("Content-Type", "text/plain")], b"SELECT 1").await;
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert!(s.stderr().contains("without a token"), "{}", s.stderr());
+}
+
+/// Slow, half-sent, oversized and cross-origin requests, and more idle
+/// connections than the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hostile_http_clients() {
+    use std::io::Write;
+    let mut s = Server::start(&[
+        "--header-timeout", "3", "--body-timeout", "2", "--max-connections", "8", "--max-request-bytes", "4096",
+        "--allow-origin", "http://app.example", "--allow-host", "db.example",
+    ]);
+    let auth = format!("Bearer {TOKEN}");
+    // A huge Content-Length: 413 at once, without waiting for the body.
+    let t = Instant::now();
+    let req = format!("POST /query HTTP/1.1\r\nHost: localhost\r\nAuthorization: {auth}\r\nContent-Length: 1000000000000\r\n\r\nSELECT");
+    let a = raw_exchange(s.http, req.as_bytes(), Duration::from_secs(10), |_| {});
+    let r = parse_answer(&a.head);
+    assert_eq!(r.status, 413, "{}", r.text());
+    assert_eq!(r.json()["kind"], "too_large");
+    assert!(t.elapsed() < Duration::from_secs(2), "413 took {:?}", t.elapsed());
+    // Also without a token (the size is checked first).
+    let a = raw_exchange(s.http, b"POST /query HTTP/1.1\r\nHost: localhost\r\nContent-Length: 99999999\r\n\r\n", Duration::from_secs(10), |_| {});
+    assert_eq!(parse_answer(&a.head).status, 413);
+    // A body that grows too large without a Content-Length (chunked).
+    let big = "x".repeat(5000);
+    let req = format!("POST /query HTTP/1.1\r\nHost: localhost\r\nAuthorization: {auth}\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{big}\r\n0\r\n\r\n", big.len());
+    let a = raw_exchange(s.http, req.as_bytes(), Duration::from_secs(10), |_| {});
+    assert_eq!(parse_answer(&a.head).status, 413);
+    // A half-sent header: the connection is closed after the header timeout.
+    let t = Instant::now();
+    let a = raw_exchange(s.http, b"POST /query HTTP/1.1\r\nHost: localhost\r\n", Duration::from_secs(20), |_| {});
+    assert!(a.closed, "a half-sent request stayed open");
+    assert!(t.elapsed() >= Duration::from_millis(2500) && t.elapsed() < Duration::from_secs(9), "{:?}", t.elapsed());
+    // A half-sent body: 408 after the body timeout.
+    let t = Instant::now();
+    let req = format!("POST /query HTTP/1.1\r\nHost: localhost\r\nAuthorization: {auth}\r\nContent-Length: 100\r\n\r\nSELECT");
+    let a = raw_exchange(s.http, req.as_bytes(), Duration::from_secs(20), |_| {});
+    assert!(a.closed);
+    assert_eq!(parse_answer(&a.head).status, 408, "{}", String::from_utf8_lossy(&a.head));
+    assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
+    // Many more idle, half-sent connections than the limit (8): a real query is
+    // still answered at once (the oldest idle ones are evicted for it).
+    let mut idle = Vec::new();
+    for _ in 0..40 {
+        let mut c = std::net::TcpStream::connect(s.http).unwrap();
+        c.write_all(b"POST /query HTTP/1.1\r\nHost: loc").unwrap();
+        idle.push(c);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t = Instant::now();
+    let r = query(s.http, "SELECT count(*) AS n FROM nation", None).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["rows"][0]["n"], 25);
+    assert!(t.elapsed() < Duration::from_millis(2500), "answered after {:?}", t.elapsed());
+    drop(idle);
+
+    // Browsers: a foreign Origin, a cross-site fetch, a foreign Host (DNS rebinding).
+    let q = b"SELECT 1 AS one";
+    let plain = ("Content-Type", "text/plain");
+    for (h, what) in [
+        (vec![("Authorization", auth.as_str()), ("Origin", "http://evil.example"), plain], "foreign Origin"),
+        (vec![("Authorization", auth.as_str()), ("Origin", "null"), plain], "null Origin"),
+        (vec![("Authorization", auth.as_str()), ("Sec-Fetch-Site", "cross-site")], "cross-site fetch"),
+    ] {
+        let r = http(s.http, "POST", "/query", &h, q).await;
+        assert_eq!(r.status, 403, "{what}: {}", r.text());
+        assert!(r.json()["error"].as_str().unwrap().contains("--allow-origin"), "{}", r.text());
+    }
+    let rebind = |host: &str| {
+        format!("POST /query HTTP/1.1\r\nHost: {host}\r\nAuthorization: {auth}\r\nConnection: close\r\nContent-Length: {}\r\n\r\nSELECT 1 AS one", q.len())
+    };
+    for (host, status) in [("evil.example:8080", 403), ("127.0.0.1.evil.example", 403), ("db.example:1234", 200), ("127.0.0.1:80", 200), ("[::1]", 200)] {
+        let a = raw_exchange(s.http, rebind(host).as_bytes(), Duration::from_secs(10), |_| {});
+        let r = parse_answer(&a.head);
+        assert_eq!(r.status, status, "Host {host}: {}", r.text());
+    }
+    let a = raw_exchange(s.http, b"GET /health HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n", Duration::from_secs(10), |_| {});
+    assert_eq!(parse_answer(&a.head).status, 403, "health through a rebinding name");
+    // The allowed origin: answered, with CORS headers; its preflight too.
+    let r = http(s.http, "POST", "/query", &[("Authorization", &auth), ("Origin", "http://app.example"), plain], q).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("access-control-allow-origin"), Some("http://app.example"));
+    let r = http(s.http, "OPTIONS", "/query", &[("Origin", "http://app.example"), ("Access-Control-Request-Method", "POST")], b"").await;
+    assert_eq!(r.status, 204);
+    assert!(r.header("access-control-allow-headers").unwrap().contains("authorization"));
+    let r = http(s.http, "OPTIONS", "/query", &[("Origin", "http://evil.example"), ("Access-Control-Request-Method", "POST")], b"").await;
+    assert_eq!(r.status, 403);
+    assert!(s.alive(), "{}", s.stderr());
+    assert_eq!(s.health().await["running_queries"], 0);
+}
+
+/// Writes a small valid Parquet file and one whose footer length is corrupt.
+fn parquet_files(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    use arrow::array::{Int64Array, StringArray};
+    let schema = std::sync::Arc::new(arrow::datatypes::Schema::new(vec![
+        arrow::datatypes::Field::new("id", arrow::datatypes::DataType::Int64, false),
+        arrow::datatypes::Field::new("s", arrow::datatypes::DataType::Utf8, false),
+    ]));
+    let b = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            std::sync::Arc::new(Int64Array::from_iter_values(0..1000)),
+            std::sync::Arc::new(StringArray::from_iter_values((0..1000).map(|i| format!("value {i}")))),
+        ],
+    )
+    .unwrap();
+    let good = dir.join("good.parquet");
+    let mut w = parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&good).unwrap(), schema, None).unwrap();
+    w.write(&b).unwrap();
+    w.close().unwrap();
+    let mut bytes = std::fs::read(&good).unwrap();
+    let n = bytes.len();
+    // The 4-byte footer length before the final "PAR1": longer than the file.
+    bytes[n - 8..n - 4].copy_from_slice(&(n as u32).to_le_bytes());
+    let bad = dir.join("bad.parquet");
+    std::fs::write(&bad, bytes).unwrap();
+    (good, bad)
+}
+
+const ARROW: Option<&str> = Some("application/vnd.apache.arrow.stream");
+
+/// Raw DoGet bytes (message headers and bodies) of `sql` over Flight SQL.
+async fn flight_bytes(s: &Server, sql: &str) -> Result<usize, tonic::Status> {
+    let mut c = flight_client(s).await;
+    let info = c.execute(sql.to_string(), None).await.map_err(|e| tonic::Status::unknown(e.to_string()))?;
+    let ticket = info.endpoint[0].ticket.clone().unwrap();
+    let ch = Channel::from_shared(format!("http://{}", s.flight)).unwrap().connect().await.unwrap();
+    let mut raw = arrow_flight::flight_service_client::FlightServiceClient::new(ch).max_decoding_message_size(usize::MAX);
+    let mut req = tonic::Request::new(ticket);
+    req.metadata_mut().insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+    let mut st = raw.do_get(req).await?.into_inner();
+    let mut n = 0;
+    while let Some(fd) = st.message().await? {
+        n += fd.data_header.len() + fd.data_body.len();
+    }
+    Ok(n)
+}
+
+/// The IPC stream size of `batches` with every string view compacted.
+fn compact_ipc_size(batches: &[RecordBatch]) -> usize {
+    use arrow::array::{Array, ArrayRef, AsArray};
+    let schema = batches[0].schema();
+    let mut w = arrow::ipc::writer::StreamWriter::try_new(Vec::new(), &schema).unwrap();
+    for b in batches {
+        let cols: Vec<ArrayRef> = b
+            .columns()
+            .iter()
+            .map(|c| match c.data_type() {
+                arrow::datatypes::DataType::Utf8View => std::sync::Arc::new(c.as_string_view().gc()) as ArrayRef,
+                _ => c.clone(),
+            })
+            .collect();
+        w.write(&RecordBatch::try_new(schema.clone(), cols).unwrap()).unwrap();
+    }
+    w.finish().unwrap();
+    w.into_inner().unwrap().len()
+}
+
+/// Answers stream within the memory pool, break off visibly when they fail
+/// midway, carry no shared string buffers, and panics become internal errors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn answers_stream_within_the_pool_and_fail_visibly() {
+    let dir = tempfile::tempdir().unwrap();
+    let (good, bad) = parquet_files(dir.path());
+    // `t` is valid when the server registers it, and gets a corrupt footer length
+    // (longer than the file) afterwards: the Parquet reader panics on it while
+    // the query is planned (it re-reads changed files).
+    let swapped = dir.path().join("swapped.parquet");
+    std::fs::copy(&good, &swapped).unwrap();
+    let (ok_arg, t_arg) = (format!("ok={}", good.display()), format!("t={}", swapped.display()));
+    let mut s = Server::start(&["--total-memory-mib", "256", "--query-memory-mib", "100", "--query-timeout", "10", "--table", &ok_arg, "--table", &t_arg]);
+    let auth = format!("Bearer {TOKEN}");
+    let mut fc = flight_client(&s).await;
+    assert_eq!(query(s.http, "SELECT count(*) AS n FROM t", None).await.json()["rows"][0]["n"], 1000);
+    std::fs::copy(&bad, &swapped).unwrap();
+
+    // The panic: an internal error (500 / INTERNAL) and the server goes on.
+    for _ in 0..2 {
+        let r = query(s.http, "SELECT * FROM t", None).await;
+        assert_eq!(r.status, 500, "{}", r.text());
+        assert_eq!(r.json()["kind"], "internal", "{}", r.text());
+        let r = query(s.http, "SELECT count(*) AS n FROM ok", None).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.json()["rows"][0]["n"], 1000);
+        let e = flight_query(&mut fc, "SELECT * FROM t").await.unwrap_err();
+        assert!(e.contains("Internal") || e.contains("internal"), "{e}");
+        assert_eq!(flight_query(&mut fc, "SELECT count(*) AS n FROM ok").await.unwrap()[0].num_rows(), 1);
+    }
+
+    // An answer part larger than the memory limit: a clear 503 before any data.
+    let r = query(s.http, "SELECT repeat('x', 120000000) AS s", None).await;
+    assert_eq!(r.status, 503, "{}", &r.text()[..r.text().len().min(300)]);
+    assert_eq!(r.json()["kind"], "resources_exhausted");
+    assert!(r.json()["error"].as_str().unwrap().contains("memory limit"), "{}", r.text());
+
+    // Arrow answers carry each batch's own bytes only (string views that share
+    // buffers are compacted): within 1.5x of the compact IPC size, over HTTP and
+    // Flight SQL.
+    let rl = Ridgeline::builder().gpu_mode(ridgeline::GpuMode::Off).build().unwrap();
+    let li = ridgeline::gen::tpch::generate_table("lineitem", 0.01).unwrap();
+    rl.register_batches("lineitem", ridgeline::gen::tpch::table_schema("lineitem").unwrap(), li).unwrap();
+    for sql in ["SELECT * FROM lineitem", "SELECT l_orderkey, l_comment, l_shipinstruct FROM lineitem WHERE l_orderkey % 3 = 0"] {
+        let local = rl.sql(sql).await.unwrap().collect().await.unwrap();
+        let compact = compact_ipc_size(&local);
+        let r = query(s.http, sql, ARROW).await;
+        assert_eq!(r.status, 200, "{sql}: {} {}", r.text(), s.health().await);
+        let rows: usize = read_ipc(&r.body).iter().map(|b| b.num_rows()).sum();
+        assert_eq!(rows, local.iter().map(|b| b.num_rows()).sum::<usize>());
+        let over_flight = flight_bytes(&s, sql).await.unwrap();
+        eprintln!("{sql}: compact IPC {compact} bytes, HTTP {} bytes, Flight SQL {over_flight} bytes", r.body.len());
+        assert!(r.body.len() as f64 <= 1.5 * compact as f64, "HTTP sent {} bytes for {compact}", r.body.len());
+        assert!(over_flight as f64 <= 1.5 * compact as f64, "Flight SQL sent {over_flight} bytes for {compact}");
+    }
+
+    // A cross join's JSON answer (billions of rows) streams within the pool: the
+    // server's memory stays flat, and at the timeout the answer breaks off with
+    // an error marker and without the chunked body's end.
+    let cross = "SELECT a.l_comment, b.l_orderkey, b.l_comment AS c2 FROM lineitem a, lineitem b";
+    let rss0 = s.rss();
+    let mut peak = rss0;
+    let req = request_bytes("POST", "/query", &[("Authorization", &auth)], cross.as_bytes());
+    let a = raw_exchange(s.http, &req, Duration::from_secs(60), |_| peak = peak.max(s.rss()));
+    eprintln!("cross join over JSON: {} bytes in the answer, RSS {} -> peak {} MiB", a.total, rss0 >> 20, peak >> 20);
+    assert!(a.closed);
+    assert_eq!(parse_answer(&a.head).status, 200, "{}", String::from_utf8_lossy(&a.head[..a.head.len().min(500)]));
+    assert!(a.total > 4 << 20, "only {} bytes streamed", a.total);
+    assert!(peak < rss0 + (200 << 20), "RSS grew from {rss0} to {peak}");
+    assert!(!chunked_complete(&a.tail), "a broken answer must not end like a complete one");
+    let tail = String::from_utf8_lossy(&a.tail);
+    assert!(tail.contains(r#""kind":"timeout""#), "{}", &tail[tail.len().saturating_sub(400)..]);
+    // The same over Arrow IPC: no end, no terminating chunk.
+    let req = request_bytes("POST", "/query", &[("Authorization", &auth), ("Accept", ARROW.unwrap())], cross.as_bytes());
+    let a = raw_exchange(s.http, &req, Duration::from_secs(60), |_| {});
+    assert!(a.closed);
+    assert_eq!(parse_answer(&a.head).status, 200);
+    assert!(!chunked_complete(&a.tail), "a timed-out Arrow answer must not end like a complete one");
+    // Over Flight SQL the timeout is the stream's status.
+    let e = flight_query(&mut fc, cross).await.unwrap_err();
+    assert!(e.contains("DeadlineExceeded") || e.to_lowercase().contains("deadline") || e.contains("timeout"), "{e}");
+
+    // A client that goes away mid-answer: the query stops at once (cancelled, not
+    // timed out), its memory is released.
+    let before = s.health().await;
+    let req = request_bytes("POST", "/query", &[("Authorization", &auth)], cross.as_bytes());
+    let a = raw_exchange(s.http, &req, Duration::from_millis(800), |_| {});
+    assert!(!a.closed && a.total > 0);
+    drop(a);
+    let h = wait_for(&s, "cancelled mid-answer", |h| h["running_queries"] == 0 && h["memory_reserved_bytes"] == 0).await;
+    assert_eq!(h["queries"]["cancelled"].as_u64().unwrap(), before["queries"]["cancelled"].as_u64().unwrap() + 1, "{h}");
+    assert_eq!(h["queries"]["timed_out"], before["queries"]["timed_out"], "{h}");
+
+    let r = query(s.http, "SELECT count(*) AS n FROM nation", None).await;
+    assert_eq!(r.json()["rows"][0]["n"], 25);
+    assert!(s.alive(), "{}", s.stderr());
 }

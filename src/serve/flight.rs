@@ -10,8 +10,19 @@
 //! Errors map to gRPC codes: bad SQL `INVALID_ARGUMENT`, token `UNAUTHENTICATED`,
 //! timeout `DEADLINE_EXCEEDED`, memory limit `RESOURCE_EXHAUSTED`, too large a
 //! request `OUT_OF_RANGE` (or tonic's own `RESOURCE_EXHAUSTED` above the message
-//! limit), others `INTERNAL`.
-use super::{QueryError, QueryErrorKind, QueryService};
+//! limit), others `INTERNAL` (panics included: they become `INTERNAL` errors and
+//! the server keeps serving). An error while an answer streams (a timeout, a
+//! failed batch) ends the DoGet stream with that status.
+//!
+//! Answers are compacted before encoding ([`super::compact_batch`]): without it, a
+//! batch whose string views share a large buffer sends that buffer again with
+//! every message the encoder splits it into. The encoded messages on their way
+//! are reserved in the query's memory pool.
+//!
+//! Transport: a connection limit (new connections wait), a deadline for a new
+//! connection's first bytes, a write-stall timeout, HTTP/2 keep-alive pings, and
+//! at most 64 concurrent streams per connection.
+use super::{GuardedIo, QueryError, QueryErrorKind, QueryService};
 use arrow::ipc::writer::IpcWriteOptions;
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
@@ -27,11 +38,14 @@ use arrow_flight::{
     FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, IpcMessage, SchemaAsIpc, Ticket,
 };
 use base64::Engine;
-use futures::{Stream, StreamExt, TryStreamExt};
+use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
 use prost::Message;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+use std::time::Duration;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -83,13 +97,69 @@ impl RidgelineFlightSql {
     async fn stream(&self, sql: &str) -> Result<Response<<Self as arrow_flight::flight_service_server::FlightService>::DoGetStream>, Status> {
         let stream = self.service.execute(sql).await.map_err(|e| status(&e))?;
         let schema = stream.schema();
-        let batches = stream.map_err(|e| FlightError::Tonic(Box::new(status(&e))));
-        let out = FlightDataEncoderBuilder::new().with_schema(schema).build(batches).map_err(|e| match e {
-            FlightError::Tonic(s) => *s,
-            other => Status::internal(other.to_string()),
+        let memory = stream.memory();
+        let batches = stream
+            .map_ok(|b| futures::stream::iter(split_compact(b).into_iter().map(Ok)))
+            .try_flatten()
+            .map_err(|e| FlightError::Tonic(Box::new(status(&e))));
+        let out = FlightDataEncoderBuilder::new().with_schema(schema).build(batches).map(move |r| match r {
+            Ok(fd) => {
+                // Hold the message on its way (in the query's pool).
+                memory.hold(fd.data_body.len() + fd.data_header.len()).map_err(|e| status(&e))?;
+                Ok(fd)
+            }
+            Err(FlightError::Tonic(s)) => Err(*s),
+            Err(other) => Err(Status::internal(other.to_string())),
         });
-        Ok(Response::new(Box::pin(out)))
+        Ok(Response::new(Box::pin(CatchPanics { inner: Some(Box::pin(out)) })))
     }
+}
+
+/// Largest (estimated) message body the encoder is handed: below its own
+/// splitting size (2 MiB), so it never slices a batch, whose slices would each
+/// carry the whole of the batch's shared view buffers.
+const MESSAGE_BYTES: usize = 1 << 20;
+
+/// `b` in compact pieces of about [`MESSAGE_BYTES`] each.
+fn split_compact(b: arrow::array::RecordBatch) -> Vec<arrow::array::RecordBatch> {
+    let b = super::compact_batch(b);
+    let size = b.get_array_memory_size();
+    let rows = b.num_rows();
+    if size <= MESSAGE_BYTES || rows <= 1 {
+        return vec![b];
+    }
+    let pieces = size.div_ceil(MESSAGE_BYTES).min(rows);
+    let per = rows.div_ceil(pieces);
+    (0..rows).step_by(per).map(|off| super::compact_batch(b.slice(off, per.min(rows - off)))).collect()
+}
+
+/// A stream whose panics (in encoding) end it with an `INTERNAL` status.
+struct CatchPanics<T> {
+    inner: Option<BoxStream<T>>,
+}
+
+impl<T> Stream for CatchPanics<T> {
+    type Item = Result<T, Status>;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let Some(inner) = self.inner.as_mut() else { return Poll::Ready(None) };
+        match std::panic::catch_unwind(AssertUnwindSafe(|| inner.poll_next_unpin(cx))) {
+            Ok(p) => {
+                if let Poll::Ready(Some(Err(_)) | None) = &p {
+                    self.inner = None; // an error ends the answer
+                }
+                p
+            }
+            Err(p) => {
+                self.inner = None;
+                Poll::Ready(Some(Err(Status::internal(crate::guard::panic_error(p.as_ref()).to_string()))))
+            }
+        }
+    }
+}
+
+/// Awaits `f`, turning a panic into an `INTERNAL` status.
+async fn caught<T>(f: impl std::future::Future<Output = Result<T, Status>>) -> Result<T, Status> {
+    AssertUnwindSafe(f).catch_unwind().await.unwrap_or_else(|p| Err(Status::internal(crate::guard::panic_error(p.as_ref()).to_string())))
 }
 
 fn sql_of(handle: &[u8]) -> Result<&str, Status> {
@@ -160,7 +230,7 @@ impl FlightSqlService for RidgelineFlightSql {
         self.check(request.metadata())?;
         let ticket = TicketStatementQuery { statement_handle: query.query.clone().into_bytes().into() };
         let ticket = Ticket::new(ticket.as_any().encode_to_vec());
-        self.info(&query.query, ticket, request.into_inner()).await
+        caught(self.info(&query.query, ticket, request.into_inner())).await
     }
 
     async fn get_flight_info_prepared_statement(
@@ -171,7 +241,7 @@ impl FlightSqlService for RidgelineFlightSql {
         self.check(request.metadata())?;
         let sql = sql_of(&cmd.prepared_statement_handle)?.to_string();
         let ticket = Ticket::new(cmd.as_any().encode_to_vec());
-        self.info(&sql, ticket, request.into_inner()).await
+        caught(self.info(&sql, ticket, request.into_inner())).await
     }
 
     async fn get_flight_info_sql_info(&self, query: CommandGetSqlInfo, request: Request<FlightDescriptor>) -> Result<Response<FlightInfo>, Status> {
@@ -188,7 +258,7 @@ impl FlightSqlService for RidgelineFlightSql {
     async fn do_get_statement(&self, ticket: TicketStatementQuery, request: Request<Ticket>) -> Result<Response<BoxStream<arrow_flight::FlightData>>, Status> {
         self.check(request.metadata())?;
         let sql = sql_of(&ticket.statement_handle)?.to_string();
-        self.stream(&sql).await
+        caught(self.stream(&sql)).await
     }
 
     async fn do_get_prepared_statement(
@@ -198,7 +268,7 @@ impl FlightSqlService for RidgelineFlightSql {
     ) -> Result<Response<BoxStream<arrow_flight::FlightData>>, Status> {
         self.check(request.metadata())?;
         let sql = sql_of(&query.prepared_statement_handle)?.to_string();
-        self.stream(&sql).await
+        caught(self.stream(&sql)).await
     }
 
     async fn do_get_sql_info(&self, query: CommandGetSqlInfo, request: Request<Ticket>) -> Result<Response<BoxStream<arrow_flight::FlightData>>, Status> {
@@ -227,7 +297,7 @@ impl FlightSqlService for RidgelineFlightSql {
         request: Request<arrow_flight::Action>,
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
         self.check(request.metadata())?;
-        let schema = self.service.schema(&query.query).await.map_err(|e| status(&e))?;
+        let schema = caught(async { self.service.schema(&query.query).await.map_err(|e| status(&e)) }).await?;
         let message: IpcMessage = SchemaAsIpc::new(&schema, &IpcWriteOptions::default())
             .try_into()
             .map_err(|e: arrow::error::ArrowError| Status::internal(e.to_string()))?;
@@ -254,28 +324,54 @@ impl FlightSqlService for RidgelineFlightSql {
     async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
 }
 
-/// Serves Flight SQL on `listener` until `shutdown`.
+/// Serves Flight SQL on `listener` until `shutdown`, with the service's
+/// transport limits.
 pub async fn serve_listener(
     service: QueryService,
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> datafusion::error::Result<()> {
-    let incoming = tokio_stream_of(listener);
+    let o = service.options().clone();
+    let incoming = incoming(listener, o.max_connections, o.header_timeout, o.body_timeout);
     tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        .max_concurrent_streams(Some(64))
         .add_service(RidgelineFlightSql::new(service).into_server())
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
         .map_err(|e| datafusion::error::DataFusionError::Execution(format!("Flight SQL server: {e}")))
 }
 
-/// Accepted connections of `listener` as a stream (what tonic serves from).
-fn tokio_stream_of(listener: tokio::net::TcpListener) -> impl Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-    let listener = Arc::new(listener);
-    futures::stream::unfold(listener, |l| async move {
-        let r = l.accept().await.map(|(s, _)| {
-            let _ = s.set_nodelay(true);
-            s
-        });
-        Some((r, l))
+impl tonic::transport::server::Connected for GuardedIo {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+    fn connect_info(&self) -> Self::ConnectInfo {
+        <tokio::net::TcpStream as tonic::transport::server::Connected>::connect_info(&self.inner)
+    }
+}
+
+/// Accepted connections of `listener` as a stream (what tonic serves from), at
+/// most `max` open at once (the next waits for a slot).
+fn incoming(
+    listener: tokio::net::TcpListener,
+    max: usize,
+    first_bytes: Option<Duration>,
+    write_stall: Option<Duration>,
+) -> impl Stream<Item = std::io::Result<GuardedIo>> {
+    let slots = Arc::new(tokio::sync::Semaphore::new(max.max(1)));
+    futures::stream::unfold((listener, slots), move |(l, slots)| async move {
+        let permit = slots.clone().acquire_owned().await.ok()?;
+        loop {
+            match l.accept().await {
+                Ok((s, _)) => {
+                    let io = GuardedIo::new(s, first_bytes, write_stall, Some(permit));
+                    return Some((Ok(io), (l, slots)));
+                }
+                Err(e) => {
+                    log::warn!("Flight SQL accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
     })
 }

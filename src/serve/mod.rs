@@ -19,24 +19,37 @@
 //! * **Cancellation.** A query runs only while its answer is being awaited: when a
 //!   client goes away, its HTTP handler or Flight stream is dropped, which drops the
 //!   DataFusion stream and aborts its tasks. [`ServiceStats`] counts such queries.
+//!   The timeout does not depend on the client reading: at the deadline a watchdog
+//!   drops the query's stream (its tasks, its memory, its slot) even while nobody
+//!   polls the answer, and the next read of the answer reports the timeout.
+//! * **Answers within the pool.** Answers are streamed, never collected whole: what
+//!   the service holds of an answer (the encoded part on its way to the client) is
+//!   reserved in the query's memory pool ([`QueryStream::hold`]), and
+//!   [`QueryService::collect`] reserves what it collects. Arrow answers are compacted
+//!   before encoding ([`compact_batch`]): string views that share large buffers are
+//!   rewritten so that each batch carries only its own bytes.
+//! * **Panics** in planning or execution become internal errors
+//!   ([`crate::guard`]); the server keeps serving.
+//! * **Transport limits** (see [`ServiceOptions`]): header and body read timeouts,
+//!   a write-stall timeout, a connection limit, and for HTTP the `Origin`/`Host`
+//!   checks that keep web pages (and DNS rebinding) from using a local server.
 use crate::Ridgeline;
-use arrow::array::RecordBatch;
-use arrow::datatypes::SchemaRef;
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, RecordBatchOptions, StructArray};
+use arrow::datatypes::{DataType, SchemaRef};
 use datafusion::error::DataFusionError;
 use datafusion::execution::context::SQLOptions;
 use datafusion::execution::memory_pool::{
     GreedyMemoryPool, MemoryConsumer, MemoryLimit, MemoryPool, MemoryReservation, UnboundedMemoryPool,
 };
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
-use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::SessionContext;
 use futures::{Stream, StreamExt};
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -59,6 +72,24 @@ pub struct ServiceOptions {
     pub max_request_bytes: usize,
     /// Queries running at once; the rest wait (their wait counts toward the timeout).
     pub max_concurrent_queries: usize,
+    /// HTTP: browser origins (`scheme://host[:port]`, or `*`) whose requests are
+    /// accepted. A request carrying any other `Origin` header (or
+    /// `Sec-Fetch-Site: cross-site`/`same-site`) is refused with 403. Default: none.
+    pub allowed_origins: Vec<String>,
+    /// HTTP: `Host` names accepted besides `localhost` and IP literals (`*`: any).
+    /// A DNS-rebinding page reaches the server under its own name; refusing
+    /// foreign names keeps it from reading answers.
+    pub allowed_hosts: Vec<String>,
+    /// Longest wait for a request's header (HTTP) or a connection's first bytes
+    /// (Flight SQL), and for the next request on an idle keep-alive connection.
+    pub header_timeout: Option<Duration>,
+    /// Longest wait for a request body, and longest a client may leave the
+    /// server's writes stalled (not reading its answer) before it is disconnected.
+    pub body_timeout: Option<Duration>,
+    /// Open connections per endpoint. HTTP: at the limit a new connection evicts
+    /// the oldest idle one (no request in progress), or is answered 503 when none
+    /// is idle. Flight SQL: new connections wait.
+    pub max_connections: usize,
 }
 
 impl Default for ServiceOptions {
@@ -70,6 +101,11 @@ impl Default for ServiceOptions {
             total_memory_limit: None,
             max_request_bytes: 1 << 20,
             max_concurrent_queries: 4 * std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4),
+            allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
+            header_timeout: Some(Duration::from_secs(10)),
+            body_timeout: Some(Duration::from_secs(30)),
+            max_connections: 512,
         }
     }
 }
@@ -141,11 +177,17 @@ impl From<DataFusionError> for QueryError {
             DataFusionError::ResourcesExhausted(_) => QueryErrorKind::ResourcesExhausted,
             // Casts and arithmetic that fail on the data (overflow, division by
             // zero, bad casts) are the query's fault, not the server's.
+            DataFusionError::Execution(m) if is_panic_message(m) => QueryErrorKind::Internal,
             DataFusionError::ArrowError(..) | DataFusionError::Execution(_) => QueryErrorKind::BadRequest,
             _ => QueryErrorKind::Internal,
         };
         QueryError::new(kind, crate::cli::one_line(&e))
     }
+}
+
+/// Whether `m` is the message of a caught panic ([`crate::guard::panic_error`]).
+fn is_panic_message(m: &str) -> bool {
+    m.starts_with("internal error (please report it)")
 }
 
 /// Counters of a [`QueryService`] (all since start).
@@ -355,19 +397,19 @@ impl QueryService {
 
     /// A session for one query: the engine's state (catalog, functions, Ridgeline's
     /// rules) with its own settings and a memory pool holding the query's limit.
-    fn query_session(&self) -> datafusion::error::Result<SessionContext> {
+    fn query_session(&self) -> datafusion::error::Result<(SessionContext, Arc<dyn MemoryPool>)> {
         let state = self.inner.engine.session().state();
         let base = state.runtime_env().clone();
-        let pool = Arc::new(QueryPool {
+        let pool: Arc<dyn MemoryPool> = Arc::new(QueryPool {
             shared: self.inner.shared_pool.clone(),
             limit: self.inner.options.query_memory_limit,
             used: AtomicUsize::new(0),
         });
-        let mut rb = RuntimeEnvBuilder::new().with_memory_pool(pool).with_object_store_registry(base.object_store_registry.clone());
+        let mut rb = RuntimeEnvBuilder::new().with_memory_pool(pool.clone()).with_object_store_registry(base.object_store_registry.clone());
         rb.disk_manager = Some(base.disk_manager.clone());
         let runtime = rb.build_arc()?;
         let state = SessionStateBuilder::new_from_existing(state).with_runtime_env(runtime).build();
-        Ok(SessionContext::new_with_state(state))
+        Ok((SessionContext::new_with_state(state), pool))
     }
 
     /// Plans `sql` and returns the schema of its answer (for Flight SQL's
@@ -377,11 +419,11 @@ impl QueryService {
             self.inner.stats.failed.fetch_add(1, Ordering::Relaxed);
             return Err(e);
         }
-        let fut = async {
-            let ctx = self.query_session()?;
+        let fut = crate::guard::catch(async {
+            let (ctx, _) = self.query_session()?;
             let df = crate::sql_ext::plan_sql_with(&ctx, sql, &read_only()).await?;
             Ok::<_, DataFusionError>(Arc::new(df.schema().as_arrow().clone()))
-        };
+        });
         let r = match self.inner.options.query_timeout {
             Some(t) => tokio::time::timeout(t, fut).await.map_err(|_| QueryError::timeout(t)).and_then(|r| r.map_err(Into::into)),
             None => fut.await.map_err(Into::into),
@@ -396,7 +438,8 @@ impl QueryService {
     }
 
     /// Starts `sql`: waits for a slot, plans it and returns its answer as a stream.
-    /// The query runs while the stream is polled and stops when it is dropped.
+    /// The query runs while the stream is polled and stops when it is dropped or
+    /// when its timeout passes (polled or not).
     pub async fn execute(&self, sql: &str) -> Result<QueryStream, QueryError> {
         let started = Instant::now();
         let guard = QueryGuard::new(self.inner.clone());
@@ -405,13 +448,14 @@ impl QueryService {
         if let Err(e) = res {
             return Err(guard.fail(e));
         }
-        let fut = async {
+        // A panic while planning or starting the plan becomes an internal error.
+        let fut = crate::guard::catch(async {
             let permit = self.inner.slots.clone().acquire_owned().await.map_err(|e| DataFusionError::Execution(e.to_string()))?;
-            let ctx = self.query_session()?;
+            let (ctx, pool) = self.query_session()?;
             let df = crate::sql_ext::plan_sql_with(&ctx, sql, &read_only()).await?;
             let stream = df.execute_stream().await?;
-            Ok::<_, DataFusionError>((permit, stream))
-        };
+            Ok::<_, DataFusionError>((permit, pool, stream))
+        });
         let started_fut = match timeout {
             Some(t) => match tokio::time::timeout(t, fut).await {
                 Ok(r) => r.map_err(QueryError::from),
@@ -420,21 +464,76 @@ impl QueryService {
             None => fut.await.map_err(QueryError::from),
         };
         match started_fut {
-            Ok((permit, stream)) => {
-                let deadline = timeout.map(|t| Box::pin(tokio::time::sleep_until((started + t).into())));
-                Ok(QueryStream { schema: stream.schema(), inner: Some(stream), deadline, timeout, guard: Some(guard), _permit: Some(permit) })
+            Ok((permit, pool, stream)) => {
+                let schema = stream.schema();
+                let held = MemoryConsumer::new("answer on its way to the client").register(&pool);
+                // The query runs in its own task, one batch ahead of its reader: a
+                // long stretch of work inside one poll of the plan cannot keep the
+                // timeout (or the client) waiting. Panics become one error.
+                let (tx, rx) = tokio::sync::mpsc::channel::<Produced>(1);
+                let mut plan_stream = crate::guard::catch_stream(stream);
+                let producer = tokio::spawn(async move {
+                    while let Some(item) = plan_stream.next().await {
+                        let failed = item.is_err();
+                        if tx.send(Produced::Batch(item)).await.is_err() || failed {
+                            return;
+                        }
+                    }
+                    let _ = tx.send(Produced::End).await;
+                })
+                .abort_handle();
+                let state = Arc::new(Mutex::new(Running {
+                    inner: Some(rx),
+                    producer: Some(producer),
+                    permit: Some(permit),
+                    guard: Some(guard),
+                    held: Some(held),
+                    error: None,
+                    waker: None,
+                }));
+                let watchdog = timeout.and_then(|t| Some((t, started.checked_add(t)?))).map(|(t, deadline)| {
+                    let weak = Arc::downgrade(&state);
+                    let deadline = tokio::time::Instant::from_std(deadline);
+                    tokio::spawn(async move {
+                        tokio::time::sleep_until(deadline).await;
+                        if let Some(st) = weak.upgrade() {
+                            let mut st = lock(&st);
+                            if st.guard.is_some() {
+                                let e = st.end(Some(QueryError::timeout(t)));
+                                st.error = e;
+                                if let Some(w) = st.waker.take() {
+                                    w.wake();
+                                }
+                            }
+                        }
+                    })
+                    .abort_handle()
+                });
+                Ok(QueryStream { schema, state, pool, watchdog })
             }
             Err(e) => Err(guard.fail(e)),
         }
     }
 
-    /// Runs `sql` to completion: the schema and all batches.
+    /// Runs `sql` to completion: the schema and all batches. What is collected is
+    /// reserved in the query's memory pool while it is collected, so an answer
+    /// larger than the memory limit fails with `ResourcesExhausted` instead of
+    /// growing without bound (stream large answers with [`execute`](Self::execute)).
     pub async fn collect(&self, sql: &str) -> Result<(SchemaRef, Vec<RecordBatch>), QueryError> {
         let mut stream = self.execute(sql).await?;
         let schema = stream.schema();
+        let reservation = MemoryConsumer::new("collected answer").register(&stream.pool);
         let mut batches = Vec::new();
         while let Some(b) = stream.next().await {
-            batches.push(b?);
+            let b = compact_batch(b?);
+            if let Err(e) = reservation.try_grow(b.get_array_memory_size()) {
+                let e = QueryError::new(
+                    QueryErrorKind::ResourcesExhausted,
+                    format!("the answer does not fit the memory limit ({} bytes collected): {}", reservation.size(), crate::cli::one_line(&e)),
+                );
+                return Err(stream.fail(e));
+            }
+            batches.push(b);
         }
         Ok((schema, batches))
     }
@@ -458,6 +557,61 @@ pub fn rss_bytes() -> u64 {
         .and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()))
         .map(|pages| pages * 4096)
         .unwrap_or(0)
+}
+
+/// `batch` with its string and binary views compacted where they keep (share)
+/// much more buffer space than their values use, so that its IPC encoding (which
+/// writes every referenced buffer whole) carries only its own bytes. Filters,
+/// slices and generators that point into a shared text pool produce such views;
+/// unchanged when nothing is wasteful. Offsets-based strings need nothing: the
+/// IPC writer already writes only the slice's range.
+pub fn compact_batch(batch: RecordBatch) -> RecordBatch {
+    if !batch.columns().iter().any(|c| wasteful(c.as_ref())) {
+        return batch;
+    }
+    let columns: Vec<ArrayRef> = batch.columns().iter().map(compact_array).collect();
+    let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    RecordBatch::try_new_with_options(batch.schema(), columns, &options).unwrap_or(batch)
+}
+
+/// Bytes of the out-of-line values of a view array's views.
+fn view_bytes(views: &[u128]) -> usize {
+    views.iter().map(|v| *v as u32).filter(|&l| l > 12).map(|l| l as usize).sum()
+}
+
+fn wasteful(a: &dyn Array) -> bool {
+    let (buffers, used) = match a.data_type() {
+        DataType::Utf8View => {
+            let v = a.as_string_view();
+            (v.data_buffers().iter().map(|b| b.len()).sum::<usize>(), view_bytes(v.views()))
+        }
+        DataType::BinaryView => {
+            let v = a.as_binary_view();
+            (v.data_buffers().iter().map(|b| b.len()).sum::<usize>(), view_bytes(v.views()))
+        }
+        DataType::Struct(_) => return a.as_struct().columns().iter().any(|c| wasteful(c.as_ref())),
+        _ => return false,
+    };
+    buffers > used + used / 4 + 4096
+}
+
+fn compact_array(a: &ArrayRef) -> ArrayRef {
+    if !wasteful(a.as_ref()) {
+        return a.clone();
+    }
+    match a.data_type() {
+        DataType::Utf8View => Arc::new(a.as_string_view().gc()),
+        DataType::BinaryView => Arc::new(a.as_binary_view().gc()),
+        DataType::Struct(fields) => {
+            let s = a.as_struct();
+            let cols: Vec<ArrayRef> = s.columns().iter().map(compact_array).collect();
+            match StructArray::try_new(fields.clone(), cols, s.nulls().cloned()) {
+                Ok(n) => Arc::new(n),
+                Err(_) => a.clone(),
+            }
+        }
+        _ => a.clone(),
+    }
 }
 
 /// Counts a query as running from its start until it is finished, failed or dropped.
@@ -496,25 +650,42 @@ impl Drop for QueryGuard {
     }
 }
 
-/// A running query's answer. Dropping it cancels the query.
-pub struct QueryStream {
-    schema: SchemaRef,
-    inner: Option<SendableRecordBatchStream>,
-    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
-    timeout: Option<Duration>,
-    guard: Option<QueryGuard>,
-    _permit: Option<OwnedSemaphorePermit>,
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-impl QueryStream {
-    /// The answer's schema.
-    pub fn schema(&self) -> SchemaRef {
-        self.schema.clone()
-    }
+/// What a running query holds: shared by its [`QueryStream`] and its watchdog.
+/// What a query's task hands to its [`QueryStream`].
+enum Produced {
+    Batch(datafusion::error::Result<RecordBatch>),
+    End,
+}
 
+struct Running {
+    /// The answer from the query's task.
+    inner: Option<tokio::sync::mpsc::Receiver<Produced>>,
+    producer: Option<tokio::task::AbortHandle>,
+    permit: Option<OwnedSemaphorePermit>,
+    guard: Option<QueryGuard>,
+    /// The part of the answer the service holds (see [`QueryStream::hold`]).
+    held: Option<MemoryReservation>,
+    /// An error to report at the next poll (the watchdog's timeout).
+    error: Option<QueryError>,
+    waker: Option<Waker>,
+}
+
+impl Running {
+    /// Ends the query: drops its stream (stopping its tasks, freeing their
+    /// memory), its slot and its held bytes, and counts it.
     fn end(&mut self, err: Option<QueryError>) -> Option<QueryError> {
-        self.inner = None; // stops the query's tasks at once
-        self._permit = None;
+        // Aborting the task drops the plan's stream (and its tasks, and their
+        // memory reservations) at its next await.
+        if let Some(p) = self.producer.take() {
+            p.abort();
+        }
+        self.inner = None;
+        self.permit = None;
+        self.held = None;
         let guard = self.guard.take()?;
         match err {
             Some(e) => Some(guard.fail(e)),
@@ -526,28 +697,102 @@ impl QueryStream {
     }
 }
 
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(p) = self.producer.take() {
+            p.abort();
+        }
+    }
+}
+
+/// A running query's answer. Dropping it cancels the query.
+pub struct QueryStream {
+    schema: SchemaRef,
+    state: Arc<Mutex<Running>>,
+    pool: Arc<dyn MemoryPool>,
+    watchdog: Option<tokio::task::AbortHandle>,
+}
+
+/// A handle on a running query's held-bytes reservation (see [`QueryStream::hold`]),
+/// for code that keeps encoded parts of the answer after the stream was moved.
+#[derive(Clone)]
+pub struct AnswerMemory {
+    state: std::sync::Weak<Mutex<Running>>,
+}
+
+impl AnswerMemory {
+    /// Sets the bytes of the answer the caller holds now (its encoded part on the
+    /// way to the client), in the query's memory pool. Fails when that does not
+    /// fit the query's or the service's limit; a no-op once the query has ended.
+    pub fn hold(&self, bytes: usize) -> Result<(), QueryError> {
+        let Some(st) = self.state.upgrade() else { return Ok(()) };
+        let mut st = lock(&st);
+        let Some(r) = st.held.as_mut() else { return Ok(()) };
+        r.try_resize(bytes).map_err(|e| {
+            QueryError::new(
+                QueryErrorKind::ResourcesExhausted,
+                format!("the answer's next part ({bytes} bytes) does not fit the memory limit: {}", crate::cli::one_line(&e)),
+            )
+        })
+    }
+}
+
+impl QueryStream {
+    /// The answer's schema.
+    pub fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    /// See [`AnswerMemory::hold`].
+    pub fn hold(&self, bytes: usize) -> Result<(), QueryError> {
+        self.memory().hold(bytes)
+    }
+
+    /// A handle to [`hold`](Self::hold) with after the stream was moved.
+    pub fn memory(&self) -> AnswerMemory {
+        AnswerMemory { state: Arc::downgrade(&self.state) }
+    }
+
+    /// Ends the query with `e` (counted as failed); returns `e`.
+    pub fn fail(&mut self, e: QueryError) -> QueryError {
+        lock(&self.state).end(Some(e.clone())).unwrap_or(e)
+    }
+}
+
+impl Drop for QueryStream {
+    fn drop(&mut self) {
+        if let Some(w) = self.watchdog.take() {
+            w.abort();
+        }
+    }
+}
+
 impl Stream for QueryStream {
     type Item = Result<RecordBatch, QueryError>;
 
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = &mut *self;
-        if this.inner.is_none() {
-            return Poll::Ready(None);
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let mut st = lock(&self.state);
+        if let Some(e) = st.error.take() {
+            return Poll::Ready(Some(Err(e)));
         }
-        if let Some(d) = this.deadline.as_mut() {
-            if d.as_mut().poll(cx).is_ready() {
-                let t = this.timeout.unwrap_or_default();
-                return Poll::Ready(this.end(Some(QueryError::timeout(t))).map(Err));
+        let Some(inner) = st.inner.as_mut() else { return Poll::Ready(None) };
+        match inner.poll_recv(cx) {
+            Poll::Pending => {
+                if !st.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    st.waker = Some(cx.waker().clone());
+                }
+                Poll::Pending
             }
-        }
-        let Some(inner) = this.inner.as_mut() else { return Poll::Ready(None) };
-        match inner.poll_next_unpin(cx) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(Some(Ok(b))) => Poll::Ready(Some(Ok(b))),
-            Poll::Ready(Some(Err(e))) => Poll::Ready(this.end(Some(e.into())).map(Err)),
-            Poll::Ready(None) => {
-                this.end(None);
+            Poll::Ready(Some(Produced::Batch(Ok(b)))) => Poll::Ready(Some(Ok(b))),
+            Poll::Ready(Some(Produced::Batch(Err(e)))) => Poll::Ready(st.end(Some(e.into())).map(Err)),
+            Poll::Ready(Some(Produced::End)) => {
+                st.end(None);
                 Poll::Ready(None)
+            }
+            // The task ended without saying so: never take that for a complete answer.
+            Poll::Ready(None) => {
+                let e = QueryError::new(QueryErrorKind::Internal, "the query's task ended before its answer was complete");
+                Poll::Ready(st.end(Some(e)).map(Err))
             }
         }
     }
@@ -568,6 +813,15 @@ pub async fn serve(service: QueryService, listen: Listen, shutdown: impl Future<
     let io = |e: std::io::Error| DataFusionError::Execution(format!("serve: {e}"));
     let (tx, _) = tokio::sync::broadcast::channel::<()>(1);
     let mut tasks = tokio::task::JoinSet::new();
+    if service.options().token.is_none() {
+        for (what, addr) in [("Flight SQL", listen.flight_sql), ("HTTP", listen.http)] {
+            if let Some(a) = addr.filter(|a| !a.ip().is_loopback()) {
+                eprintln!(
+                    "ridgeline: warning: {what} listens on {a}, beyond this machine, without a token: anyone who can reach it can run queries (set --token or RIDGELINE_TOKEN)"
+                );
+            }
+        }
+    }
     if let Some(addr) = listen.flight_sql {
         let listener = tokio::net::TcpListener::bind(addr).await.map_err(io)?;
         let local = listener.local_addr().map_err(io)?;
@@ -598,4 +852,124 @@ pub async fn serve(service: QueryService, listen: Listen, shutdown: impl Future<
         r.map_err(|e| DataFusionError::Execution(e.to_string()))??;
     }
     Ok(())
+}
+
+
+/// A client connection with the service's transport limits: its slot in the
+/// endpoint's connection limit, a deadline for its first bytes, and a
+/// write-stall timeout (a client that stops reading its answer is disconnected
+/// instead of keeping the connection, and what it holds, forever).
+pub(crate) struct GuardedIo {
+    pub(crate) inner: tokio::net::TcpStream,
+    first_read: Option<Pin<Box<tokio::time::Sleep>>>,
+    write_stall: Option<Duration>,
+    write_timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
+impl GuardedIo {
+    pub(crate) fn new(
+        inner: tokio::net::TcpStream,
+        first_read: Option<Duration>,
+        write_stall: Option<Duration>,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Self {
+        let _ = inner.set_nodelay(true);
+        GuardedIo { inner, first_read: first_read.map(|d| Box::pin(tokio::time::sleep(d))), write_stall, write_timer: None, _permit: permit }
+    }
+
+    fn stalled(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(d) = self.write_stall else { return false };
+        let t = self.write_timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(d)));
+        t.as_mut().poll(cx).is_ready()
+    }
+
+    fn write_result<T>(&mut self, cx: &mut Context<'_>, r: Poll<std::io::Result<T>>) -> Poll<std::io::Result<T>> {
+        match r {
+            Poll::Ready(r) => {
+                self.write_timer = None;
+                Poll::Ready(r)
+            }
+            Poll::Pending if self.stalled(cx) => {
+                Poll::Ready(Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the client stopped reading its answer")))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for GuardedIo {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut tokio::io::ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(r) => {
+                if buf.filled().len() > before {
+                    this.first_read = None;
+                }
+                Poll::Ready(r)
+            }
+            Poll::Pending => {
+                if let Some(t) = this.first_read.as_mut() {
+                    if t.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the client sent nothing")));
+                    }
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for GuardedIo {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.write_result(cx, r)
+    }
+    fn poll_write_vectored(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[std::io::IoSlice<'_>]) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.write_result(cx, r)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_flush(cx);
+        this.write_result(cx, r)
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::StringViewArray;
+    use arrow::datatypes::{Field, Schema};
+
+    fn ipc_len(b: &RecordBatch) -> usize {
+        let mut w = arrow::ipc::writer::StreamWriter::try_new(Vec::new(), &b.schema()).unwrap();
+        w.write(b).unwrap();
+        w.finish().unwrap();
+        w.into_inner().unwrap().len()
+    }
+
+    #[test]
+    fn shared_view_buffers_are_compacted() {
+        let long: Vec<String> = (0..10_000).map(|i| format!("a string long enough to live out of line {i}")).collect();
+        let a = StringViewArray::from_iter_values(long.iter());
+        let schema = Arc::new(Schema::new(vec![Field::new("s", DataType::Utf8View, false)]));
+        let whole = RecordBatch::try_new(schema, vec![Arc::new(a)]).unwrap();
+        let slice = whole.slice(100, 10);
+        let compact = compact_batch(slice.clone());
+        assert!(ipc_len(&slice) > 100 * ipc_len(&compact), "{} vs {}", ipc_len(&slice), ipc_len(&compact));
+        assert_eq!(compact, slice);
+        // Nothing to do: the same batch back.
+        let again = compact_batch(compact.clone());
+        assert_eq!(ipc_len(&again), ipc_len(&compact));
+    }
 }

@@ -21,9 +21,16 @@ impl Server {
     /// Starts `ridgeline serve --tpch 0.01` on free ports with the test token and
     /// `extra` arguments.
     pub fn start(extra: &[&str]) -> Server {
+        let mut args = vec!["serve", "--tpch", "0.01", "--flight-sql", "127.0.0.1:0", "--http", "127.0.0.1:0", "--token", TOKEN];
+        args.extend_from_slice(extra);
+        Server::start_args(&args, true)
+    }
+
+    /// Starts `ridgeline ARGS` (a `serve` command line) and waits for its HTTP
+    /// endpoint, and its Flight SQL one when `flight` (else `flight` is 0.0.0.0:0).
+    pub fn start_args(args: &[&str], flight: bool) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_ridgeline"));
-        cmd.args(["serve", "--tpch", "0.01", "--flight-sql", "127.0.0.1:0", "--http", "127.0.0.1:0", "--token", TOKEN]);
-        cmd.args(extra);
+        cmd.args(args);
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("start ridgeline serve");
         let stdout = child.stdout.take().unwrap();
@@ -47,7 +54,7 @@ impl Server {
                 }
             }
         });
-        let (mut http, mut flight) = (None, None);
+        let (mut http, mut flight) = (None, if flight { None } else { Some("0.0.0.0:0".parse().unwrap()) });
         let deadline = Instant::now() + Duration::from_secs(120);
         while http.is_none() || flight.is_none() {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -76,6 +83,16 @@ impl Server {
     /// Whether the process is still running.
     pub fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// CPU time the server process has used so far (Linux).
+    pub fn cpu_time(&self) -> Duration {
+        let s = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        // Fields after the command name (which is in parentheses): utime is 14th, stime 15th.
+        let rest = s.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+        let f: Vec<u64> = rest.split_whitespace().map(|x| x.parse().unwrap_or(0)).collect();
+        let ticks = f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0);
+        Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
     }
 
     /// The resident set size of the server process (Linux).
@@ -206,4 +223,59 @@ pub fn read_some(s: &mut std::net::TcpStream, n: usize) -> Vec<u8> {
     let k = s.read(&mut buf).unwrap_or(0);
     buf.truncate(k);
     buf
+}
+
+/// What [`raw_exchange`] got: the first and last bytes, the size, and whether the
+/// server closed the connection.
+pub struct RawAnswer {
+    pub head: Vec<u8>,
+    pub tail: Vec<u8>,
+    pub total: usize,
+    pub closed: bool,
+}
+
+/// A raw exchange: sends `request`, then reads what comes back until the server
+/// closes or `wait` passes, keeping the first and the last 64 KiB; calls `each`
+/// after every read with the bytes so far.
+pub fn raw_exchange(addr: SocketAddr, request: &[u8], wait: Duration, mut each: impl FnMut(usize)) -> RawAnswer {
+    use std::io::Write;
+    const KEEP: usize = 64 << 10;
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.write_all(request).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    let deadline = Instant::now() + wait;
+    let mut a = RawAnswer { head: Vec::new(), tail: Vec::new(), total: 0, closed: false };
+    let mut buf = vec![0u8; 1 << 20];
+    while Instant::now() < deadline {
+        match s.read(&mut buf) {
+            Ok(0) => {
+                a.closed = true;
+                break;
+            }
+            Ok(n) => {
+                let got = &buf[..n];
+                if a.head.len() < KEEP {
+                    let k = (KEEP - a.head.len()).min(n);
+                    a.head.extend_from_slice(&got[..k]);
+                }
+                a.tail.extend_from_slice(got);
+                if a.tail.len() > 2 * KEEP {
+                    a.tail.drain(..a.tail.len() - KEEP);
+                }
+                a.total += n;
+            }
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(_) => {
+                a.closed = true;
+                break;
+            }
+        }
+        each(a.total);
+    }
+    a
+}
+
+/// Whether a raw chunked HTTP answer ends with its terminating zero-size chunk.
+pub fn chunked_complete(tail: &[u8]) -> bool {
+    tail.ends_with(b"\r\n0\r\n\r\n")
 }

@@ -120,6 +120,25 @@ pub struct ServeArgs {
     /// Queries running at once (the rest wait); default 4 per core.
     #[arg(long)]
     pub max_concurrent: Option<usize>,
+    /// HTTP: accept browser requests from this origin (`scheme://host[:port]`, or
+    /// `*`); repeatable. Requests with any other `Origin` header get 403.
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    pub allow_origins: Vec<String>,
+    /// HTTP: accept this `Host` name besides localhost and IP addresses (`*`: any);
+    /// repeatable. Other names get 403 (DNS rebinding).
+    #[arg(long = "allow-host", value_name = "NAME")]
+    pub allow_hosts: Vec<String>,
+    /// Seconds a client may take to send a request header, or to start a Flight
+    /// SQL connection, or to send its next request on an idle connection (0: none).
+    #[arg(long, default_value_t = 10.0, value_name = "SECS")]
+    pub header_timeout: f64,
+    /// Seconds a client may take to send a request body, or leave the server's
+    /// writes stalled by not reading its answer (0: none).
+    #[arg(long, default_value_t = 30.0, value_name = "SECS")]
+    pub body_timeout: f64,
+    /// Open connections per endpoint (HTTP evicts the oldest idle one at the limit).
+    #[arg(long, default_value_t = 512)]
+    pub max_connections: usize,
 }
 
 /// `gen` subcommands.
@@ -387,6 +406,42 @@ async fn serve(rl: Ridgeline, args: ServeArgs) -> Result<()> {
     if listen.flight_sql.is_none() && listen.http.is_none() {
         return Err(DataFusionError::Plan("serve: both endpoints are off".into()));
     }
+    // Options first: a bad one is one error line before any work.
+    let secs = |flag: &str, v: f64| -> Result<Option<std::time::Duration>> {
+        if !v.is_finite() || v < 0.0 {
+            return Err(DataFusionError::Plan(format!("--{flag} expects a finite number of seconds >= 0 (0: none), got {v}")));
+        }
+        if v == 0.0 {
+            return Ok(None);
+        }
+        if v > 1e9 {
+            return Err(DataFusionError::Plan(format!("--{flag} {v} is too large (0 switches the limit off)")));
+        }
+        std::time::Duration::try_from_secs_f64(v)
+            .map(Some)
+            .map_err(|_| DataFusionError::Plan(format!("--{flag} {v} is too large")))
+    };
+    let mib = |flag: &str, m: u64| -> Result<Option<usize>> {
+        if m == 0 {
+            return Ok(None);
+        }
+        m.checked_mul(1 << 20)
+            .and_then(|b| usize::try_from(b).ok())
+            .filter(|&b| b < isize::MAX as usize)
+            .map(Some)
+            .ok_or_else(|| DataFusionError::Plan(format!("--{flag} {m} is too large (at most {} MiB)", (isize::MAX as u64) >> 20)))
+    };
+    let query_timeout = secs("query-timeout", args.query_timeout)?;
+    let header_timeout = secs("header-timeout", args.header_timeout)?;
+    let body_timeout = secs("body-timeout", args.body_timeout)?;
+    let query_memory_limit = mib("query-memory-mib", args.query_memory_mib)?;
+    let total_memory_limit = mib("total-memory-mib", args.total_memory_mib)?;
+    if args.max_connections == 0 {
+        return Err(DataFusionError::Plan("--max-connections expects at least 1".into()));
+    }
+    if let Some(sf) = args.tpch.filter(|sf| !sf.is_finite() || *sf <= 0.0) {
+        return Err(DataFusionError::Plan(format!("--tpch expects a scale factor > 0, got {sf}")));
+    }
     register_tables(&rl, &args.tables, args.resident).await?;
     if let Some(sf) = args.tpch {
         let tables = tokio::task::spawn_blocking(move || crate::gen::tpch::generate_all(sf))
@@ -401,13 +456,17 @@ async fn serve(rl: Ridgeline, args: ServeArgs) -> Result<()> {
             }
         }
     }
-    let mb = |m: u64| (m > 0).then(|| (m as usize) << 20);
     let mut options = ServiceOptions {
         token: args.token.clone().or_else(|| std::env::var("RIDGELINE_TOKEN").ok()).filter(|t| !t.is_empty()),
-        query_timeout: (args.query_timeout > 0.0).then(|| std::time::Duration::from_secs_f64(args.query_timeout)),
-        query_memory_limit: mb(args.query_memory_mib),
-        total_memory_limit: mb(args.total_memory_mib),
+        query_timeout,
+        query_memory_limit,
+        total_memory_limit,
         max_request_bytes: args.max_request_bytes,
+        allowed_origins: args.allow_origins.clone(),
+        allowed_hosts: args.allow_hosts.clone(),
+        header_timeout,
+        body_timeout,
+        max_connections: args.max_connections,
         ..ServiceOptions::default()
     };
     if let Some(m) = args.max_concurrent {

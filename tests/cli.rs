@@ -138,6 +138,16 @@ fn gpu_report_and_modes() {
     assert_eq!(String::from_utf8_lossy(&o.stdout), "x\n1\n");
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(err.matches("warning: no GPU").count(), 1, "{err}");
+    // ... printed once, not again by the logger with its own prefix
+    assert_eq!(err.matches("running on the CPU").count(), 1, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    // a bad SET keeps the old value: the statement after it still runs (exit 1 for the failed one)
+    let o = bin()
+        .args(["--gpu", "off", "query", "SET ridgeline.gpu = 'sideways'; SELECT 2 AS y", "--format", "csv"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("ridgeline.gpu must be off, auto or on, not 'sideways'"), "{err}");
     // a bad mode name
     let o = bin().args(["query", "SELECT 1"]).env("RIDGELINE_GPU", "sometimes").output().unwrap();
     assert!(!o.status.success());
@@ -406,4 +416,26 @@ fn demo_prints_the_showcase() {
     if gpu_expected() {
         assert!(out.contains("GpuScanExec"), "{out}");
     }
+}
+
+/// Deep SQL answers in the CLI instead of overflowing its stack: a 5,000-term
+/// `OR` chain and a `UNION ALL` of 2,000 SELECTs (the CLI aborted at about
+/// 10,000 terms and a few thousand branches).
+#[test]
+fn deep_sql_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let or = format!(
+        "SELECT count(*) AS n FROM (VALUES (1), (2), (3), (7000)) t(a) WHERE {};",
+        (0..5000).map(|i| format!("a = {i}")).collect::<Vec<_>>().join(" OR ")
+    );
+    let union = format!(
+        "SELECT count(*) AS m, sum(v) AS s FROM ({});",
+        (0..2000).map(|i| format!("SELECT {i} AS v")).collect::<Vec<_>>().join(" UNION ALL ")
+    );
+    let f = dir.path().join("deep.sql");
+    std::fs::write(&f, format!("{or}\n{union}\n")).unwrap();
+    let o = bin().args(["--gpu", "off", "query", "--format", "csv", "-f", f.to_str().unwrap()]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "n\n3\nm,s\n2000,1999000\n");
 }

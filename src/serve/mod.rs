@@ -654,13 +654,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// What a running query holds: shared by its [`QueryStream`] and its watchdog.
 /// What a query's task hands to its [`QueryStream`].
 enum Produced {
     Batch(datafusion::error::Result<RecordBatch>),
     End,
 }
 
+/// What a running query holds: shared by its [`QueryStream`] and its watchdog.
 struct Running {
     /// The answer from the query's task.
     inner: Option<tokio::sync::mpsc::Receiver<Produced>>,

@@ -263,8 +263,11 @@ impl Ridgeline {
         self.register_resident(name, schema, batches).await
     }
     /// Plans a SQL statement (with Ridgeline's extensions such as `SKYLINE OF`).
+    /// A panic while planning (a reader tripping over a corrupt file, a bug) is
+    /// returned as an error; to guard execution the same way, run the answer
+    /// through [`crate::guard::catch_stream`] (as the CLI and the server do).
     pub async fn sql(&self, sql: &str) -> Result<DataFrame> {
-        crate::sql_ext::plan_sql(&self.ctx, sql).await
+        crate::guard::catch(crate::sql_ext::plan_sql(&self.ctx, sql)).await
     }
 }
 

@@ -114,18 +114,23 @@ fn check_gpu(v: &str) -> std::result::Result<(), &'static str> {
     v.parse::<GpuMode>().map(|_| ()).map_err(|_| "off, auto or on")
 }
 
-fn check_compaction(v: &str) -> std::result::Result<(), &'static str> {
-    match v {
-        "auto" | "stable" | "jumping_jack" | "jumpingjack" | "jj" => Ok(()),
+/// The compaction setting's values (the one list `SET` checks against).
+fn parse_compaction(v: &str) -> std::result::Result<ridgeline_operators::compact::CompactAlgo, &'static str> {
+    use ridgeline_operators::compact::CompactAlgo;
+    match v.trim().to_ascii_lowercase().as_str() {
+        "auto" => Ok(CompactAlgo::Auto),
+        "stable" => Ok(CompactAlgo::Stable),
+        "jumping_jack" | "jumpingjack" | "jj" => Ok(CompactAlgo::JumpingJack),
         _ => Err("auto, stable or jumping_jack"),
     }
 }
 
+fn check_compaction(v: &str) -> std::result::Result<(), &'static str> {
+    parse_compaction(v).map(|_| ())
+}
+
 fn check_tri(v: &str) -> std::result::Result<(), &'static str> {
-    match v {
-        "auto" | "true" | "false" | "on" | "off" => Ok(()),
-        _ => Err("auto, true or false"),
-    }
+    crate::exec::gpu_semi_filter::MaskChoice::parse(v).map(|_| ()).map_err(|_| "auto, true or false")
 }
 
 impl ConfigExtension for RidgelineOptions {
@@ -143,15 +148,9 @@ impl RidgelineOptions {
     }
     /// The compaction algorithm setting.
     pub fn compaction(&self) -> Result<ridgeline_operators::compact::CompactAlgo> {
-        use ridgeline_operators::compact::CompactAlgo;
-        match self.compaction.trim().to_ascii_lowercase().as_str() {
-            "auto" => Ok(CompactAlgo::Auto),
-            "stable" => Ok(CompactAlgo::Stable),
-            "jumping_jack" | "jumpingjack" | "jj" => Ok(CompactAlgo::JumpingJack),
-            other => Err(DataFusionError::Configuration(format!(
-                "ridgeline.compaction must be auto, stable or jumping_jack, not '{other}'"
-            ))),
-        }
+        parse_compaction(&self.compaction).map_err(|valid| {
+            DataFusionError::Configuration(format!("ridgeline.compaction must be {valid}, not '{}'", self.compaction.trim()))
+        })
     }
     /// Rows per device chunk: the setting, or what a quarter of the memory budget holds
     /// at 64 bytes a row, within [1M, 256M] rows.

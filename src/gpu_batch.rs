@@ -202,11 +202,6 @@ impl GpuBatch {
 
     /// Downloads the whole batch.
     pub fn download(&self, ctx: &GpuContext) -> Result<RecordBatch> {
-        if self.host_only() {
-            if let Some(h) = self.host.as_ref().filter(|h| h.schema() == self.schema) {
-                return Ok(h.clone());
-            }
-        }
         let arrays = self.columns.iter().map(|c| download_column(ctx, c)).collect::<Result<Vec<_>>>()?;
         let opts = arrow::array::RecordBatchOptions::new().with_row_count(Some(self.num_rows));
         Ok(RecordBatch::try_new_with_options(self.schema.clone(), arrays, &opts)?)

@@ -393,13 +393,7 @@ impl ExecutionPlan for GpuSemiFilterExec {
                     // again from fresh state, on the CPU.
                     warn_unfiltered(&e);
                     let plan = super::replay_plan(&input, e)?;
-                    let s = plan.execute(partition, super::replay_context(&ctx))?;
-                    let m2 = m;
-                    Ok(s.inspect_ok(move |b| {
-                        m2.rows_in.add(b.num_rows());
-                        m2.rows_out.add(b.num_rows());
-                    })
-                    .boxed())
+                    Ok(unfiltered(plan.execute(partition, super::replay_context(&ctx))?, m))
                 }
                 Err(e) => Err(e),
             }
@@ -424,11 +418,16 @@ fn passthrough(input: &Arc<dyn ExecutionPlan>, partition: usize, ctx: Arc<TaskCo
         },
         Err(e) => return Err(e),
     };
-    Ok(s.inspect_ok(move |b| {
+    Ok(unfiltered(s, m))
+}
+
+/// `s` passed on unfiltered, its rows counted in and out.
+fn unfiltered(s: SendableRecordBatchStream, m: Metrics) -> BatchStream {
+    s.inspect_ok(move |b| {
         m.rows_in.add(b.num_rows());
         m.rows_out.add(b.num_rows());
     })
-    .boxed())
+    .boxed()
 }
 
 /// The input's device batches with the prefilter applied, downloaded. The first

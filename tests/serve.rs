@@ -77,6 +77,10 @@ async fn http_json_arrow_and_flight_sql_answers() {
         let b = flight_query(&mut fc, q).await.unwrap_or_else(|e| panic!("{q}: {e}"));
         assert_eq!(json_rows(&b), exp[q], "Flight SQL answer of {q}");
     }
+    // JSON answers keep NULL columns and spell non-finite floats (as the CLI does).
+    let r = query(s.http, "SELECT 1 AS a, NULL AS b, 'NaN'::double AS c", None).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["rows"], serde_json::json!([{"a": 1, "b": null, "c": "NaN"}]), "{}", r.text());
     // Prepared statements (what JDBC uses), without parameters.
     let mut p = fc.prepare(QUERIES[0].to_string(), None).await.expect("prepare");
     assert_eq!(p.dataset_schema().unwrap().fields().len(), 2);

@@ -146,6 +146,24 @@ fn float_values(a: &dyn Array) -> Option<Box<dyn Fn(usize) -> f64 + '_>> {
     }
 }
 
+/// One batch as JSON objects `{..},{..}` (without the array's brackets): every
+/// column kept (NULL is `null`), NaN and infinities spelled as strings. The CLI's
+/// `--format json` and the server's JSON answers frame these into one array.
+pub fn json_objects(b: &RecordBatch) -> Result<Vec<u8>> {
+    let mut buf = Vec::with_capacity(b.num_rows() * 32);
+    catch_sync(|| {
+        let mut w = arrow::json::WriterBuilder::new()
+            .with_explicit_nulls(true)
+            .with_encoder_factory(Arc::new(FloatSpelling))
+            .build::<_, JsonArray>(&mut buf);
+        w.write(b)?;
+        w.finish()?;
+        Ok(())
+    })?;
+    let inner = buf.strip_prefix(b"[").and_then(|x| x.strip_suffix(b"]")).map(|x| x.to_vec());
+    Ok(inner.unwrap_or(buf))
+}
+
 /// JSON encoders for floats: the default encoding for finite values, the
 /// strings of [`non_finite`] for the rest (arrow-json writes `null`).
 #[derive(Debug)]
@@ -244,20 +262,10 @@ impl<'o> ResultWriter<'o> {
                 catch_sync(|| Ok(w.write(&b)?))?;
             }
             Format::Json => {
-                // One batch as `[{..},{..}]`; the array across batches is framed here.
-                let mut buf = Vec::with_capacity(b.num_rows() * 32);
-                catch_sync(|| {
-                    let mut w = arrow::json::WriterBuilder::new()
-                        .with_explicit_nulls(true)
-                        .with_encoder_factory(Arc::new(FloatSpelling))
-                        .build::<_, JsonArray>(&mut buf);
-                    w.write(&b)?;
-                    w.finish()?;
-                    Ok(())
-                })?;
-                let inner = buf.strip_prefix(b"[").and_then(|x| x.strip_suffix(b"]")).unwrap_or(&buf);
+                // The array across batches is framed here.
+                let objects = json_objects(&b)?;
                 self.out.write_all(if self.started { b"," } else { b"[" }).map_err(io)?;
-                self.out.write_all(inner).map_err(io)?;
+                self.out.write_all(&objects).map_err(io)?;
                 self.started = true;
             }
         }

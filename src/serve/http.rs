@@ -37,7 +37,6 @@
 use super::{compact_batch, GuardedIo, QueryError, QueryErrorKind, QueryService, QueryStream, ServiceOptions};
 use arrow::array::RecordBatch;
 use arrow::ipc::writer::StreamWriter;
-use arrow::json::ArrayWriter;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -393,20 +392,15 @@ impl Answer {
                 Ok(std::mem::take(w.get_mut()))
             }
             None => {
-                let mut out = Vec::new();
-                {
-                    let mut w = ArrayWriter::new(&mut out);
-                    let e = |e: arrow::error::ArrowError| QueryError::new(QueryErrorKind::Internal, format!("JSON encoding: {e}"));
-                    w.write(b).map_err(e)?;
-                    w.finish().map_err(e)?;
-                }
-                // `[{..},{..}]` without its brackets, after a comma unless first.
-                let inner = out.strip_prefix(b"[").and_then(|o| o.strip_suffix(b"]")).unwrap_or(&out);
+                // The CLI's JSON objects (every column kept, NaN spelled), after a
+                // comma unless first.
+                let inner = crate::cli::output::json_objects(b)
+                    .map_err(|e| QueryError::new(QueryErrorKind::Internal, format!("JSON encoding: {e}")))?;
                 let mut part = Vec::with_capacity(inner.len() + 1);
                 if !first {
                     part.push(b',');
                 }
-                part.extend_from_slice(inner);
+                part.extend_from_slice(&inner);
                 Ok(part)
             }
         }

@@ -65,7 +65,7 @@ impl ContextOptions {
     /// Options from `RIDGELINE_ADAPTER`, `RIDGELINE_GPU_MEMORY`, `RIDGELINE_MAX_SEGMENT_BYTES`,
     /// `RIDGELINE_WAIT`.
     pub fn from_env() -> Self {
-        let nonempty = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        let nonempty = |k: &str| crate::tuning::get(k).map(str::to_string);
         ContextOptions {
             adapter: nonempty("RIDGELINE_ADAPTER"),
             memory_budget: nonempty("RIDGELINE_GPU_MEMORY").and_then(|v| parse_bytes(&v)),
@@ -263,7 +263,7 @@ impl GpuContext {
         let pool = BufferPool::new(device.clone(), budget, limits.max_buffer_size, (limits.max_storage_buffer_binding_size as u64).min(WGPU_MAX_BINDING) / 4 * 4);
         let staging = StagingPool::new(info.device_type == wgpu::DeviceType::Cpu);
         let trusted_shaders = !cfg!(debug_assertions)
-            && std::env::var("RIDGELINE_SHADER_CHECKS").map_or(true, |v| v == "0");
+            && crate::tuning::get("RIDGELINE_SHADER_CHECKS").is_none_or(|v| v == "0");
         // Waits poll the device in a loop for up to SPIN_WAIT before they block in
         // the driver: a blocking wait woke 0.1-0.8 ms after the work was done on the
         // H100 (BENCHMARKS.md, session 12). Not on CPU adapters, whose work runs on

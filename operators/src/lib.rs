@@ -24,6 +24,7 @@ pub mod skyline;
 pub mod testing;
 pub mod timing;
 pub mod transfer;
+pub mod tuning;
 
 pub use array::DeviceArray;
 pub use context::{global, GpuContext};

@@ -17,10 +17,7 @@ pub enum GpuMode {
 impl GpuMode {
     /// The mode named by `RIDGELINE_GPU`, `Auto` when unset.
     pub fn from_env() -> Result<GpuMode, String> {
-        match std::env::var("RIDGELINE_GPU") {
-            Ok(v) if !v.trim().is_empty() => v.parse(),
-            _ => Ok(GpuMode::Auto),
-        }
+        crate::tuning::get("RIDGELINE_GPU").map_or(Ok(GpuMode::Auto), str::parse)
     }
 
     /// Lower-case name, as accepted by `FromStr`.

@@ -1,5 +1,5 @@
 //! Helpers for tests: the context a GPU test runs on.
-use crate::context::{global, GpuContext};
+use crate::context::{global, ContextOptions, GpuContext};
 use crate::mode::GpuMode;
 use std::sync::Arc;
 
@@ -20,6 +20,17 @@ pub fn test_context() -> Option<Arc<GpuContext>> {
             eprintln!("no GPU ({e}): skipping GPU test");
             None
         }
+    }
+}
+
+/// A context of its own with `opts` (for tests that need, say, tiny segments
+/// without changing the process's global context), under the same rules as
+/// [`test_context`]: `None` (skip) without an adapter unless `RIDGELINE_GPU=on`.
+pub fn test_context_with(opts: &ContextOptions) -> Option<Arc<GpuContext>> {
+    test_context()?;
+    match GpuContext::new(opts) {
+        Ok(c) => Some(Arc::new(c)),
+        Err(e) => panic!("the global context came up but one with {opts:?} did not: {e}"),
     }
 }
 

@@ -42,7 +42,7 @@ impl KernelTimer {
     /// kernels then run up to 4x slower (BENCHMARKS.md, session 12). Wall times
     /// without timers are the figures to quote.
     pub fn new(ctx: &GpuContext, passes: u32) -> Option<KernelTimer> {
-        if !ctx.has_timestamps() || passes == 0 || std::env::var("RIDGELINE_TIMESTAMPS").is_ok_and(|v| v == "0") {
+        if !ctx.has_timestamps() || passes == 0 || crate::tuning::flag("RIDGELINE_TIMESTAMPS") == Some(false) {
             return None;
         }
         let count = passes * 2;

@@ -2,7 +2,7 @@
 //! `tests/sqllogictests.rs` (CPU and GPU mode) and `tests/budget_fallback.rs`
 //! (GPU mode under device budgets too small for the operators).
 #![allow(dead_code)]
-use super::common;
+use crate::common;
 use arrow::array::{Array, RecordBatch};
 use arrow::datatypes::DataType;
 use arrow::util::display::{ArrayFormatter, FormatOptions};

@@ -2,7 +2,7 @@
 //! readback) against the sequential reference: ids, row counts, non-NULL counts and
 //! exact sums of every live group, for random, adversarial and edge inputs, in one
 //! call and accumulated over several.
-mod common;
+use crate::common;
 
 use common::{bitmap, rng};
 use rand::Rng;

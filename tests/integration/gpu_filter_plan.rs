@@ -1,5 +1,5 @@
 //! Where GPU filters land in plans, and what EXPLAIN says when they do not.
-mod common;
+use crate::common;
 use arrow::util::pretty::pretty_format_batches;
 use ridgeline::{GpuMode, Ridgeline};
 

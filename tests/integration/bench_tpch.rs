@@ -1,5 +1,5 @@
 //! `ridgeline bench tpch` through the built binary, at SF 0.01.
-mod common;
+use crate::common;
 
 use common::duckdb_python;
 use std::process::{Command, Output};

@@ -3,7 +3,7 @@
 //! sizes and the keys at every rank, for i64 and f64 values, random and
 //! adversarial data, several chunks, small segments (the binding-limit split),
 //! regions on the GPU and on the CPU.
-mod common;
+use crate::common;
 
 use common::rng;
 use rand::Rng;

@@ -2,9 +2,8 @@
 //! and in GPU mode (tables GPU-resident; RIDGELINE_GPU=on in CI). Both runs check
 //! the same expected output, so GPU and CPU answers are identical.
 //! `RIDGELINE_SLT_COMPLETE=1` rewrites the expected output from CPU mode.
-mod common;
-#[path = "common/slt.rs"]
-mod slt;
+use crate::common;
+use crate::slt;
 use ridgeline::GpuMode;
 use slt::run_all;
 

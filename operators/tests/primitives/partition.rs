@@ -4,7 +4,7 @@
 //!
 //! Most tests use small segments (`seg_rows` 128 to 4096) so inputs span several
 //! segments (the binding-limit split) cheaply.
-mod common;
+use crate::common;
 
 use common::{bitmap, rng};
 use rand::Rng;

@@ -3,7 +3,7 @@
 //! that it really drops probe rows, and that answers equal CPU mode for every
 //! join type, NULL keys, empty build sides, key ranges too wide for a set, and
 //! 32-bit, 64-bit and date keys.
-mod common;
+use crate::common;
 use arrow::array::{ArrayRef, Date32Array, Int32Array, Int64Array, RecordBatch, StringArray};
 use arrow::util::pretty::pretty_format_batches;
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};

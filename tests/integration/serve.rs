@@ -1,7 +1,6 @@
 //! `ridgeline serve`: HTTP and Flight SQL answers, limits, bad input over the wire,
 //! cancellation, and 50 concurrent clients under load.
-#[path = "common/server.rs"]
-mod server;
+use crate::server;
 
 use arrow::array::RecordBatch;
 use arrow_flight::sql::client::FlightSqlServiceClient;

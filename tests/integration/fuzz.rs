@@ -11,7 +11,7 @@
 //! * CPU vs GPU: random filters, projections and aggregations over a random
 //!   table (NULLs, extremes, duplicates) answer the same in CPU mode and in GPU
 //!   mode, over a host table and a GPU-resident one.
-mod common;
+use crate::common;
 use arrow::array::*;
 use arrow::datatypes::{DataType, Field, Schema};
 use rand::rngs::SmallRng;

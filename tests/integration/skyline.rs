@@ -2,7 +2,7 @@
 //! independent reference (sort-filter-skyline over the raw values), on generated
 //! independent / correlated / anticorrelated data for d = 2..16 and on the NBA
 //! data set; EXPLAIN; error positions.
-mod common;
+use crate::common;
 use arrow::array::{Array, ArrayRef, Float64Array, Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema};
 use datafusion::prelude::col;

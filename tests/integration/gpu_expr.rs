@@ -12,18 +12,21 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use ridgeline::gpu_batch::{download_column, GpuBatch};
 use ridgeline::gpu_expr::{Caps, RowProgram};
+use ridgeline_operators::context::ContextOptions;
 use ridgeline_operators::GpuContext;
-use std::sync::{Arc, Once};
+use std::sync::{Arc, OnceLock};
 
+/// A context of its own with 64 KiB segments, so that kernels cross segment
+/// boundaries at test sizes.
 fn ctx() -> Option<Arc<GpuContext>> {
-    static ENV: Once = Once::new();
-    ENV.call_once(|| {
-        // SAFETY: set before any thread reads the environment for the GPU context.
-        unsafe { std::env::set_var("RIDGELINE_MAX_SEGMENT_BYTES", "64K") };
-    });
-    let c = ridgeline_operators::testing::test_context()?;
-    assert!(c.segment_rows() <= 8192, "segment rows {} (the env var came too late)", c.segment_rows());
-    Some(c)
+    static C: OnceLock<Option<Arc<GpuContext>>> = OnceLock::new();
+    C.get_or_init(|| {
+        let opts = ContextOptions { max_segment_bytes: Some(64 << 10), ..ContextOptions::from_env() };
+        let c = ridgeline_operators::testing::test_context_with(&opts)?;
+        assert!(c.segment_rows() <= 8192, "segment rows {}", c.segment_rows());
+        Some(c)
+    })
+    .clone()
 }
 
 /// A batch of `n` rows with adversarial values and NULLs in every column kind.

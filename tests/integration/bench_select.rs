@@ -1,7 +1,7 @@
 //! `ridgeline bench select` through the built binary, at 2^12 keys: the table, the
 //! interleaved variants of the approximate median (`--approx-variants`) and
 //! DuckDB's quantile_cont column (`--duckdb`, where a Python with duckdb exists).
-mod common;
+use crate::common;
 
 use common::duckdb_python;
 use std::process::{Command, Output};

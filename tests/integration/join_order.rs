@@ -2,7 +2,7 @@
 //! scans: all 22 TPC-H queries give the same answers with both on as with both off,
 //! the rule really changes the plans it is meant to change and leaves alone what it
 //! cannot estimate, and the scans take the filters.
-mod common;
+use crate::common;
 
 use arrow::array::RecordBatch;
 use arrow::util::pretty::pretty_format_batches;

@@ -1,7 +1,7 @@
 //! `median` and `percentile_cont` through SampleSelect give DataFusion's own answers:
 //! the same queries on a Ridgeline engine (CPU and GPU mode) and on a stock
 //! DataFusion session, over adversarial data, compared exactly.
-mod common;
+use crate::common;
 
 use arrow::array::*;
 use arrow::datatypes::{DataType, Field, Schema};

@@ -1,7 +1,7 @@
 //! GPU top-k (`ORDER BY .. LIMIT k`): the plan uses GpuTopKExec in GPU mode, and
 //! answers equal CPU mode's on random data with many ties, NULLs and special
 //! floats, for every direction, NULL placement, k and offset.
-mod common;
+use crate::common;
 
 use arrow::array::*;
 use arrow::datatypes::{DataType, Field, Schema};

@@ -3,7 +3,7 @@
 //! partitioned hash joins whose inputs move to the GPU answer as in CPU mode,
 //! including joins above joins on the same keys (which must keep DataFusion's
 //! alignment).
-mod common;
+use crate::common;
 
 use arrow::array::*;
 use arrow::datatypes::{DataType, Field, Schema};

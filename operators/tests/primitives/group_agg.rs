@@ -1,7 +1,7 @@
 //! Grouped aggregation (GPU dense tags and sparse regions, CPU fast path) against
 //! the sequential reference: exact equality of every count, sum, min and max
 //! (f64 sums bit for bit: every path adds a group's values in row order).
-mod common;
+use crate::common;
 
 use common::{bitmap, rng};
 use rand::Rng;

@@ -3,8 +3,7 @@
 //! project's own virtual environment (RIDGELINE_ADBC_VENV, default ./.venv-adbc).
 //! Under CI=true a missing Python or a failed install fails the test; elsewhere it
 //! is reported and skipped.
-#[path = "common/server.rs"]
-mod server;
+use crate::server;
 
 use server::*;
 use std::path::{Path, PathBuf};

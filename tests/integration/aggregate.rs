@@ -5,7 +5,7 @@
 //! HAVING, empty input, integer overflow, a wide decimal that leaves 64 bits (the
 //! CPU redoes it), and queries that stay on the CPU. The plan check makes sure
 //! the GPU path is the one answering.
-mod common;
+use crate::common;
 
 use arrow::array::*;
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};

@@ -130,7 +130,7 @@ fn check_compaction(v: &str) -> std::result::Result<(), &'static str> {
 }
 
 fn check_tri(v: &str) -> std::result::Result<(), &'static str> {
-    crate::exec::gpu_semi_filter::MaskChoice::parse(v).map(|_| ()).map_err(|_| "auto, true or false")
+    crate::exec::join_prefilter::semi_filter::MaskChoice::parse(v).map(|_| ()).map_err(|_| "auto, true or false")
 }
 
 impl ConfigExtension for RidgelineOptions {

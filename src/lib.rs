@@ -11,11 +11,19 @@
 //! rl.sql("SELECT count(*) FROM lineitem").await?.show().await?;
 //! # Ok(()) }
 //! ```
+//!
+//! Cargo features: `cli` (default: the `ridgeline` binary, shell, demo and
+//! benchmark harness; implies `server` and `gen`), `server` (Arrow Flight SQL and
+//! HTTP: [`serve`]), `gen` (TPC-H and skyline data generators: [`gen`]). With
+//! `default-features = false` the library is the engine alone.
 #![recursion_limit = "256"]
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod config;
 pub mod exec;
+pub mod format;
 pub mod functions;
+#[cfg(feature = "gen")]
 pub mod gen;
 pub mod gpu_batch;
 pub mod gpu_expr;
@@ -25,6 +33,7 @@ pub mod logical;
 pub mod optimizer;
 pub mod planner;
 pub mod resident;
+#[cfg(feature = "server")]
 pub mod serve;
 pub mod session;
 pub mod sql_ext;

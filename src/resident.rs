@@ -12,7 +12,7 @@ use ridgeline_operators::DeviceArray;
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use arrow::compute::concat_batches;
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::datasource::{TableProvider, TableType};
@@ -50,6 +50,36 @@ pub struct StringDict {
     /// Codes per chunk (`UInt32` device columns without NULLs), segmented like the
     /// chunk's columns.
     pub codes: Vec<Arc<GpuColumn>>,
+}
+
+/// A code column appended to a GPU program's input: the dictionary codes of the
+/// scanned table's column `table_col`.
+#[derive(Debug, Clone)]
+pub struct CodeColumn {
+    /// The table column (not the scan's output column).
+    pub table_col: usize,
+    /// Its dictionary.
+    pub dict: Arc<StringDict>,
+}
+
+/// Name of the `k`-th appended code column.
+pub fn code_field_name(k: usize) -> String {
+    format!("__rl_strcode{k}")
+}
+
+/// `schema` with a non-null `UInt32` field per code column appended.
+pub fn augmented_schema(schema: &SchemaRef, codes: &[CodeColumn]) -> SchemaRef {
+    if codes.is_empty() {
+        return schema.clone();
+    }
+    let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields.extend((0..codes.len()).map(|k| Field::new(code_field_name(k), DataType::UInt32, false)));
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
+/// Whether `dt` is a string type (the types a dictionary codes).
+pub fn is_string(dt: &DataType) -> bool {
+    matches!(dt, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
 }
 
 /// The strings of a string array (`None` for other types).

@@ -711,10 +711,10 @@ pub async fn run(args: TpchArgs) -> Result<()> {
         let engines: Vec<&Ridgeline> = [(run_cpu, &rl), (run_gpu, &gpu_rl)].into_iter().filter(|(on, _)| *on).map(|(_, e)| e).collect();
         let mut runs = run_modes_with(&engines, sql, args.iterations, args.min_time_ms, !args.blocks, args.plan_only).await.into_iter();
         if run_cpu {
-            o.cpu = runs.next().map(|r| r.map_err(|e| super::one_line(&e)));
+            o.cpu = runs.next().map(|r| r.map_err(|e| crate::format::one_line(&e)));
         }
         if run_gpu {
-            o.gpu = runs.next().map(|r| r.map_err(|e| super::one_line(&e)));
+            o.gpu = runs.next().map(|r| r.map_err(|e| crate::format::one_line(&e)));
         }
         if check {
             o.check = Some(check_query(&o, sql, sf, answers_dir.as_deref())?);

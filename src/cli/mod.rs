@@ -479,14 +479,3 @@ async fn serve(rl: Ridgeline, args: ServeArgs) -> Result<()> {
     .await
 }
 
-/// An error as one line (DataFusion's position information kept). A caught
-/// panic reads `internal error (please report it): MESSAGE`, without the
-/// wrappers around it.
-pub fn one_line(e: &DataFusionError) -> String {
-    let s = e.to_string();
-    let s = match s.find("internal error (please report it)") {
-        Some(i) => &s[i..],
-        None => &s,
-    };
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
-}

@@ -24,7 +24,7 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Pla
 use futures::StreamExt;
 use ridgeline_operators::compact::{compact_with, count_selected, Column as CCol, CompactAlgo, CompactOptions, Selection};
 use ridgeline_operators::{GpuContext, GpuError};
-use crate::optimizer::string_codes::CodeColumn;
+use crate::resident::CodeColumn;
 use std::sync::Arc;
 
 /// The selectivity from which `Auto` compacts a filter's output with Jumping Jack

@@ -65,7 +65,7 @@ impl GpuScanExec {
     /// `codes` appended as `UInt32` columns (named by `schema`, the scan's schema
     /// with those fields added): the input of a GPU filter that tests strings by
     /// their codes (`optimizer::string_codes`).
-    pub fn chunks_with_codes(&self, partition: usize, codes: &[crate::optimizer::string_codes::CodeColumn], schema: &SchemaRef) -> Result<Vec<GpuBatch>> {
+    pub fn chunks_with_codes(&self, partition: usize, codes: &[crate::resident::CodeColumn], schema: &SchemaRef) -> Result<Vec<GpuBatch>> {
         self.chunk_indices(partition)
             .zip(self.chunks_of(partition)?)
             .map(|(ci, mut b)| {

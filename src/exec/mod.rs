@@ -12,11 +12,10 @@ pub mod gpu_filter;
 pub mod gpu_load;
 pub mod gpu_repartition;
 pub mod gpu_scan;
-pub mod gpu_semi_filter;
 pub mod gpu_topk;
 pub mod gpu_unload;
 pub mod host_scan;
-pub mod join_keys;
+pub mod join_prefilter;
 pub mod skyline;
 
 pub use cpu_note::CpuNoteExec;
@@ -25,11 +24,10 @@ pub use gpu_filter::GpuFilterExec;
 pub use gpu_load::GpuLoadExec;
 pub use gpu_repartition::GpuRepartitionExec;
 pub use gpu_scan::GpuScanExec;
-pub use gpu_semi_filter::GpuSemiFilterExec;
 pub use gpu_topk::GpuTopKExec;
 pub use gpu_unload::GpuUnloadExec;
 pub use host_scan::HostScanExec;
-pub use join_keys::JoinKeysExec;
+pub use join_prefilter::{GpuSemiFilterExec, JoinKeysExec};
 pub use skyline::SkylineExec;
 
 use crate::gpu_batch::GpuBatch;

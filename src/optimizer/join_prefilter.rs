@@ -19,8 +19,8 @@
 //! probe key's range (see `GpuSemiFilterExec`). Runs after the rules that place
 //! GPU operators and before the boundary rule.
 use crate::config::rule_device;
-use crate::exec::join_keys::{key_type_supported, JoinKeyLink, JoinKeysExec};
-use crate::exec::gpu_semi_filter::{best_path, row_bytes, FilterPath, MaskChoice, SemiKey};
+use crate::exec::join_prefilter::join_keys::{key_type_supported, JoinKeyLink, JoinKeysExec};
+use crate::exec::join_prefilter::semi_filter::{best_path, row_bytes, FilterPath, MaskChoice, SemiKey};
 use crate::exec::{as_gpu, gpu_filter::OutCol, CpuNoteExec, GpuFilterExec, GpuRepartitionExec, GpuScanExec, GpuSemiFilterExec};
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::{Transformed, TreeNode};

@@ -31,35 +31,7 @@ use std::sync::Arc;
 /// Most code ranges one rewritten expression tests.
 pub const MAX_CODE_RANGES: usize = 16;
 
-/// A code column appended to a GPU program's input: the dictionary codes of the
-/// scanned table's column `table_col`.
-#[derive(Debug, Clone)]
-pub struct CodeColumn {
-    /// The table column (not the scan's output column).
-    pub table_col: usize,
-    /// Its dictionary.
-    pub dict: Arc<StringDict>,
-}
-
-/// Name of the `k`-th appended code column.
-pub fn code_field_name(k: usize) -> String {
-    format!("__rl_strcode{k}")
-}
-
-/// `schema` with a non-null `UInt32` field per code column appended.
-pub fn augmented_schema(schema: &SchemaRef, codes: &[CodeColumn]) -> SchemaRef {
-    if codes.is_empty() {
-        return schema.clone();
-    }
-    let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
-    fields.extend((0..codes.len()).map(|k| Field::new(code_field_name(k), DataType::UInt32, false)));
-    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
-}
-
-/// Whether `dt` is a string type (the types a dictionary codes).
-pub fn is_string(dt: &DataType) -> bool {
-    matches!(dt, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
-}
+pub use crate::resident::{augmented_schema, code_field_name, is_string, CodeColumn};
 
 /// Rewrites expressions over a resident scan's output so that their string
 /// predicates test dictionary codes; collects the code columns they need.

@@ -394,7 +394,7 @@ impl Answer {
             None => {
                 // The CLI's JSON objects (every column kept, NaN spelled), after a
                 // comma unless first.
-                let inner = crate::cli::output::json_objects(b)
+                let inner = crate::format::json_objects(b)
                     .map_err(|e| QueryError::new(QueryErrorKind::Internal, format!("JSON encoding: {e}")))?;
                 let mut part = Vec::with_capacity(inner.len() + 1);
                 if !first {

@@ -181,7 +181,7 @@ impl From<DataFusionError> for QueryError {
             DataFusionError::ArrowError(..) | DataFusionError::Execution(_) => QueryErrorKind::BadRequest,
             _ => QueryErrorKind::Internal,
         };
-        QueryError::new(kind, crate::cli::one_line(&e))
+        QueryError::new(kind, crate::format::one_line(&e))
     }
 }
 
@@ -529,7 +529,7 @@ impl QueryService {
             if let Err(e) = reservation.try_grow(b.get_array_memory_size()) {
                 let e = QueryError::new(
                     QueryErrorKind::ResourcesExhausted,
-                    format!("the answer does not fit the memory limit ({} bytes collected): {}", reservation.size(), crate::cli::one_line(&e)),
+                    format!("the answer does not fit the memory limit ({} bytes collected): {}", reservation.size(), crate::format::one_line(&e)),
                 );
                 return Err(stream.fail(e));
             }
@@ -731,7 +731,7 @@ impl AnswerMemory {
         r.try_resize(bytes).map_err(|e| {
             QueryError::new(
                 QueryErrorKind::ResourcesExhausted,
-                format!("the answer's next part ({bytes} bytes) does not fit the memory limit: {}", crate::cli::one_line(&e)),
+                format!("the answer's next part ({bytes} bytes) does not fit the memory limit: {}", crate::format::one_line(&e)),
             )
         })
     }

@@ -1,6 +1,6 @@
 //! `JoinKeysExec`: passes a hash join's build side through unchanged and collects
 //! its join keys into exact key sets ([`KeyBitmap`]s), which it hands to the
-//! probe side's [`GpuSemiFilterExec`](super::GpuSemiFilterExec)s through a
+//! probe side's [`GpuSemiFilterExec`](crate::exec::GpuSemiFilterExec)s through a
 //! [`JoinKeyLink`] when the build side ends (sideways information passing; the
 //! rule is `optimizer::join_prefilter`).
 //!
@@ -254,7 +254,7 @@ impl ExecutionPlan for JoinKeysExec {
         &self,
         f: &mut dyn FnMut(&Arc<dyn datafusion::physical_expr::PhysicalExpr>) -> Result<datafusion::common::tree_node::TreeNodeRecursion>,
     ) -> Result<datafusion::common::tree_node::TreeNodeRecursion> {
-        super::no_expressions(f)
+        crate::exec::no_expressions(f)
     }
     fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
         vec![&self.input]

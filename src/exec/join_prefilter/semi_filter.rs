@@ -2,7 +2,7 @@
 //! resident scan or a GPU filter) with the rows whose join key is not among the
 //! build side's keys dropped on the device before anything is downloaded (a
 //! semi-join prefilter; the rule is `optimizer::join_prefilter`, the keys come
-//! from the build side's [`JoinKeysExec`](super::JoinKeysExec)).
+//! from the build side's [`JoinKeysExec`](crate::exec::JoinKeysExec)).
 //!
 //! On its first poll a partition waits for the build side's key sets, then picks
 //! the key whose set lets the fewest probe rows pass (the set's density over the
@@ -25,7 +25,7 @@
 //! its own output, so the boundary rule puts no unload above it; a GPU parent (a
 //! `GpuRepartitionExec`) takes its device batches.
 use super::join_keys::{JoinKeyLink, KeySets, KEY_WAIT};
-use super::{as_gpu, blocking_err, cpu_equivalent};
+use crate::exec::{as_gpu, blocking_err, cpu_equivalent};
 use crate::gpu_batch::{gpu_err, is_gpu_error, ColumnData, GpuBatch, Storage};
 use arrow::array::RecordBatch;
 use arrow::buffer::BooleanBuffer;
@@ -299,17 +299,17 @@ impl GpuSemiFilterExec {
     }
 }
 
-impl super::GpuExec for GpuSemiFilterExec {
-    fn execute_gpu(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<super::GpuBatchStream> {
+impl crate::exec::GpuExec for GpuSemiFilterExec {
+    fn execute_gpu(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<crate::exec::GpuBatchStream> {
         let input = self.input.clone();
-        let decide = self.decision(&ctx, FilterPath::candidates(self.input.downcast_ref::<super::GpuScanExec>().is_some(), true, MaskChoice::Never));
+        let decide = self.decision(&ctx, FilterPath::candidates(self.input.downcast_ref::<crate::exec::GpuScanExec>().is_some(), true, MaskChoice::Never));
         let m = self.metrics_for(partition);
         let fut = async move {
             let gpu = as_gpu(&input).ok_or_else(|| DataFusionError::Internal("semi filter over a CPU operator".into()))?;
             let choice = decide.await;
             let s = gpu.execute_gpu(partition, ctx)?;
             let Some((key, sets, _)) = choice else {
-                return Ok::<super::GpuBatchStream, DataFusionError>(
+                return Ok::<crate::exec::GpuBatchStream, DataFusionError>(
                     s.inspect_ok(move |b| {
                         m.rows_in.add(b.num_rows);
                         m.rows_out.add(b.num_rows);
@@ -347,7 +347,7 @@ impl ExecutionPlan for GpuSemiFilterExec {
         &self,
         f: &mut dyn FnMut(&Arc<dyn datafusion::physical_expr::PhysicalExpr>) -> Result<datafusion::common::tree_node::TreeNodeRecursion>,
     ) -> Result<datafusion::common::tree_node::TreeNodeRecursion> {
-        super::no_expressions(f)
+        crate::exec::no_expressions(f)
     }
     fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
         vec![&self.input]
@@ -363,7 +363,7 @@ impl ExecutionPlan for GpuSemiFilterExec {
         let schema = self.schema();
         let m = self.metrics_for(partition);
         let input = self.input.clone();
-        let over_scan = self.input.downcast_ref::<super::GpuScanExec>().is_some();
+        let over_scan = self.input.downcast_ref::<crate::exec::GpuScanExec>().is_some();
         let choice = MaskChoice::parse(&crate::config::RidgelineOptions::from_config(ctx.session_config().options()).gpu_semi_filter_mask)?;
         let decide = self.decision(&ctx, FilterPath::candidates(over_scan, false, choice));
         let cache = self.masks.clone();
@@ -371,7 +371,7 @@ impl ExecutionPlan for GpuSemiFilterExec {
             let (Some((key, sets, path)), Some(_)) = (decide.await, as_gpu(&input)) else {
                 return passthrough(&input, partition, ctx, m);
             };
-            if let Some(scan) = input.downcast_ref::<super::GpuScanExec>().filter(|_| path == FilterPath::HostMask) {
+            if let Some(scan) = input.downcast_ref::<crate::exec::GpuScanExec>().filter(|_| path == FilterPath::HostMask) {
                 let cell = cache.cell(&sets, key.slot);
                 let masks = cell.get_or_try_init(|| scan_masks(scan, &key, sets, m.time.clone())).await?.clone();
                 let Some(masks) = masks else { return passthrough(&input, partition, ctx, m) };
@@ -392,8 +392,8 @@ impl ExecutionPlan for GpuSemiFilterExec {
                     // The failed attempt may have read part of the input: read it
                     // again from fresh state, on the CPU.
                     warn_unfiltered(&e);
-                    let plan = super::replay_plan(&input, e)?;
-                    Ok(unfiltered(plan.execute(partition, super::replay_context(&ctx))?, m))
+                    let plan = crate::exec::replay_plan(&input, e)?;
+                    Ok(unfiltered(plan.execute(partition, crate::exec::replay_context(&ctx))?, m))
                 }
                 Err(e) => Err(e),
             }
@@ -438,7 +438,7 @@ async fn filtered(input: Arc<dyn ExecutionPlan>, key: SemiKey, sets: Arc<KeySets
     let gpu = as_gpu(&input).ok_or_else(|| DataFusionError::Internal("semi filter over a CPU operator".into()))?;
     let dset = device_set(&dev, sets, key.slot).await?;
     let batches = gpu.execute_gpu(partition, ctx.clone())?;
-    let mut s = super::gpu_unload::download_stream(input.schema(), apply(batches, key, dev, dset, m), ctx.session_config().batch_size())?;
+    let mut s = crate::exec::gpu_unload::download_stream(input.schema(), apply(batches, key, dev, dset, m), ctx.session_config().batch_size())?;
     // Run the first batch now: a GPU error here still falls back.
     let first = s.next().await;
     let head: Vec<Result<RecordBatch>> = match first {
@@ -453,7 +453,7 @@ async fn filtered(input: Arc<dyn ExecutionPlan>, key: SemiKey, sets: Arc<KeySets
 /// device (one membership kernel per chunk, the key set uploaded once), all read
 /// back in one transfer. `None` (with a warning) when the GPU fails: the rows
 /// then pass unfiltered.
-async fn scan_masks(scan: &super::GpuScanExec, key: &SemiKey, sets: Arc<KeySets>, time: Time) -> Result<Option<Masks>> {
+async fn scan_masks(scan: &crate::exec::GpuScanExec, key: &SemiKey, sets: Arc<KeySets>, time: Time) -> Result<Option<Masks>> {
     let data = scan.data().clone();
     let col = *scan.table_columns().get(key.col).ok_or_else(|| DataFusionError::Internal("semi filter key outside the scan".into()))?;
     let slot = key.slot;
@@ -548,12 +548,12 @@ fn key_set(dev: &GpuContext, sets: &KeySets, slot: usize) -> Result<Arc<DeviceKe
 /// The warning of a prefilter whose GPU work failed: its rows pass unfiltered.
 fn warn_unfiltered(e: &DataFusionError) {
     static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    super::warn_fallback(&WARNED, "the semi-join prefilter passes every row and the join", e);
+    crate::exec::warn_fallback(&WARNED, "the semi-join prefilter passes every row and the join", e);
 }
 
 /// `s`'s batches with the prefilter applied on the device; batches left empty
 /// are dropped.
-fn apply(s: super::GpuBatchStream, key: SemiKey, dev: Arc<GpuContext>, dset: Arc<DeviceKeySet>, m: &Metrics) -> super::GpuBatchStream {
+fn apply(s: crate::exec::GpuBatchStream, key: SemiKey, dev: Arc<GpuContext>, dset: Arc<DeviceKeySet>, m: &Metrics) -> crate::exec::GpuBatchStream {
     m.applied.add(1);
     let (rows_in, rows_out, time) = (m.rows_in.clone(), m.rows_out.clone(), m.time.clone());
     s.then(move |b: Result<GpuBatch>| {
@@ -593,7 +593,7 @@ fn semi_filter_batch(dev: &GpuContext, key: &SemiKey, set: &DeviceKeySet, b: Gpu
     let Some((width, values, validity)) = key_column(&b.columns[key.col].data) else { return Ok(Some(b)) };
     let sel = member_gpu(dev, values, width, validity, b.num_rows, set).map_err(gpu_err)?;
     let cols: Vec<&crate::gpu_batch::GpuColumn> = b.columns.iter().map(|c| c.as_ref()).collect();
-    super::gpu_filter::compact_columns(dev, &sel, b.num_rows, &cols, CompactAlgo::Stable, &b.schema)
+    crate::exec::gpu_filter::compact_columns(dev, &sel, b.num_rows, &cols, CompactAlgo::Stable, &b.schema)
 }
 
 #[cfg(test)]

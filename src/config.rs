@@ -1,11 +1,49 @@
-//! Ridgeline's session settings (`SET ridgeline.gpu = 'on'` and friends) and the
-//! device context a session uses.
+//! Ridgeline's session settings (`SET ridgeline.gpu = 'on'` and friends), the
+//! root crate's `RIDGELINE_*` environment switches ([`SWITCHES`], read once by
+//! [`switch`]), and the device context a session uses. The operators crate
+//! declares its own switches in `ridgeline_operators::tuning`; docs/settings.md
+//! lists every setting and switch in one table (a test keeps it complete).
 use datafusion::common::config::ConfigExtension;
 use datafusion::common::extensions_options;
 use datafusion::config::ConfigOptions;
 use datafusion::error::{DataFusionError, Result};
+use ridgeline_operators::tuning::{Switch, SwitchKind};
 use ridgeline_operators::{context, GpuContext, GpuMode};
 use std::sync::Arc;
+
+/// The root crate's `RIDGELINE_*` environment switches (the library, the CLI, the
+/// benchmark harness and the test suite); see `ridgeline_operators::tuning` for
+/// the device, mode and operator switches.
+pub const SWITCHES: &[Switch] = &[
+    sw("RIDGELINE_TOKEN", SwitchKind::Runtime, "a token", "`serve`: the bearer token clients must send when `--token` is not given."),
+    sw("RIDGELINE_TPCH_ANSWERS", SwitchKind::Bench, "a directory", "`bench tpch`: reference answers (dbgen's `qN.out`) when `--answers` is not given."),
+    sw("RIDGELINE_PYTHON", SwitchKind::Bench, "a python executable", "`bench ... --duckdb` and the DuckDB tests: a Python that imports duckdb."),
+    sw("RIDGELINE_DUCKDB_VENV", SwitchKind::Bench, "a directory (default .venv-duckdb)", "`bench ... --duckdb`: the virtual environment DuckDB is installed into."),
+    sw("RIDGELINE_DUCKDB_WHEEL", SwitchKind::Bench, "a .whl file", "`bench ... --duckdb`: a DuckDB wheel to install offline when `--duckdb-wheel` is not given."),
+    sw("RIDGELINE_DUCKDB_VIEWS", SwitchKind::Bench, "0 | 1 (default 0)", "`bench tpch --duckdb`: 1 lets DuckDB scan the Parquet files through views instead of loading tables."),
+    sw("RIDGELINE_FUZZ_CASES", SwitchKind::Test, "a count", "tests/integration/fuzz.rs: cases per fuzz test (more than CI's bounded default)."),
+    sw("RIDGELINE_FUZZ_SEED", SwitchKind::Test, "an integer", "tests/integration/fuzz.rs: another seed than the fixed one."),
+    sw("RIDGELINE_SLT_COMPLETE", SwitchKind::Test, "0 | 1", "the .slt runner: 1 rewrites the expected output from CPU mode."),
+    sw("RIDGELINE_ADBC_VENV", SwitchKind::Test, "a directory (default .venv-adbc)", "tests/integration/serve_adbc.rs: where the ADBC Flight SQL driver is installed."),
+    sw("RIDGELINE_SHARED_DIR", SwitchKind::Test, "a directory (default ../shared)", "tests: the project's shared data (shared/data)."),
+];
+
+const fn sw(name: &'static str, kind: SwitchKind, values: &'static str, doc: &'static str) -> Switch {
+    Switch { name, kind, values, doc }
+}
+
+/// The value of the root crate's switch `name` as the process started (read
+/// once; unset and empty are `None`). `name` must be declared in [`SWITCHES`].
+pub fn switch(name: &str) -> Option<&'static str> {
+    static ENV: std::sync::OnceLock<Vec<(&'static str, String)>> = std::sync::OnceLock::new();
+    debug_assert!(SWITCHES.iter().any(|s| s.name == name), "{name} is not declared in config::SWITCHES");
+    ENV.get_or_init(|| {
+        SWITCHES.iter().filter_map(|s| std::env::var(s.name).ok().filter(|v| !v.trim().is_empty()).map(|v| (s.name, v))).collect()
+    })
+    .iter()
+    .find(|(n, _)| *n == name)
+    .map(|(_, v)| v.as_str())
+}
 
 extensions_options! {
     /// Ridgeline settings, under the `ridgeline.` prefix.

@@ -37,6 +37,7 @@ pub mod resident;
 pub mod serve;
 pub mod session;
 pub mod sql_ext;
+pub mod tuning;
 
 pub use config::RidgelineOptions;
 pub use guard::{panic_message, WORKER_STACK_BYTES};

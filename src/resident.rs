@@ -37,8 +37,7 @@ pub struct ResidentData {
     dicts: Mutex<HashMap<usize, Option<Arc<StringDict>>>>,
 }
 
-/// Most distinct values a resident string column is dictionary-coded with.
-pub const MAX_DICT_VALUES: usize = 4096;
+pub use crate::tuning::limits::MAX_DICT_VALUES;
 
 /// A resident string column as codes: its distinct non-NULL values in sorted
 /// order, and per device chunk a device column of `u32` codes (index into

@@ -214,8 +214,9 @@ pub fn filter(lo: u32, hi: u32, iterations: usize) -> Result<()> {
                 }
                 Ok((median(times), count))
             };
-            if sel == 0.5 && std::env::var("RIDGELINE_BENCH_PHASES").is_ok() {
-                // Where the time goes: each phase synchronized on its own.
+            if sel == 0.5 && log::log_enabled!(target: "ridgeline::profile::bench", log::Level::Debug) {
+                // Where the time goes (RUST_LOG=ridgeline::profile=debug): each phase
+                // synchronized on its own.
                 let mut ph = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
                 for _ in 0..iterations.max(1) {
                     let t = Instant::now();
@@ -235,7 +236,7 @@ pub fn filter(lo: u32, hi: u32, iterations: usize) -> Result<()> {
                     ph[3].push(t.elapsed().as_secs_f64() * 1e3);
                 }
                 let [a, b, c, d] = ph;
-                println!("   phases (ms): idle wait {:.3}, predicate kernel {:.3}, compaction {:.3}, 16-byte round trip {:.3}", median(a), median(b), median(c), median(d));
+                log::debug!(target: "ridgeline::profile::bench", "bench filter phases (ms): idle wait {:.3}, predicate kernel {:.3}, compaction {:.3}, 16-byte round trip {:.3}", median(a), median(b), median(c), median(d));
             }
             let (stable, count) = run(CompactAlgo::Stable)?;
             let (jj, count_jj) = run(CompactAlgo::JumpingJack)?;

@@ -582,7 +582,7 @@ pub async fn run(args: TpchArgs) -> Result<()> {
         return Err(DataFusionError::Plan(format!("--min-time-ms {}: it must be a number of milliseconds, 0 or more", args.min_time_ms)));
     }
     let queries = parse_queries(args.queries.as_deref())?;
-    let answers_dir = args.answers.clone().or_else(|| std::env::var_os("RIDGELINE_TPCH_ANSWERS").map(PathBuf::from));
+    let answers_dir = args.answers.clone().or_else(|| crate::config::switch("RIDGELINE_TPCH_ANSWERS").map(PathBuf::from));
     let check = args.check || args.answers.is_some();
     if let Some(d) = &args.answers {
         if !d.is_dir() {
@@ -1048,14 +1048,14 @@ print(json.dumps(out))
     /// failing those, creates the environment and installs duckdb into it (from
     /// `wheel` / RIDGELINE_DUCKDB_WHEEL offline, else from the package index).
     pub fn python(wheel: Option<&Path>) -> Result<PathBuf> {
-        if let Some(p) = std::env::var_os("RIDGELINE_PYTHON") {
+        if let Some(p) = crate::config::switch("RIDGELINE_PYTHON").map(PathBuf::from) {
             let p = PathBuf::from(p);
             return match probe(&p) {
                 Ok(_) => Ok(p),
                 Err(e) => Err(exec_err(format!("RIDGELINE_PYTHON={} cannot import duckdb: {e}", p.display()))),
             };
         }
-        let venv = std::env::var_os("RIDGELINE_DUCKDB_VENV").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(".venv-duckdb"));
+        let venv = crate::config::switch("RIDGELINE_DUCKDB_VENV").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(".venv-duckdb"));
         let vpy = venv_python(&venv);
         if vpy.exists() && probe(&vpy).is_ok() {
             return Ok(vpy);
@@ -1064,7 +1064,7 @@ print(json.dumps(out))
         if !vpy.exists() && probe(&system).is_ok() {
             return Ok(system);
         }
-        let wheel = wheel.map(Path::to_path_buf).or_else(|| std::env::var_os("RIDGELINE_DUCKDB_WHEEL").map(PathBuf::from));
+        let wheel = wheel.map(Path::to_path_buf).or_else(|| crate::config::switch("RIDGELINE_DUCKDB_WHEEL").map(PathBuf::from));
         if let Some(w) = &wheel {
             if !w.is_file() {
                 return Err(DataFusionError::Plan(format!("duckdb wheel {} does not exist", w.display())));
@@ -1109,7 +1109,7 @@ print(json.dumps(out))
         }
         let qs: serde_json::Map<String, serde_json::Value> =
             queries.iter().map(|&q| (q.to_string(), dialect(super::query_sql(q)).into())).collect();
-        let views = std::env::var("RIDGELINE_DUCKDB_VIEWS").is_ok_and(|v| v == "1");
+        let views = crate::config::switch("RIDGELINE_DUCKDB_VIEWS") == Some("1");
         let cfg = serde_json::json!({ "threads": threads, "iterations": iterations, "min_ms": min_ms, "max_runs": super::MAX_RUNS, "tables": tables, "queries": qs, "views": views });
         let dir = std::env::temp_dir().join(format!("ridgeline-duckdb-{}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| exec_err(format!("cannot create {}: {e}", dir.display())))?;

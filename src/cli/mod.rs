@@ -457,7 +457,7 @@ async fn serve(rl: Ridgeline, args: ServeArgs) -> Result<()> {
         }
     }
     let mut options = ServiceOptions {
-        token: args.token.clone().or_else(|| std::env::var("RIDGELINE_TOKEN").ok()).filter(|t| !t.is_empty()),
+        token: args.token.clone().or_else(|| crate::config::switch("RIDGELINE_TOKEN").map(str::to_string)).filter(|t| !t.is_empty()),
         query_timeout,
         query_memory_limit,
         total_memory_limit,

@@ -18,18 +18,16 @@
 use crate::exec::gpu_operator_names;
 use crate::format::spell_non_finite;
 pub use crate::format::json_objects;
-use crate::guard::{catch, catch_stream};
+use crate::guard::{catch, catch_stream, catch_sync};
 use crate::Ridgeline;
-use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, StringBuilder};
-use arrow::datatypes::{DataType, FieldRef, Float16Type, Float32Type, Float64Type, Schema, SchemaRef};
-use arrow::error::ArrowError;
-use arrow::json::writer::{make_encoder, Encoder, EncoderFactory, EncoderOptions, JsonArray, NullableEncoder};
+use arrow::array::RecordBatch;
+use arrow::datatypes::{FieldRef, Schema, SchemaRef};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::physical_plan::displayable;
 use futures::StreamExt;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 
 /// Result formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -476,7 +474,7 @@ pub async fn run_statements(rl: &Ridgeline, sql: &str, format: Format, explain_o
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::{Float64Array, Int64Array};
+    use arrow::array::{ArrayRef, Float64Array, Int64Array};
 
     #[test]
     fn splits_keep_positions() {

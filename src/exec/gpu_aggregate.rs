@@ -435,11 +435,9 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
     let mut rows = vec![0u64; g];
     let mut totals = vec![Totals::new(g); nvals];
     // The few-groups kernel folds rows in registers first
-    // (`GroupAggOptions::small_groups`, at most 8 groups): on the H100 it took TPC-H
-    // Q1 at SF 10 (4 groups) from 23.7-29.8 ms to 13.9-25.0 (medians, alternated
-    // twice), while Q6 (one group) measured 0.3-0.7 ms slower with it, so it is on
-    // from 2 groups. RIDGELINE_GROUP_AGG_SMALL=0|1 (a measuring switch) forces it.
-    let small_groups = std::env::var("RIDGELINE_GROUP_AGG_SMALL").map_or(plan.groups >= 2, |v| v == "1");
+    // (`GroupAggOptions::small_groups`, at most 8 groups), from
+    // `tuning::aggregate::SMALL_GROUPS_MIN` groups.
+    let small_groups = plan.groups >= crate::tuning::aggregate::SMALL_GROUPS_MIN;
     let opts = GroupAggOptions { min_max: plan.min_max, checked_sums: false, small_groups, ..Default::default() };
     let agg_err = |e: GroupAggError| match e {
         GroupAggError::Gpu(e) => gpu_err(e),
@@ -447,11 +445,9 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
     };
     // Without MIN/MAX the chunks add into one set of device tables, read back once
     // (`DenseAccumulator`); otherwise each chunk's tables come back on their own.
-    // RIDGELINE_GROUP_AGG_ACC=0 (a measuring switch) keeps the per-chunk readback.
     let one_readback = !plan.min_max
         && plan.groups + 1 <= ridgeline_operators::group_agg::dense_capacity(dev)
-        && (plan.data.table.num_rows as u64) < u32::MAX as u64
-        && std::env::var("RIDGELINE_GROUP_AGG_ACC").map_or(true, |v| v != "0");
+        && (plan.data.table.num_rows as u64) < u32::MAX as u64;
     let mut acc = if one_readback { Some(DenseAccumulator::new(dev, plan.groups + 1, nvals, &opts).map_err(agg_err)?) } else { None };
     let mut merge = |out: GroupAggOutput| -> Result<()> {
         for x in 0..g {
@@ -646,8 +642,7 @@ fn for_each_chunk(dev: &GpuContext, plan: &GpuAggregatePlan, record: bool, mut f
     Ok(())
 }
 
-/// Held chunk outputs after which [`for_each_chunk`] submits what it recorded.
-const RECORD_FLUSH_BYTES: u64 = 256 << 20;
+use crate::tuning::aggregate::RECORD_FLUSH_BYTES;
 
 static FLUSH_OVERRIDE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 

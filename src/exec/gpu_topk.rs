@@ -48,8 +48,7 @@ use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use std::sync::Arc;
 
-/// In mode `auto`, inputs with at least this many rows select on the GPU.
-pub const GPU_MIN_ROWS: usize = 1 << 20;
+pub use crate::tuning::topk::GPU_MIN_ROWS;
 
 /// Top-k by SampleSelect.
 #[derive(Debug)]

@@ -111,11 +111,8 @@ impl HostData {
     }
 }
 
-/// Batches a filter is left out for after it kept almost every row of one.
-const SKIP_AFTER_UNSELECTIVE: usize = 15;
-/// The largest share of a batch's rows a dynamic filter may keep and still be
-/// applied to the next batch.
-const KEEP_AT_MOST: f64 = 0.05;
+use crate::tuning::host_scan::SKIP_AFTER_UNSELECTIVE;
+use crate::tuning::host_scan::KEEP_AT_MOST;
 
 /// `batch` without the rows some filter is not true for; filters whose current
 /// value is the literal `true` (a dynamic filter not yet filled in) cost nothing.

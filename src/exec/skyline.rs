@@ -37,8 +37,7 @@ use ridgeline_operators::GpuContext;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// Most rank columns the GPU path takes (wider skylines run on the CPU).
-pub const GPU_MAX_DIMS: usize = 16;
+pub use crate::tuning::limits::GPU_MAX_DIMS;
 
 /// Where the skyline algorithm runs.
 #[derive(Clone, Debug, PartialEq)]

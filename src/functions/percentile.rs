@@ -39,7 +39,7 @@ use arrow::datatypes::{DataType, Decimal128Type, Field, FieldRef, Float32Type, F
 use datafusion::error::{DataFusionError, Result};
 use datafusion::functions_aggregate::median::median_udaf;
 use datafusion::functions_aggregate::percentile_cont::percentile_cont_udaf;
-use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
+use datafusion::logical_expr::function::{AccumulatorArgs, AggregateFunctionSimplification, StateFieldsArgs};
 use datafusion::logical_expr::{
     Accumulator, AggregateUDF, AggregateUDFImpl, EmitTo, GroupsAccumulator, Signature, Volatility,
 };
@@ -52,10 +52,8 @@ use ridgeline_operators::select::{key_f64, key_i64, unkey_f64, unkey_i64};
 use ridgeline_operators::GpuMode;
 use std::sync::Arc;
 
-/// The most ranks the dense-tag GPU path serves in one selection.
-pub const MAX_DENSE_GPU_RANKS: usize = 256;
-/// Regions averaging fewer rows than this (a GPU workgroup) are sorted on the CPU.
-pub const WORKGROUP_ROWS: usize = 256;
+pub use crate::tuning::quantile::MAX_DENSE_GPU_RANKS;
+pub use crate::tuning::quantile::WORKGROUP_ROWS;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Func {
@@ -68,6 +66,8 @@ enum Func {
 #[derive(Debug)]
 pub struct Percentile {
     func: Func,
+    /// The GPU mode this instance was made for (see [`super::follow_session_mode`]).
+    mode: GpuMode,
     gpu: bool,
     gpu_min_rows: usize,
     /// DataFusion's own implementation (median, percentile_cont) for the inputs
@@ -78,13 +78,13 @@ pub struct Percentile {
 
 impl PartialEq for Percentile {
     fn eq(&self, o: &Self) -> bool {
-        self.func == o.func && self.gpu == o.gpu && self.gpu_min_rows == o.gpu_min_rows
+        self.func == o.func && self.mode == o.mode
     }
 }
 impl Eq for Percentile {}
 impl std::hash::Hash for Percentile {
     fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-        (self.func, self.gpu, self.gpu_min_rows).hash(h)
+        (self.func, self.mode).hash(h)
     }
 }
 
@@ -109,7 +109,7 @@ impl Percentile {
             Func::Median => median_udaf().signature().clone(),
             _ => Signature::user_defined(Volatility::Immutable),
         };
-        Percentile { func, gpu: mode != GpuMode::Off, gpu_min_rows, inner, signature }
+        Percentile { func, mode, gpu: mode != GpuMode::Off, gpu_min_rows, inner, signature }
     }
 
     /// Whether this implementation takes `dt` (else DataFusion's does).
@@ -189,6 +189,13 @@ pub fn has_order_key(dt: &DataType) -> bool {
     ) || matches!(dt, Decimal128(p, _) if *p <= 18)
 }
 
+impl Percentile {
+    /// The GPU mode this instance selects under.
+    pub fn mode(&self) -> GpuMode {
+        self.mode
+    }
+}
+
 impl AggregateUDFImpl for Percentile {
     fn name(&self) -> &str {
         match self.func {
@@ -254,6 +261,10 @@ impl AggregateUDFImpl for Percentile {
         }
         let item = Field::new_list_field(dt.clone(), true);
         Ok(vec![Field::new(format!("{}[{}]", args.name, self.name()), DataType::List(Arc::new(item)), true).into()])
+    }
+    fn simplify(&self) -> Option<AggregateFunctionSimplification> {
+        let func = self.func;
+        super::follow_session_mode(self.mode, move |mode| AggregateUDF::new_from_impl(Percentile::new(func, mode)))
     }
     fn accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
         let dt = args.expr_fields[0].data_type();

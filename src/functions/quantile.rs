@@ -13,7 +13,7 @@
 //!   rows (the bound SampleSelect reports); on the CPU it is exact.
 //!
 //! Values order as Arrow sorts them (-0.0 before +0.0, NaN last). In GPU mode `on`
-//! (the session's mode when the function was registered) every group selects on
+//! (the session's `ridgeline.gpu` as the statement is planned) every group selects on
 //! the GPU; in mode `auto` groups of at least [`GPU_MIN_ROWS`] values do (on the
 //! H100 the GPU median of 2^20 resident values took 0.7 ms against 2.9 ms for the
 //! CPU selection on 16 cores; BENCHMARKS.md, `bench select`). A GPU error falls
@@ -22,7 +22,7 @@ use arrow::array::{Array, ArrayRef, AsArray, Float64Array, ListArray};
 use arrow::buffer::{OffsetBuffer, ScalarBuffer};
 use arrow::datatypes::{DataType, Field, FieldRef, Float64Type};
 use datafusion::error::{DataFusionError, Result};
-use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
+use datafusion::logical_expr::function::{AccumulatorArgs, AggregateFunctionSimplification, StateFieldsArgs};
 use datafusion::logical_expr::{Accumulator, AggregateUDF, AggregateUDFImpl, Signature, Volatility};
 use datafusion::physical_expr::expressions::Literal;
 use datafusion::scalar::ScalarValue;
@@ -38,13 +38,14 @@ pub enum QuantileKind {
     Approx,
 }
 
-/// Groups with at least this many values select on the GPU in mode `auto`.
-pub const GPU_MIN_ROWS: usize = 1 << 20;
+pub use crate::tuning::quantile::GPU_MIN_ROWS;
 
 /// The aggregate.
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub struct Quantile {
     kind: QuantileKind,
+    /// The GPU mode this instance was made for (see [`super::follow_session_mode`]).
+    mode: GpuMode,
     gpu: bool,
     /// Select on the GPU from this many values.
     gpu_min_rows: usize,
@@ -54,7 +55,7 @@ pub struct Quantile {
 impl Quantile {
     pub fn new(kind: QuantileKind, mode: GpuMode) -> Self {
         let gpu_min_rows = if mode == GpuMode::On { 2 } else { GPU_MIN_ROWS };
-        Quantile { kind, gpu: mode != GpuMode::Off, gpu_min_rows, signature: Signature::user_defined(Volatility::Immutable) }
+        Quantile { kind, mode, gpu: mode != GpuMode::Off, gpu_min_rows, signature: Signature::user_defined(Volatility::Immutable) }
     }
 }
 
@@ -68,6 +69,13 @@ pub fn quantile_udafs(mode: GpuMode) -> Vec<Arc<AggregateUDF>> {
 
 fn plan_err(msg: String) -> DataFusionError {
     DataFusionError::Plan(msg)
+}
+
+impl Quantile {
+    /// The GPU mode this instance selects under.
+    pub fn mode(&self) -> GpuMode {
+        self.mode
+    }
 }
 
 impl AggregateUDFImpl for Quantile {
@@ -109,6 +117,10 @@ impl AggregateUDFImpl for Quantile {
     fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
         let item = Field::new_list_field(DataType::Float64, true);
         Ok(vec![Field::new(format!("{}[values]", args.name), DataType::List(Arc::new(item)), true).into()])
+    }
+    fn simplify(&self) -> Option<AggregateFunctionSimplification> {
+        let kind = self.kind;
+        super::follow_session_mode(self.mode, move |mode| AggregateUDF::new_from_impl(Quantile::new(kind, mode)))
     }
     fn accumulator(&self, acc_args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
         let (fractions, list) = self.fractions(acc_args.exprs)?;

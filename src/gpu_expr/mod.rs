@@ -67,8 +67,7 @@ impl Caps {
     }
 }
 
-/// Most bitmaps (selection, Boolean outputs, validity) one kernel assembles.
-pub(crate) const MAX_BITMAPS_PER_KERNEL: usize = 32;
+pub(crate) use crate::tuning::limits::MAX_BITMAPS_PER_KERNEL;
 
 /// Error codes the kernel raises (largest wins).
 pub(crate) mod codes {
@@ -166,13 +165,9 @@ pub(crate) struct Gen<'a> {
     depth: usize,
 }
 
-/// The deepest expression tree compiled to WGSL. A deeper one (a 1000-term `OR`
-/// chain, a long sum) stays on the CPU: shader compilers recurse over nested
-/// expressions without bounds, and such kernels would compile slowly for no gain.
-pub const MAX_GPU_EXPR_DEPTH: usize = 64;
+pub use crate::tuning::limits::MAX_GPU_EXPR_DEPTH;
 
-/// The longest `IN` list compiled to WGSL (one comparison per value).
-pub const MAX_GPU_IN_LIST: usize = 256;
+pub use crate::tuning::limits::MAX_GPU_IN_LIST;
 
 fn is_int(dt: &DataType) -> bool {
     dt.is_integer()

@@ -62,32 +62,14 @@ use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, Partitio
 use ridgeline_operators::{GpuContext, GpuMode};
 use std::sync::Arc;
 
-/// Most dense group tags one GPU aggregation takes.
-pub const MAX_GROUPS: u64 = 1 << 16;
-/// Most groups a GPU aggregation with quantiles takes (every group is a region of
-/// one SampleSelect descent over all of them; each big region costs a few
-/// dispatches per level).
-pub const MAX_QUANTILE_GROUPS: u64 = 4096;
-/// In mode `auto`, quantile regions (groups) averaging at least this many values
-/// select on the device; smaller ones are downloaded after the partition and
-/// selected on the CPU (see `ridgeline_operators::regions`).
-pub const REGION_GPU_MIN_ROWS: usize = 1 << 16;
+pub use crate::tuning::aggregate::MAX_GROUPS;
+pub use crate::tuning::aggregate::MAX_QUANTILE_GROUPS;
+pub use crate::tuning::aggregate::REGION_GPU_MIN_ROWS;
 
-/// Mode auto: a group table needs this many table rows per group, or HAVING
-/// conditions on the device (`bench aggregate --sql`, 1M groups: 2^20 and 2^22 rows
-/// lost to CPU mode, 2^24 won 2.2x; H100, session 25).
-pub const TABLE_MIN_ROWS_PER_GROUP: u64 = 16;
+pub use crate::tuning::aggregate::TABLE_MIN_ROWS_PER_GROUP;
 
-/// Mode auto: CPU time DataFusion's aggregation with its WHERE clause spends per
-/// table row, ns on one core (TPC-H Q15 at SF 1, H200 machine, warm: 22 ms of
-/// filter and 12.5 ms of partial aggregation over 6M lineitem rows, summed over
-/// 16 cores; more where more rows pass).
-pub const CPU_AGG_NS_PER_ROW: f64 = 5.75;
-/// Mode auto: fixed device time of a group-table aggregation, ms (same query,
-/// session 32: 2.3-3.3 ms per aggregation over 16 chunks, of which recording the
-/// chunks' row programs 0.7, waiting for the device 1.0, compaction and readback
-/// of the groups 0.56).
-pub const TABLE_FIXED_MS: f64 = 2.5;
+pub use crate::tuning::aggregate::CPU_AGG_NS_PER_ROW;
+pub use crate::tuning::aggregate::TABLE_FIXED_MS;
 
 /// Mode auto: whether a group table of `groups` groups over `rows` table rows
 /// pays on `threads` cores without HAVING on the device: enough rows per group

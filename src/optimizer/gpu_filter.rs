@@ -38,27 +38,13 @@ use ridgeline_operators::compact::CompactAlgo;
 use ridgeline_operators::{GpuContext, GpuMode};
 use std::sync::Arc;
 
-/// Host-to-device upload rate the cost model assumes (bytes per ns = GB/s;
-/// measured 30 GB/s on the H100 machine through the staging pool).
-const UPLOAD_GBPS: f64 = 30.0;
-/// Device-to-host rate (measured 16 GB/s).
-const DOWNLOAD_GBPS: f64 = 16.0;
-/// Fixed cost of a GPU filter per input partition (a batch each): kernel launches
-/// and the count readback, measured 0.12 + 0.21 ms on the H100 (`bench filter`).
-const GPU_FIXED_NS: f64 = 350_000.0;
-/// CPU cost of one conjunct per row and core: calibrated on TPC-H Q6 at SF 10 on
-/// the H100 machine's 16 cores (123 ms for 60M rows, 5 conjuncts, aggregation
-/// included), so about 3 ns.
-const CPU_NS_PER_ROW_CONJUNCT: f64 = 3.0;
-/// CPU cost of one conjunct over strings per row and core (Utf8View comparisons):
-/// TPC-H Q19's lineitem filter at SF 10 (two string conjuncts and three ranges of
-/// `l_quantity`) took 2.94 s of CPU over 60M rows on the H100 machine, about 49 ns
-/// a row.
-const CPU_NS_PER_ROW_STRING_CONJUNCT: f64 = 20.0;
-/// CPU cost of gathering one output column per selected row and core.
-const CPU_NS_PER_ROW_COLUMN: f64 = 2.0;
-/// Selectivity assumed when statistics say nothing (DataFusion's default is 20%).
-const DEFAULT_SELECTIVITY: f64 = 0.2;
+use crate::tuning::filter::UPLOAD_GBPS;
+use crate::tuning::filter::DOWNLOAD_GBPS;
+use crate::tuning::filter::GPU_FIXED_NS;
+use crate::tuning::filter::CPU_NS_PER_ROW_CONJUNCT;
+use crate::tuning::filter::CPU_NS_PER_ROW_STRING_CONJUNCT;
+use crate::tuning::filter::CPU_NS_PER_ROW_COLUMN;
+use crate::tuning::filter::DEFAULT_SELECTIVITY;
 
 /// The GPU filter rule.
 #[derive(Debug, Default)]
@@ -124,13 +110,7 @@ fn row_width(schema: &arrow::datatypes::Schema) -> usize {
     schema.fields().iter().map(|f| crate::gpu_batch::Storage::of(f.data_type()).map_or(16, |s| s.elem_size())).sum()
 }
 
-/// How much cheaper the GPU must be estimated before a filter moves. The inputs are
-/// estimates (selectivities from statistics, fixed costs measured on one machine):
-/// on the H100 at SF 10, the GPU filters of TPC-H q4 and q20 made those queries
-/// 1.1-1.2x slower, while q12's, with far fewer rows downloaded, made it 2.1x
-/// faster. Close calls stay on the CPU, where a wrong guess costs little (the
-/// margin also sends back q14's and q15's filters, which had gained 6-12%).
-const GPU_MARGIN: f64 = 1.5;
+use crate::tuning::filter::GPU_MARGIN;
 
 /// `Ok` when the GPU estimate is lower by [`GPU_MARGIN`], else the reason with both
 /// estimates.

@@ -23,9 +23,7 @@ use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use ridgeline_operators::GpuMode;
 use std::sync::Arc;
 
-/// In mode `auto`, only fetches of at least this many rows move (the heap of
-/// DataFusion's TopK grows with k).
-pub const AUTO_MIN_FETCH: usize = 1 << 16;
+pub use crate::tuning::topk::AUTO_MIN_FETCH;
 
 /// The GPU top-k rule.
 #[derive(Debug, Default)]

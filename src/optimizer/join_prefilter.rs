@@ -82,13 +82,7 @@ fn domain(plan: &Arc<dyn ExecutionPlan>, col: usize) -> Option<((i64, i64), usiz
     None
 }
 
-/// Share of an inexact estimate of the build side's rows the plan-time check
-/// assumes. The check only rules out filters that cannot pay (each partition
-/// decides again with the key set's real density), and an estimate through a
-/// filter DataFusion cannot analyse is its default selectivity, often several
-/// times the truth (TPC-H Q9's `p_name LIKE '%green%'`: 20% estimated, 5.4%
-/// real), which kept the filter out of Q9 at SF 1 on 16 cores.
-pub const INEXACT_BUILD_SHARE: f64 = 0.25;
+pub use crate::tuning::join_prefilter::INEXACT_BUILD_SHARE;
 
 /// The build side's rows the plan-time check assumes: an exact count as it is,
 /// an estimate scaled by [`INEXACT_BUILD_SHARE`], `None` when unknown.

@@ -35,8 +35,7 @@ use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// Most leaves a cluster may have (greedy ordering is quadratic per step).
-const MAX_LEAVES: usize = 32;
+use crate::tuning::join_order::MAX_LEAVES;
 
 /// The rule (see the module documentation).
 #[derive(Debug, Default)]
@@ -544,11 +543,8 @@ fn key_sources(plan: &LogicalPlan, c: &Column, out: &mut Vec<(LogicalPlan, Colum
     }
 }
 
-/// Largest estimated leaf whose keys are passed to an aggregated input.
-const SIP_MAX_ROWS: f64 = 1_000_000.0;
-/// Largest share of the aggregated input's distinct keys the passed keys may be
-/// (the semi join must drop at least 75% of the groups).
-const SIP_MAX_SHARE: f64 = 0.25;
+use crate::tuning::join_order::SIP_MAX_ROWS;
+use crate::tuning::join_order::SIP_MAX_SHARE;
 /// Alias of the key relation of a semi join the rule added (so a later pass does
 /// not add another).
 const SIP_ALIAS: &str = "__ridgeline_sip_";

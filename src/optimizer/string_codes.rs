@@ -28,8 +28,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use ridgeline_operators::GpuContext;
 use std::sync::Arc;
 
-/// Most code ranges one rewritten expression tests.
-pub const MAX_CODE_RANGES: usize = 16;
+pub use crate::tuning::limits::MAX_CODE_RANGES;
 
 pub use crate::resident::{augmented_schema, code_field_name, is_string, CodeColumn};
 

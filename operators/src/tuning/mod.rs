@@ -22,6 +22,10 @@ pub enum SwitchKind {
     Runtime,
     /// Overrides a tuned constant, for re-tuning on new hardware.
     Tuning,
+    /// Read by the benchmark harness (the CLI's `bench` commands).
+    Bench,
+    /// Read by the test suite only.
+    Test,
 }
 
 /// One `RIDGELINE_*` environment switch.

@@ -40,34 +40,13 @@ use ridgeline_operators::member::{member_gpu, member_gpu_many, DeviceKeySet, Key
 use ridgeline_operators::GpuContext;
 use std::sync::Arc;
 
-/// CPU time a hash join spends per probe row (measured: 15 ns a row of TPC-H
-/// lineitem against a 43K-row build side, DataFusion 55, one core).
-pub const PROBE_NS_PER_ROW: f64 = 15.0;
-/// Fixed cost of the device path per output partition, in ms: each partition's
-/// batches take a membership kernel, a compaction with a count readback and a
-/// download per column, and the partitions wait on one queue (measured on the
-/// H100 machine, TPC-H SF 10: over 8M partsupp rows with 16 partitions the filter
-/// lost 8.4 ms while saving about 7 ms of probing).
-pub const FIXED_MS_PER_PARTITION: f64 = 1.0;
-/// Effective download rate of filtered rows, bytes per ms (25 GB/s).
-pub const DOWNLOAD_BYTES_PER_MS: f64 = 25.0e6;
-/// Fixed cost of the mask path, in ms, for the whole input: the key set's
-/// upload, one membership kernel per chunk in one submission, one readback of
-/// every selection (measured on the H100 machine, TPC-H SF 10: 1.0-1.6 ms over
-/// 8M partsupp rows in 16 chunks).
-pub const MASK_FIXED_MS: f64 = 0.8;
-/// Device and readback time of the mask path per input row, ns (same
-/// measurement: 3.7 ms over 60M lineitem rows).
-pub const MASK_DEVICE_NS_PER_ROW: f64 = 0.05;
-/// CPU time of the mask path per input row (counting a chunk's mask bits and
-/// walking them), ns on one core.
-pub const MASK_NS_PER_ROW: f64 = 0.3;
-/// Host memory bandwidth the mask path's gather gets, bytes per ms, all cores
-/// together: it reads about every cache line holding a passing row of the host
-/// copy and writes the passing rows (TPC-H Q5 at SF 10 on the H100 machine:
-/// 60M lineitem rows, 20% of 48 bytes passing, 437-571 ms of gather summed over
-/// 16 partitions, about 30 ms of wall time for 2.6 GB).
-pub const HOST_BYTES_PER_MS: f64 = 60.0e6;
+pub use crate::tuning::join_prefilter::PROBE_NS_PER_ROW;
+pub use crate::tuning::join_prefilter::FIXED_MS_PER_PARTITION;
+pub use crate::tuning::join_prefilter::DOWNLOAD_BYTES_PER_MS;
+pub use crate::tuning::join_prefilter::MASK_FIXED_MS;
+pub use crate::tuning::join_prefilter::MASK_DEVICE_NS_PER_ROW;
+pub use crate::tuning::join_prefilter::MASK_NS_PER_ROW;
+pub use crate::tuning::join_prefilter::HOST_BYTES_PER_MS;
 
 /// How the filter's rows reach its parent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -488,9 +467,9 @@ async fn scan_masks(scan: &crate::exec::GpuScanExec, key: &SemiKey, sets: Arc<Ke
         if total > 0 {
             dev.download_stream(&extents, bytemuck::cast_slice_mut(&mut words)).map_err(gpu_err)?;
         }
-        if std::env::var_os("RIDGELINE_SEMI_PROFILE").is_some() {
+        if log::log_enabled!(target: "ridgeline::profile::semi_filter", log::Level::Debug) {
             let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
-            eprintln!(
+            log::debug!(target: "ridgeline::profile::semi_filter",
                 "semi filter masks: {} chunks, {} rows: key set {:.3} ms, kernels {:.3} ms, readback {:.3} ms",
                 sels.len(),
                 data.table.num_rows,

@@ -26,6 +26,7 @@ pub const SWITCHES: &[Switch] = &[
     sw("RIDGELINE_SLT_COMPLETE", SwitchKind::Test, "0 | 1", "the .slt runner: 1 rewrites the expected output from CPU mode."),
     sw("RIDGELINE_ADBC_VENV", SwitchKind::Test, "a directory (default .venv-adbc)", "tests/integration/serve_adbc.rs: where the ADBC Flight SQL driver is installed."),
     sw("RIDGELINE_SHARED_DIR", SwitchKind::Test, "a directory (default ../shared)", "tests: the project's shared data (shared/data)."),
+    sw("RIDGELINE_BLESS", SwitchKind::Test, "0 | 1", "tests/integration/settings.rs: 1 rewrites docs/settings.md from `config::settings_reference`."),
 ];
 
 const fn sw(name: &'static str, kind: SwitchKind, values: &'static str, doc: &'static str) -> Switch {
@@ -43,6 +44,26 @@ pub fn switch(name: &str) -> Option<&'static str> {
     .iter()
     .find(|(n, _)| *n == name)
     .map(|(_, v)| v.as_str())
+}
+
+/// The settings reference (docs/settings.md below its marker): every
+/// `ridgeline.*` session setting and every `RIDGELINE_*` switch of both crates,
+/// as Markdown tables. A test keeps docs/settings.md equal to it.
+pub fn settings_reference() -> String {
+    use datafusion::config::ExtensionOptions;
+    let cell = |s: &str| s.replace('|', "\\|").replace('\n', " ");
+    let mut out = String::from("## Session settings (`SET ridgeline.NAME = VALUE`)\n\n| Setting | Default | What it does |\n|---|---|---|\n");
+    for e in RidgelineOptions::default().entries() {
+        let value = e.value.unwrap_or_default();
+        out += &format!("| `ridgeline.{}` | `{}` | {} |\n", e.key, cell(&value), cell(e.description));
+    }
+    out += "\n## Environment switches (read once, when the process starts)\n\n| Variable | Kind | Values | What it does |\n|---|---|---|---|\n";
+    let mut all: Vec<&Switch> = ridgeline_operators::tuning::all_switches().chain(SWITCHES.iter()).collect();
+    all.sort_by_key(|s| (s.kind as u8, s.name));
+    for s in all {
+        out += &format!("| `{}` | {:?} | {} | {} |\n", s.name, s.kind, cell(s.values), cell(s.doc));
+    }
+    out
 }
 
 extensions_options! {

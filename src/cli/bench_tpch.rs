@@ -566,8 +566,50 @@ struct QueryOutcome {
     check: Option<String>,
 }
 
-/// Runs `ridgeline bench tpch`.
+/// What `bench tpch` runs: the modes, the queries, whether answers are checked.
+struct Plan {
+    sf: f64,
+    queries: Vec<usize>,
+    answers_dir: Option<PathBuf>,
+    check: bool,
+    run_cpu: bool,
+    run_gpu: bool,
+    gpu_line: String,
+}
+
+/// The data as loaded: the tables, the Parquet files they came from (for DuckDB)
+/// and a line saying where they came from.
+struct Data {
+    tables: Vec<Table>,
+    files: Vec<(String, PathBuf)>,
+    source: String,
+    rows_total: usize,
+    gen_ms: f64,
+}
+
+/// Runs `ridgeline bench tpch`: checks the arguments, picks the modes, loads
+/// the data, builds one engine per mode, times every query in every mode (and
+/// DuckDB), then prints the table and fails if a run failed or an answer did not
+/// match.
 pub async fn run(args: TpchArgs) -> Result<()> {
+    let mut plan = plan(&args)?;
+    // DuckDB set-up first, so a missing Python fails before the long part.
+    let duck_python = if args.duckdb { Some(duckdb::python(args.duckdb_wheel.as_deref())?) } else { None };
+    let data = load_data(&args, plan.sf).await?;
+    let files = data.files.clone();
+    let (rl, gpu_rl) = engines(&args, &mut plan, data).await?;
+    let outcomes = run_queries(&args, &plan, &rl, &gpu_rl).await?;
+    let duck = match &duck_python {
+        Some(py) => Some(duckdb::run(py, &files, &plan.queries, args.iterations, args.min_time_ms).await?),
+        None => None,
+    };
+    let (headers, rows, errors) = results_table(&args, &plan, &outcomes, duck.as_ref());
+    report(&args, &plan, &outcomes, duck.as_ref(), &headers, &rows, &errors)
+}
+
+/// Checks the arguments and picks the modes (mode `on` without an adapter fails
+/// here; `auto` without one times CPU mode only).
+fn plan(args: &TpchArgs) -> Result<Plan> {
     let sf = args.sf;
     if !(sf.is_finite() && sf > 0.0) {
         return Err(DataFusionError::Plan(format!("invalid scale factor {sf}: it must be a positive number")));
@@ -608,10 +650,13 @@ pub async fn run(args: TpchArgs) -> Result<()> {
         }
     }
 
-    // DuckDB set-up first, so a missing Python fails before the long part.
-    let duck_python = if args.duckdb { Some(duckdb::python(args.duckdb_wheel.as_deref())?) } else { None };
+    Ok(Plan { sf, queries, answers_dir, check, run_cpu, run_gpu, gpu_line })
+}
 
-    // Data.
+/// The tables: read from `--data` (generated there first if missing; DuckDB's
+/// runs need files, so `--duckdb` without `--data` uses a cache directory) or
+/// generated in memory.
+async fn load_data(args: &TpchArgs, sf: f64) -> Result<Data> {
     let data_dir = match (&args.data, args.duckdb) {
         (Some(d), _) => Some(d.clone()),
         (None, true) => Some(default_cache_dir(sf)),
@@ -644,6 +689,15 @@ pub async fn run(args: TpchArgs) -> Result<()> {
     }
     let gen_ms = t.elapsed().as_secs_f64() * 1e3;
 
+    Ok(Data { tables, files, source, rows_total, gen_ms })
+}
+
+/// The CPU-mode engine and the GPU-mode one (the same engine when only CPU mode
+/// runs), with `--set`/`--set-gpu` applied and the tables registered; prints the
+/// run's header lines.
+async fn engines(args: &TpchArgs, plan: &mut Plan, data: Data) -> Result<(Ridgeline, Ridgeline)> {
+    let (sf, run_cpu, run_gpu) = (plan.sf, plan.run_cpu, plan.run_gpu);
+    let Data { tables, source, rows_total, gen_ms, .. } = data;
     // CPU mode reads host tables; GPU mode reads the same tables, made GPU-resident
     // with --resident (so CPU mode never pays a download it would not have).
     let gpu_mode = match args.gpu_column.trim() {
@@ -703,12 +757,17 @@ pub async fn run(args: TpchArgs) -> Result<()> {
     let what = if args.plan_only { "planning only: SQL text to physical plan" } else { "planning + execution" };
     println!("{gpu_line}; {runs} per query and mode after one warm-up ({what}){order}");
 
-    // Ridgeline runs.
+    Ok((rl, gpu_rl))
+}
+
+/// Times every query in every mode (see [`run_modes_with`]) and checks answers.
+async fn run_queries(args: &TpchArgs, plan: &Plan, rl: &Ridgeline, gpu_rl: &Ridgeline) -> Result<Vec<QueryOutcome>> {
+    let (sf, run_cpu, run_gpu, check, answers_dir, queries) = (plan.sf, plan.run_cpu, plan.run_gpu, plan.check, &plan.answers_dir, &plan.queries);
     let mut outcomes = Vec::new();
     for &q in &queries {
         let sql = query_sql(q);
         let mut o = QueryOutcome { q, cpu: None, gpu: None, check: None };
-        let engines: Vec<&Ridgeline> = [(run_cpu, &rl), (run_gpu, &gpu_rl)].into_iter().filter(|(on, _)| *on).map(|(_, e)| e).collect();
+        let engines: Vec<&Ridgeline> = [(run_cpu, rl), (run_gpu, gpu_rl)].into_iter().filter(|(on, _)| *on).map(|(_, e)| e).collect();
         let mut runs = run_modes_with(&engines, sql, args.iterations, args.min_time_ms, !args.blocks, args.plan_only).await.into_iter();
         if run_cpu {
             o.cpu = runs.next().map(|r| r.map_err(|e| crate::format::one_line(&e)));
@@ -722,13 +781,13 @@ pub async fn run(args: TpchArgs) -> Result<()> {
         outcomes.push(o);
     }
 
-    // DuckDB.
-    let mut duck: Option<duckdb::Report> = None;
-    if let Some(py) = &duck_python {
-        duck = Some(duckdb::run(py, &files, &queries, args.iterations, args.min_time_ms).await?);
-    }
+    Ok(outcomes)
+}
 
-    // The table.
+/// The results table: headers (name, right-aligned), one row per query plus the
+/// geomean row, and the failed runs.
+fn results_table(args: &TpchArgs, plan: &Plan, outcomes: &[QueryOutcome], duck: Option<&duckdb::Report>) -> (Vec<(String, bool)>, Vec<Vec<String>>, Vec<String>) {
+    let (run_cpu, run_gpu, check) = (plan.run_cpu, plan.run_gpu, plan.check);
     let mut headers: Vec<(String, bool)> = vec![("query".into(), false)];
     if run_cpu {
         headers.extend([("CPU min ms".into(), true), ("CPU med ms".into(), true)]);
@@ -763,7 +822,7 @@ pub async fn run(args: TpchArgs) -> Result<()> {
     // geometric means over the queries where every column has a time
     let mut gm: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     let mut pairs_gm: Vec<f64> = Vec::new();
-    for o in &outcomes {
+    for o in outcomes {
         let mut r = vec![query_name(o.q)];
         let mut cols: Vec<(&str, Option<&Timing>)> = Vec::new();
         for (name, run) in [("CPU", &o.cpu), ("GPU", &o.gpu)] {
@@ -878,9 +937,16 @@ pub async fn run(args: TpchArgs) -> Result<()> {
         }
         rows.push(r);
     }
+    (headers, rows, errors)
+}
+
+/// Prints the table and its notes; fails when a run failed or an answer did not match.
+fn report(args: &TpchArgs, plan: &Plan, outcomes: &[QueryOutcome], duck: Option<&duckdb::Report>, headers: &[(String, bool)], rows: &[Vec<String>], errors: &[String]) -> Result<()> {
+    let (sf, run_cpu, run_gpu, check, answers_dir) = (plan.sf, plan.run_cpu, plan.run_gpu, plan.check, &plan.answers_dir);
+    let paired = run_cpu && run_gpu && !args.blocks;
     println!();
-    print_table(&headers, &rows);
-    if let Some(d) = &duck {
+    print_table(headers, rows);
+    if let Some(d) = duck {
         println!("DuckDB {} ({} threads): tables loaded into memory from the same Parquet files", d.version, d.threads);
     }
     if paired {
@@ -907,7 +973,7 @@ pub async fn run(args: TpchArgs) -> Result<()> {
         }
         println!("check: {}", what.join("; "));
     }
-    for e in &errors {
+    for e in errors {
         println!("error: {e}");
     }
     let mismatches = outcomes.iter().filter(|o| o.check.as_deref().is_some_and(|c| c.starts_with("MISMATCH"))).count();
@@ -923,6 +989,7 @@ pub async fn run(args: TpchArgs) -> Result<()> {
     }
     Ok(())
 }
+
 
 /// The check column for one query.
 fn check_query(o: &QueryOutcome, sql: &str, sf: f64, answers: Option<&Path>) -> Result<String> {

@@ -22,6 +22,7 @@ mod percentile;
 mod repartition;
 mod serve;
 mod serve_adbc;
+mod settings;
 mod skyline;
 mod sqllogictests;
 mod topk;

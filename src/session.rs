@@ -75,7 +75,7 @@ fn timed(
 ///   however sparse the keys; DataFusion only does that below a range of 1024 or
 ///   above 15% density. TPC-H at SF 1 on 2 cores (`bench tpch --set-gpu`, runs
 ///   alternating): q17 3.6-3.8x, q11 1.4-1.7x, q8 1.3-1.4x faster, the geometric
-///   mean of all 22 1.10x (BENCHMARKS.md, session 26).
+///   mean of all 22 1.10x (docs/benchmarks/history/session-26.md).
 fn ridgeline_defaults(config: &mut SessionConfig) {
     let ex = &mut config.options_mut().execution;
     if ex.perfect_hash_join_small_build_threshold == 1024 {

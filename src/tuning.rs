@@ -99,7 +99,7 @@ pub mod aggregate {
     pub const REGION_GPU_MIN_ROWS: usize = 1 << 16;
     /// Mode auto: a group table needs this many table rows per group, or HAVING
     /// conditions on the device (`bench aggregate --sql`, 1M groups: 2^20 and 2^22 rows
-    /// lost to CPU mode, 2^24 won 2.2x; H100, session 25).
+    /// lost to CPU mode, 2^24 won 2.2x; H100, docs/benchmarks/history/session-25.md).
     pub const TABLE_MIN_ROWS_PER_GROUP: u64 = 16;
     /// Mode auto: CPU time DataFusion's aggregation with its WHERE clause spends per
     /// table row, ns on one core (TPC-H Q15 at SF 1, H200 machine, warm: 22 ms of
@@ -107,7 +107,7 @@ pub mod aggregate {
     /// 16 cores; more where more rows pass).
     pub const CPU_AGG_NS_PER_ROW: f64 = 5.75;
     /// Mode auto: fixed device time of a group-table aggregation, ms (same query,
-    /// session 32: 2.3-3.3 ms per aggregation over 16 chunks, of which recording the
+    /// docs/benchmarks/history/session-32.md: 2.3-3.3 ms per aggregation over 16 chunks, of which recording the
     /// chunks' row programs 0.7, waiting for the device 1.0, compaction and readback
     /// of the groups 0.56).
     pub const TABLE_FIXED_MS: f64 = 2.5;

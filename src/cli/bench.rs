@@ -292,7 +292,7 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool, approx_variants:
     // Approximate answers by the one histogram pass from any size (the default
     // takes it from 2^20 keys, and the chain below).
     let hist = SelectOptions { approx_hist_min: 0, ..Default::default() };
-    // The approximate median by the chain (exact), as before session 12.
+    // The approximate median by the chain (exact), the design before the one pass (docs/benchmarks/history/session-12.md).
     let by_chain = SelectOptions { approx_hist_min: usize::MAX, ..Default::default() };
     // The one pass with the sample's keys as splitters (32-bit keys otherwise
     // take cells of key space first).

@@ -592,12 +592,12 @@ struct Data {
 /// DuckDB), then prints the table and fails if a run failed or an answer did not
 /// match.
 pub async fn run(args: TpchArgs) -> Result<()> {
-    let mut plan = plan(&args)?;
+    let plan = plan(&args)?;
     // DuckDB set-up first, so a missing Python fails before the long part.
     let duck_python = if args.duckdb { Some(duckdb::python(args.duckdb_wheel.as_deref())?) } else { None };
     let data = load_data(&args, plan.sf).await?;
     let files = data.files.clone();
-    let (rl, gpu_rl) = engines(&args, &mut plan, data).await?;
+    let (rl, gpu_rl) = engines(&args, &plan, data).await?;
     let outcomes = run_queries(&args, &plan, &rl, &gpu_rl).await?;
     let duck = match &duck_python {
         Some(py) => Some(duckdb::run(py, &files, &plan.queries, args.iterations, args.min_time_ms).await?),
@@ -695,7 +695,7 @@ async fn load_data(args: &TpchArgs, sf: f64) -> Result<Data> {
 /// The CPU-mode engine and the GPU-mode one (the same engine when only CPU mode
 /// runs), with `--set`/`--set-gpu` applied and the tables registered; prints the
 /// run's header lines.
-async fn engines(args: &TpchArgs, plan: &mut Plan, data: Data) -> Result<(Ridgeline, Ridgeline)> {
+async fn engines(args: &TpchArgs, plan: &Plan, data: Data) -> Result<(Ridgeline, Ridgeline)> {
     let (sf, run_cpu, run_gpu) = (plan.sf, plan.run_cpu, plan.run_gpu);
     let Data { tables, source, rows_total, gen_ms, .. } = data;
     // CPU mode reads host tables; GPU mode reads the same tables, made GPU-resident
@@ -755,7 +755,7 @@ async fn engines(args: &TpchArgs, plan: &mut Plan, data: Data) -> Result<(Ridgel
     }
     let order = if args.blocks || !(run_cpu && run_gpu) { "" } else { ", the modes alternating run by run" };
     let what = if args.plan_only { "planning only: SQL text to physical plan" } else { "planning + execution" };
-    println!("{gpu_line}; {runs} per query and mode after one warm-up ({what}){order}");
+    println!("{}; {runs} per query and mode after one warm-up ({what}){order}", plan.gpu_line);
 
     Ok((rl, gpu_rl))
 }
@@ -764,7 +764,7 @@ async fn engines(args: &TpchArgs, plan: &mut Plan, data: Data) -> Result<(Ridgel
 async fn run_queries(args: &TpchArgs, plan: &Plan, rl: &Ridgeline, gpu_rl: &Ridgeline) -> Result<Vec<QueryOutcome>> {
     let (sf, run_cpu, run_gpu, check, answers_dir, queries) = (plan.sf, plan.run_cpu, plan.run_gpu, plan.check, &plan.answers_dir, &plan.queries);
     let mut outcomes = Vec::new();
-    for &q in &queries {
+    for &q in queries {
         let sql = query_sql(q);
         let mut o = QueryOutcome { q, cpu: None, gpu: None, check: None };
         let engines: Vec<&Ridgeline> = [(run_cpu, rl), (run_gpu, gpu_rl)].into_iter().filter(|(on, _)| *on).map(|(_, e)| e).collect();

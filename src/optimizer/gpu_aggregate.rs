@@ -35,14 +35,14 @@ use crate::config::rule_device;
 use crate::exec::gpu_aggregate::{AggState, GpuAggregatePlan, GroupKey, QuantileAgg};
 use crate::functions::percentile::{uncast, GpuQuantile};
 use datafusion::functions_aggregate::min_max::max_udaf;
-use datafusion::physical_expr::aggregate::AggregateExprBuilder;
+use datafusion::physical_expr::aggregate::{AggregateExprBuilder, AggregateFunctionExpr};
 use ridgeline_operators::select::RawKind;
 use crate::exec::gpu_filter::OutCol;
 use crate::exec::{cpu_equivalent, CpuNoteExec, GpuAggregateExec, GpuFilterExec, GpuScanExec};
 use crate::gpu_expr::{Caps, RowProgram};
 use super::string_codes::{self, Coder};
 use crate::resident::MAX_DICT_VALUES;
-use arrow::datatypes::{DataType, Field, Schema};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::ScalarValue;
@@ -364,7 +364,13 @@ fn as_i64(v: &Precision<ScalarValue>) -> Option<i64> {
 type Why = String;
 
 /// The GPU plan for aggregation `node` (whose raw-input aggregation is `src`),
-/// `Ok(None)` when the table is too small, `Err` why not.
+/// `Ok(None)` when the table is too small, `Err` why not. The steps: the shape
+/// DataFusion gave the aggregation ([`check_shape`]), the chain down to the
+/// resident scan composed into expressions over its columns ([`scan_chain`]),
+/// the group keys as dense codes ([`group_keys`]), whether a group table pays,
+/// one program output per value and quantile input ([`Aggregates`]), the group
+/// table's limits ([`check_group_table`]), then the final aggregation over the
+/// GPU's partial state ([`final_aggregation`]).
 fn prepare(
     dev: &Arc<GpuContext>,
     node: &Arc<dyn ExecutionPlan>,
@@ -375,8 +381,96 @@ fn prepare(
     group_tables: bool,
     auto: Option<(usize, bool)>,
 ) -> std::result::Result<Option<GpuAggregatePlan>, Why> {
-    let e = |e: datafusion::error::DataFusionError| e.to_string();
     let table_cap = if group_tables { ridgeline_operators::group_table::max_groups(dev) as u64 } else { 0 };
+    check_shape(src)?;
+    let (scan, exprs, predicate) = scan_chain(src)?;
+    let data = scan.data().clone();
+    if data.table.num_rows < min_rows {
+        return Ok(None);
+    }
+    let scan_schema = scan.schema();
+    let table_cols = scan.table_columns();
+    let (mut fields, keys, key_codes, groups) = group_keys(dev, src, scan, &exprs, max_groups, table_cap)?;
+    // A group table that pays only with HAVING on the device, where no filter
+    // could bring one: the CPU's, before anything is compiled.
+    let table = groups + 1 > max_groups;
+    if let Some((threads, false)) = auto {
+        if table && !table_pays(data.table.num_rows as u64, groups, threads) {
+            return Err(format!("a group table of {groups} groups over {} rows saves less than its fixed cost on {threads} cores", data.table.num_rows));
+        }
+    }
+    // String tests in the predicate and the arguments: by dictionary codes, whose
+    // columns follow the keys' codes.
+    let mut coder = Coder::with_base(dev, scan, fields.len());
+    let coded_predicate = match &predicate {
+        Some(p) => Some(super::span("agg.prepare.coder", || coder.rewrite(p)).map_err(|w| format!("the predicate's strings: {w}"))?),
+        None => None,
+    };
+    let gid = group_id(&keys, key_codes);
+    let mut aggs = Aggregates::new(&exprs, &scan_schema, coded_predicate, gid, groups)?;
+    for a in src.aggr_expr() {
+        aggs.add(a, &mut coder)?;
+    }
+    let Aggregates { mut outputs, states, min_max, shown, quantile_outputs, quantile_inputs, quantiles, .. } = aggs;
+    let nvals = outputs.len() - 1;
+    if table {
+        check_group_table(dev, groups, nvals, data.table.num_rows, !quantiles.is_empty(), min_max)?;
+    }
+    for (tag, v, _) in quantile_outputs {
+        outputs.push(tag);
+        outputs.push(v);
+    }
+    fields.extend((0..coder.codes.len()).map(|k| Field::new(string_codes::code_field_name(k), DataType::UInt32, false)));
+    let str_codes: Vec<_> = coder.codes.iter().map(|c| c.dict.clone()).collect();
+    let aug_schema = Arc::new(Schema::new(fields));
+    let program = super::span("agg.prepare.compile", || RowProgram::try_new_wide(aug_schema, None, outputs, Caps::of(dev)))?;
+    let (final_agg, partial_schema, direct) = final_aggregation(node, src, keys.len(), &states)?;
+    let cpu = match super::span("agg.prepare.cpu_equivalent", || cpu_equivalent(node)) {
+        Some(Ok(c)) => c,
+        Some(Err(err)) => return Err(err.to_string()),
+        None => return Err("no CPU plan to fall back to".into()),
+    };
+    let gby: Vec<String> = src.group_expr().expr().iter().map(|(x, _)| subst(x, &exprs).map(|x| x.to_string()).unwrap_or_default()).collect();
+    let display = format!(
+        "predicate={}, gby=[{}], aggr=[{}]",
+        predicate.as_ref().map_or("true".to_string(), |p| p.to_string()),
+        gby.join(", "),
+        shown.join(", ")
+    );
+    let table_rows = data.table.num_rows;
+    Ok(Some(GpuAggregatePlan {
+        data,
+        table_cols,
+        keys,
+        str_codes,
+        groups: groups as u32,
+        program,
+        nvals,
+        states,
+        quantile_inputs,
+        quantiles,
+        region_gpu_min_rows,
+        min_max,
+        table,
+        direct,
+        // Fewer than TABLE_MIN_ROWS_PER_GROUP rows per group: reading back almost as
+        // many groups as rows loses to the CPU (measured: 1M groups over 1M-4M rows);
+        // nor does a pass whose fixed cost exceeds the cores' time (TPC-H Q15 at
+        // SF 1 on 16 cores); unless HAVING cuts the groups on the device (TPC-H Q18).
+        unless_having: auto.filter(|&(threads, _)| table && !table_pays(table_rows as u64, groups, threads)).map(|_| node.clone()),
+        final_agg: Arc::new(final_agg),
+        partial_schema,
+        cpu,
+        display,
+    }))
+}
+
+fn why(e: datafusion::error::DataFusionError) -> Why {
+    e.to_string()
+}
+
+/// What the GPU aggregation cannot take whatever its input.
+fn check_shape(src: &AggregateExec) -> std::result::Result<(), Why> {
     if src.limit_options().is_some() {
         return Err("a limit is pushed into the aggregation".into());
     }
@@ -386,6 +480,14 @@ fn prepare(
     if src.filter_expr().iter().any(|f| f.is_some()) {
         return Err("an aggregate with FILTER".into());
     }
+    Ok(())
+}
+
+/// The resident scan under `src` (through projections, filters and nodes that
+/// pass rows), the aggregation input's columns as expressions over the scan's
+/// columns, and the conjunction of the filters on the way.
+fn scan_chain(src: &AggregateExec) -> std::result::Result<(&GpuScanExec, Vec<Arc<dyn PhysicalExpr>>, Option<Arc<dyn PhysicalExpr>>), Why> {
+    let e = why;
     // Down to the resident scan.
     let mut chain: Vec<&Arc<dyn ExecutionPlan>> = Vec::new();
     let mut p = src.input();
@@ -403,12 +505,7 @@ fn prepare(
         chain.push(p);
         p = p.children()[0];
     };
-    let data = scan.data().clone();
-    if data.table.num_rows < min_rows {
-        return Ok(None);
-    }
     let scan_schema = scan.schema();
-    let table_cols = scan.table_columns();
     // Compose the chain bottom-up into expressions over the scan's columns.
     let mut exprs: Vec<Arc<dyn PhysicalExpr>> = scan_schema.fields().iter().enumerate().map(|(i, f)| col(f.name(), i)).collect();
     let mut conjuncts: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
@@ -436,13 +533,30 @@ fn prepare(
         }
     }
     let predicate = (!conjuncts.is_empty()).then(|| conjunction(conjuncts));
-    // Keys.
+    Ok((scan, exprs, predicate))
+}
+
+/// The group keys: a dense code per key (dictionary codes of strings, offsets in
+/// an exact integer range), the program input's fields with the string codes'
+/// columns appended, each key's code expression, and the number of groups.
+fn group_keys(
+    dev: &Arc<GpuContext>,
+    src: &AggregateExec,
+    scan: &GpuScanExec,
+    exprs: &[Arc<dyn PhysicalExpr>],
+    max_groups: u64,
+    table_cap: u64,
+) -> std::result::Result<(Vec<Field>, Vec<GroupKey>, Vec<Arc<dyn PhysicalExpr>>, u64), Why> {
+    let e = why;
+    let data = scan.data();
+    let scan_schema = scan.schema();
+    let table_cols = scan.table_columns();
     let mut fields: Vec<Field> = scan_schema.fields().iter().map(|f| f.as_ref().clone()).collect();
     let mut keys = Vec::new();
     let mut key_codes: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
     let mut groups: u64 = 1;
     for (ge, _) in src.group_expr().expr() {
-        let k = subst(ge, &exprs).map_err(e)?;
+        let k = subst(ge, exprs).map_err(e)?;
         let Some(c) = k.downcast_ref::<Column>() else { return Err(format!("GROUP BY {k}: not a column")) };
         let t = table_cols[c.index()];
         let dt = scan_schema.field(c.index()).data_type().clone();
@@ -496,22 +610,11 @@ fn prepare(
             return Err(format!("more than {} groups", max_groups.max(table_cap + 1) - 1));
         }
     }
-    // A group table that pays only with HAVING on the device, where no filter
-    // could bring one: the CPU's, before anything is compiled.
-    let table = groups + 1 > max_groups;
-    if let Some((threads, false)) = auto {
-        if table && !table_pays(data.table.num_rows as u64, groups, threads) {
-            return Err(format!("a group table of {groups} groups over {} rows saves less than its fixed cost on {threads} cores", data.table.num_rows));
-        }
-    }
-    // String tests in the predicate and the arguments: by dictionary codes, whose
-    // columns follow the keys' codes.
-    let mut coder = Coder::with_base(dev, scan, fields.len());
-    let coded_predicate = match &predicate {
-        Some(p) => Some(super::span("agg.prepare.coder", || coder.rewrite(p)).map_err(|w| format!("the predicate's strings: {w}"))?),
-        None => None,
-    };
-    // Group id in mixed radix; rejected rows get `groups`.
+    Ok((fields, keys, key_codes, groups))
+}
+
+/// The group id in mixed radix over the keys' codes (0 without keys).
+fn group_id(keys: &[GroupKey], key_codes: Vec<Arc<dyn PhysicalExpr>>) -> Arc<dyn PhysicalExpr> {
     let mut gid: Option<Arc<dyn PhysicalExpr>> = None;
     for (k, code) in keys.iter().zip(key_codes) {
         gid = Some(match gid {
@@ -523,81 +626,141 @@ fn prepare(
             )),
         });
     }
-    let gid = gid.unwrap_or_else(|| lit(ScalarValue::UInt32(Some(0))));
-    let gid_all = gid.clone();
-    let when = |v: Arc<dyn PhysicalExpr>, otherwise: Option<Arc<dyn PhysicalExpr>>| -> std::result::Result<Arc<dyn PhysicalExpr>, Why> {
-        Ok(match &coded_predicate {
-            Some(p) => Arc::new(CaseExpr::try_new(None, vec![(p.clone(), v)], otherwise).map_err(e)?),
+    gid.unwrap_or_else(|| lit(ScalarValue::UInt32(Some(0))))
+}
+
+/// The program's outputs and the aggregates' states as they are added: output 0
+/// is the group id (rejected rows get `groups`), then one output per distinct
+/// value column, and per distinct quantile input a tag and a value.
+struct Aggregates<'a> {
+    exprs: &'a [Arc<dyn PhysicalExpr>],
+    scan_schema: &'a Schema,
+    coded_predicate: Option<Arc<dyn PhysicalExpr>>,
+    gid: Arc<dyn PhysicalExpr>,
+    groups: u64,
+    dropped: Arc<dyn PhysicalExpr>,
+    outputs: Vec<Arc<dyn PhysicalExpr>>,
+    value_keys: Vec<String>,
+    states: Vec<AggState>,
+    min_max: bool,
+    shown: Vec<String>,
+    /// Quantile inputs: (tag expression, value expression, key).
+    quantile_outputs: Vec<(Arc<dyn PhysicalExpr>, Arc<dyn PhysicalExpr>, String)>,
+    quantile_inputs: Vec<RawKind>,
+    quantiles: Vec<QuantileAgg>,
+}
+
+impl<'a> Aggregates<'a> {
+    fn new(
+        exprs: &'a [Arc<dyn PhysicalExpr>],
+        scan_schema: &'a Schema,
+        coded_predicate: Option<Arc<dyn PhysicalExpr>>,
+        gid: Arc<dyn PhysicalExpr>,
+        groups: u64,
+    ) -> std::result::Result<Self, Why> {
+        let dropped = lit(ScalarValue::UInt32(Some(groups as u32)));
+        let mut a = Aggregates {
+            exprs,
+            scan_schema,
+            coded_predicate,
+            gid: gid.clone(),
+            groups,
+            dropped: dropped.clone(),
+            outputs: Vec::new(),
+            value_keys: Vec::new(),
+            states: Vec::new(),
+            min_max: false,
+            shown: Vec::new(),
+            quantile_outputs: Vec::new(),
+            quantile_inputs: Vec::new(),
+            quantiles: Vec::new(),
+        };
+        let first = a.when(gid, Some(dropped))?;
+        a.outputs.push(first);
+        Ok(a)
+    }
+
+    /// `v` where the WHERE clause passes, else `otherwise`.
+    fn when(&self, v: Arc<dyn PhysicalExpr>, otherwise: Option<Arc<dyn PhysicalExpr>>) -> std::result::Result<Arc<dyn PhysicalExpr>, Why> {
+        Ok(match &self.coded_predicate {
+            Some(p) => Arc::new(CaseExpr::try_new(None, vec![(p.clone(), v)], otherwise).map_err(why)?),
             None => v,
         })
-    };
-    let dropped = lit(ScalarValue::UInt32(Some(groups as u32)));
-    let mut outputs = vec![when(gid, Some(dropped.clone()))?];
-    // Aggregates.
-    let mut value_keys: Vec<String> = Vec::new();
-    let mut states = Vec::new();
-    let mut min_max = false;
-    let mut shown = Vec::new();
-    // Quantile inputs: (tag expression, value expression, key) and the aggregates.
-    let mut quantile_outputs: Vec<(Arc<dyn PhysicalExpr>, Arc<dyn PhysicalExpr>, String)> = Vec::new();
-    let mut quantile_inputs: Vec<RawKind> = Vec::new();
-    let mut quantiles: Vec<QuantileAgg> = Vec::new();
-    for a in src.aggr_expr() {
-        let name = a.fun().name().to_ascii_lowercase();
-        if let Some(first) = a.expressions().first() {
-            let v = subst(first, &exprs).map_err(e)?;
-            let dt = v.data_type(&scan_schema).map_err(e)?;
-            let same_value = |o: &Arc<dyn PhysicalExpr>| {
-                subst(o, &exprs).is_ok_and(|o| uncast(&o).to_string() == uncast(&v).to_string())
-            };
-            if let Some(q) = GpuQuantile::of(a, &dt, &same_value).map_err(e)? {
-                // Look through a cast of an integer or a decimal to Float64 (the coercion
-                // of median(int), percentile_cont and quantile_cont): select the exact values.
-                let (v, dt, q) = match v.downcast_ref::<CastExpr>() {
-                    Some(c) if dt == DataType::Float64 => {
-                        let src = c.expr().data_type(&scan_schema).map_err(e)?;
-                        let exact = matches!(src, DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64)
-                            || matches!(src, DataType::Decimal128(p, _) if p <= 18);
-                        if exact {
-                            (c.expr().clone(), src.clone(), q.through_cast(src))
-                        } else {
-                            (v, dt, q)
-                        }
-                    }
-                    _ => (v, dt, q),
-                };
-                if groups > MAX_QUANTILE_GROUPS {
-                    return Err(format!("{name} over more than {MAX_QUANTILE_GROUPS} groups"));
-                }
-                let (v, kind) = match &dt {
-                    DataType::Float64 => (v, RawKind::F64),
-                    DataType::Int64 | DataType::Decimal128(..) | DataType::Timestamp(..) | DataType::Date64 => (v, RawKind::I64),
-                    DataType::Int8 | DataType::Int16 | DataType::Int32 => {
-                        (Arc::new(CastExpr::new(v, DataType::Int64, None)) as Arc<dyn PhysicalExpr>, RawKind::I64)
-                    }
-                    other => return Err(format!("{name} of {other}")),
-                };
-                shown.push(format!("{name}({v})"));
-                let key = v.to_string();
-                let input = match quantile_outputs.iter().position(|x| x.2 == key) {
-                    Some(i) => i,
-                    None => {
-                        // A row's tag: its group, or `groups` (dropped) when the WHERE
-                        // clause rejects it or the value is NULL.
-                        let tag: Arc<dyn PhysicalExpr> = Arc::new(
-                            CaseExpr::try_new(None, vec![(Arc::new(IsNullExpr::new(v.clone())) as _, dropped.clone())], Some(gid_all.clone()))
-                                .map_err(e)?,
-                        );
-                        quantile_outputs.push((when(tag, Some(dropped.clone()))?, v, key));
-                        quantile_inputs.push(kind);
-                        quantile_outputs.len() - 1
-                    }
-                };
-                states.push(AggState::Quantile(quantiles.len()));
-                quantiles.push(QuantileAgg { quantile: q, input });
-                continue;
-            }
+    }
+
+    /// Adds aggregate `a`: a quantile (selected per group on the device) or COUNT,
+    /// SUM, AVG, MIN, MAX over a value column.
+    fn add(&mut self, a: &AggregateFunctionExpr, coder: &mut Coder) -> std::result::Result<(), Why> {
+        if self.add_quantile(a)? {
+            return Ok(());
         }
+        self.add_plain(a, coder)
+    }
+
+    /// Adds `a` if it is a quantile the GPU selects; `Ok(false)` if it is not one.
+    fn add_quantile(&mut self, a: &AggregateFunctionExpr) -> std::result::Result<bool, Why> {
+        let e = why;
+        let (exprs, scan_schema, groups) = (self.exprs, self.scan_schema, self.groups);
+        let name = a.fun().name().to_ascii_lowercase();
+        let Some(first) = a.expressions().first().cloned() else { return Ok(false) };
+        let v = subst(&first, exprs).map_err(e)?;
+        let dt = v.data_type(scan_schema).map_err(e)?;
+        let same_value = |o: &Arc<dyn PhysicalExpr>| subst(o, exprs).is_ok_and(|o| uncast(&o).to_string() == uncast(&v).to_string());
+        let Some(q) = GpuQuantile::of(a, &dt, &same_value).map_err(e)? else { return Ok(false) };
+        // Look through a cast of an integer or a decimal to Float64 (the coercion
+        // of median(int), percentile_cont and quantile_cont): select the exact values.
+        let (v, dt, q) = match v.downcast_ref::<CastExpr>() {
+            Some(c) if dt == DataType::Float64 => {
+                let src = c.expr().data_type(&scan_schema).map_err(e)?;
+                let exact = matches!(src, DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64)
+                    || matches!(src, DataType::Decimal128(p, _) if p <= 18);
+                if exact {
+                    (c.expr().clone(), src.clone(), q.through_cast(src))
+                } else {
+                    (v, dt, q)
+                }
+            }
+            _ => (v, dt, q),
+        };
+        if groups > MAX_QUANTILE_GROUPS {
+            return Err(format!("{name} over more than {MAX_QUANTILE_GROUPS} groups"));
+        }
+        let (v, kind) = match &dt {
+            DataType::Float64 => (v, RawKind::F64),
+            DataType::Int64 | DataType::Decimal128(..) | DataType::Timestamp(..) | DataType::Date64 => (v, RawKind::I64),
+            DataType::Int8 | DataType::Int16 | DataType::Int32 => {
+                (Arc::new(CastExpr::new(v, DataType::Int64, None)) as Arc<dyn PhysicalExpr>, RawKind::I64)
+            }
+            other => return Err(format!("{name} of {other}")),
+        };
+        self.shown.push(format!("{name}({v})"));
+        let key = v.to_string();
+        let input = match self.quantile_outputs.iter().position(|x| x.2 == key) {
+            Some(i) => i,
+            None => {
+                // A row's tag: its group, or `groups` (dropped) when the WHERE
+                // clause rejects it or the value is NULL.
+                let tag: Arc<dyn PhysicalExpr> = Arc::new(
+                    CaseExpr::try_new(None, vec![(Arc::new(IsNullExpr::new(v.clone())) as _, self.dropped.clone())], Some(self.gid.clone()))
+                        .map_err(e)?,
+                );
+                let tag = self.when(tag, Some(self.dropped.clone()))?;
+                self.quantile_outputs.push((tag, v, key));
+                self.quantile_inputs.push(kind);
+                self.quantile_outputs.len() - 1
+            }
+        };
+        self.states.push(AggState::Quantile(self.quantiles.len()));
+        self.quantiles.push(QuantileAgg { quantile: q, input });
+        Ok(true)
+    }
+
+    /// Adds COUNT, SUM, AVG, MIN or MAX of one value column (shared by the
+    /// aggregates over the same value).
+    fn add_plain(&mut self, a: &AggregateFunctionExpr, coder: &mut Coder) -> std::result::Result<(), Why> {
+        let e = why;
+        let (exprs, scan_schema) = (self.exprs, self.scan_schema);
+        let name = a.fun().name().to_ascii_lowercase();
         if a.is_distinct() {
             return Err(format!("{name}(DISTINCT ..)"));
         }
@@ -608,14 +771,14 @@ fn prepare(
         if args.len() != 1 {
             return Err(format!("{name} with {} arguments", args.len()));
         }
-        let arg = subst(&args[0], &exprs).map_err(e)?;
-        shown.push(format!("{name}({arg})"));
-        let dt = arg.data_type(&scan_schema).map_err(e)?;
+        let arg = subst(&args[0], exprs).map_err(e)?;
+        self.shown.push(format!("{name}({arg})"));
+        let dt = arg.data_type(scan_schema).map_err(e)?;
         if name == "count" {
             if let Some(l) = arg.downcast_ref::<Literal>() {
                 if !l.value().is_null() {
-                    states.push(AggState::CountRows);
-                    continue;
+                    self.states.push(AggState::CountRows);
+                    return Ok(());
                 }
             }
         }
@@ -637,56 +800,59 @@ fn prepare(
             arg.clone()
         };
         let key = v.to_string();
-        let c = match value_keys.iter().position(|x| *x == key) {
+        let c = match self.value_keys.iter().position(|x| *x == key) {
             Some(c) => c,
             None => {
-                value_keys.push(key);
+                self.value_keys.push(key);
                 let v = coder.rewrite(&v).map_err(|w| format!("{name}'s argument: {w}"))?;
-                outputs.push(when(v, None)?);
-                value_keys.len() - 1
+                let out = self.when(v, None)?;
+                self.outputs.push(out);
+                self.value_keys.len() - 1
             }
         };
-        states.push(match name.as_str() {
+        let state = match name.as_str() {
             "count" => AggState::Count(c),
             "sum" => AggState::Sum(c),
             "avg" => AggState::Avg(c),
             "min" => {
-                min_max = true;
+                self.min_max = true;
                 AggState::Min(c)
             }
             _ => {
-                min_max = true;
+                self.min_max = true;
                 AggState::Max(c)
             }
-        });
+        };
+        self.states.push(state);
+        Ok(())
     }
-    let nvals = outputs.len() - 1;
-    // Beyond the per-chunk tables of all groups: one group table in device memory,
-    // for COUNT, SUM, AVG, MIN and MAX (64-bit atomics) over a key range the table's
-    // rows fill densely enough.
-    if table {
-        if !quantiles.is_empty() {
-            return Err(format!("a quantile over {groups} groups"));
-        }
-        if min_max && !ridgeline_operators::group_table::supports_min_max(dev) {
-            return Err(format!("MIN or MAX over {groups} groups without 64-bit atomics"));
-        }
-        if groups > 4 * data.table.num_rows.max(1) as u64 {
-            return Err(format!("{groups} groups for {} rows: too sparse for a group table", data.table.num_rows));
-        }
-        let bytes = ridgeline_operators::group_table::table_bytes(groups as u32, nvals);
-        if bytes > dev.pool().budget() / 4 {
-            return Err(format!("a group table of {} MiB", bytes >> 20));
-        }
+}
+
+/// Beyond the per-chunk tables of all groups: one group table in device memory,
+/// for COUNT, SUM, AVG, MIN and MAX (64-bit atomics) over a key range the table's
+/// rows fill densely enough.
+fn check_group_table(dev: &GpuContext, groups: u64, nvals: usize, rows: usize, quantiles: bool, min_max: bool) -> std::result::Result<(), Why> {
+    if quantiles {
+        return Err(format!("a quantile over {groups} groups"));
     }
-    for (tag, v, _) in quantile_outputs {
-        outputs.push(tag);
-        outputs.push(v);
+    if min_max && !ridgeline_operators::group_table::supports_min_max(dev) {
+        return Err(format!("MIN or MAX over {groups} groups without 64-bit atomics"));
     }
-    fields.extend((0..coder.codes.len()).map(|k| Field::new(string_codes::code_field_name(k), DataType::UInt32, false)));
-    let str_codes: Vec<_> = coder.codes.iter().map(|c| c.dict.clone()).collect();
-    let aug_schema = Arc::new(Schema::new(fields));
-    let program = super::span("agg.prepare.compile", || RowProgram::try_new_wide(aug_schema, None, outputs, Caps::of(dev)))?;
+    if groups > 4 * rows.max(1) as u64 {
+        return Err(format!("{groups} groups for {rows} rows: too sparse for a group table"));
+    }
+    let bytes = ridgeline_operators::group_table::table_bytes(groups as u32, nvals);
+    if bytes > dev.pool().budget() / 4 {
+        return Err(format!("a group table of {} MiB", bytes >> 20));
+    }
+    Ok(())
+}
+
+/// DataFusion's final aggregation over the GPU's partial state (each quantile's
+/// answer kept as its state), the partial state's schema, and whether the state
+/// is already the answer (no final aggregation needed).
+fn final_aggregation(node: &Arc<dyn ExecutionPlan>, src: &AggregateExec, nkeys: usize, states: &[AggState]) -> std::result::Result<(AggregateExec, SchemaRef, bool), Why> {
+    let e = why;
     // DataFusion's partial state and the final aggregation over it.
     let partial = if *src.mode() == AggregateMode::Partial {
         None
@@ -709,7 +875,7 @@ fn prepare(
     let final_aggrs = src
         .aggr_expr()
         .iter()
-        .zip(&states)
+        .zip(states)
         .map(|(a, st)| match st {
             AggState::Quantile(_) => {
                 let dt = a.field().data_type().clone();
@@ -720,7 +886,7 @@ fn prepare(
         })
         .collect::<Result<Vec<_>>>()
         .map_err(e)?;
-    let mut partial_fields: Vec<Arc<Field>> = partial_ref.schema().fields()[..keys.len()].to_vec();
+    let mut partial_fields: Vec<Arc<Field>> = partial_ref.schema().fields()[..nkeys].to_vec();
     for a in &final_aggrs {
         partial_fields.extend(a.state_fields().map_err(e)?);
     }
@@ -739,7 +905,7 @@ fn prepare(
     let same_types = |a: &Schema, b: &Schema| {
         a.fields().len() == b.fields().len() && a.fields().iter().zip(b.fields()).all(|(x, y)| x.data_type() == y.data_type())
     };
-    let direct = !keys.is_empty()
+    let direct = nkeys > 0
         && states.iter().all(|s| matches!(s, AggState::CountRows | AggState::Count(_) | AggState::Sum(_) | AggState::Min(_) | AggState::Max(_)))
         && same_types(&partial_schema, &node.schema());
     let same = |a: &Schema, b: &Schema| same_types(a, b) && a.fields().iter().zip(b.fields()).all(|(x, y)| x.name() == y.name());
@@ -747,48 +913,11 @@ fn prepare(
         return Err("the final aggregation's schema differs".into());
     }
     // The state columns must be the ones the node builds.
-    let expected: usize = keys.len() + states.iter().map(|s| if matches!(s, AggState::Avg(_)) { 2 } else { 1 }).sum::<usize>();
+    let expected: usize = nkeys + states.iter().map(|s| if matches!(s, AggState::Avg(_)) { 2 } else { 1 }).sum::<usize>();
     if partial_schema.fields().len() != expected {
         return Err(format!("partial state of {} columns, expected {expected}", partial_schema.fields().len()));
     }
-    let cpu = match super::span("agg.prepare.cpu_equivalent", || cpu_equivalent(node)) {
-        Some(Ok(c)) => c,
-        Some(Err(err)) => return Err(err.to_string()),
-        None => return Err("no CPU plan to fall back to".into()),
-    };
-    let gby: Vec<String> = src.group_expr().expr().iter().map(|(x, _)| subst(x, &exprs).map(|x| x.to_string()).unwrap_or_default()).collect();
-    let display = format!(
-        "predicate={}, gby=[{}], aggr=[{}]",
-        predicate.as_ref().map_or("true".to_string(), |p| p.to_string()),
-        gby.join(", "),
-        shown.join(", ")
-    );
-    let table_rows = data.table.num_rows;
-    Ok(Some(GpuAggregatePlan {
-        data,
-        table_cols,
-        keys,
-        str_codes,
-        groups: groups as u32,
-        program,
-        nvals,
-        states,
-        quantile_inputs,
-        quantiles,
-        region_gpu_min_rows,
-        min_max,
-        table,
-        direct,
-        // Fewer than TABLE_MIN_ROWS_PER_GROUP rows per group: reading back almost as
-        // many groups as rows loses to the CPU (measured: 1M groups over 1M-4M rows);
-        // nor does a pass whose fixed cost exceeds the cores' time (TPC-H Q15 at
-        // SF 1 on 16 cores); unless HAVING cuts the groups on the device (TPC-H Q18).
-        unless_having: auto.filter(|&(threads, _)| table && !table_pays(table_rows as u64, groups, threads)).map(|_| node.clone()),
-        final_agg: Arc::new(final_agg),
-        partial_schema,
-        cpu,
-        display,
-    }))
+    Ok((final_agg, partial_schema, direct))
 }
 
 #[cfg(test)]

@@ -70,7 +70,7 @@ extensions_options! {
     /// Ridgeline settings, under the `ridgeline.` prefix.
     pub struct RidgelineOptions {
         /// Where operators run: off, auto or on (default: `RIDGELINE_GPU`, else auto).
-        pub gpu: Choice, default = Choice::new("gpu", "auto", check_gpu)
+        pub gpu: ModeSetting, default = ModeSetting(GpuMode::Auto)
         /// Rows an operator's input must have before auto mode moves it to the GPU.
         pub min_gpu_rows: usize, default = 1_000_000
         /// Rows a GPU operator gathers into one device chunk (0: from the memory budget).
@@ -169,8 +169,31 @@ impl datafusion::config::ConfigField for Choice {
     }
 }
 
-fn check_gpu(v: &str) -> std::result::Result<(), &'static str> {
-    v.parse::<GpuMode>().map(|_| ()).map_err(|_| "off, auto or on")
+/// The `ridgeline.gpu` setting: a [`GpuMode`], typed from `SET` to the
+/// operators (a bad value is refused with the valid ones and the old value kept).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ModeSetting(pub GpuMode);
+
+impl std::fmt::Display for ModeSetting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl datafusion::config::ConfigField for ModeSetting {
+    fn visit<V: datafusion::config::Visit>(&self, v: &mut V, key: &str, description: &'static str) {
+        v.some(key, self.0, description)
+    }
+    fn set(&mut self, _key: &str, value: &str) -> Result<()> {
+        self.0 = value
+            .parse()
+            .map_err(|_| DataFusionError::Configuration(format!("ridgeline.gpu must be off, auto or on, not '{}'", value.trim())))?;
+        Ok(())
+    }
+    fn reset(&mut self, _key: &str) -> Result<()> {
+        self.0 = GpuMode::Auto;
+        Ok(())
+    }
 }
 
 /// The compaction setting's values (the one list `SET` checks against).
@@ -201,9 +224,10 @@ impl RidgelineOptions {
     pub fn from_config(cfg: &ConfigOptions) -> RidgelineOptions {
         cfg.extensions.get::<RidgelineOptions>().cloned().unwrap_or_default()
     }
-    /// The GPU mode.
+    /// The GPU mode (checked when it was set, so this never fails; `Result` for
+    /// the callers that propagate it).
     pub fn mode(&self) -> Result<GpuMode> {
-        self.gpu.parse().map_err(DataFusionError::Configuration)
+        Ok(self.gpu.0)
     }
     /// The compaction algorithm setting.
     pub fn compaction(&self) -> Result<ridgeline_operators::compact::CompactAlgo> {

@@ -25,7 +25,7 @@ impl RidgelineSessionExt for SessionStateBuilder {
         if cfg.options().extensions.get::<RidgelineOptions>().is_none() {
             let mut opts = RidgelineOptions::default();
             if let Ok(m) = GpuMode::from_env() {
-                let _ = opts.gpu.set_value(m.as_str());
+                opts.gpu = crate::config::ModeSetting(m);
             }
             cfg.options_mut().extensions.insert(opts);
             ridgeline_defaults(cfg);
@@ -117,7 +117,7 @@ impl RidgelineBuilder {
         };
         let mut config = self.config.unwrap_or_default().with_information_schema(true);
         let mut opts = RidgelineOptions::default();
-        opts.gpu.set_value(mode.as_str())?;
+        opts.gpu = crate::config::ModeSetting(mode);
         config.options_mut().extensions.insert(opts);
         ridgeline_defaults(&mut config);
         let dev = device_for(mode)?;

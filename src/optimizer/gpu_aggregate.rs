@@ -70,7 +70,7 @@ pub const MAX_GROUPS: u64 = 1 << 16;
 pub const MAX_QUANTILE_GROUPS: u64 = 4096;
 /// In mode `auto`, quantile regions (groups) averaging at least this many values
 /// select on the device; smaller ones are downloaded after the partition and
-/// selected on the CPU (see `ridgeline_operators::regions`).
+/// selected on the CPU (see `ridgeline_operators::select::regions`).
 pub const REGION_GPU_MIN_ROWS: usize = 1 << 16;
 
 /// Mode auto: a group table needs this many table rows per group, or HAVING

@@ -102,7 +102,7 @@
 //! and the indirect dispatch size, one window pass copies the keys inside,
 //! `ch_check` moves to the window or stops the chain when the sample missed or a
 //! window overflowed its region). The host computes the regions' capacities and
-//! the number of levels from `n` alone ([`chain_caps`]), records all levels in one
+//! the number of levels from `n` alone (`chain_caps`), records all levels in one
 //! submission and reads back once: the state and the last region (at most S keys)
 //! sorted. A stopped chain reruns as the host-driven descent. Top-k of 32-bit keys
 //! runs the chain over (key, row) pairs packed into 64-bit keys, windows open

@@ -100,7 +100,7 @@ pub(super) struct Kern {
     pub(super) kb: usize,
     pub(super) s: u32,
     pub(super) ns: u32,
-    /// Sample sorts by `sort_sample_sg` (section sortsg).
+    /// Sample sorts by `sort_sample_sg` (sample_sort_sg.wgsl).
     pub(super) sg_sort: bool,
 }
 
@@ -156,6 +156,9 @@ impl Kern {
         self.pipe_with(ctx, "sample_bitonic+sample_sort+sample_sort_sg", "sort_sample_sg", &[("SWG", (self.s / 4).to_string()), ("KSHX", shx.to_string())])
     }
 
+    /// The pipeline of `entry` compiled from the files `section` names (names of
+    /// shaders/select/*.wgsl joined by '+', in order), after the key file and
+    /// common.wgsl.
     pub(super) fn pipe(&self, ctx: &GpuContext, section: &str, entry: &str) -> GpuResult<Arc<wgpu::ComputePipeline>> {
         self.pipe_with(ctx, section, entry, &[])
     }

@@ -74,12 +74,12 @@ pub const CHAIN_LATER_SAMPLE: u32 = 1024;
 /// (docs/benchmarks/history/session-13.md) the pass with subgroup staging answered
 /// an approximate median in 0.66-0.83 ms at 2^28 keys against 1.3-1.6 ms for the
 /// (exact) chain, and in 0.35-0.6x the chain's time at 2^20-2^27; the key-cell
-/// pass in 0.50 ms (session-14.md).
+/// pass in 0.50 ms (docs/benchmarks/history/session-14.md).
 pub const APPROX_HIST_MIN: usize = 1 << 20;
 /// Keys per invocation and chunk of the one pass: 4 (0.77 ms a median at 2^28 on
 /// the H100 against 0.87 with 2 and 0.93 with 8, interleaved calls of one run,
 /// docs/benchmarks/history/session-13.md; the key-cell pass: 4 and 8 within noise
-/// of each other over three runs, 2 slower, session-14.md). Switch
+/// of each other over three runs, 2 slower, docs/benchmarks/history/session-14.md). Switch
 /// `RIDGELINE_APPROX_ITEMS`.
 pub const APPROX_ITEMS: u32 = 4;
 /// Most workgroups of the one pass (each loops over chunks): 8192, enough to fill a

@@ -95,7 +95,7 @@ pub mod aggregate {
     pub const MAX_QUANTILE_GROUPS: u64 = 4096;
     /// In mode `auto`, quantile regions (groups) averaging at least this many values
     /// select on the device; smaller ones are downloaded after the partition and
-    /// selected on the CPU (see `ridgeline_operators::regions`).
+    /// selected on the CPU (see `ridgeline_operators::select::regions`).
     pub const REGION_GPU_MIN_ROWS: usize = 1 << 16;
     /// Mode auto: a group table needs this many table rows per group, or HAVING
     /// conditions on the device (`bench aggregate --sql`, 1M groups: 2^20 and 2^22 rows

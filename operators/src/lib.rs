@@ -16,7 +16,6 @@ pub mod member;
 pub mod mode;
 pub mod partition;
 pub mod pool;
-pub mod regions;
 pub mod rowwise;
 pub mod scan;
 pub mod select;

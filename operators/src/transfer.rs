@@ -82,7 +82,7 @@ const SMALL_CHUNKS: usize = 16;
 /// Small host-to-device writes (kernel parameters, bucket tables, offsets) that
 /// wait for the next submission. wgpu's `queue.write_buffer` and
 /// `create_buffer_init` create a fresh staging buffer per call, which costs 2-3 ms
-/// of host time on the H100's driver (measured with `RIDGELINE_SELECT_PROFILE`);
+/// of host time on the H100's driver (measured with the `ridgeline::profile::select` log target);
 /// these go instead through a few persistent 1 MiB MAP_WRITE chunks, as one copy
 /// command buffer submitted ahead of the next command buffer.
 #[derive(Default)]

@@ -283,10 +283,7 @@ pub fn filter(lo: u32, hi: u32, iterations: usize) -> Result<()> {
 /// top-k for k = 10, 100, 1000, n/100, approximate median with its measured rank
 /// error) against the CPU path and DataFusion's `median` over the same column.
 pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool, approx_variants: bool, duckdb: Option<&std::path::Path>) -> Result<()> {
-    use ridgeline_operators::select::{
-        approx_select_gpu_device_with, key_f32, select_cpu, select_gpu_device, select_gpu_device_with, topk_cpu, topk_gpu_device,
-        topk_gpu_device_with, SelectOptions,
-    };
+    use ridgeline_operators::select::{approx_select_gpu, key_f32, select_cpu, select_gpu, topk_cpu, topk_gpu, Keys, SelectOptions};
     // The host-driven descent (no chain), measured beside the default.
     let nochain = SelectOptions { chain_min: usize::MAX, ..Default::default() };
     // Approximate answers by the one histogram pass from any size (the default
@@ -342,7 +339,7 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool, approx_variants:
         let want = select_cpu(&keys, &[half, (n / 4) as u64, (3 * n / 4) as u64]);
         let mut aux = 0u64;
         let med = time(&mut || {
-            let (v, st) = select_gpu_device::<u32>(&ctx, &arr, n, &[half]).map_err(g)?;
+            let (v, st) = select_gpu::<u32>(&ctx, Keys::Device(&arr, n), &[half], &SelectOptions::default()).map_err(g)?;
             aux = aux.max(st.device_bytes);
             if v[0] != want[0] {
                 return Err(DataFusionError::Execution(format!("GPU median {} != CPU {}", v[0], want[0])));
@@ -350,14 +347,14 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool, approx_variants:
             Ok(())
         })?;
         let med_ch = time(&mut || {
-            let (v, _) = select_gpu_device_with::<u32>(&ctx, &arr, n, &[half], &nochain).map_err(g)?;
+            let (v, _) = select_gpu::<u32>(&ctx, Keys::Device(&arr, n), &[half], &nochain).map_err(g)?;
             if v[0] != want[0] {
                 return Err(DataFusionError::Execution(format!("GPU median (no chain) {} != CPU {}", v[0], want[0])));
             }
             Ok(())
         })?;
         let q3 = time(&mut || {
-            let (v, st) = select_gpu_device::<u32>(&ctx, &arr, n, &[(n / 4) as u64, half, (3 * n / 4) as u64]).map_err(g)?;
+            let (v, st) = select_gpu::<u32>(&ctx, Keys::Device(&arr, n), &[(n / 4) as u64, half, (3 * n / 4) as u64], &SelectOptions::default()).map_err(g)?;
             aux = aux.max(st.device_bytes);
             if v != [want[1], want[0], want[2]] {
                 return Err(DataFusionError::Execution("GPU quartiles differ from the CPU's".into()));
@@ -368,7 +365,7 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool, approx_variants:
         for kk in [10usize, 100, 1000, n / 100] {
             let want_ids = topk_cpu(&keys, kk);
             tk.push(time(&mut || {
-                let (ids, st) = topk_gpu_device::<u32>(&ctx, &arr, n, kk).map_err(g)?;
+                let (ids, st) = topk_gpu::<u32>(&ctx, Keys::Device(&arr, n), kk, &SelectOptions::default()).map_err(g)?;
                 aux = aux.max(st.device_bytes);
                 if ids != want_ids {
                     return Err(DataFusionError::Execution(format!("GPU top-{kk} differs from the CPU's")));
@@ -378,7 +375,7 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool, approx_variants:
         }
         let want100 = topk_cpu(&keys, 100);
         let tk_ch = time(&mut || {
-            let (ids, _) = topk_gpu_device_with::<u32>(&ctx, &arr, n, 100, &nochain).map_err(g)?;
+            let (ids, _) = topk_gpu::<u32>(&ctx, Keys::Device(&arr, n), 100, &nochain).map_err(g)?;
             if ids != want100 {
                 return Err(DataFusionError::Execution("GPU top-100 (no chain) differs from the CPU's".into()));
             }
@@ -401,7 +398,7 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool, approx_variants:
         let approx_median = |opts: &SelectOptions| -> Result<(f64, u64, u64, &'static str)> {
             let mut last = (0u32, 0u64, "");
             let ms = time(&mut || {
-                let (v, st) = approx_select_gpu_device_with::<u32>(&ctx, &arr, n, &[half], opts).map_err(g)?;
+                let (v, st) = approx_select_gpu::<u32>(&ctx, Keys::Device(&arr, n), &[half], opts).map_err(g)?;
                 last = (v[0], st.rank_error_bound, st.algorithm);
                 Ok(())
             })?;
@@ -420,20 +417,20 @@ pub fn select(lo: u32, hi: u32, iterations: usize, probe: bool, approx_variants:
         let (am, am_err, am_bound, am_how) = approx_median(&SelectOptions::default())?;
         let (am_chain, ..) = approx_median(&by_chain)?;
         let (am_spl, err_spl, _, spl_how) = approx_median(&hist_spl)?;
-        if std::env::var_os("RIDGELINE_SELECT_TIMESTAMPS").is_some() {
+        let dflt = SelectOptions::default();
+        if dflt.timestamps {
             // Where the time goes: kernel time (timestamp queries) against wall time.
             // The per-call timers leave the GPU idle long enough to drop its clock,
             // so these kernel times run up to 4x the normal (BENCHMARKS.md, session
             // 12): compare variants by the table's wall times, not by these.
-            let dflt = SelectOptions::default();
             for (what, approx, opts) in
                 [("median", false, &dflt), ("approx median", true, &dflt), ("approx 1-pass", true, &hist), ("approx 1-pass splitters", true, &hist_spl)]
             {
                 let t = Instant::now();
                 let st = if approx {
-                    approx_select_gpu_device_with::<u32>(&ctx, &arr, n, &[half], opts).map_err(g)?.1
+                    approx_select_gpu::<u32>(&ctx, Keys::Device(&arr, n), &[half], opts).map_err(g)?.1
                 } else {
-                    select_gpu_device::<u32>(&ctx, &arr, n, &[half]).map_err(g)?.1
+                    select_gpu::<u32>(&ctx, Keys::Device(&arr, n), &[half], &dflt).map_err(g)?.1
                 };
                 let wall = t.elapsed().as_secs_f64() * 1e3;
                 eprintln!("diag 2^{k} {what}: levels {}, kernels {:.3} ms, wall {wall:.3} ms, {}", st.levels, st.gpu_ms, st.algorithm);
@@ -501,7 +498,7 @@ fn approx_variant_table(
     iterations: usize,
     rank_err: &dyn Fn(u32) -> u64,
 ) -> Result<()> {
-    use ridgeline_operators::select::{approx_select_gpu_device_with, SelectOptions, APPROX_CELL_SIGMAS, APPROX_ITEMS, APPROX_SIGMAS};
+    use ridgeline_operators::select::{approx_select_gpu, Keys, SelectOptions, APPROX_CELL_SIGMAS, APPROX_ITEMS, APPROX_SIGMAS};
     let g = |e: ridgeline_operators::GpuError| DataFusionError::Execution(e.to_string());
     let base = SelectOptions { approx_hist_min: 0, ..Default::default() };
     let mut variants: Vec<(String, SelectOptions)> = Vec::new();
@@ -526,13 +523,13 @@ fn approx_variant_table(
     let mut ms = vec![Vec::with_capacity(rounds); variants.len()];
     let mut last = vec![(0u32, 0u64, ""); variants.len()];
     ridgeline_operators::timing::warm_up(ridgeline_operators::timing::WARM_UP_MS, || {
-        variants.iter().try_for_each(|(_, o)| approx_select_gpu_device_with::<u32>(ctx, arr, n, &[half], o).map(|_| ()))
+        variants.iter().try_for_each(|(_, o)| approx_select_gpu::<u32>(ctx, Keys::Device(arr, n), &[half], o).map(|_| ()))
     })
     .map_err(g)?;
     for _ in 0..rounds {
         for (i, (_, o)) in variants.iter().enumerate() {
             let t = Instant::now();
-            let (v, st) = approx_select_gpu_device_with::<u32>(ctx, arr, n, &[half], o).map_err(g)?;
+            let (v, st) = approx_select_gpu::<u32>(ctx, Keys::Device(arr, n), &[half], o).map_err(g)?;
             ms[i].push(t.elapsed().as_secs_f64() * 1e3);
             last[i] = (v[0], st.rank_error_bound, st.algorithm);
         }

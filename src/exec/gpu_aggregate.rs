@@ -50,7 +50,7 @@ use futures::TryStreamExt;
 use ridgeline_operators::compact::Column;
 use ridgeline_operators::group_agg::{group_agg_gpu_with, AggColumn, AggKind, ColumnAgg, DenseAccumulator, GroupAggError, GroupAggOptions, GroupAggOutput};
 use ridgeline_operators::group_table::{GroupTable, LiveColumn, TableCond};
-use ridgeline_operators::regions::RegionSelect;
+use ridgeline_operators::select::regions::RegionSelect;
 use ridgeline_operators::select::RawKind;
 use ridgeline_operators::GpuContext;
 use crate::functions::percentile::GpuQuantile;

@@ -40,7 +40,7 @@ use datafusion::physical_plan::{
 };
 use futures::{StreamExt, TryStreamExt};
 use rayon::prelude::*;
-use ridgeline_operators::select::{key_i64, select_cpu, select_gpu};
+use ridgeline_operators::select::{key_i64, select_cpu, select_gpu, Keys, SelectOptions};
 use crate::exec::GpuScanExec;
 use crate::gpu_batch::{gpu_err, is_gpu_error, ColumnData};
 use crate::resident::ResidentData;
@@ -288,7 +288,7 @@ pub fn topk(
             if dense.len() >= gpu_min_rows {
                 if let Ok(dev) = ridgeline_operators::context::global() {
                     if cpu_adapter_ok || !dev.is_cpu_adapter() {
-                        match select_gpu(&dev, &dense, &rank) {
+                        match select_gpu(&dev, Keys::Host(&dense), &rank, &SelectOptions::default()) {
                             Ok((v, _)) => {
                                 t = Some(v[0]);
                                 on_gpu = true;
@@ -391,7 +391,7 @@ fn resident_topk(
     fetch: usize,
 ) -> Result<(RecordBatch, usize)> {
     use ridgeline_operators::array::copy_elements;
-    use ridgeline_operators::select::{to_order_keys_gpu_dir, topk_ties_gpu_device, RawKind};
+    use ridgeline_operators::select::{to_order_keys_gpu, topk_ties_gpu, Keys, RawKind, SelectOptions};
     let n = rk.data.table.num_rows;
     let f = fetch.min(n);
     if f == 0 {
@@ -411,8 +411,8 @@ fn resident_topk(
         }
         at += chunk.num_rows;
     }
-    to_order_keys_gpu_dir(dev, &keys, RawKind::I64, rk.descending).map_err(gpu_err)?;
-    let (rows, _) = topk_ties_gpu_device::<u64>(dev, &keys, n, f).map_err(gpu_err)?;
+    to_order_keys_gpu(dev, &keys, RawKind::I64, rk.descending).map_err(gpu_err)?;
+    let (rows, _) = topk_ties_gpu::<u64>(dev, Keys::Device(&keys, n), f, &SelectOptions::default()).map_err(gpu_err)?;
     drop(keys);
     // The candidate rows from the host copy, chunk by chunk, in row order.
     let mut parts = Vec::new();

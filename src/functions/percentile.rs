@@ -636,7 +636,7 @@ fn gpu_stats(keys: &[u64], ranks: &[u64], always: bool) -> Option<Vec<u64>> {
     if !always && dev.is_cpu_adapter() {
         return None;
     }
-    match ridgeline_operators::select::select_gpu(&dev, keys, ranks) {
+    match ridgeline_operators::select::select_gpu(&dev, ridgeline_operators::select::Keys::Host(keys), ranks, &ridgeline_operators::select::SelectOptions::default()) {
         Ok((v, _)) => Some(v),
         Err(e) => {
             log::warn!("GPU grouped quantile failed, running on the CPU instead: {e}");

@@ -26,7 +26,7 @@ use datafusion::logical_expr::function::{AccumulatorArgs, AggregateFunctionSimpl
 use datafusion::logical_expr::{Accumulator, AggregateUDF, AggregateUDFImpl, Signature, Volatility};
 use datafusion::physical_expr::expressions::Literal;
 use datafusion::scalar::ScalarValue;
-use ridgeline_operators::select::{approx_select_gpu, keys_f64, select_cpu, select_gpu, unkey_f64};
+use ridgeline_operators::select::{approx_select_gpu, keys_f64, select_cpu, select_gpu, unkey_f64, Keys, SelectOptions};
 use ridgeline_operators::GpuMode;
 use std::sync::Arc;
 
@@ -273,7 +273,7 @@ pub(crate) fn order_stats(keys: &[u64], ranks: &[u64], kind: QuantileKind, gpu: 
         // In mode auto a CPU adapter (lavapipe) is not used: it is slower than the CPU path.
         let usable = |d: &ridgeline_operators::GpuContext| always || d.info().device_type != ridgeline_operators::wgpu::DeviceType::Cpu;
         if let Some(dev) = ridgeline_operators::context::global().ok().filter(|d| usable(d)) {
-            let r = if kind == QuantileKind::Approx { approx_select_gpu(&dev, keys, ranks) } else { select_gpu(&dev, keys, ranks) };
+            let r = if kind == QuantileKind::Approx { approx_select_gpu(&dev, Keys::Host(keys), ranks, &SelectOptions::default()) } else { select_gpu(&dev, Keys::Host(keys), ranks, &SelectOptions::default()) };
             match r {
                 Ok((v, _)) => return v,
                 Err(e) => {

@@ -7,7 +7,7 @@ use crate::common;
 
 use common::rng;
 use rand::Rng;
-use ridgeline_operators::regions::{raw_key, region_select_reference, RegionSelect};
+use ridgeline_operators::select::regions::{raw_key, region_select_reference, RegionSelect};
 use ridgeline_operators::select::{to_order_keys_gpu, RawKind};
 use ridgeline_operators::testing::test_context;
 use ridgeline_operators::{DeviceArray, GpuContext};
@@ -149,11 +149,11 @@ fn device_keys_match_host_keys() {
         .collect();
     for (kind, vals) in [(RawKind::I64, ints), (RawKind::F64, floats)] {
         let a = DeviceArray::upload_segmented(&ctx, &vals, 1024).unwrap();
-        to_order_keys_gpu(&ctx, &a, kind).unwrap();
+        to_order_keys_gpu(&ctx, &a, kind, false).unwrap();
         let got: Vec<u64> = a.download(&ctx).unwrap();
         let want: Vec<u64> = vals.iter().map(|&b| raw_key(kind, b)).collect();
         assert_eq!(got, want, "{kind:?}");
     }
     let a = DeviceArray::upload(&ctx, &[1u32, 2]).unwrap();
-    assert!(to_order_keys_gpu(&ctx, &a, RawKind::I64).is_err());
+    assert!(to_order_keys_gpu(&ctx, &a, RawKind::I64, false).is_err());
 }

@@ -186,7 +186,7 @@ fn kernel_timer_measures_when_available() {
 #[test]
 fn spinning_and_blocking_waits_agree() {
     use ridgeline_operators::context::{ContextOptions, WaitMode};
-    use ridgeline_operators::select::{select_cpu, select_gpu_device};
+    use ridgeline_operators::select::{select_cpu, select_gpu, Keys, SelectOptions};
     use std::time::Duration;
     if test_context().is_none() {
         return;
@@ -199,7 +199,7 @@ fn spinning_and_blocking_waits_agree() {
         let ctx = ridgeline_operators::GpuContext::new(&opts).unwrap();
         let d = DeviceArray::upload(&ctx, &v).unwrap();
         assert!(d.download::<u32>(&ctx).unwrap() == v, "{wait:?}: round trip");
-        let (got, _) = select_gpu_device::<u32>(&ctx, &d, v.len(), &ranks).unwrap();
+        let (got, _) = select_gpu::<u32>(&ctx, Keys::Device(&d, v.len()), &ranks, &SelectOptions::default()).unwrap();
         assert_eq!(got, want, "{wait:?}: selection");
         ctx.wait().unwrap();
     }

@@ -161,13 +161,13 @@ fn gpu_select_u32_distributions_and_sizes() {
     for &n in &[1usize, 2, 3, 4095, 4097, 8191, 65_537, 100_003] {
         for (name, keys) in datasets_u32(n, 100 + n as u64) {
             let ranks = ranks_for(n, n as u64);
-            let (got, st) = select_gpu(&ctx, &keys, &ranks).unwrap();
+            let (got, st) = select_gpu(&ctx, Keys::Host(&keys), &ranks, &SelectOptions::default()).unwrap();
             check_exact(&got, &keys, &ranks, &format!("gpu {name}"));
             // The filter without the oracle (recomputed buckets), and with it for
             // every task (by default only tasks with at most 4 distinct ranks).
             for (oracle, oracle_max_ranks) in [(false, 0), (true, usize::MAX)] {
                 let opts = SelectOptions { oracle, oracle_max_ranks, ..Default::default() };
-                let (got2, _) = select_gpu_with(&ctx, &keys, &ranks, &opts).unwrap();
+                let (got2, _) = select_gpu(&ctx, Keys::Host(&keys), &ranks, &opts).unwrap();
                 check_exact(&got2, &keys, &ranks, &format!("gpu oracle={oracle} {name}"));
             }
             assert!(st.levels >= 1, "{name}: levels");
@@ -184,17 +184,17 @@ fn gpu_select_u32_distributions_and_sizes() {
 #[test]
 fn gpu_select_empty_and_errors() {
     let Some(ctx) = test_context() else { return };
-    let (v, _) = select_gpu::<u32>(&ctx, &[], &[]).unwrap();
+    let (v, _) = select_gpu::<u32>(&ctx, Keys::Host(&[]), &[], &SelectOptions::default()).unwrap();
     assert!(v.is_empty());
-    let (v, _) = select_gpu::<u32>(&ctx, &[1, 2, 3], &[]).unwrap();
+    let (v, _) = select_gpu::<u32>(&ctx, Keys::Host(&[1, 2, 3]), &[], &SelectOptions::default()).unwrap();
     assert!(v.is_empty());
-    assert!(matches!(select_gpu::<u32>(&ctx, &[1, 2, 3], &[3]), Err(GpuError::Invalid(_))));
-    assert!(matches!(select_gpu::<u32>(&ctx, &[], &[0]), Err(GpuError::Invalid(_))));
+    assert!(matches!(select_gpu::<u32>(&ctx, Keys::Host(&[1, 2, 3]), &[3], &SelectOptions::default()), Err(GpuError::Invalid(_))));
+    assert!(matches!(select_gpu::<u32>(&ctx, Keys::Host(&[]), &[0], &SelectOptions::default()), Err(GpuError::Invalid(_))));
     let arr = DeviceArray::upload(&ctx, &[1u64, 2, 3]).unwrap();
-    assert!(matches!(select_gpu_device::<u32>(&ctx, &arr, 3, &[0]), Err(GpuError::Invalid(_))));
-    assert!(matches!(select_gpu_device::<u64>(&ctx, &arr, 4, &[0]), Err(GpuError::Invalid(_))));
+    assert!(matches!(select_gpu::<u32>(&ctx, Keys::Device(&arr, 3), &[0], &SelectOptions::default()), Err(GpuError::Invalid(_))));
+    assert!(matches!(select_gpu::<u64>(&ctx, Keys::Device(&arr, 4), &[0], &SelectOptions::default()), Err(GpuError::Invalid(_))));
     // A prefix of a device array.
-    let (v, _) = select_gpu_device::<u64>(&ctx, &arr, 2, &[1, 0]).unwrap();
+    let (v, _) = select_gpu::<u64>(&ctx, Keys::Device(&arr, 2), &[1, 0], &SelectOptions::default()).unwrap();
     assert_eq!(v, vec![2, 1]);
 }
 
@@ -206,7 +206,7 @@ fn gpu_select_many_levels_small_samples() {
       for oracle in [true, false] {
         let opts = SelectOptions { max_sample: 64, oracle, oracle_max_ranks: usize::MAX, ..Default::default() };
         let ranks = ranks_for(keys.len(), 9);
-        let (got, st) = select_gpu_with(&ctx, &keys, &ranks, &opts).unwrap();
+        let (got, st) = select_gpu(&ctx, Keys::Host(&keys), &ranks, &opts).unwrap();
         check_exact(&got, &keys, &ranks, &format!("gpu S=64 oracle={oracle} {name}"));
         if name == "uniform" {
             assert!(st.levels >= 3, "uniform with 16 buckets needs several levels, got {}", st.levels);
@@ -225,11 +225,11 @@ fn gpu_select_target_buckets_over_several_buffers() {
     let keys: Vec<u32> = (0..300_000).map(|_| r.random::<u32>()).collect();
     let ranks: Vec<u64> = (0..64).map(|i| i * 4_687 + 17).collect();
     let opts = SelectOptions { max_filter_bytes: 8192, ..Default::default() };
-    let (got, _) = select_gpu_with(&ctx, &keys, &ranks, &opts).unwrap();
+    let (got, _) = select_gpu(&ctx, Keys::Host(&keys), &ranks, &opts).unwrap();
     check_exact(&got, &keys, &ranks, "split filter buffers");
     // A cap below one bucket is an error, not a panic.
     let opts = SelectOptions { max_filter_bytes: 64, ..Default::default() };
-    assert!(matches!(select_gpu_with(&ctx, &keys, &ranks, &opts), Err(GpuError::Invalid(_))));
+    assert!(matches!(select_gpu(&ctx, Keys::Host(&keys), &ranks, &opts), Err(GpuError::Invalid(_))));
 }
 
 #[test]
@@ -238,12 +238,12 @@ fn gpu_select_all_ranks_of_a_small_input() {
     let mut r = rng(3);
     let keys: Vec<u32> = (0..5000).map(|_| r.random_range(0..300)).collect();
     let ranks: Vec<u64> = (0..5000).rev().collect();
-    let (got, _) = select_gpu(&ctx, &keys, &ranks).unwrap();
+    let (got, _) = select_gpu(&ctx, Keys::Host(&keys), &ranks, &SelectOptions::default()).unwrap();
     check_exact(&got, &keys, &ranks, "all ranks");
     // 300 distinct ranks (several descents of at most 64) on 100k keys.
     let keys: Vec<u32> = (0..100_000).map(|_| r.random::<u32>()).collect();
     let ranks: Vec<u64> = (0..300u64).map(|i| (i * 7_919) % 100_000).chain([5, 5, 99_999]).collect();
-    let (got, st) = select_gpu(&ctx, &keys, &ranks).unwrap();
+    let (got, st) = select_gpu(&ctx, Keys::Host(&keys), &ranks, &SelectOptions::default()).unwrap();
     check_exact(&got, &keys, &ranks, "300 ranks");
     // A quarter of the input plus the fixed scratch of each level (samples,
     // splitters, counts: tens of KiB).
@@ -259,13 +259,13 @@ fn gpu_select_segmented_input() {
         let ranks = ranks_for(keys.len(), 1);
         for oracle_max_ranks in [0, usize::MAX] {
             let opts = SelectOptions { oracle_max_ranks, ..Default::default() };
-            let (got, _) = select_gpu_device_with::<u32>(&ctx, &arr, keys.len(), &ranks, &opts).unwrap();
+            let (got, _) = select_gpu::<u32>(&ctx, Keys::Device(&arr, keys.len()), &ranks, &opts).unwrap();
             check_exact(&got, &keys, &ranks, &format!("segmented {name} oracle_max_ranks={oracle_max_ranks}"));
         }
         let small = &keys[..5000];
         let arr = DeviceArray::upload_segmented(&ctx, small, 4096).unwrap();
         let ranks = ranks_for(small.len(), 2);
-        let (got, _) = select_gpu_device::<u32>(&ctx, &arr, small.len(), &ranks).unwrap();
+        let (got, _) = select_gpu::<u32>(&ctx, Keys::Device(&arr, small.len()), &ranks, &SelectOptions::default()).unwrap();
         check_exact(&got, small, &ranks, &format!("segmented small {name}"));
     }
 }
@@ -298,11 +298,11 @@ fn gpu_select_u64_native_and_emulated() {
         for &n in &[1usize, 4097, 65_537] {
             for (name, keys) in u64_sets(n) {
                 let ranks = ranks_for(n, 4);
-                let (got, _) = select_gpu_with(&ctx, &keys, &ranks, &opts).unwrap();
+                let (got, _) = select_gpu(&ctx, Keys::Host(&keys), &ranks, &opts).unwrap();
                 check_exact(&got, &keys, &ranks, &format!("{int64:?} oracle={oracle} {name}"));
                 if oracle {
                     for k in [1, n / 2, n] {
-                        let (idx, _) = topk_gpu_with(&ctx, &keys, k, &opts).unwrap();
+                        let (idx, _) = topk_gpu(&ctx, Keys::Host(&keys), k, &opts).unwrap();
                         assert_eq!(idx, topk_reference(&keys, k), "{int64:?} top-{k} {name}");
                     }
                 }
@@ -327,7 +327,7 @@ fn gpu_select_f32_specials() {
     let keys = keys_f32(&vals);
     let n = keys.len() as u64;
     let ranks = vec![0, n - 1, n / 6, n / 3, n / 2, 2 * n / 3];
-    let (got, _) = select_gpu(&ctx, &keys, &ranks).unwrap();
+    let (got, _) = select_gpu(&ctx, Keys::Host(&keys), &ranks, &SelectOptions::default()).unwrap();
     check_exact(&got, &keys, &ranks, "f32 specials");
     assert!(unkey_f32(got[1]).is_nan(), "the largest is NaN");
 }
@@ -366,7 +366,7 @@ fn gpu_approx_select_within_bound() {
     ];
     for (name, keys) in sets {
         let ranks: Vec<u64> = vec![0, 1, (n / 100) as u64, (n / 4) as u64, (n / 2) as u64, (n / 2) as u64, (3 * n / 4) as u64, (n - 1) as u64];
-        let (got, st) = approx_select_gpu(&ctx, &keys, &ranks).unwrap();
+        let (got, st) = approx_select_gpu(&ctx, Keys::Host(&keys), &ranks, &SelectOptions::default()).unwrap();
         assert!(st.rank_error_bound <= n as u64 / 1000, "{name}: bound {} > 0.1% of {n}", st.rank_error_bound);
         check_approx(&got, &st, &keys, &ranks, name);
         if name == "uniform" {
@@ -378,7 +378,7 @@ fn gpu_approx_select_within_bound() {
     let keys: Vec<u32> = (0..n).map(|_| r.random::<u32>()).collect();
     let ranks = vec![(n / 3) as u64, 12345];
     let opts = SelectOptions { max_error_fraction: 0.01, ..Default::default() };
-    let (got, st) = approx_select_gpu_with(&ctx, &keys, &ranks, &opts).unwrap();
+    let (got, st) = approx_select_gpu(&ctx, Keys::Host(&keys), &ranks, &opts).unwrap();
     assert_eq!(st.levels, 1);
     assert!(st.rank_error_bound <= n as u64 / 100);
     check_approx(&got, &st, &keys, &ranks, "1%");
@@ -387,19 +387,19 @@ fn gpu_approx_select_within_bound() {
     let small: Vec<u32> = (0..999).map(|_| r.random::<u32>()).collect();
     let ranks = ranks_for(small.len(), 5);
     let opts = SelectOptions { max_sample: 64, ..Default::default() };
-    let (got, st) = approx_select_gpu_with(&ctx, &small, &ranks, &opts).unwrap();
+    let (got, st) = approx_select_gpu(&ctx, Keys::Host(&small), &ranks, &opts).unwrap();
     assert_eq!(st.rank_error_bound, 0);
     assert!(st.levels >= 2);
     check_exact(&got, &small, &ranks, "approx small");
     // 5000 keys: at most 5 ranks off.
     let small: Vec<u32> = (0..5000).map(|_| r.random::<u32>()).collect();
-    let (got, st) = approx_select_gpu_with(&ctx, &small, &ranks, &opts).unwrap();
+    let (got, st) = approx_select_gpu(&ctx, Keys::Host(&small), &ranks, &opts).unwrap();
     assert!(st.rank_error_bound <= 5);
     check_approx(&got, &st, &small, &ranks, "approx 5000");
     // 64-bit keys.
     let keys64: Vec<u64> = keys_f64(&(0..n).map(|_| normal(&mut r)).collect::<Vec<_>>());
     let ranks = vec![0, (n / 2) as u64, (n - 1) as u64];
-    let (got, st) = approx_select_gpu(&ctx, &keys64, &ranks).unwrap();
+    let (got, st) = approx_select_gpu(&ctx, Keys::Host(&keys64), &ranks, &SelectOptions::default()).unwrap();
     assert!(st.rank_error_bound <= n as u64 / 1000);
     check_approx(&got, &st, &keys64, &ranks, "f64");
 }
@@ -523,7 +523,7 @@ fn gpu_approx_select_key_cells() {
     for (name, keys, by_cells) in &sets {
         for (ranks, expect) in [&med, &quart, &eight].into_iter().zip(by_cells) {
             let what = format!("{name} {ranks:?}");
-            let (got, st) = approx_select_gpu_with(&ctx, keys, ranks, &opts).unwrap();
+            let (got, st) = approx_select_gpu(&ctx, Keys::Host(keys), ranks, &opts).unwrap();
             assert!(st.rank_error_bound <= n64 / 1000, "{what}: bound {}", st.rank_error_bound);
             check_approx(&got, &st, keys, ranks, &what);
             if let Some(e) = expect {
@@ -541,12 +541,12 @@ fn gpu_approx_select_key_cells() {
     }
     // Off: the splitters answer uniform keys.
     let uniform = &sets[0].1;
-    let (got, st) = approx_select_gpu_with(&ctx, uniform, &med, &SelectOptions { approx_key_cells: false, ..opts }).unwrap();
+    let (got, st) = approx_select_gpu(&ctx, Keys::Host(uniform), &med, &SelectOptions { approx_key_cells: false, ..opts }).unwrap();
     assert!(st.algorithm.contains("1pass") && st.algorithm != cells, "{}", st.algorithm);
     check_approx(&got, &st, uniform, &med, "cells off");
     // 64-bit keys never take the cells.
     let keys64: Vec<u64> = (0..n).map(|_| r.random::<u64>()).collect();
-    let (got, st) = approx_select_gpu_with::<u64>(&ctx, &keys64, &quart, &opts).unwrap();
+    let (got, st) = approx_select_gpu::<u64>(&ctx, Keys::Host(&keys64), &quart, &opts).unwrap();
     assert!(st.algorithm != cells, "{}", st.algorithm);
     check_approx(&got, &st, &keys64, &quart, "u64");
 }
@@ -572,7 +572,7 @@ fn one_pass_with(ctx: &ridgeline_operators::GpuContext, hist: SelectOptions, wan
                 (1..10).map(|i| i * n64 / 10).collect(),
             ];
             for ranks in &rank_sets {
-                let (got, st) = approx_select_gpu_with(&ctx, &keys, ranks, &hist).unwrap();
+                let (got, st) = approx_select_gpu(&ctx, Keys::Host(&keys), ranks, &hist).unwrap();
                 let what = format!("one pass {name} n={n} {ranks:?}");
                 assert!(st.rank_error_bound <= n64 / 1000, "{what}: bound {}", st.rank_error_bound);
                 check_approx(&got, &st, &keys, ranks, &what);
@@ -600,17 +600,17 @@ fn one_pass_with(ctx: &ridgeline_operators::GpuContext, hist: SelectOptions, wan
     let exact = SelectOptions { max_error_fraction: 0.0, ..hist };
     let uniform: Vec<u32> = (0..n).map(|_| r.random::<u32>()).collect();
     let ranks = vec![n as u64 / 2, n as u64 / 3];
-    let (got, st) = approx_select_gpu_with(&ctx, &uniform, &ranks, &exact).unwrap();
+    let (got, st) = approx_select_gpu(&ctx, Keys::Host(&uniform), &ranks, &exact).unwrap();
     check_exact(&got, &uniform, &ranks, "bound 0, uniform");
     assert!(!st.algorithm.contains("1pass") && st.rank_error_bound == 0, "{}", st.algorithm);
     let few: Vec<u32> = (0..n).map(|_| r.random_range(0..16u32)).collect();
-    let (got, st) = approx_select_gpu_with(&ctx, &few, &ranks, &exact).unwrap();
+    let (got, st) = approx_select_gpu(&ctx, Keys::Host(&few), &ranks, &exact).unwrap();
     check_exact(&got, &few, &ranks, "bound 0, 16 distinct");
     assert!(st.algorithm.contains("1pass"), "{}", st.algorithm);
     // Windows that meet on one value (its copies counted once, in the later window).
     let two: Vec<u32> = (0..n).map(|i| (i % 2) as u32 * 5).collect();
     let ranks = vec![10, n as u64 / 2 - 1, n as u64 / 2, n as u64 - 10];
-    let (got, st) = approx_select_gpu_with(&ctx, &two, &ranks, &exact).unwrap();
+    let (got, st) = approx_select_gpu(&ctx, Keys::Host(&two), &ranks, &exact).unwrap();
     check_exact(&got, &two, &ranks, "two values");
     assert!(st.algorithm.contains("1pass"), "{}", st.algorithm);
     // Segmented input (one pass per segment, one histogram); its first len keys,
@@ -618,7 +618,7 @@ fn one_pass_with(ctx: &ridgeline_operators::GpuContext, hist: SelectOptions, wan
     let arr = DeviceArray::upload_segmented(&ctx, &uniform, 30_004).unwrap();
     for len in [n, n - 3] {
         let ranks = vec![0, len as u64 / 2, len as u64 - 1];
-        let (got, st) = approx_select_gpu_device_with::<u32>(&ctx, &arr, len, &ranks, &hist).unwrap();
+        let (got, st) = approx_select_gpu::<u32>(&ctx, Keys::Device(&arr, len), &ranks, &hist).unwrap();
         check_approx(&got, &st, &uniform[..len], &ranks, "segmented");
         assert!(kernel(st.algorithm) && st.rank_error_bound <= len as u64 / 1000, "{} {}", st.algorithm, st.rank_error_bound);
     }
@@ -627,7 +627,7 @@ fn one_pass_with(ctx: &ridgeline_operators::GpuContext, hist: SelectOptions, wan
     let ranks = vec![n as u64 / 4, n as u64 / 2, n as u64 / 2 + 1];
     for int64 in [Int64Path::Auto, Int64Path::Emulated] {
         let opts = SelectOptions { int64, ..hist };
-        let (got, st) = approx_select_gpu_with::<u64>(&ctx, &keys64, &ranks, &opts).unwrap();
+        let (got, st) = approx_select_gpu::<u64>(&ctx, Keys::Host(&keys64), &ranks, &opts).unwrap();
         check_approx(&got, &st, &keys64, &ranks, &format!("u64 {int64:?}"));
         assert!(st.algorithm.contains("1pass") && st.rank_error_bound <= n as u64 / 1000, "{} {}", st.algorithm, st.rank_error_bound);
     }
@@ -643,7 +643,7 @@ fn gpu_topk_matches_reference() {
     for &n in &[1usize, 2, 4095, 4097, 30_001] {
         for (name, keys) in datasets_u32(n, 40 + n as u64) {
             for k in [0, 1, 2, n / 2, n.saturating_sub(1), n, n + 3] {
-                let (got, _) = topk_gpu(&ctx, &keys, k).unwrap();
+                let (got, _) = topk_gpu(&ctx, Keys::Host(&keys), k, &SelectOptions::default()).unwrap();
                 assert_eq!(got.len(), k.min(n), "{name} n={n} k={k}: length");
                 assert_eq!(got, topk_reference(&keys, k), "{name} n={n} k={k}");
             }
@@ -661,7 +661,7 @@ fn gpu_topk_ties_at_threshold_take_first_rows() {
     }
     let ones = keys.iter().filter(|&&x| x == 1).count();
     let k = ones + 1000;
-    let (got, _) = topk_gpu(&ctx, &keys, k).unwrap();
+    let (got, _) = topk_gpu(&ctx, Keys::Host(&keys), k, &SelectOptions::default()).unwrap();
     assert_eq!(got, topk_reference(&keys, k));
     // The 5s taken are exactly the first 1000 rows holding 5.
     let fives: Vec<u32> = got.iter().copied().filter(|&i| keys[i as usize] == 5).collect();
@@ -672,7 +672,7 @@ fn gpu_topk_ties_at_threshold_take_first_rows() {
     let arr = DeviceArray::upload_segmented(&ctx, &keys64, 4096).unwrap();
     for int64 in [Int64Path::Auto, Int64Path::Emulated] {
         let opts = SelectOptions { int64, ..Default::default() };
-        let (got, _) = topk_gpu_device_with::<u64>(&ctx, &arr, keys64.len(), k, &opts).unwrap();
+        let (got, _) = topk_gpu::<u64>(&ctx, Keys::Device(&arr, keys64.len()), k, &opts).unwrap();
         assert_eq!(got, topk_reference(&keys64, k), "{int64:?}");
     }
 }
@@ -736,16 +736,16 @@ fn gpu_select_and_topk_above_binding_limit() {
     };
     let n64 = n as u64;
     let ranks = vec![0, n64 - 1, n64 / 2, n64 / 3, n64 / 3, 12_345_678];
-    let (got, st) = select_gpu_device::<u32>(&ctx, &arr, n, &ranks).unwrap();
+    let (got, st) = select_gpu::<u32>(&ctx, Keys::Device(&arr, n), &ranks, &SelectOptions::default()).unwrap();
     eprintln!("40M few-distinct: {st:?}");
     let want: Vec<u32> = ranks.iter().map(|&r| at(r)).collect();
     assert_eq!(got, want);
     assert!(st.device_bytes <= n64, "aux {} bytes above a quarter of the input", st.device_bytes);
-    let (got, st) = approx_select_gpu_device::<u32>(&ctx, &arr, n, &ranks).unwrap();
+    let (got, st) = approx_select_gpu::<u32>(&ctx, Keys::Device(&arr, n), &ranks, &SelectOptions::default()).unwrap();
     assert_eq!(got, want, "few distinct values: equality buckets answer exactly");
     assert_eq!(st.rank_error_bound, 0);
     for k in [1usize, 100_000] {
-        let (idx, st) = topk_gpu_device::<u32>(&ctx, &arr, n, k).unwrap();
+        let (idx, st) = topk_gpu::<u32>(&ctx, Keys::Device(&arr, n), k, &SelectOptions::default()).unwrap();
         eprintln!("40M top-{k}: {st:?}");
         check_topk_props(&keys, k, &idx, at(k as u64 - 1));
     }
@@ -766,52 +766,17 @@ fn gpu_select_and_topk_above_binding_limit() {
     let arr = DeviceArray::upload(&ctx, &perm).unwrap();
     // 4 distinct ranks: the default options use the oracle across the segments.
     let ranks = vec![0, n64 / 2, n64 - 1, 7_777_777, 7_777_777];
-    let (got, st) = select_gpu_device::<u32>(&ctx, &arr, n, &ranks).unwrap();
+    let (got, st) = select_gpu::<u32>(&ctx, Keys::Device(&arr, n), &ranks, &SelectOptions::default()).unwrap();
     eprintln!("40M distinct: {st:?}");
     assert!(st.levels >= 2);
     assert_eq!(got, ranks.iter().map(|&r| r as u32).collect::<Vec<_>>(), "40M distinct");
-    let (got, st) = approx_select_gpu_device::<u32>(&ctx, &arr, n, &ranks).unwrap();
+    let (got, st) = approx_select_gpu::<u32>(&ctx, Keys::Device(&arr, n), &ranks, &SelectOptions::default()).unwrap();
     assert!(st.rank_error_bound <= n64 / 1000 && st.rank_error_bound > 0);
     for (&g, &r) in got.iter().zip(&ranks) {
         assert!((g as u64).abs_diff(r) <= st.rank_error_bound, "approx rank {r}: got {g}, bound {}", st.rank_error_bound);
     }
 }
 
-
-/// Timings, not a check: `RIDGELINE_GPU=on cargo test -p ridgeline-operators --test
-/// select -- --ignored --nocapture bench_select` (RIDGELINE_BENCH_N keys, default
-/// 2^24 uniform u32). Prints each path's gpu_ms (kernel time where the adapter has
-/// timestamp queries) and its levels.
-#[test]
-#[ignore]
-fn bench_select() {
-    let Some(ctx) = test_context() else { return };
-    let n: usize = std::env::var("RIDGELINE_BENCH_N").ok().and_then(|v| v.parse().ok()).unwrap_or(1 << 24);
-    let mut r = rng(99);
-    let keys: Vec<u32> = (0..n).map(|_| r.random::<u32>()).collect();
-    let arr = DeviceArray::upload(&ctx, &keys).unwrap();
-    let median = [n as u64 / 2];
-    let deciles: Vec<u64> = (1..10).map(|i| i * n as u64 / 10).collect();
-    for oracle in [true, false] {
-        let opts = SelectOptions { oracle, ..Default::default() };
-        for (what, ranks) in [("median", &median[..]), ("9 deciles", &deciles[..])] {
-            let _ = select_gpu_device_with::<u32>(&ctx, &arr, n, ranks, &opts).unwrap();
-            let t = std::time::Instant::now();
-            let (_, st) = select_gpu_device_with::<u32>(&ctx, &arr, n, ranks, &opts).unwrap();
-            eprintln!(
-                "n={n} exact {what} oracle={oracle}: gpu {:.1} ms, wall {:.1} ms, {} levels, {} aux bytes",
-                st.gpu_ms,
-                t.elapsed().as_secs_f64() * 1e3,
-                st.levels,
-                st.device_bytes
-            );
-        }
-        let (_, st) = approx_select_gpu_device_with::<u32>(&ctx, &arr, n, &deciles, &opts).unwrap();
-        eprintln!("n={n} approx 9 deciles oracle={oracle}: gpu {:.1} ms, {} levels, bound {}", st.gpu_ms, st.levels, st.rank_error_bound);
-        let (_, st) = topk_gpu_device_with::<u32>(&ctx, &arr, n, 100, &opts).unwrap();
-        eprintln!("n={n} top-100 oracle={oracle}: gpu {:.1} ms, {} levels", st.gpu_ms, st.levels);
-    }
-}
 
 /// Top-k candidates with ties: every row whose key is at or below the k-th
 /// smallest, in row order (the rows later sort keys choose among).
@@ -825,7 +790,7 @@ fn gpu_topk_ties_takes_every_tied_row() {
         sorted.sort_unstable();
         let arr = DeviceArray::upload_segmented(&ctx, &keys, 4096).unwrap();
         for k in [1usize, 2, 100, n / 2 + 1, n, n + 5] {
-            let (got, _) = topk_ties_gpu_device::<u64>(&ctx, &arr, n, k).unwrap();
+            let (got, _) = topk_ties_gpu::<u64>(&ctx, Keys::Device(&arr, n), k, &SelectOptions::default()).unwrap();
             let want: Vec<u32> = if k >= n {
                 (0..n as u32).collect()
             } else {
@@ -844,12 +809,12 @@ fn device_descending_keys() {
     let Some(ctx) = test_context() else { return };
     let vals: Vec<i64> = vec![i64::MIN, -1, 0, 1, i64::MAX, 42, -42];
     let a = DeviceArray::upload(&ctx, &vals).unwrap();
-    to_order_keys_gpu_dir(&ctx, &a, RawKind::I64, true).unwrap();
+    to_order_keys_gpu(&ctx, &a, RawKind::I64, true).unwrap();
     let got: Vec<u64> = a.download(&ctx).unwrap();
     assert_eq!(got, vals.iter().map(|&v| !key_i64(v)).collect::<Vec<_>>());
     let f: Vec<f64> = vec![-0.0, 0.0, f64::NAN, -1.5, f64::INFINITY];
     let a = DeviceArray::upload(&ctx, &f).unwrap();
-    to_order_keys_gpu_dir(&ctx, &a, RawKind::F64, true).unwrap();
+    to_order_keys_gpu(&ctx, &a, RawKind::F64, true).unwrap();
     let got: Vec<u64> = a.download(&ctx).unwrap();
     assert_eq!(got, f.iter().map(|&v| !key_f64(v)).collect::<Vec<_>>());
 }
@@ -878,7 +843,7 @@ fn gpu_select_regions_matches_sorted_regions() {
                 (m, _) => vec![m - 1, m - 1],
             })
             .collect();
-        let got = select_regions_gpu_device::<u64>(&ctx, &arr, &regions, &ranks).unwrap();
+        let got = select_regions_gpu::<u64>(&ctx, &arr, &regions, &ranks, &SelectOptions::default()).unwrap();
         for (i, (&(a, m), rs)) in regions.iter().zip(&ranks).enumerate() {
             let mut v = keys[a as usize..(a + m) as usize].to_vec();
             v.sort_unstable();
@@ -888,9 +853,9 @@ fn gpu_select_regions_matches_sorted_regions() {
     }
     // A rank past its region is an error, not a panic.
     let arr = DeviceArray::upload(&ctx, &[1u64, 2, 3]).unwrap();
-    assert!(select_regions_gpu_device::<u64>(&ctx, &arr, &[(0, 2)], &[vec![2]]).is_err());
-    assert!(select_regions_gpu_device::<u64>(&ctx, &arr, &[(0, 2)], &[]).is_err());
-    assert_eq!(select_regions_gpu_device::<u64>(&ctx, &arr, &[], &[]).unwrap(), Vec::<Vec<u64>>::new());
+    assert!(select_regions_gpu::<u64>(&ctx, &arr, &[(0, 2)], &[vec![2]], &SelectOptions::default()).is_err());
+    assert!(select_regions_gpu::<u64>(&ctx, &arr, &[(0, 2)], &[], &SelectOptions::default()).is_err());
+    assert_eq!(select_regions_gpu::<u64>(&ctx, &arr, &[], &[], &SelectOptions::default()).unwrap(), Vec::<Vec<u64>>::new());
 }
 
 // ---------------------------------------------------------------------------------
@@ -921,7 +886,7 @@ fn gpu_select_bracketing_level() {
             ];
             for ranks in &rank_sets {
                 for (label, opts) in [("on", &on), ("narrow", &narrow)] {
-                    let (got, st) = select_gpu_with(&ctx, &keys, ranks, opts).unwrap();
+                    let (got, st) = select_gpu(&ctx, Keys::Host(&keys), ranks, opts).unwrap();
                     check_exact(&got, &keys, ranks, &format!("bracket {label} {name}"));
                     if st.algorithm.contains("bracket") {
                         bracketed += 1;
@@ -935,11 +900,11 @@ fn gpu_select_bracketing_level() {
             }
             // Approximate: within the bound.
             let ranks = vec![n64 / 2, n64 / 10];
-            let (got, st) = approx_select_gpu_with(&ctx, &keys, &ranks, &on).unwrap();
+            let (got, st) = approx_select_gpu(&ctx, Keys::Host(&keys), &ranks, &on).unwrap();
             check_approx(&got, &st, &keys, &ranks, &format!("bracket approx {name}"));
             // Top-k through a bracketed threshold.
             for k in [1usize, 10, 1000, n / 100] {
-                let (got, _) = topk_gpu_with(&ctx, &keys, k, &on).unwrap();
+                let (got, _) = topk_gpu(&ctx, Keys::Host(&keys), k, &on).unwrap();
                 assert_eq!(got, topk_reference(&keys, k), "bracket top-{k} {name}");
             }
         }
@@ -953,7 +918,7 @@ fn gpu_select_bracketing_level() {
     assert!(arr.num_segments() > 1);
     // Five windows (more than one pass takes): the plain descent; three: bracketed.
     let five = vec![0, n as u64 / 2, n as u64 / 4, 3 * n as u64 / 4, n as u64 - 1];
-    let (got, st) = select_gpu_device_with::<u64>(&ctx, &arr, n, &five, &on).unwrap();
+    let (got, st) = select_gpu::<u64>(&ctx, Keys::Device(&arr, n), &five, &on).unwrap();
     check_exact(&got, &keys64, &five, "bracket u64 five ranks");
     assert!(!st.algorithm.contains("bracket"), "{}", st.algorithm);
     let ranks = vec![0, n as u64 / 2, n as u64 - 1];
@@ -961,9 +926,9 @@ fn gpu_select_bracketing_level() {
         for sig in [SelectOptions::default().bracket_sigmas, 0.0] {
             let opts = SelectOptions { int64, bracket_min: 0, chain_min: usize::MAX, bracket_sigmas: sig, ..Default::default() };
             // One window, then three.
-            let (got, _) = select_gpu_device_with::<u64>(&ctx, &arr, n, &ranks[1..2], &opts).unwrap();
+            let (got, _) = select_gpu::<u64>(&ctx, Keys::Device(&arr, n), &ranks[1..2], &opts).unwrap();
             check_exact(&got, &keys64, &ranks[1..2], &format!("bracket u64 median {int64:?} sigmas {sig}"));
-            let (got, st) = select_gpu_device_with::<u64>(&ctx, &arr, n, &ranks, &opts).unwrap();
+            let (got, st) = select_gpu::<u64>(&ctx, Keys::Device(&arr, n), &ranks, &opts).unwrap();
             check_exact(&got, &keys64, &ranks, &format!("bracket u64 {int64:?} sigmas {sig}"));
             if sig > 0.0 {
                 assert!(st.algorithm.contains("bracket"), "u64 {int64:?}: {}", st.algorithm);
@@ -972,7 +937,7 @@ fn gpu_select_bracketing_level() {
     }
     let keys32: Vec<u32> = (0..n).map(|_| r.random::<u32>()).collect();
     let arr = DeviceArray::upload_segmented(&ctx, &keys32, 10_000).unwrap();
-    let (got, st) = select_gpu_device_with::<u32>(&ctx, &arr, n, &ranks, &on).unwrap();
+    let (got, st) = select_gpu::<u32>(&ctx, Keys::Device(&arr, n), &ranks, &on).unwrap();
     check_exact(&got, &keys32, &ranks, "bracket u32 segmented");
     assert!(st.algorithm.contains("bracket"), "{}", st.algorithm);
     assert!(st.device_bytes <= (n as u64 * 4) / 4, "aux {} bytes above a quarter of the input", st.device_bytes);
@@ -995,7 +960,7 @@ fn gpu_select_regions_bracketed() {
         for sig in [SelectOptions::default().bracket_sigmas, 0.0] {
             let opts = SelectOptions { bracket_min: 0, bracket_sigmas: sig, ..Default::default() };
             let before = bracketed_total();
-            let got = select_regions_gpu_device_with::<u64>(&ctx, &arr, &regions, &ranks, &opts).unwrap();
+            let got = select_regions_gpu::<u64>(&ctx, &arr, &regions, &ranks, &opts).unwrap();
             if sig > 0.0 {
                 // Regions 0 and 2 (one and three ranks) are bracketed; 1 has five
                 // windows, 3 is too small. With 50 distinct values the quartile
@@ -1038,7 +1003,7 @@ fn gpu_select_chain() {
                 vec![vec![n64 / 2], vec![(n64 - 1) / 2, n64 / 2], vec![0], vec![n64 - 1], vec![n64 / 3 + 17, n64 / 3, n64 / 3 + 64]];
             for ranks in &rank_sets {
                 for (label, opts) in [("on", &on), ("half", &half), ("narrow", &narrow)] {
-                    let (got, st) = select_gpu_with(&ctx, &keys, ranks, opts).unwrap();
+                    let (got, st) = select_gpu(&ctx, Keys::Host(&keys), ranks, opts).unwrap();
                     check_exact(&got, &keys, ranks, &format!("chain {label} {name} {ranks:?}"));
                     if st.algorithm.contains("chain") {
                         chained += 1;
@@ -1055,14 +1020,14 @@ fn gpu_select_chain() {
             }
             for k in [1usize, 10, 100, 1000, 2000] {
                 for (label, opts) in [("on", &on), ("narrow", &narrow)] {
-                    let (got, st) = topk_gpu_with(&ctx, &keys, k, opts).unwrap();
+                    let (got, st) = topk_gpu(&ctx, Keys::Host(&keys), k, opts).unwrap();
                     assert_eq!(got, topk_reference(&keys, k), "chain top-{k} {label} {name}");
                     if label == "on" && k <= 1000 && name == "uniform" {
                         assert!(st.algorithm.contains("chain"), "top-{k}: the chain answers ({})", st.algorithm);
                     }
                 }
                 let emu = SelectOptions { int64: Int64Path::Emulated, ..on };
-                let (got, _) = topk_gpu_with(&ctx, &keys, k, &emu).unwrap();
+                let (got, _) = topk_gpu(&ctx, Keys::Host(&keys), k, &emu).unwrap();
                 assert_eq!(got, topk_reference(&keys, k), "chain top-{k} emulated {name}");
             }
         }
@@ -1072,7 +1037,7 @@ fn gpu_select_chain() {
     let keys: Vec<u32> = datasets_u32(70_001, 5).remove(1).1;
     let ranks = vec![35_000u64, 35_001];
     let on_exact = SelectOptions { approx_hist_min: usize::MAX, ..on };
-    let (got, st) = approx_select_gpu_with(&ctx, &keys, &ranks, &on_exact).unwrap();
+    let (got, st) = approx_select_gpu(&ctx, Keys::Host(&keys), &ranks, &on_exact).unwrap();
     check_exact(&got, &keys, &ranks, "approx through the chain");
     assert!(st.algorithm.contains("chain") && st.rank_error_bound == 0, "{} bound {}", st.algorithm, st.rank_error_bound);
     // Top-k with ties (every key equal to the threshold comes along): through the
@@ -1083,7 +1048,7 @@ fn gpu_select_chain() {
         let keys: Vec<u32> = (0..n).map(|_| r.random_range(0..distinct)).collect();
         let arr = DeviceArray::upload(&ctx, &keys).unwrap();
         for k in [1usize, 77, 1000] {
-            let (got, st) = topk_ties_gpu_device_with::<u32>(&ctx, &arr, n, k, &on).unwrap();
+            let (got, st) = topk_ties_gpu::<u32>(&ctx, Keys::Device(&arr, n), k, &on).unwrap();
             if distinct == u32::MAX {
                 assert!(st.algorithm.contains("chain"), "ties top-{k}: {}", st.algorithm);
             }
@@ -1101,22 +1066,22 @@ fn gpu_select_chain() {
     let ranks = vec![n as u64 / 2, n as u64 / 2 + 1];
     for int64 in [Int64Path::Auto, Int64Path::Emulated] {
         let opts = SelectOptions { int64, ..on };
-        let (got, st) = select_gpu_with::<u64>(&ctx, &keys64, &ranks, &opts).unwrap();
+        let (got, st) = select_gpu::<u64>(&ctx, Keys::Host(&keys64), &ranks, &opts).unwrap();
         check_exact(&got, &keys64, &ranks, &format!("chain u64 {int64:?}"));
         assert!(st.algorithm.contains("chain"), "u64 {int64:?}: {}", st.algorithm);
     }
     let arr = DeviceArray::upload_segmented(&ctx, &keys64, 65_536).unwrap();
-    let (got, st) = select_gpu_device_with::<u64>(&ctx, &arr, n, &ranks, &on).unwrap();
+    let (got, st) = select_gpu::<u64>(&ctx, Keys::Device(&arr, n), &ranks, &on).unwrap();
     check_exact(&got, &keys64, &ranks, "chain u64 segmented");
     assert!(st.algorithm.contains("chain"), "{}", st.algorithm);
     let keys32: Vec<u32> = (0..n).map(|i| r.random_range(0..5000u32) + (i % 7 == 0) as u32 * 9).collect();
     let arr = DeviceArray::upload_segmented(&ctx, &keys32, 30_004).unwrap();
     for k in [1usize, 300, 1500] {
-        let (got, st) = topk_gpu_device_with::<u32>(&ctx, &arr, n, k, &on).unwrap();
+        let (got, st) = topk_gpu::<u32>(&ctx, Keys::Device(&arr, n), k, &on).unwrap();
         assert_eq!(got, topk_reference(&keys32, k), "chain top-{k} segmented");
         assert!(st.algorithm.contains("chain"), "{}", st.algorithm);
     }
     let ranks = vec![n as u64 / 3];
-    let (got, _) = select_gpu_device_with::<u32>(&ctx, &arr, n, &ranks, &on).unwrap();
+    let (got, _) = select_gpu::<u32>(&ctx, Keys::Device(&arr, n), &ranks, &on).unwrap();
     check_exact(&got, &keys32, &ranks, "chain u32 segmented");
 }

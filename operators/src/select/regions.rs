@@ -1,6 +1,9 @@
 //! Grouped order statistics on the GPU: every group a region, all regions
 //! selected together (the grouped quantiles of `GROUP BY`).
 //!
+//! [`select_regions_gpu`] selects ranks in many regions of one device array in one
+//! SampleSelect descent (every region a task).
+//!
 //! Rows arrive in chunks, each with a dense group tag per row (MERCATOR's
 //! enumeration, Timcheck & Buhler: tag `g < groups`, any larger tag drops the
 //! row) and a raw 8-byte value. [`RegionSelect::add`] copies each chunk into one
@@ -9,7 +12,7 @@
 //! past 256 groups), so each group is one contiguous region with sparse region
 //! offsets, turns the values into order keys in place ([`to_order_keys_gpu`]), and
 //! selects every group's ranks in one SampleSelect descent over all regions
-//! ([`select_regions_gpu_device`]: one submission and one readback of bucket
+//! ([`select_regions_gpu`]: one submission and one readback of bucket
 //! counts per level for all groups; regions of at most one sample are sorted whole
 //! by one workgroup). Only the selected keys come back.
 //!
@@ -19,22 +22,114 @@
 //! level) outweigh its speed, so the partitioned values are downloaded and the
 //! regions selected on the CPU in parallel (small regions sorted whole). On the
 //! H100, 1000 regions of about 2000 rows took 150 ms through the device descent
-//! against 81 ms for the CPU aggregation (BENCHMARKS.md, session 8).
+//! against 81 ms for the CPU aggregation (docs/benchmarks/history/session-08.md).
 //!
 //! Device memory: the rows (tags and values, 12 bytes a row) twice during the
 //! partition, then the partitioned values and the selection's scratch.
 //!
 //! [`region_select_reference`] is the sort-based reference the tests compare with.
+use super::bracket::bracket;
+use super::contract::{SelectKey, SelectOptions};
+use super::cpu::select_cpu;
+use super::descent::{check_device_input, sample_select_tasks, Src, Start, Task};
+use super::keys::{key_f64, key_i64, to_order_keys_gpu, RawKind};
+use super::record::GpuClock;
 use crate::array::{copy_elements, DeviceArray};
-use rayon::prelude::*;
 use crate::compact::Column;
 use crate::context::GpuContext;
 use crate::error::{GpuError, GpuResult};
 use crate::partition::{partition_gpu, PartitionFn};
-use crate::select::{key_f64, key_i64, select_cpu, select_regions_gpu_device, to_order_keys_gpu, RawKind};
+use crate::tuning::select::{RANKS_PER_DESCENT, REGION_SORT_MAX as SORT_MAX};
+use rayon::prelude::*;
 
-/// CPU regions up to this size are sorted whole; larger ones use the parallel selection.
-const SORT_MAX: usize = 1 << 12;
+/// Exact GPU selection in many regions of one device array at once: region `i`
+/// is elements `regions[i].0 .. regions[i].0 + regions[i].1`, and its answers are
+/// its keys at `ranks[i]` (ranks within the region). All regions descend together,
+/// level by level (one submission and one readback of bucket counts per level for
+/// all of them); regions of at most one sample's keys are sorted whole in one
+/// workgroup. Regions with more than [`RANKS_PER_DESCENT`] distinct ranks are
+/// served over several rounds; regions of at least
+/// [`SelectOptions::bracket_min`] keys start with the bracketing level.
+pub fn select_regions_gpu<K: SelectKey>(
+    ctx: &GpuContext,
+    keys: &DeviceArray,
+    regions: &[(u64, u64)],
+    ranks: &[Vec<u64>],
+    opts: &SelectOptions,
+) -> GpuResult<Vec<Vec<K>>> {
+    if regions.len() != ranks.len() {
+        return Err(GpuError::Invalid(format!("{} regions, {} rank lists", regions.len(), ranks.len())));
+    }
+    let len = regions.iter().map(|r| r.0 + r.1).max().unwrap_or(0) as usize;
+    check_device_input::<K>(ctx, keys, len)?;
+    for (&(_, n), rs) in regions.iter().zip(ranks) {
+        if let Some(r) = rs.iter().find(|&&r| r >= n) {
+            return Err(GpuError::Invalid(format!("rank {r} out of range for a region of {n} keys")));
+        }
+    }
+    // Distinct ranks per region, in rounds of at most RANKS_PER_DESCENT each.
+    let uniq: Vec<Vec<u64>> = ranks
+        .iter()
+        .map(|r| {
+            let mut u = r.clone();
+            u.sort_unstable();
+            u.dedup();
+            u
+        })
+        .collect();
+    let mut vals: Vec<Vec<K>> = uniq.iter().map(|u| vec![K::default(); u.len()]).collect();
+    let rounds = uniq.iter().map(|u| u.len().div_ceil(RANKS_PER_DESCENT)).max().unwrap_or(0);
+    let opts = *opts;
+    for round in 0..rounds {
+        let mut tasks = Vec::new();
+        let mut slots: Vec<(usize, usize)> = Vec::new(); // output index -> (region, index in uniq)
+        for (ri, u) in uniq.iter().enumerate() {
+            let lo = round * RANKS_PER_DESCENT;
+            if lo >= u.len() {
+                continue;
+            }
+            let hi = (lo + RANKS_PER_DESCENT).min(u.len());
+            let mut tr = Vec::with_capacity(hi - lo);
+            for (j, &r) in u.iter().enumerate().take(hi).skip(lo) {
+                tr.push((slots.len(), r));
+                slots.push((ri, j));
+            }
+            tasks.push(Task { src: Src::Range { start: regions[ri].0 }, n: regions[ri].1, lo: 0, ranks: tr, below: None, above: None });
+        }
+        let mut clock = GpuClock::new(ctx, &opts);
+        // Large regions start with the bracketing level (one pass each over the
+        // region); their windows' buffers join the descent's.
+        let mut start = Start::default();
+        let mut first = Vec::with_capacity(tasks.len());
+        for t in tasks {
+            match bracket::<K>(ctx, keys, len, &t, &opts, &mut clock)? {
+                Some((wtasks, st)) => {
+                    let shift = start.bufs.len();
+                    for mut wt in wtasks {
+                        if let Src::Buf { buf, off } = wt.src {
+                            wt.src = Src::Buf { buf: buf + shift, off };
+                        }
+                        first.push(wt);
+                    }
+                    start.bufs.extend(st.bufs);
+                    start.bytes += st.bytes;
+                    start.answered.extend(st.answered);
+                    start.level = 1;
+                }
+                None => first.push(t),
+            }
+        }
+        let (out, _) = sample_select_tasks::<K>(ctx, keys, len, first, slots.len(), None, &opts, clock, start)?;
+        for (o, &(ri, j)) in out.into_iter().zip(&slots) {
+            vals[ri][j] = o;
+        }
+    }
+    Ok(ranks
+        .iter()
+        .zip(uniq.iter().zip(&vals))
+        .map(|(rs, (u, v))| rs.iter().map(|r| v[u.binary_search(r).expect("a rank")]).collect())
+        .collect())
+}
 
 /// Grouped selection over chunks of tagged device values.
 #[derive(Debug)]
@@ -142,10 +237,10 @@ impl RegionSelect {
         let nonempty = sizes.iter().filter(|&&n| n > 0).count();
         let avg = stats.rows as usize / nonempty.max(1);
         let got: Vec<Vec<u64>> = if avg >= gpu_min_rows.max(2) {
-            to_order_keys_gpu(ctx, &values, self.kind)?;
+            to_order_keys_gpu(ctx, &values, self.kind, false)?;
             stats.gpu_regions = nonempty;
             let regions: Vec<(u64, u64)> = (0..g).map(|x| (offsets[x], sizes[x])).collect();
-            select_regions_gpu_device::<u64>(ctx, &values, &regions, &ranks)?
+            select_regions_gpu::<u64>(ctx, &values, &regions, &ranks, &SelectOptions::default())?
         } else {
             let raw: Vec<u64> = values.download(ctx)?;
             stats.cpu_regions = nonempty;

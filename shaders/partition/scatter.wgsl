@@ -1,13 +1,12 @@
-// Fused rank-and-scatter of a one-pass partition (operators/src/partition.rs,
-// `fused` path): the stable scatter step of radix partitioning (histogram ->
-// exclusive scan -> scatter), with the rows of each tile sorted by digit in
+// Fused rank-and-scatter of a one-pass partition (operators/src/partition/fused.rs):
+// the stable scatter step of radix partitioning (histogram -> exclusive scan -> scatter), with the rows of each tile sorted by digit in
 // workgroup memory first so every partition's rows of a tile leave as one
 // contiguous run: the local-sort-then-write idea of GPU radix sorts (Merrill &
 // Grimshaw's tile ranking; the subgroup "match" ranking of one-sweep sorts),
 // here driven by the per-tile histograms and their prefix sums (Zhang, Wang &
 // Ross, ADMS 2020, computed by the crate's scan) instead of a chained scan.
 //
-// Appended to the prelude of shaders/partition.wgsl (Params, bindings 0-15,
+// Appended to shaders/partition/common.wgsl (Params, bindings 0-15,
 // `row_pid`, `digit`). One workgroup per histogram tile of TILE rows, walked in
 // rounds of R = SWG * ITEMS rows:
 //
@@ -34,14 +33,14 @@
 //    mostly of one digit, so `delta` is read almost without bank conflicts;
 //    the only randomly placed accesses per row are the counter, the digit and
 //    the staged values.
-// 4. Columns (code generated per column by partition.rs). Each row
+// 4. Columns (code generated per column by partition/fused.rs). Each row
 //    stores its value into its slot (`sa`, and `sb` for the high words of 8-byte
 //    values), then the invocations write the slots in order: consecutive
 //    invocations write consecutive rows of one partition. Validity bits go the
 //    same way and are set with atomicOr in the zeroed output bitmap.
 //
-// Loads are issued ahead of their use (partition.rs picks the variant per
-// pass): the key words of the next round while this round's digits are
+// Loads are issued ahead of their use (partition/fused.rs picks the column
+// variant per pass): the key words of the next round while this round's digits are
 // computed, and the column values at the start of the round or right after
 // the previous round staged its own, so a round does not wait on the key's
 // and each column's load one after another. A moved column that is the key
@@ -57,7 +56,7 @@
 // from the histogram and its scan, miss the segment) returns at once.
 //
 // The loops over a round's items are written once between //@unroll and
-// //@end and repeated per item by partition.rs (`unroll_items`), so the
+// //@end and repeated per item by partition/fused.rs (`unroll_items`), so the
 // per-item arrays (`dig`, `pos`, `gd`) are indexed by constants and stay in
 // registers.
 //
@@ -67,7 +66,7 @@
 // workgroup-wide mask words per chunk of SWG rows (1.5-2x slower).
 //
 // Assumes full subgroups of at most 32 lanes and SWG a multiple of the
-// subgroup size; NSGMAX = SWG / smallest subgroup size counters (partition.rs
+// subgroup size; NSGMAX = SWG / smallest subgroup size counters (partition/fused.rs
 // picks SWG = 8 x the smallest subgroup size, at most 256).
 
 const SWG: u32 = {{SWG}}u;
@@ -91,7 +90,7 @@ var<workgroup> delta: array<u32, NBS>;
 var<workgroup> part: array<u32, NSGMAX>;
 var<workgroup> lo_hi: array<atomic<u32>, 2>;
 var<workgroup> skip_tile: u32;
-{{PAD}}
+
 fn in_out(d: u32) -> bool {
     return d >= p.out_first && d - p.out_first < p.out_rows;
 }
@@ -144,16 +143,21 @@ fn scatter(
         }
         if (workgroupUniformLoad(&skip_tile) != 0u) { return; }
     }
-{{PAD_TOUCH}}    let lt = (1u << lane) - 1u;
+    let lt = (1u << lane) - 1u;
     // item k of this invocation is row sbase + k * istride of its round;
     // sbase0 is the tile's first round's
     let istride = sgs;
     let sbase0 = tstart + sg_id * sgs * ITEMS + lane;
-{{KEY_PREFETCH}}{{COL_PREFETCH}}
+    // the key words of the first round (`pk`), loaded before the loop
+    var pk: array<vec3<u32>, ITEMS>;
+    //@unroll
+    if (sbase0 + @K * istride < tend) { pk[@K] = row_raw(sbase0 + @K * istride); }
+    //@end
+{{COL_PREFETCH}}
     for (var w = lid; w < WCNT; w += SWG) { atomicStore(&wcnt[w], 0u); }
     workgroupBarrier();
     // Barriers per round: after the ranking, the subgroup totals, the
-    // scan and the destinations, then two per column (see partition.rs). The
+    // scan and the destinations, then two per column (see partition/fused.rs). The
     // counters are zeroed for the next round once the destinations are read,
     // and the column barriers order that before the next round's ranking.
     for (var rb = tstart; rb < tend; rb += R) {
@@ -163,9 +167,20 @@ fn scatter(
         var pos: array<u32, ITEMS>;
         var gd: array<u32, ITEMS>;
 {{COL_PRELOAD}}
-        // 1. rank (the item loops are unrolled by partition.rs, so the
+        // 1. rank (the item loops are unrolled by partition/fused.rs, so the
         // per-item arrays are indexed by constants and stay in registers)
-{{KEY_DIGITS}}        //@unroll
+        // the digits from the key words loaded a round earlier, issuing the
+        // next round's loads at once
+        //@unroll
+        {
+            let row = sbase + @K * istride;
+            var d = 0u;
+            if (row < tend) { d = digit(raw_pid(pk[@K])); }
+            dig[@K] = d;
+{{KEY_KEEP}}            if (row + R < tend) { pk[@K] = row_raw(row + R); }
+        }
+        //@end
+        //@unroll
         {
             let valid = sbase + @K * istride < tend;
             let d = dig[@K];

@@ -1,9 +1,9 @@
 // Element part of the scan kernels for 32-bit elements (u32 or f32), loaded and
-// stored as vec4 (four elements per 16-byte vector). Prepended to scan.wgsl by
+// stored as vec4 (four elements per 16-byte vector). Prepended to scan/reduce_then_scan.wgsl by
 // operators/src/scan.rs; the placeholder T is `u32` (also used for i32: two's-complement
 // wrapping addition is the same bit operation) or `f32`.
 //
-// Interface every scan_elem_*.wgsl provides:
+// Interface every scan/element/*.wgsl provides:
 //   T      the arithmetic type of one element;
 //   S      the storage vector (VEC elements, 16 bytes);
 //   SGV    the type handed to subgroup operations (see to_sg / from_sg);

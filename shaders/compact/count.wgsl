@@ -10,9 +10,9 @@
 // * `count_bitmap`: popcount of the bitmap's words (reads n/8 bytes).
 //
 // The Rust side then scans the counts exclusively with the single-pass scan
-// (scan_lookback.wgsl): the output row of each block's first selected row.
+// (scan/single_pass.wgsl): the output row of each block's first selected row.
 //
-// Prepended: scan_elem_vec4.wgsl (T = u32) and a scan_wg_*.wgsl part (wg_reduce).
+// Prepended: scan/element/vec4.wgsl (T = u32) and a scan/workgroup/*.wgsl part (wg_reduce).
 // Placeholders: WG, BLOCK.
 
 struct Params {

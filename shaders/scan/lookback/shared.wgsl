@@ -1,5 +1,5 @@
-// Look-back step of scan_lookback.wgsl without subgroup operations (goes with
-// scan_wg_shared.wgsl): invocation 0 walks up to 32 predecessors one by one,
+// Look-back step of scan/single_pass.wgsl without subgroup operations (goes with
+// scan/workgroup/shared.wgsl): invocation 0 walks up to 32 predecessors one by one,
 // stopping at the first not-ready descriptor or after the first INC.
 
 fn is_leader(inv: Inv) -> bool {

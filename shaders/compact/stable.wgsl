@@ -1,6 +1,6 @@
 // Scatter pass of the fast stable compaction (operators/src/compact.rs,
 // CompactPath::Fast): one pass over the columns after the count pass
-// (compact_count.wgsl) and the single-pass scan of the block counts (boffs: the
+// (compact/count.wgsl) and the single-pass scan of the block counts (boffs: the
 // output row of each block's first selected row).
 //
 // One workgroup per block of BLOCK rows, one dispatch per segment (and group of
@@ -24,7 +24,7 @@
 // segment's selected rows land in at most two consecutive output segments, `lo`
 // (first row out_first) and `hi`.
 //
-// Prepended: scan_elem_vec4.wgsl (T = u32) and a scan_wg_*.wgsl part. Placeholders:
+// Prepended: scan/element/vec4.wgsl (T = u32) and a scan/workgroup/*.wgsl part. Placeholders:
 // WG, BLOCK, VB_WORDS, COLUMN_DECLS, COPY_COLUMNS, FLUSH_COLUMNS (generated for the
 // batch's columns by the Rust side).
 

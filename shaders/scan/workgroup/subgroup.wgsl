@@ -1,6 +1,6 @@
 // Workgroup-wide exclusive scan and reduction on subgroup operations, for adapters
-// with Features::SUBGROUP. Prepended (after a scan_elem_*.wgsl part) to the scan and
-// compaction kernels; scan_wg_shared.wgsl is the drop-in variant without subgroups.
+// with Features::SUBGROUP. Prepended (after a scan/element/*.wgsl part) to the scan and
+// compaction kernels; scan/workgroup/shared.wgsl is the drop-in variant without subgroups.
 //
 // Scan order ("rank"): subgroup id, then lane. With a workgroup size that is a
 // multiple of the largest subgroup size (the Rust side checks it) the subgroups are

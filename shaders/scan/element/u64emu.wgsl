@@ -1,9 +1,9 @@
 // Element part of the scan kernels for 64-bit integers without SHADER_INT64: a u64
 // (or i64, same bits) is emulated as vec2<u32> (x = low word, y = high word, the
 // little-endian memory layout) with a carry on addition. Two elements per 16-byte
-// vector. See scan_elem_vec4.wgsl for the interface.
+// vector. See scan/element/vec4.wgsl for the interface.
 //
-// Subgroup sums use the same three-part split as scan_elem_u64.wgsl: bits 0-15 and
+// Subgroup sums use the same three-part split as scan/element/u64.wgsl: bits 0-15 and
 // 16-31 (sums below 2^23 for subgroups of at most 128), and the high word (wraps
 // modulo 2^32 like the 64-bit sum).
 

@@ -1,4 +1,4 @@
-// Selection part of compact.wgsl for a selection given as a bitmap of u32 words
+// Selection part of compact/block.wgsl for a selection given as a bitmap of u32 words
 // (row i is bit i % 32 of word i / 32, like Arrow; the bitmap's segments hold
 // seg_rows / 32 words, so a segment's bitmap starts at its first row). Bits past the
 // segment's end are ignored.

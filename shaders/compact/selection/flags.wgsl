@@ -1,4 +1,4 @@
-// Selection part of compact.wgsl for a selection given as one u32 flag per row
+// Selection part of compact/block.wgsl for a selection given as one u32 flag per row
 // (0 = not selected, anything else = selected), read as vec4 (4 rows per 16-byte
 // load, neighbouring invocations on neighbouring vectors). Builds the block's
 // bitmap in workgroup memory with one atomic OR per vector that has a selected row.

@@ -17,7 +17,7 @@
 //     vectors), sums it, and publishes the tile's aggregate (AGG; tile 0 publishes
 //     its inclusive prefix, INC, at once);
 //   * looks back over the predecessors' descriptors (lookback_step, from a
-//     scan_lb_*.wgsl part: a whole subgroup inspects a window of predecessors at
+//     scan/lookback/*.wgsl part: a whole subgroup inspects a window of predecessors at
 //     once, or invocation 0 walks them one by one), adding AGGs until it meets an
 //     INC;
 //   * when a predecessor's descriptor stays not ready for more than `spins` steps,
@@ -38,7 +38,7 @@
 // every 8 to spread the blocked accesses over the banks); without it (the tile does
 // not fit workgroup memory) each invocation reads and writes its own vectors.
 //
-// Tile layouts (a scan_tile_*.wgsl part provides tile_scan, tile_sum, tile_store):
+// Tile layouts (a scan/tile/*.wgsl part provides tile_scan, tile_sum, tile_store):
 // * blocked: invocation r (rank order) owns VPT consecutive vectors; optionally
 //   moved through workgroup memory (XPOSE) so global accesses are coalesced;
 // * striped (subgroups only): lane l of subgroup g owns vectors
@@ -46,9 +46,9 @@
 //   subgroup is one contiguous run without a trip through workgroup memory; the
 //   subgroup scans its VPT rows in turn and the workgroup scans subgroup totals.
 //
-// Prepended by the Rust side: scan_elem_vec4.wgsl (T = u32 or f32, S = vec4<T>), a
-// scan_wg_*.wgsl part and the matching scan_lb_*.wgsl part (lookback_step,
-// is_leader); appended: a scan_tile_*.wgsl part. Placeholders: WG (wg part), VPT,
+// Prepended by the Rust side: scan/element/vec4.wgsl (T = u32 or f32, S = vec4<T>), a
+// scan/workgroup/*.wgsl part and the matching scan/lookback/*.wgsl part (lookback_step,
+// is_leader); appended: a scan/tile/*.wgsl part. Placeholders: WG (wg part), VPT,
 // XPOSE (true / false), XPOSE_VECS (vectors of the transpose buffer:
 // TILE_VECS * 9 / 8, or 1 without it).
 

@@ -1,5 +1,5 @@
-// Look-back of scan_lookback.wgsl on subgroup operations (goes with
-// scan_wg_subgroup.wgsl). Subgroup 0 inspects a window of up to subgroup-size
+// Look-back of scan/single_pass.wgsl on subgroup operations (goes with
+// scan/workgroup/subgroup.wgsl). Subgroup 0 inspects a window of up to subgroup-size
 // predecessors at once: lane i reads tile pos - 1 - i. The lanes before the first
 // not-ready descriptor are summed, stopping after the first INC. The subgroup
 // repeats this on its own (no workgroup barrier per step: every lane computes the

@@ -13,8 +13,8 @@
 // workgroups, so a single-pass look-back scan could hang), at the price of reading
 // the input twice.
 //
-// Prepended by the Rust side: a scan_elem_*.wgsl part (T, S, VEC, zero, add, pack,
-// unpack) and a scan_wg_*.wgsl part (Inv, WG, rank_of, wg_excl_scan, wg_reduce,
+// Prepended by the Rust side: a scan/element/*.wgsl part (T, S, VEC, zero, add, pack,
+// unpack) and a scan/workgroup/*.wgsl part (Inv, WG, rank_of, wg_excl_scan, wg_reduce,
 // with or without subgroup operations). Placeholders (double-brace names): WG (in
 // the wg part) and VPT, the vectors each invocation loads.
 //

@@ -1,4 +1,4 @@
-// Blocked tile layout of scan_lookback.wgsl (any adapter): invocation r (in the
+// Blocked tile layout of scan/single_pass.wgsl (any adapter): invocation r (in the
 // workgroup scan's rank order) owns the VPT consecutive vectors r * VPT ..; with
 // XPOSE the tile goes through workgroup memory (invocations load and store
 // neighbouring 16-byte vectors, one padding vector every 8 to spread the blocked

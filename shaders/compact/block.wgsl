@@ -1,4 +1,7 @@
-// Stream compaction of the selected rows of a batch (operators/src/compact.rs).
+// Stream compaction of the selected rows of a batch (operators/src/compact.rs): the
+// block machinery shared by the kernels that read the selection per block in
+// workgroup memory (the per-row path's count_blocks.wgsl and per_row.wgsl, and
+// jumping_jack.wgsl on either path); one of them is appended to this file.
 //
 // Rows are processed in blocks of BLOCK rows, one workgroup per block, one dispatch
 // per input segment (and group of columns). Each workgroup first turns its block's
@@ -8,14 +11,14 @@
 //   rank(i)           = wpre[i / 32] + popcount(word & bits below i),
 // both O(1) for any row i of the block.
 //
-// Entry points:
-// * `count_blocks`: the number of selected rows of each block -> counts[]. The
-//   host scans the counts exclusively (scan.wgsl) into boffs[], the output row of
-//   each block's first selected row, so scratch is one u32 per block per level.
-// * `scatter_stable`: order-preserving compaction. Invocations walk the block's rows
+// Entry points (one file each):
+// * `count_blocks` (count_blocks.wgsl): the number of selected rows of each block -> counts[]. The
+//   host scans the counts exclusively (scan/reduce_then_scan.wgsl) into boffs[], the
+//   output row of each block's first selected row, so scratch is one u32 per block per level.
+// * `scatter_stable` (per_row.wgsl): order-preserving compaction. Invocations walk the block's rows
 //   (neighbours on neighbouring rows, so the reads coalesce); a selected row i goes
 //   to output row boffs[block] + rank(i).
-// * `scatter_jj`: Jumping Jack (Moreira et al., GRAPP 2009, sections 3.4 and 4), the
+// * `scatter_jj` (jumping_jack.wgsl): Jumping Jack (Moreira et al., GRAPP 2009, sections 3.4 and 4), the
 //   non-monotonic compaction applied per block ("block compaction"): with v the
 //   block's selected count, output slot i < v takes row i when it is selected and
 //   otherwise jumps idx = MAS[idx] until it lands on a selected row, where
@@ -38,9 +41,9 @@
 // consecutive output segments: `lo` (first row out_first) and `hi` (the next one,
 // or `lo` again when there is none).
 //
-// Prepended by the Rust side: scan_elem_vec4.wgsl (T = u32), a scan_wg_*.wgsl part,
-// and a compact_sel_*.wgsl part (binding 0 and `fill_selection`, for 0/1 flags or a
-// bitmap). Placeholders (double-brace names, substituted by GpuContext::pipeline):
+// Prepended by the Rust side: scan/element/vec4.wgsl (T = u32), a
+// scan/workgroup/*.wgsl part, and a compact/selection/*.wgsl part (binding 0 and
+// `fill_selection`, for 0/1 flags or a bitmap); appended: the entry point's file. Placeholders (double-brace names, substituted by GpuContext::pipeline):
 // BLOCK, VB_WORDS, and the generated COLUMN_DECLS, COPY_COLUMNS, FLUSH_COLUMNS.
 
 struct Params {
@@ -141,67 +144,4 @@ fn clear_validity(lid: u32) {
 
 fn block_rows(block: u32) -> u32 {
     return min(BLOCK, p.n - block * BLOCK);
-}
-
-@compute @workgroup_size(WG)
-fn count_blocks(inv: Inv) {
-    let block = inv.wid.x + inv.wid.y * inv.nwg.x;
-    if (block >= p.blocks) {
-        return; // whole workgroup
-    }
-    let c = load_selection(inv, block, block_rows(block));
-    if (inv.lid == 0u) {
-        counts[p.block_base + block] = c;
-    }
-}
-
-@compute @workgroup_size(WG)
-fn scatter_stable(inv: Inv) {
-    let block = inv.wid.x + inv.wid.y * inv.nwg.x;
-    if (block >= p.blocks) {
-        return; // whole workgroup
-    }
-    clear_validity(inv.lid);
-    let nb = block_rows(block);
-    let cnt = load_selection(inv, block, nb);
-    if (cnt == 0u) {
-        return; // uniform: cnt is the workgroup total
-    }
-    let boff = boffs[p.block_base + block];
-    let row0 = block * BLOCK;
-    for (var i = inv.lid; i < nb; i += WG) {
-        if (is_selected(i)) {
-            let r = rank_before(i);
-            copy_row(row0 + i, boff + r, (boff % 32u) + r);
-        }
-    }
-    workgroupBarrier();
-    flush_validity(inv.lid, boff, cnt);
-}
-
-@compute @workgroup_size(WG)
-fn scatter_jj(inv: Inv) {
-    let block = inv.wid.x + inv.wid.y * inv.nwg.x;
-    if (block >= p.blocks) {
-        return; // whole workgroup
-    }
-    clear_validity(inv.lid);
-    let nb = block_rows(block);
-    let cnt = load_selection(inv, block, nb);
-    if (cnt == 0u) {
-        return; // uniform
-    }
-    let boff = boffs[p.block_base + block];
-    let row0 = block * BLOCK;
-    for (var i = inv.lid; i < cnt; i += WG) {
-        var idx = i;
-        // MAS[idx] = nb - pInvalid[idx]; at most nb - cnt jumps in the whole block,
-        // so the guard only stops a corrupted bitmap from spinning forever.
-        for (var guard = 0u; guard < nb && !is_selected(idx); guard++) {
-            idx = nb - (idx + 1u - rank_through(idx));
-        }
-        copy_row(row0 + idx, boff + i, (boff % 32u) + i);
-    }
-    workgroupBarrier();
-    flush_validity(inv.lid, boff, cnt);
 }

@@ -1,7 +1,7 @@
 // Element part of the scan kernels for 64-bit integers with native WGSL u64
 // (Features::SHADER_INT64). Also used for i64: two's-complement wrapping addition
 // is the same bit operation. Two elements per 16-byte vector.
-// See scan_elem_vec4.wgsl for the interface.
+// See scan/element/vec4.wgsl for the interface.
 //
 // Subgroup operations on 64-bit integers need Vulkan's shaderSubgroupExtendedTypes,
 // which wgpu does not enable, so subgroup sums of a u64 are taken on three 32-bit

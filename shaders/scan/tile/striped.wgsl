@@ -1,4 +1,4 @@
-// Striped tile layout of scan_lookback.wgsl (subgroup adapters only): lane l of
+// Striped tile layout of scan/single_pass.wgsl (subgroup adapters only): lane l of
 // subgroup g owns vectors g * SG * VPT + j * SG + l for j < VPT (SG: the subgroup
 // size, read from the builtin), so each global load and store of a subgroup is
 // one contiguous run of SG 16-byte vectors and nothing goes through workgroup

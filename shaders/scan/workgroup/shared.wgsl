@@ -1,5 +1,5 @@
 // Workgroup-wide exclusive scan and reduction in workgroup memory only (no subgroup
-// operations): the portable variant of scan_wg_subgroup.wgsl, with the same
+// operations): the portable variant of scan/workgroup/subgroup.wgsl, with the same
 // interface (Inv, WgScan, rank_of, wg_excl_scan, wg_reduce).
 //
 // Scan: Hillis-Steele (recursive doubling) over WG values, double-buffered in one

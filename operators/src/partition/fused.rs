@@ -17,6 +17,21 @@ use crate::tuning::partition as tuned;
 use std::sync::Arc;
 
 const SCATTER_WGSL: &str = include_str!("../../../shaders/partition/scatter.wgsl");
+const SCATTER_COLUMN_WGSL: &str = include_str!("../../../shaders/partition/scatter_column.wgsl");
+
+/// A section of shaders/partition/scatter_column.wgsl (after the line `// {marker}`
+/// up to the next marker) with column `j`'s pieces filled in.
+fn column_section(marker: &str, j: usize, lead: &str, stage: &str, ahead: &str, value: &str) -> String {
+    let start = SCATTER_COLUMN_WGSL.find(&format!("// {marker}\n")).expect("scatter_column.wgsl marker") + marker.len() + 4;
+    let rest = &SCATTER_COLUMN_WGSL[start..];
+    let section = &rest[..rest.find("// @@").unwrap_or(rest.len())];
+    section
+        .replace("{{COLUMN}}", &j.to_string())
+        .replace("{{LEAD}}", lead)
+        .replace("{{STAGE}}", stage)
+        .replace("{{AHEAD}}", ahead)
+        .replace("{{VALUE}}", value)
+}
 
 /// Workgroup shape of the fused rank-and-scatter kernel on this adapter, or
 /// `None` where it cannot run (no subgroups, subgroups outside 4..=32 lanes, too
@@ -149,19 +164,7 @@ fn fused_column_wgsl(j: usize, wide: bool, validity: bool, preload: Preload, fro
         _ => item("sbase", &format!("let v = pv{j}[@K]; {stage}")),
     };
     let ahead = |s: String| if preload == Preload::Ahead && !from_key { s } else { String::new() };
-    let mut code = format!(
-        "        // column {j}
-{lead}{stage_v}{}        workgroupBarrier();
-        //@unroll
-        {{
-            let i = @K * SWG + lid;
-            let g = gd[@K];
-            if (i < rcount && in_out(g)) {{ co{j}[g - p.out_first] = {value}; }}
-        }}
-        //@end
-",
-        ahead(load_v("(sbase + R)"))
-    );
+    let mut code = column_section("@@VALUES", j, lead, &stage_v, &ahead(load_v("(sbase + R)")), value);
     if validity {
         decl += &format!(
             "@group(0) @binding({}) var<storage, read> cvi{j}: array<u32>;\n@group(0) @binding({}) var<storage, read_write> cvo{j}: array<atomic<u32>>;\n",
@@ -172,22 +175,7 @@ fn fused_column_wgsl(j: usize, wide: bool, validity: bool, preload: Preload, fro
             Preload::Late if !from_key => item("sbase", &format!("sa[pos[@K]] = {bit};")),
             _ => item("sbase", &format!("sa[pos[@K]] = pb{j}[@K];")),
         };
-        code += &format!(
-            "        workgroupBarrier();
-{stage_b}{}        workgroupBarrier();
-        //@unroll
-        {{
-            let i = @K * SWG + lid;
-            let g = gd[@K];
-            if (i < rcount && in_out(g) && sa[i] != 0u) {{
-                let q = g - p.out_first;
-                atomicOr(&cvo{j}[q / 32u], 1u << (q % 32u));
-            }}
-        }}
-        //@end
-",
-            ahead(load_b("(sbase + R)"))
-        );
+        code += &column_section("@@VALIDITY", j, "", &stage_b, &ahead(load_b("(sbase + R)")), "");
     }
     [decl, before, start, code]
 }

@@ -18,8 +18,8 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::scalar::ScalarValue;
 use ridgeline::gpu_batch::{ColumnData, GpuBatch};
 use ridgeline::gpu_expr::{Caps, RowProgram};
-use ridgeline_operators::compact::{compact_with, Column as CCol, CompactAlgo, CompactOptions, Selection};
-use ridgeline_operators::scan::{scan, ScanKind, ScanType};
+use ridgeline_operators::compact::{compact, Column as CCol, CompactAlgo, CompactOptions, Selection};
+use ridgeline_operators::scan::{scan, ScanKind, ScanOptions, ScanType};
 use ridgeline_operators::DeviceArray;
 
 const N: usize = 1 << 22;
@@ -40,7 +40,7 @@ fn gpu(c: &mut Criterion) {
     let input = DeviceArray::upload(&ctx, &data).unwrap();
     g.bench_function("exclusive scan u32 2^22", |b| {
         b.iter(|| {
-            let out = scan(&ctx, &input, ScanType::U32, ScanKind::Exclusive).unwrap();
+            let out = scan(&ctx, &input, ScanType::U32, ScanKind::Exclusive, &ScanOptions::default()).unwrap();
             ctx.wait().unwrap();
             black_box(out);
         })
@@ -51,7 +51,7 @@ fn gpu(c: &mut Criterion) {
     g.bench_function("stable compaction by bitmap 2^22 ~50%", |b| {
         b.iter(|| {
             let sel = Selection::Bitmap { bits: &bits, rows: N };
-            let out = compact_with(&ctx, sel, &[CCol::new(&input)], &CompactOptions::with_algo(CompactAlgo::Stable)).unwrap();
+            let out = compact(&ctx, sel, &[CCol::new(&input)], &CompactOptions::with_algo(CompactAlgo::Stable)).unwrap();
             ctx.wait().unwrap();
             black_box(out.count);
         })
@@ -75,7 +75,7 @@ fn gpu(c: &mut Criterion) {
         b.iter(|| {
             let eval = program.evaluate(&ctx, &dev).unwrap();
             let sel = Selection::Bitmap { bits: eval.selection.as_ref().unwrap(), rows: N };
-            let out = compact_with(&ctx, sel, &[CCol::new(payload)], &CompactOptions::with_algo(CompactAlgo::Stable)).unwrap();
+            let out = compact(&ctx, sel, &[CCol::new(payload)], &CompactOptions::with_algo(CompactAlgo::Stable)).unwrap();
             ctx.wait().unwrap();
             black_box(out.count);
         })

@@ -12,7 +12,7 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use ridgeline_operators::compact::Column;
-use ridgeline_operators::partition::{partition_cpu, partition_gpu_with, HostColumn, PartitionFn, PartitionOptions};
+use ridgeline_operators::partition::{partition_cpu, partition_gpu, HostColumn, PartitionFn, PartitionOptions};
 use ridgeline_operators::DeviceArray;
 
 const N: usize = 1 << 22;
@@ -55,7 +55,7 @@ fn gpu(c: &mut Criterion) {
             let what = if fused { "fused rank-and-scatter" } else { "rank + moves" };
             g.bench_function(format!("hash u32 key + u32 payload 2^22, {fanout} partitions, {what} (resident)"), |b| {
                 b.iter(|| {
-                    let out = partition_gpu_with(&ctx, &cols, &[0], &PartitionFn::Hash { fanout }, &opts).unwrap();
+                    let out = partition_gpu(&ctx, &cols, &[0], &PartitionFn::Hash { fanout }, &opts).unwrap();
                     ctx.wait().unwrap();
                     black_box(out.offsets.len())
                 })

@@ -1,17 +1,39 @@
 //! Partition timings: `cargo run -p ridgeline-operators --release --example
-//! partition_bench -- [min_log2_n] [max_log2_n] [payload_columns] [reps] [cpu: 0|1]`;
-//! `RIDGELINE_PARTITION_FANOUTS=2,256` picks the fan-outs.
-//! For n = 2^min .. 2^max (default 2^20 .. 2^26) and fan-outs 2, 16, 256, 4096:
+//! partition_bench -- [min_log2_n] [max_log2_n] [payload_columns] [reps] [cpu: 0|1]
+//! [fanouts, default 2,16,256,4096] [--profile]`.
+//! For n = 2^min .. 2^max (default 2^20 .. 2^26) and the fan-outs:
 //! the GPU hash partition of a u32 key plus `payload_columns` u32 columns
 //! (GPU-resident input, device time of the partition's compute pass, median of
 //! `reps`), its GB/s (input read + output written), the histogram scratch as a
 //! share of the input, the same partition through the rank kernel and
 //! per-column moves instead of the fused rank-and-scatter, and optionally the
-//! CPU fast path's wall time.
+//! CPU fast path's wall time. `--profile` enables the `ridgeline::profile::partition`
+//! log target, so every size also gets a per-step profile of both paths (one more
+//! run with every dispatch in its own timed pass).
 use ridgeline_operators::partition::{bench_partition, partition_cpu, HostColumn, PartitionFn};
 
+/// Prints the `ridgeline::profile::partition` log target at debug (`--profile`).
+struct ProfileLog;
+
+impl log::Log for ProfileLog {
+    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
+        m.target().starts_with("ridgeline::profile::partition") && m.level() <= log::Level::Debug
+    }
+    fn log(&self, r: &log::Record<'_>) {
+        if self.enabled(r.metadata()) {
+            println!("profile: {}", r.args());
+        }
+    }
+    fn flush(&self) {}
+}
+
 fn main() {
-    let a: Vec<String> = std::env::args().collect();
+    let mut a: Vec<String> = std::env::args().collect();
+    if let Some(i) = a.iter().position(|s| s == "--profile") {
+        a.remove(i);
+        log::set_logger(&ProfileLog).expect("no other logger");
+        log::set_max_level(log::LevelFilter::Debug);
+    }
     let lo: u32 = a.get(1).map_or(20, |s| s.parse().unwrap());
     let hi: u32 = a.get(2).map_or(26, |s| s.parse().unwrap());
     let payload: usize = a.get(3).map_or(1, |s| s.parse().unwrap());
@@ -19,9 +41,9 @@ fn main() {
     let cpu = a.get(5).is_some_and(|s| s != "0");
     let ctx = ridgeline_operators::global().expect("a GPU adapter");
     println!("adapter: {} ({:?})", ctx.info().name, ctx.info().device_type);
-    let fanouts: Vec<u32> = std::env::var("RIDGELINE_PARTITION_FANOUTS")
-        .ok()
-        .map(|v| v.split(',').filter_map(|f| f.trim().parse().ok()).collect())
+    let fanouts: Vec<u32> = a
+        .get(6)
+        .map(|v| v.split(',').map(|f| f.trim().parse().expect("fan-outs: comma-separated numbers")).collect())
         .unwrap_or_else(|| vec![2, 16, 256, 4096]);
     println!("| n | fan-out | passes | GPU ms | GB/s | wall ms | hist scratch | rank + moves ms | CPU ms |");
     println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");

@@ -554,7 +554,7 @@ pub fn group_agg_gpu_with(
             if !f64_cols.is_empty() {
                 let mut cols = vec![Column::new(groups)];
                 cols.extend(f64_cols.iter().map(|&i| columns[i].column));
-                let part = partition_gpu(ctx, &cols, &[0], &PartitionFn::Direct { fanout: g })?;
+                let part = partition_gpu(ctx, &cols, &[0], &PartitionFn::Direct { fanout: g }, &crate::partition::PartitionOptions::default())?;
                 for (j, &ci) in f64_cols.iter().enumerate() {
                     f64_sums[ci] = Some(region_f64_sums(ctx, &part.offsets, &part.columns[j + 1])?);
                 }
@@ -563,7 +563,7 @@ pub fn group_agg_gpu_with(
         GroupAggStrategy::SparseRegions | GroupAggStrategy::Auto => {
             let mut cols = vec![Column::new(groups)];
             cols.extend(columns.iter().map(|c| c.column));
-            let part = partition_gpu(ctx, &cols, &[0], &PartitionFn::Direct { fanout: g })?;
+            let part = partition_gpu(ctx, &cols, &[0], &PartitionFn::Direct { fanout: g }, &crate::partition::PartitionOptions::default())?;
             rows = (0..g as usize).map(|x| part.offsets[x + 1] - part.offsets[x]).collect();
             // pieces of at most SPARSE_PIECE_ROWS rows, never crossing a segment
             let offs = &part.offsets;

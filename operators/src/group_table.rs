@@ -447,7 +447,7 @@ impl GroupTable {
                 cols.extend(mm.iter().map(Column::new));
             }
         }
-        let out = compact(ctx, Selection::Flags(flags.as_ref().unwrap_or(rows_view)), &cols, CompactAlgo::Stable)?;
+        let out = compact(ctx, Selection::Flags(flags.as_ref().unwrap_or(rows_view)), &cols, &crate::compact::CompactOptions::with_algo(CompactAlgo::Stable))?;
         let mut it = out.columns.into_iter();
         let mut next_col = || it.next().ok_or_else(|| GpuError::Invalid("compaction lost a column".into()));
         let ids = next_col()?.values.download::<u32>(ctx)?;

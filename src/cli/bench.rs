@@ -71,7 +71,7 @@ pub fn scan(lo: u32, hi: u32, iterations: usize) -> Result<()> {
     println!("{:>6} | {:>10} | {:>9} | {:>6} | {:>15} | {:>14} | {:>8}", "n", "GPU ms", "GPU GB/s", "timed", "CPU scan ms", "CPU seq ms", "CPU x");
     for k in lo..=hi {
         let n = 1usize << k;
-        let b = ridgeline_operators::scan::bench_scan(&ctx, n, iterations.max(1)).map_err(|e| DataFusionError::Execution(e.to_string()))?;
+        let b = ridgeline_operators::scan::bench_scan(&ctx, n, iterations.max(1), &ridgeline_operators::scan::ScanOptions::default()).map_err(|e| DataFusionError::Execution(e.to_string()))?;
         let input: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761) >> 8).collect();
         let mut out = vec![0u32; n];
         let best = |f: &mut dyn FnMut()| {
@@ -106,7 +106,7 @@ pub fn scan(lo: u32, hi: u32, iterations: usize) -> Result<()> {
 
 /// GPU compaction, stable vs Jumping Jack, over selectivity.
 pub fn compact(lo: u32, hi: u32, iterations: usize, only: Option<f64>) -> Result<()> {
-    use ridgeline_operators::compact::{bench_compact, bench_compact_sel, CompactAlgo, CompactOptions};
+    use ridgeline_operators::compact::{bench_compact, CompactAlgo, CompactOptions, SelectionForm};
     let ctx = context::global().map_err(|e| DataFusionError::Execution(e.to_string()))?;
     println!(
         "bench compact on {} ({:?}), one u32 column selected by u32 flags (stable, JJ) or by a bitmap (stable), median of {iterations}",
@@ -127,9 +127,9 @@ pub fn compact(lo: u32, hi: u32, iterations: usize, only: Option<f64>) -> Result
             let g = |e: ridgeline_operators::GpuError| DataFusionError::Execution(e.to_string());
             // The bitmap case first: on the H100, kernels slow down once a process has
             // freed large buffers (see BENCHMARKS.md), so the first case is the clean one.
-            let b = bench_compact_sel(&ctx, n, sel, &CompactOptions::with_algo(CompactAlgo::Stable), iterations.max(1), true).map_err(g)?;
-            let s = bench_compact(&ctx, n, sel, CompactAlgo::Stable, iterations.max(1)).map_err(g)?;
-            let j = bench_compact(&ctx, n, sel, CompactAlgo::JumpingJack, iterations.max(1)).map_err(g)?;
+            let b = bench_compact(&ctx, n, sel, &CompactOptions::with_algo(CompactAlgo::Stable), iterations.max(1), SelectionForm::Bitmap).map_err(g)?;
+            let s = bench_compact(&ctx, n, sel, &CompactOptions::with_algo(CompactAlgo::Stable), iterations.max(1), SelectionForm::Flags).map_err(g)?;
+            let j = bench_compact(&ctx, n, sel, &CompactOptions::with_algo(CompactAlgo::JumpingJack), iterations.max(1), SelectionForm::Flags).map_err(g)?;
             if b.count != s.count {
                 return Err(DataFusionError::Execution(format!("bitmap selection kept {} rows, flags {}", b.count, s.count)));
             }
@@ -162,7 +162,7 @@ pub fn filter(lo: u32, hi: u32, iterations: usize) -> Result<()> {
     use datafusion::physical_expr::PhysicalExpr;
     use datafusion::scalar::ScalarValue;
     use rayon::prelude::*;
-    use ridgeline_operators::compact::{compact_with, Column as CCol, CompactAlgo, CompactOptions, Selection};
+    use ridgeline_operators::compact::{compact, Column as CCol, CompactAlgo, CompactOptions, Selection};
     use std::sync::Arc;
     let ctx = context::global().map_err(|e| DataFusionError::Execution(e.to_string()))?;
     let g = |e: ridgeline_operators::GpuError| DataFusionError::Execution(e.to_string());
@@ -199,7 +199,7 @@ pub fn filter(lo: u32, hi: u32, iterations: usize) -> Result<()> {
                 let once = || -> Result<usize> {
                     let eval = program.evaluate(&ctx, &dev_batch)?;
                     let sel = Selection::Bitmap { bits: eval.selection.as_ref().expect("predicate"), rows: n };
-                    let c = compact_with(&ctx, sel, &[CCol::new(vcol)], &CompactOptions::with_algo(algo)).map_err(g)?;
+                    let c = compact(&ctx, sel, &[CCol::new(vcol)], &CompactOptions::with_algo(algo)).map_err(g)?;
                     eval.check_errors(&ctx)?;
                     ctx.wait().map_err(g)?;
                     Ok(c.count)
@@ -228,7 +228,7 @@ pub fn filter(lo: u32, hi: u32, iterations: usize) -> Result<()> {
                     ph[1].push(t.elapsed().as_secs_f64() * 1e3);
                     let t = Instant::now();
                     let s = Selection::Bitmap { bits: eval.selection.as_ref().expect("predicate"), rows: n };
-                    let _c = compact_with(&ctx, s, &[CCol::new(vcol)], &CompactOptions::with_algo(CompactAlgo::Stable)).map_err(g)?;
+                    let _c = compact(&ctx, s, &[CCol::new(vcol)], &CompactOptions::with_algo(CompactAlgo::Stable)).map_err(g)?;
                     ctx.wait().map_err(g)?;
                     ph[2].push(t.elapsed().as_secs_f64() * 1e3);
                     let t = Instant::now();

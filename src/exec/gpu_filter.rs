@@ -22,7 +22,7 @@ use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder,
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use futures::StreamExt;
-use ridgeline_operators::compact::{compact_with, count_selected, Column as CCol, CompactAlgo, CompactOptions, Selection};
+use ridgeline_operators::compact::{compact, count_selected, Column as CCol, CompactAlgo, CompactOptions, Selection};
 use ridgeline_operators::{GpuContext, GpuError};
 use crate::resident::CodeColumn;
 use std::sync::Arc;
@@ -267,7 +267,7 @@ pub(crate) fn compact_columns(
     } else {
         let mut opts = CompactOptions::with_algo(algo);
         opts.jj_min_selectivity = filter_jj_min_selectivity(dev);
-        let c = compact_with(dev, selection, &cols, &opts).map_err(gpu_err)?;
+        let c = compact(dev, selection, &cols, &opts).map_err(gpu_err)?;
         (c.count, c.columns.into_iter().map(Some).collect::<Vec<_>>())
     };
     let mut out: Vec<Option<Arc<GpuColumn>>> = vec![None; cols_in.len()];

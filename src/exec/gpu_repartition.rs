@@ -185,7 +185,7 @@ fn split_gpu(dev: &ridgeline_operators::GpuContext, b: &GpuBatch, keys: &[usize]
         .iter()
         .map(|k| dev_idx.iter().position(|i| i == k).ok_or_else(|| DataFusionError::Internal("GPU repartition key kept on the host".into())))
         .collect::<Result<Vec<_>>>()?;
-    let mut part = partition_gpu(dev, &cols, &key_pos, &PartitionFn::Hash { fanout: n as u32 }).map_err(gpu_err)?;
+    let mut part = partition_gpu(dev, &cols, &key_pos, &PartitionFn::Hash { fanout: n as u32 }, &ridgeline_operators::partition::PartitionOptions::default()).map_err(gpu_err)?;
     let perm = match iota {
         Some(_) => {
             let c = part.columns.pop().expect("the row numbers");

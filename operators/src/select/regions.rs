@@ -221,7 +221,7 @@ impl RegionSelect {
         }
         let (offsets, values) = {
             let cols = [Column::new(&self.tags), Column::new(&self.values)];
-            let mut p = partition_gpu(ctx, &cols, &[0], &PartitionFn::Direct { fanout: self.groups + 1 })?;
+            let mut p = partition_gpu(ctx, &cols, &[0], &PartitionFn::Direct { fanout: self.groups + 1 }, &crate::partition::PartitionOptions::default())?;
             (p.offsets, p.columns.pop().expect("two columns").values)
         };
         drop(self.tags);

@@ -121,7 +121,7 @@ fn check(ctx: &GpuContext, host: &[HostColumn<'_>], keys: &[usize], func: Partit
     let mut stats = None;
     for fused in [Some(true), Some(false)] {
         let o = PartitionOptions { fused, ..*opts };
-        let got = partition_gpu_with(ctx, &cols, keys, &func, &o).unwrap();
+        let got = partition_gpu(ctx, &cols, keys, &func, &o).unwrap();
         for c in &got.columns {
             assert_eq!(c.values.seg_rows(), seg, "{what}: output segmentation");
         }
@@ -245,7 +245,7 @@ fn scratch_is_small_and_errors_are_typed() {
         (vec![Column::new(&d)], vec![], PartitionFn::Hash { fanout: 4 }),
     ];
     for (cols, keys, func) in bad {
-        assert!(matches!(partition_gpu(&ctx, &cols, &keys, &func), Err(GpuError::Invalid(_))), "{func:?}");
+        assert!(matches!(partition_gpu(&ctx, &cols, &keys, &func, &PartitionOptions::default()), Err(GpuError::Invalid(_))), "{func:?}");
     }
 }
 

@@ -8,12 +8,12 @@
 //! emulated) are exercised.
 use rand::{Rng, SeedableRng};
 use ridgeline_operators::compact::{
-    bench_compact, compact, compact_with, count_selected, Column, CompactAlgo, CompactOptions, Compacted, Selection,
+    compact, count_selected, Column, CompactAlgo, CompactOptions, Compacted, Selection,
     CompactPath, AUTO_JJ_MIN_SELECTIVITY, LAVAPIPE_JJ_MIN_SELECTIVITY,
 };
 use ridgeline_operators::cpu_scan::{exclusive_scan_seq, inclusive_scan_seq, ScanElem};
 use ridgeline_operators::scan::{
-    bench_scan, read_scalar, scan, scan_with, total, Int64Path, ScanAlgorithm, ScanKind, ScanOptions, ScanType,
+    read_scalar, scan, total, Int64Path, ScanAlgorithm, ScanKind, ScanOptions, ScanType,
 };
 use ridgeline_operators::testing::test_context;
 use ridgeline_operators::{DeviceArray, GpuContext, GpuError};
@@ -52,7 +52,7 @@ where
     T: ScanElem + bytemuck::Pod + Default + PartialEq + std::fmt::Debug,
 {
     let input = DeviceArray::upload_segmented(ctx, data, seg_rows).unwrap();
-    let out = scan_with(ctx, &input, ty, kind, opts).unwrap();
+    let out = scan(ctx, &input, ty, kind, opts).unwrap();
     assert_eq!(out.values.len(), data.len());
     assert_eq!(out.values.seg_rows(), seg_rows, "output keeps the segmentation");
     let got = out.values.download::<T>(ctx).unwrap();
@@ -151,7 +151,7 @@ fn scan_64_bit_native_and_emulated() {
     if !ctx.has_int64() {
         let a = DeviceArray::upload(&ctx, &[1u64, 2]).unwrap();
         let opts = ScanOptions { int64: Int64Path::Native, ..Default::default() };
-        assert!(matches!(scan_with(&ctx, &a, ScanType::U64, ScanKind::Inclusive, &opts), Err(GpuError::Invalid(_))));
+        assert!(matches!(scan(&ctx, &a, ScanType::U64, ScanKind::Inclusive, &opts), Err(GpuError::Invalid(_))));
     }
 }
 
@@ -169,7 +169,7 @@ fn scan_f32_exact_rounded_nan_and_signed_zero() {
         // real floats: equal to a double-precision reference up to rounding
         let data: Vec<f32> = (0..30_000).map(|_| r.random_range(0.0f32..1.0)).collect();
         let d = DeviceArray::upload_segmented(&ctx, &data, 4096).unwrap();
-        let got = scan_with(&ctx, &d, ScanType::F32, ScanKind::Inclusive, &opts).unwrap().values.download::<f32>(&ctx).unwrap();
+        let got = scan(&ctx, &d, ScanType::F32, ScanKind::Inclusive, &opts).unwrap().values.download::<f32>(&ctx).unwrap();
         let mut acc = 0f64;
         for (i, &x) in data.iter().enumerate() {
             acc += x as f64;
@@ -181,7 +181,7 @@ fn scan_f32_exact_rounded_nan_and_signed_zero() {
         data[5000] = f32::from_bits(0x7fc0_1234);
         let d = DeviceArray::upload_segmented(&ctx, &data, 4096).unwrap();
         for kind in [ScanKind::Inclusive, ScanKind::Exclusive] {
-            let got = scan_with(&ctx, &d, ScanType::F32, kind, &opts).unwrap().values.download::<f32>(&ctx).unwrap();
+            let got = scan(&ctx, &d, ScanType::F32, kind, &opts).unwrap().values.download::<f32>(&ctx).unwrap();
             let first_nan = if kind == ScanKind::Inclusive { 5000 } else { 5001 };
             for (i, g) in got.iter().enumerate() {
                 if i < first_nan {
@@ -194,7 +194,7 @@ fn scan_f32_exact_rounded_nan_and_signed_zero() {
         }
         let zeros = vec![-0.0f32; 5000];
         let d = DeviceArray::upload_segmented(&ctx, &zeros, 4096).unwrap();
-        let out = scan_with(&ctx, &d, ScanType::F32, ScanKind::Inclusive, &opts).unwrap();
+        let out = scan(&ctx, &d, ScanType::F32, ScanKind::Inclusive, &opts).unwrap();
         assert!(out.values.download::<f32>(&ctx).unwrap().iter().all(|&x| x == 0.0));
         assert_eq!(f32::from_bits(out.total_bits(&ctx).unwrap() as u32), 0.0);
     }
@@ -206,25 +206,25 @@ fn scan_total_helpers_and_errors() {
     let data: Vec<u32> = (0..100_000).map(|i| i % 13).collect();
     let d = DeviceArray::upload_segmented(&ctx, &data, 4096).unwrap();
     let want: u32 = data.iter().sum();
-    assert_eq!(read_scalar::<u32>(&ctx, &total(&ctx, &d, ScanType::U32).unwrap()).unwrap(), want);
-    let out = scan(&ctx, &d, ScanType::U32, ScanKind::Exclusive).unwrap();
+    assert_eq!(read_scalar::<u32>(&ctx, &total(&ctx, &d, ScanType::U32, &ScanOptions::default()).unwrap()).unwrap(), want);
+    let out = scan(&ctx, &d, ScanType::U32, ScanKind::Exclusive, &ScanOptions::default()).unwrap();
     assert_eq!(out.total_bits(&ctx).unwrap(), want as u64);
     let w: Vec<i64> = (0..5000).map(|i| -(i as i64) << 20).collect();
     let dw = DeviceArray::upload_segmented(&ctx, &w, 1024).unwrap();
-    assert_eq!(read_scalar::<i64>(&ctx, &total(&ctx, &dw, ScanType::I64).unwrap()).unwrap(), w.iter().sum::<i64>());
+    assert_eq!(read_scalar::<i64>(&ctx, &total(&ctx, &dw, ScanType::I64, &ScanOptions::default()).unwrap()).unwrap(), w.iter().sum::<i64>());
     // more tile totals than one tile: the reduction-only path recurses
     let opts = ScanOptions { workgroup_size: 32, vectors_per_thread: 1, ..Default::default() };
-    let t = ridgeline_operators::scan::total_with(&ctx, &d, ScanType::U32, &opts).unwrap();
+    let t = ridgeline_operators::scan::total(&ctx, &d, ScanType::U32, &opts).unwrap();
     assert_eq!(read_scalar::<u32>(&ctx, &t).unwrap(), want);
     // empty input: zero total
     let e = DeviceArray::upload::<u32>(&ctx, &[]).unwrap();
-    assert_eq!(read_scalar::<u32>(&ctx, &total(&ctx, &e, ScanType::U32).unwrap()).unwrap(), 0);
-    let out = scan(&ctx, &e, ScanType::F32, ScanKind::Inclusive).unwrap();
+    assert_eq!(read_scalar::<u32>(&ctx, &total(&ctx, &e, ScanType::U32, &ScanOptions::default()).unwrap()).unwrap(), 0);
+    let out = scan(&ctx, &e, ScanType::F32, ScanKind::Inclusive, &ScanOptions::default()).unwrap();
     assert!(out.values.is_empty());
     assert_eq!(out.total_bits(&ctx).unwrap(), 0);
     // bad requests are errors, not panics
-    assert!(matches!(scan(&ctx, &d, ScanType::U64, ScanKind::Inclusive), Err(GpuError::Invalid(_))));
-    assert!(matches!(scan(&ctx, &dw, ScanType::F32, ScanKind::Inclusive), Err(GpuError::Invalid(_))));
+    assert!(matches!(scan(&ctx, &d, ScanType::U64, ScanKind::Inclusive, &ScanOptions::default()), Err(GpuError::Invalid(_))));
+    assert!(matches!(scan(&ctx, &dw, ScanType::F32, ScanKind::Inclusive, &ScanOptions::default()), Err(GpuError::Invalid(_))));
     for bad in [
         ScanOptions { workgroup_size: 100, ..Default::default() },
         ScanOptions { workgroup_size: 16, ..Default::default() },
@@ -232,7 +232,7 @@ fn scan_total_helpers_and_errors() {
         ScanOptions { vectors_per_thread: 0, ..Default::default() },
         ScanOptions { vectors_per_thread: 17, ..Default::default() },
     ] {
-        assert!(matches!(scan_with(&ctx, &d, ScanType::U32, ScanKind::Inclusive, &bad), Err(GpuError::Invalid(_))), "{bad:?}");
+        assert!(matches!(scan(&ctx, &d, ScanType::U32, ScanKind::Inclusive, &bad), Err(GpuError::Invalid(_))), "{bad:?}");
     }
     assert!(matches!(read_scalar::<u64>(&ctx, &out.total), Err(GpuError::Invalid(_))));
     ctx.check().unwrap();
@@ -308,7 +308,7 @@ fn check_compact(ctx: &GpuContext, b: &Batch, seg_rows: usize, bitmap: bool, opt
     let bits = up32(&words, seg_rows / 32);
     let sel = if bitmap { Selection::Bitmap { bits: &bits, rows: b.n } } else { Selection::Flags(&flags) };
     let cols = [Column::new(&ids), Column::with_validity(&wide, &va), Column::new(&floats), Column::with_validity(&doubles, &vb)];
-    let out = compact_with(ctx, sel, &cols, opts).unwrap();
+    let out = compact(ctx, sel, &cols, opts).unwrap();
     let want = b.selected();
     let ctx_s = format!("{what}: n={} seg={seg_rows} bitmap={bitmap} {opts:?}", b.n);
     assert_eq!(out.count, want.len(), "{ctx_s}: count");
@@ -385,8 +385,8 @@ fn compact_patterns_both_algorithms() {
     for (algo, path) in [
         (CompactAlgo::Stable, CompactPath::Fast),
         (CompactAlgo::JumpingJack, CompactPath::Fast),
-        (CompactAlgo::Stable, CompactPath::Legacy),
-        (CompactAlgo::JumpingJack, CompactPath::Legacy),
+        (CompactAlgo::Stable, CompactPath::PerRow),
+        (CompactAlgo::JumpingJack, CompactPath::PerRow),
     ] {
         let opts = CompactOptions { path, ..CompactOptions::with_algo(algo) };
         for (name, flags) in patterns(20_000, 11) {
@@ -407,7 +407,7 @@ fn compact_sizes_and_segmentations() {
     for (algo, path) in [
         (CompactAlgo::Stable, CompactPath::Fast),
         (CompactAlgo::JumpingJack, CompactPath::Fast),
-        (CompactAlgo::Stable, CompactPath::Legacy),
+        (CompactAlgo::Stable, CompactPath::PerRow),
     ] {
         let opts = CompactOptions { path, ..CompactOptions::with_algo(algo) };
         for &n in SIZES.iter().filter(|&&n| n <= 12_345) {
@@ -431,7 +431,7 @@ fn compact_both_scan_paths_and_block_sizes() {
     for (algo, path) in [
         (CompactAlgo::Stable, CompactPath::Fast),
         (CompactAlgo::JumpingJack, CompactPath::Fast),
-        (CompactAlgo::Stable, CompactPath::Legacy),
+        (CompactAlgo::Stable, CompactPath::PerRow),
     ] {
         for subgroups in [true, false] {
             for (wg, block) in [(256u32, 4096u32), (64, 1024), (32, 128), (128, 4096), (256, 8192)] {
@@ -470,7 +470,7 @@ fn compact_many_columns_split_into_launches() {
     let cols: Vec<Column> = arrays.iter().zip(&vbits).map(|(a, v)| Column::with_validity(a, v)).collect();
     let want: Vec<usize> = (0..n).filter(|&i| flags[i] != 0).collect();
     for algo in [CompactAlgo::Stable, CompactAlgo::JumpingJack] {
-        let out = compact(&ctx, Selection::Flags(&f), &cols, algo).unwrap();
+        let out = compact(&ctx, Selection::Flags(&f), &cols, &CompactOptions::with_algo(algo)).unwrap();
         assert_eq!(out.count, want.len());
         // the row id of each output row, from column 1's low bits
         let rows: Vec<usize> = out.columns[1].values.download::<u64>(&ctx).unwrap().iter().map(|&x| (x & 0xff_ffff) as usize).collect();
@@ -510,7 +510,7 @@ fn compact_auto_count_scratch_and_errors() {
         let sel = flags.iter().filter(|&&f| f != 0).count() as f64 / n as f64;
         let f = DeviceArray::upload_segmented(&ctx, flags, seg).unwrap();
         // default: Auto runs Stable at every selectivity
-        let out = compact(&ctx, Selection::Flags(&f), &[Column::new(&v)], CompactAlgo::Auto).unwrap();
+        let out = compact(&ctx, Selection::Flags(&f), &[Column::new(&v)], &CompactOptions::with_algo(CompactAlgo::Auto)).unwrap();
         let expect = if sel >= AUTO_JJ_MIN_SELECTIVITY { CompactAlgo::JumpingJack } else { CompactAlgo::Stable };
         assert_eq!(out.algo, expect);
         assert_eq!(out.algo, CompactAlgo::Stable, "selectivity {sel}");
@@ -520,7 +520,7 @@ fn compact_auto_count_scratch_and_errors() {
             jj_min_selectivity: LAVAPIPE_JJ_MIN_SELECTIVITY,
             ..Default::default()
         };
-        let out = compact_with(&ctx, Selection::Flags(&f), &[Column::new(&v)], &opts).unwrap();
+        let out = compact(&ctx, Selection::Flags(&f), &[Column::new(&v)], &opts).unwrap();
         assert_eq!(out.algo, pick, "selectivity {sel}");
         let mut got = out.columns[0].values.download::<u32>(&ctx).unwrap();
         got.sort_unstable();
@@ -528,7 +528,7 @@ fn compact_auto_count_scratch_and_errors() {
         assert_eq!(got, want);
         // overridable: a range that excludes everything means Stable
         let opts = CompactOptions { algo: CompactAlgo::Auto, jj_min_selectivity: 2.0, ..Default::default() };
-        let out = compact_with(&ctx, Selection::Flags(&f), &[Column::new(&v)], &opts).unwrap();
+        let out = compact(&ctx, Selection::Flags(&f), &[Column::new(&v)], &opts).unwrap();
         assert_eq!(out.algo, CompactAlgo::Stable);
         assert_eq!(count_selected(&ctx, Selection::Flags(&f)).unwrap(), want.len());
         // scratch: block counts and offsets, far below a quarter of the input
@@ -536,7 +536,7 @@ fn compact_auto_count_scratch_and_errors() {
     }
     // no columns: counts only; empty input
     let e = DeviceArray::upload_segmented::<u32>(&ctx, &[], seg).unwrap();
-    let out = compact(&ctx, Selection::Flags(&e), &[Column::new(&e)], CompactAlgo::JumpingJack).unwrap();
+    let out = compact(&ctx, Selection::Flags(&e), &[Column::new(&e)], &CompactOptions::with_algo(CompactAlgo::JumpingJack)).unwrap();
     assert_eq!(out.count, 0);
     assert!(out.columns[0].values.is_empty());
     // errors: mismatched lengths, segmentations, element sizes, options
@@ -546,15 +546,15 @@ fn compact_auto_count_scratch_and_errors() {
     let w64 = DeviceArray::upload_segmented(&ctx, &vec![0u64; n], seg).unwrap();
     let bad_valid = DeviceArray::upload_segmented(&ctx, &[0u32; 10], seg / 32).unwrap();
     let is_invalid = |r: Result<Compacted, GpuError>| matches!(r, Err(GpuError::Invalid(_)));
-    assert!(is_invalid(compact(&ctx, Selection::Flags(&f), &[Column::new(&short)], CompactAlgo::Stable)));
-    assert!(is_invalid(compact(&ctx, Selection::Flags(&f), &[Column::new(&other_seg)], CompactAlgo::Stable)));
-    assert!(is_invalid(compact(&ctx, Selection::Flags(&w64), &[Column::new(&v)], CompactAlgo::Stable)));
-    assert!(is_invalid(compact(&ctx, Selection::Flags(&f), &[Column::with_validity(&v, &bad_valid)], CompactAlgo::Stable)));
-    assert!(is_invalid(compact(&ctx, Selection::Bitmap { bits: &f, rows: n }, &[], CompactAlgo::Stable)));
+    assert!(is_invalid(compact(&ctx, Selection::Flags(&f), &[Column::new(&short)], &CompactOptions::with_algo(CompactAlgo::Stable))));
+    assert!(is_invalid(compact(&ctx, Selection::Flags(&f), &[Column::new(&other_seg)], &CompactOptions::with_algo(CompactAlgo::Stable))));
+    assert!(is_invalid(compact(&ctx, Selection::Flags(&w64), &[Column::new(&v)], &CompactOptions::with_algo(CompactAlgo::Stable))));
+    assert!(is_invalid(compact(&ctx, Selection::Flags(&f), &[Column::with_validity(&v, &bad_valid)], &CompactOptions::with_algo(CompactAlgo::Stable))));
+    assert!(is_invalid(compact(&ctx, Selection::Bitmap { bits: &f, rows: n }, &[], &CompactOptions::with_algo(CompactAlgo::Stable))));
     let bad_block = CompactOptions { block_rows: 100, ..Default::default() };
-    assert!(is_invalid(compact_with(&ctx, Selection::Flags(&f), &[Column::new(&v)], &bad_block)));
+    assert!(is_invalid(compact(&ctx, Selection::Flags(&f), &[Column::new(&v)], &bad_block)));
     let too_big_block = CompactOptions { workgroup_size: 32, block_rows: 2048, ..Default::default() };
-    assert!(is_invalid(compact_with(&ctx, Selection::Flags(&f), &[Column::new(&v)], &too_big_block)));
+    assert!(is_invalid(compact(&ctx, Selection::Flags(&f), &[Column::new(&v)], &too_big_block)));
     ctx.check().unwrap();
 }
 
@@ -575,7 +575,7 @@ fn scan_and_compact_above_the_binding_limit() {
     let data: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761) >> 24).collect();
     let d = DeviceArray::upload(&ctx, &data).unwrap();
     assert!(d.num_segments() >= 2);
-    let out = scan(&ctx, &d, ScanType::U32, ScanKind::Exclusive).unwrap();
+    let out = scan(&ctx, &d, ScanType::U32, ScanKind::Exclusive, &ScanOptions::default()).unwrap();
     let got = out.values.download::<u32>(&ctx).unwrap();
     let mut want = vec![0u32; n];
     let t = exclusive_scan_seq(&data, &mut want).unwrap();
@@ -587,7 +587,7 @@ fn scan_and_compact_above_the_binding_limit() {
     let bits = DeviceArray::upload_segmented(&ctx, &words, d.seg_rows() / 32).unwrap();
     let want: Vec<u32> = (0..n).filter(|&i| bit(&words, i)).map(|i| data[i]).collect();
     for algo in [CompactAlgo::Stable, CompactAlgo::JumpingJack] {
-        let out = compact(&ctx, Selection::Bitmap { bits: &bits, rows: n }, &[Column::new(&d)], algo).unwrap();
+        let out = compact(&ctx, Selection::Bitmap { bits: &bits, rows: n }, &[Column::new(&d)], &CompactOptions::with_algo(algo)).unwrap();
         assert_eq!(out.count, want.len());
         let mut got = out.columns[0].values.download::<u32>(&ctx).unwrap();
         if algo == CompactAlgo::JumpingJack {
@@ -598,197 +598,5 @@ fn scan_and_compact_above_the_binding_limit() {
         } else {
             assert!(got == want, "stable compaction above the binding limit differs");
         }
-    }
-}
-
-// ---------------------------------------------------------------------------------
-// Timings (run with --ignored --nocapture, preferably in release)
-// ---------------------------------------------------------------------------------
-
-#[test]
-#[ignore]
-fn bench_scan_and_compact() {
-    let Some(ctx) = test_context() else { return };
-    for subgroups in [true, false] {
-        let opts = ScanOptions { subgroups, ..Default::default() };
-        let b = ridgeline_operators::scan::bench_scan_with(&ctx, 1 << 24, 5, &opts).unwrap();
-        eprintln!("exclusive scan, 2^24 u32, subgroups={subgroups}: {:.1} ms, {:.2} GB/s (GPU timestamps: {})", b.ms, b.gb_per_s, b.gpu_timed);
-    }
-    let b = bench_scan(&ctx, 1 << 20, 5).unwrap();
-    eprintln!("exclusive scan, 2^20 u32: {:.2} ms, {:.2} GB/s", b.ms, b.gb_per_s);
-    let n = std::env::var("RIDGELINE_BENCH_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(1usize << 22);
-    for s in [0.01, 0.1, 0.3, 0.5, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0] {
-        let st = bench_compact(&ctx, n, s, CompactAlgo::Stable, 5).unwrap();
-        let jj = bench_compact(&ctx, n, s, CompactAlgo::JumpingJack, 5).unwrap();
-        eprintln!(
-            "compact {n} rows, selectivity {s}: stable {:.1} ms, jumping jack {:.1} ms (scratch {} of {} input bytes)",
-            st.ms, jj.ms, st.scratch_bytes, st.input_bytes
-        );
-    }
-}
-
-/// Timings of every path at one size, with correctness checks at that size (for a
-/// real GPU: `RIDGELINE_GPU=on cargo test --release -p ridgeline-operators --test
-/// scan_compact bench_paths -- --ignored --nocapture`; `RIDGELINE_BENCH_ROWS`
-/// defaults to 2^28).
-#[test]
-#[ignore]
-fn bench_paths() {
-    use ridgeline_operators::compact::{bench_compact_with, CompactPath};
-    use ridgeline_operators::scan::{bench_scan_with, ScanAlgorithm};
-    let Some(ctx) = test_context() else { return };
-    let n = std::env::var("RIDGELINE_BENCH_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(1usize << 28);
-    let reps = std::env::var("RIDGELINE_BENCH_REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(10usize);
-    eprintln!("adapter {:?}, {n} rows, segment rows {}", ctx.info().name, ctx.segment_rows());
-    // One configuration in a fresh process (later allocations can be slower on
-    // some drivers): RIDGELINE_BENCH_ONLY=scan|rts|compact, with RIDGELINE_BENCH_WG,
-    // _VPT, _XPOSE (0/1), _BLOCK.
-    if let Ok(only) = std::env::var("RIDGELINE_BENCH_ONLY") {
-        let env = |k: &str, d: u32| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
-        let so = ScanOptions {
-            workgroup_size: env("RIDGELINE_BENCH_WG", ridgeline_operators::scan::DEFAULT_SCAN_WORKGROUP),
-            vectors_per_thread: env("RIDGELINE_BENCH_VPT", 4),
-            transpose: env("RIDGELINE_BENCH_XPOSE", 1) == 1,
-            striped: env("RIDGELINE_BENCH_STRIPED", 1) == 1,
-            lookback_spins: env("RIDGELINE_BENCH_SPINS", ridgeline_operators::scan::DEFAULT_LOOKBACK_SPINS),
-            ..Default::default()
-        };
-        match only.as_str() {
-            "scan" | "rts" => {
-                let o = if only == "rts" { ScanOptions { algorithm: ScanAlgorithm::ReduceThenScan, ..so } } else { so };
-                let b = bench_scan_with(&ctx, n, reps, &o).unwrap();
-                eprintln!("only: scan {:?} wg {} vpt {} xpose {} striped {}: {:.3} ms (wall {:.3})", b.algorithm, o.workgroup_size, o.vectors_per_thread, o.transpose, o.striped, b.ms, b.wall_ms);
-            }
-            _ => {
-                let co = CompactOptions {
-                    workgroup_size: env("RIDGELINE_BENCH_WG", 256),
-                    block_rows: env("RIDGELINE_BENCH_BLOCK", 4096),
-                    ..Default::default()
-                };
-                let b = bench_compact_with(&ctx, n, 0.5, &co, reps).unwrap();
-                eprintln!("only: compact 0.5 wg {} block {}: {:.3} ms (count {:.3} + scatter {:.3})", co.workgroup_size, co.block_rows, b.ms, b.count_ms, b.scatter_ms);
-            }
-        }
-        return;
-    }
-    // correctness at full size first
-    let data: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761) >> 22).collect();
-    let d = DeviceArray::upload(&ctx, &data).unwrap();
-    let mut want = vec![0u32; n];
-    let t = exclusive_scan_seq(&data, &mut want).unwrap();
-    for opts in [ScanOptions::default(), ScanOptions::with_algorithm(ScanAlgorithm::ReduceThenScan)] {
-        let out = scan_with(&ctx, &d, ScanType::U32, ScanKind::Exclusive, &opts).unwrap();
-        let got = out.values.download::<u32>(&ctx).unwrap();
-        assert!(got == want, "scan differs at full size: {opts:?}");
-        assert_eq!(read_scalar::<u32>(&ctx, &out.total).unwrap(), t);
-    }
-    eprintln!("scan correct at {n}");
-    drop((d, want));
-    let mut r = rng(99);
-    let flags: Vec<u32> = (0..n).map(|_| r.random_range(0..2)).collect();
-    let f = DeviceArray::upload(&ctx, &flags).unwrap();
-    let v = DeviceArray::upload(&ctx, &data).unwrap();
-    let want: Vec<u32> = (0..n).filter(|&i| flags[i] != 0).map(|i| data[i]).collect();
-    for path in [CompactPath::Fast, CompactPath::Legacy] {
-        let opts = CompactOptions { path, ..Default::default() };
-        let out = compact_with(&ctx, Selection::Flags(&f), &[Column::new(&v)], &opts).unwrap();
-        assert!(out.columns[0].values.download::<u32>(&ctx).unwrap() == want, "compaction differs at full size: {path:?}");
-    }
-    eprintln!("compaction correct at {n}");
-    drop((f, v, want, flags, data));
-    let sp = |spins: u32, wg: u32, vpt: u32| ScanOptions { lookback_spins: spins, workgroup_size: wg, vectors_per_thread: vpt, ..Default::default() };
-    let mut scan_opts = vec![("reduce-then-scan", ScanOptions::with_algorithm(ScanAlgorithm::ReduceThenScan)), ("single pass default", ScanOptions::default())];
-    for (wg, vpt) in [(256, 2), (256, 6), (256, 8), (512, 4), (512, 2), (128, 8), (1024, 2)] {
-        scan_opts.push(("single pass", sp(64, wg, vpt)));
-    }
-    for spins in [0, 8, 1024] {
-        scan_opts.push(("single pass spins", sp(spins, 256, 4)));
-    }
-    scan_opts.push(("single pass, no subgroups", ScanOptions { subgroups: false, ..Default::default() }));
-    scan_opts.push(("single pass, transpose", ScanOptions { transpose: true, ..Default::default() }));
-    scan_opts.push(("single pass, force fallback", ScanOptions { force_fallback: true, ..Default::default() }));
-    for (name, o) in scan_opts {
-        match bench_scan_with(&ctx, n, reps, &o) {
-            Ok(b) => eprintln!(
-                "scan {name}: wg {} vpt {} spins {}: {:.3} ms (wall {:.3}), {:.0} GB/s ({:?}, {} dispatches, timestamps {})",
-                o.workgroup_size, o.vectors_per_thread, o.lookback_spins, b.ms, b.wall_ms, b.gb_per_s, b.algorithm, b.dispatches, b.gpu_timed
-            ),
-            Err(e) => eprintln!("scan {name}: {o:?}: {e}"),
-        }
-    }
-    for s in [0.5, 0.01, 0.9, 1.0] {
-        let mut copts = vec![
-            ("fast stable", CompactOptions::default()),
-            ("legacy stable", CompactOptions { path: CompactPath::Legacy, ..Default::default() }),
-            ("fast jj", CompactOptions { algo: CompactAlgo::JumpingJack, ..Default::default() }),
-        ];
-        if s == 0.5 {
-            copts.push(("fast stable 8192", CompactOptions { block_rows: 8192, ..Default::default() }));
-            copts.push(("fast stable wg512 8192", CompactOptions { workgroup_size: 512, block_rows: 8192, ..Default::default() }));
-            copts.push(("fast stable wg512 16384", CompactOptions { workgroup_size: 512, block_rows: 16384, ..Default::default() }));
-            copts.push(("fast stable wg128 4096", CompactOptions { workgroup_size: 128, block_rows: 4096, ..Default::default() }));
-        }
-        for (name, o) in copts {
-            match bench_compact_with(&ctx, n, s, &o, reps) {
-                Ok(b) => eprintln!(
-                    "compact sel {s} {name}: {:.3} ms (count {:.3} + scatter {:.3}), wall {:.1} ms, scratch {} of {}",
-                    b.ms, b.count_ms, b.scatter_ms, b.wall_ms, b.scratch_bytes, b.input_bytes
-                ),
-                Err(e) => eprintln!("compact {name}: {e}"),
-            }
-        }
-    }
-}
-
-/// Diagnostics for a real GPU: where a tuned single-pass scan differs, and the
-/// device's streaming copy time for calibration (`--ignored --nocapture`).
-#[test]
-#[ignore]
-fn diagnose_single_pass() {
-    let Some(ctx) = test_context() else { return };
-    let mut r = rng(2);
-    let data: Vec<u32> = (0..200_003).map(|_| r.random()).collect();
-    let mut want = vec![0u32; data.len()];
-    exclusive_scan_seq(&data, &mut want).unwrap();
-    let d = DeviceArray::upload_segmented(&ctx, &data, 8192).unwrap();
-    for (wg, vpt) in [(64u32, 3u32), (64, 4), (128, 3), (32, 3), (256, 3), (64, 1)] {
-        for (name, o) in [
-            ("default", ScanOptions::default()),
-            ("no transpose", ScanOptions { transpose: false, ..Default::default() }),
-            ("force fallback", ScanOptions { force_fallback: true, ..Default::default() }),
-            ("spins 100000", ScanOptions { lookback_spins: 100_000, ..Default::default() }),
-            ("no subgroups", ScanOptions { subgroups: false, ..Default::default() }),
-        ] {
-            let opts = ScanOptions { workgroup_size: wg, vectors_per_thread: vpt, ..o };
-            let mut bad = 0usize;
-            let mut first = None;
-            for _ in 0..5 {
-                let got = scan_with(&ctx, &d, ScanType::U32, ScanKind::Exclusive, &opts).unwrap().values.download::<u32>(&ctx).unwrap();
-                let diffs: Vec<usize> = (0..want.len()).filter(|&i| got[i] != want[i]).collect();
-                if !diffs.is_empty() {
-                    bad += 1;
-                    if first.is_none() {
-                        let i = diffs[0];
-                        first = Some(format!(
-                            "{} diffs, first {i} (delta {}), last {}",
-                            diffs.len(),
-                            want[i].wrapping_sub(got[i]),
-                            diffs[diffs.len() - 1]
-                        ));
-                    }
-                }
-            }
-            eprintln!("wg {wg} vpt {vpt} {name}: {bad}/5 runs wrong {}", first.unwrap_or_default());
-        }
-    }
-    let n = 1usize << 28;
-    let big = DeviceArray::alloc(&ctx, n, 4).unwrap();
-    for _ in 0..3 {
-        ctx.wait().unwrap();
-        let t0 = std::time::Instant::now();
-        let c = big.duplicate(&ctx).unwrap();
-        ctx.wait().unwrap();
-        eprintln!("copy kernel 1 GiB: {:.3} ms wall", t0.elapsed().as_secs_f64() * 1e3);
-        drop(c);
     }
 }

@@ -15,14 +15,15 @@
 //! * [`skyline_reference`]: brute force, O(n^2) dominance tests (tests only).
 //! * [`skyline_cpu`]: multithreaded (rayon), after SkyAlign's tau pre-filter and
 //!   per-dimension quartiles:
-//!   - for d <= 16, the **sorted grid** (`cpu_sorted_grid`): every row is tested on
+//!   - for d <= 16, the **sorted grid** (`cpu::grid`): every row is tested on
 //!     its own, in parallel, against the rows of its median-mask subset groups
 //!     (Eq. 1), reading only the prefix of each group's list sorted by the row's
 //!     best dimension up to the row's rank there (a dominator is no worse in that
 //!     dimension: about a tenth of the group on anticorrelated data), with the
 //!     mask tests (Eq. 1 on the remaining bits, Eq. 4/5) on packed masks, 8 at a
 //!     time with AVX2, before dominance tests;
-//!   - otherwise a Hybrid-style (Chester et al., ICDE 2015) **blocked** algorithm:
+//!   - otherwise a Hybrid-style (Chester et al., ICDE 2015) **blocked** algorithm
+//!     (`cpu::hybrid`):
 //!     rows sorted by Manhattan norm (sum of ranks) so that only earlier rows can
 //!     dominate, then blocks of rows tested in parallel first against the confirmed
 //!     skyline (grouped by median mask, one mask test skips a whole group, quartile

@@ -266,10 +266,11 @@ pub async fn run(args: SkylineArgs) -> Result<()> {
                     let time_gpu = |kernel: Option<SkylineKernel>,
                                     what: &str|
                      -> Result<(f64, SkylineStats)> {
-                        let opts = SkylineGpuOptions {
-                            kernel,
-                            ..Default::default()
-                        };
+                        // `None`: the default kernel (RIDGELINE_SKYLINE_KERNEL where set).
+                        let mut opts = SkylineGpuOptions::default();
+                        if kernel.is_some() {
+                            opts.kernel = kernel;
+                        }
                         ridgeline_operators::timing::warm_up(
                             ridgeline_operators::timing::WARM_UP_MS,
                             || {

@@ -3,7 +3,7 @@
 //! Prints the CPU (Hybrid-style) and GPU (SkyAlign) times (median of `reps`), the
 //! work counters, and checks that both return the same skyline.
 use rand::{Rng, SeedableRng};
-use ridgeline_operators::skyline::{skyline_cpu, skyline_gpu, RankMatrix};
+use ridgeline_operators::skyline::{skyline_cpu, skyline_gpu, CpuSkylineOptions, RankMatrix, SkylineGpuOptions};
 
 fn normalish(r: &mut impl Rng, mu: f64, sd: f64) -> f64 {
     let s: f64 = (0..12).map(|_| r.random::<f64>()).sum::<f64>() - 6.0;
@@ -52,7 +52,7 @@ fn main() {
     let mut times = Vec::new();
     let mut cpu_out = None;
     for _ in 0..reps {
-        let (ids, st) = skyline_cpu(m, threads);
+        let (ids, st) = skyline_cpu(m, &CpuSkylineOptions { threads, ..Default::default() });
         times.push(st.wall_ms);
         cpu_out = Some((ids, st));
     }
@@ -70,7 +70,7 @@ fn main() {
         let mut times = Vec::new();
         let mut out = None;
         for _ in 0..reps + 1 {
-            let (ids, st) = skyline_gpu(&ctx, m).expect("gpu skyline");
+            let (ids, st) = skyline_gpu(&ctx, m, &SkylineGpuOptions::default()).expect("gpu skyline");
             times.push(st.wall_ms);
             out = Some((ids, st));
         }

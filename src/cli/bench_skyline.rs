@@ -11,7 +11,7 @@ use arrow::array::RecordBatch;
 use datafusion::error::{DataFusionError, Result};
 use rayon::prelude::*;
 use ridgeline_operators::skyline::{
-    skyline_cpu, skyline_cpu_with, skyline_gpu_with, CpuSkylineAlgorithm, RankMatrix,
+    skyline_cpu, skyline_gpu, CpuSkylineAlgorithm, CpuSkylineOptions, RankMatrix,
     SkylineGpuOptions, SkylineKernel, SkylineStats,
 };
 use std::path::PathBuf;
@@ -247,7 +247,7 @@ pub async fn run(args: SkylineArgs) -> Result<()> {
             let mut cpu = None;
             for _ in 0..args.iterations.max(1) {
                 let t = Instant::now();
-                let r = skyline_cpu(rm, 0);
+                let r = skyline_cpu(rm, &CpuSkylineOptions::default());
                 cpu_t.push(ms(t));
                 cpu = Some(r);
             }
@@ -266,14 +266,15 @@ pub async fn run(args: SkylineArgs) -> Result<()> {
                     let time_gpu = |kernel: Option<SkylineKernel>,
                                     what: &str|
                      -> Result<(f64, SkylineStats)> {
-                        let opts = SkylineGpuOptions {
-                            kernel,
-                            ..Default::default()
-                        };
+                        // `None`: the default kernel (RIDGELINE_SKYLINE_KERNEL where set).
+                        let mut opts = SkylineGpuOptions::default();
+                        if kernel.is_some() {
+                            opts.kernel = kernel;
+                        }
                         ridgeline_operators::timing::warm_up(
                             ridgeline_operators::timing::WARM_UP_MS,
                             || {
-                                skyline_gpu_with(dev, rm, &opts)
+                                skyline_gpu(dev, rm, &opts)
                                     .map(|_| ())
                                     .map_err(|e| err(e.to_string()))
                             },
@@ -283,7 +284,7 @@ pub async fn run(args: SkylineArgs) -> Result<()> {
                         for _ in 0..args.iterations.max(1) {
                             let t = Instant::now();
                             let (ids, st) =
-                                skyline_gpu_with(dev, rm, &opts).map_err(|e| err(e.to_string()))?;
+                                skyline_gpu(dev, rm, &opts).map_err(|e| err(e.to_string()))?;
                             times.push(ms(t));
                             if ids != cpu_ids {
                                 return Err(err(format!(
@@ -338,7 +339,10 @@ pub async fn run(args: SkylineArgs) -> Result<()> {
                 let mut times = Vec::new();
                 for _ in 0..args.iterations.max(1) {
                     let t = Instant::now();
-                    let (ids, _) = skyline_cpu_with(rm, 0, CpuSkylineAlgorithm::Blocked);
+                    let (ids, _) = skyline_cpu(
+                        rm,
+                        &CpuSkylineOptions { algorithm: CpuSkylineAlgorithm::Blocked, ..Default::default() },
+                    );
                     times.push(ms(t));
                     if ids != cpu_ids {
                         return Err(err(format!(

@@ -32,7 +32,7 @@ use datafusion::physical_plan::{
 };
 use futures::{StreamExt, TryStreamExt};
 use rayon::prelude::*;
-use ridgeline_operators::skyline::{skyline_cpu, skyline_gpu, RankMatrix, SkylineStats};
+use ridgeline_operators::skyline::{skyline_cpu, skyline_gpu, CpuSkylineOptions, RankMatrix, SkylineGpuOptions, SkylineStats};
 use ridgeline_operators::GpuContext;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -258,8 +258,9 @@ impl ExecutionPlan for SkylineExec {
                     gpu_rows.add(batch.num_rows());
                 }
                 let out = take_record_batch(&batch, &UInt32Array::from(rows))?;
-                if std::env::var_os("RIDGELINE_SKYLINE_PROFILE").is_some() {
-                    eprintln!(
+                if ridgeline_operators::profiling!("ridgeline::profile::skyline") {
+                    log::debug!(
+                        target: ridgeline_operators::tuning::skyline::PROFILE,
                         "skyline query profile: the whole node {:.1} ms",
                         tq.elapsed().as_secs_f64() * 1e3
                     );
@@ -489,7 +490,7 @@ pub fn skyline_rows(
         .iter()
         .filter(|c| c.1 != SkylineDirection::Diff)
         .collect();
-    let profile = std::env::var_os("RIDGELINE_SKYLINE_PROFILE").is_some();
+    let profile = ridgeline_operators::profiling!("ridgeline::profile::skyline");
     let t0 = std::time::Instant::now();
     let (gid, groups) = group_ids(&diff, n)?;
     let ranks: Vec<Vec<u32>> = ranked
@@ -530,21 +531,22 @@ pub fn skyline_rows(
             let rm = RankMatrix::new(n, d, &m);
             let t_matrix = t0.elapsed().as_secs_f64() * 1e3;
             let (ids, st) = match gpu_for(placement, n, d)? {
-                Some(dev) => match skyline_gpu(&dev, rm) {
+                Some(dev) => match skyline_gpu(&dev, rm, &SkylineGpuOptions::default()) {
                     Ok(r) => {
                         on_gpu = true;
                         r
                     }
                     Err(e) => {
                         warn_fallback(&e);
-                        skyline_cpu(rm, 0)
+                        skyline_cpu(rm, &CpuSkylineOptions::default())
                     }
                 },
-                None => skyline_cpu(rm, 0),
+                None => skyline_cpu(rm, &CpuSkylineOptions::default()),
             };
             stats = st;
             if profile {
-                eprintln!(
+                log::debug!(
+                    target: ridgeline_operators::tuning::skyline::PROFILE,
                     "skyline query profile: {n} rows, {d} rank columns: groups and ranks {t_ranks:.1} ms, matrix {:.1} ms, algorithm ({}) {:.1} ms",
                     t_matrix - t_ranks,
                     stats.algorithm,

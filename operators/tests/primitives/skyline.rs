@@ -7,8 +7,8 @@
 //! larger than the adapter's storage binding limit.
 use rand::{Rng, SeedableRng};
 use ridgeline_operators::skyline::{
-    dominates, skyline_cpu, skyline_cpu_with, skyline_gpu, skyline_gpu_with, skyline_reference,
-    CpuSkylineAlgorithm, RankMatrix, SkylineGpuOptions, SkylineKernel, SkylineStats, GPU_MAX_DIMS,
+    dominates, skyline_cpu, skyline_gpu, skyline_reference, CpuSkylineAlgorithm, CpuSkylineOptions,
+    RankMatrix, SkylineGpuOptions, SkylineKernel, SkylineStats, GPU_MAX_DIMS,
 };
 use ridgeline_operators::testing::test_context;
 use ridgeline_operators::GpuContext;
@@ -74,6 +74,11 @@ fn quantize(values: &mut [f64], levels: u32) {
         .for_each(|x| *x = (*x * levels as f64).floor());
 }
 
+/// The CPU skyline's default options (every thread, the algorithm by size).
+fn cpu_opts() -> CpuSkylineOptions {
+    CpuSkylineOptions::default()
+}
+
 fn ctx() -> Option<std::sync::Arc<GpuContext>> {
     test_context()
 }
@@ -97,16 +102,16 @@ fn check_against(
     want: &[u32],
     what: &str,
 ) -> (SkylineStats, Option<SkylineStats>) {
-    let (cpu, cst) = skyline_cpu(m, 0);
+    let (cpu, cst) = skyline_cpu(m, &cpu_opts());
     assert_eq!(cpu, want, "cpu skyline differs: {what}");
-    let (cpu2, _) = skyline_cpu(m, 2);
+    let (cpu2, _) = skyline_cpu(m, &CpuSkylineOptions { threads: 2, ..cpu_opts() });
     assert_eq!(cpu2, want, "cpu skyline (2 threads) differs: {what}");
     // Both CPU algorithms, whichever `Auto` picked.
     for algo in [
         CpuSkylineAlgorithm::SortedGrid,
         CpuSkylineAlgorithm::Blocked,
     ] {
-        let (got, st) = skyline_cpu_with(m, 0, algo);
+        let (got, st) = skyline_cpu(m, &CpuSkylineOptions { algorithm: algo, ..cpu_opts() });
         assert_eq!(
             got, want,
             "cpu skyline ({algo:?}, ran {}) differs: {what}",
@@ -121,7 +126,7 @@ fn check_against(
     }
     let gst = ctx.map(|ctx| {
         let (gpu, gst) =
-            skyline_gpu(ctx, m).unwrap_or_else(|e| panic!("gpu skyline failed on {what}: {e}"));
+            skyline_gpu(ctx, m, &SkylineGpuOptions::default()).unwrap_or_else(|e| panic!("gpu skyline failed on {what}: {e}"));
         assert_eq!(gpu, want, "gpu skyline differs: {what} ({gst:?})");
         gst
     });
@@ -244,7 +249,7 @@ fn wide_rows_fall_back() {
     let vals = generate(Dist::Independent, n, d, 3);
     let ranks = dense_ranks(&vals, n, d);
     let m = RankMatrix::new(n, d, &ranks);
-    let (got, st) = skyline_gpu(c, m).unwrap();
+    let (got, st) = skyline_gpu(c, m, &SkylineGpuOptions::default()).unwrap();
     assert_eq!(got, skyline_reference(m));
     assert!(st.algorithm.starts_with("cpu"), "{}", st.algorithm);
 }
@@ -263,7 +268,7 @@ fn small_chunks() {
         let ranks = dense_ranks(&vals, n, d);
         let m = RankMatrix::new(n, d, &ranks);
         let want = skyline_reference(m);
-        let (got, st) = skyline_gpu_with(
+        let (got, st) = skyline_gpu(
             c,
             m,
             &SkylineGpuOptions {
@@ -287,7 +292,7 @@ fn chunks_that_do_not_shrink() {
     let vals = generate(Dist::Anticorrelated, n, d, 9);
     let ranks = dense_ranks(&vals, n, d);
     let m = RankMatrix::new(n, d, &ranks);
-    match skyline_gpu_with(
+    match skyline_gpu(
         c,
         m,
         &SkylineGpuOptions {
@@ -315,12 +320,12 @@ fn long_running_invocations_resume() {
     }
     let m = RankMatrix::new(2 * half as usize, 2, &ranks);
     let want: Vec<u32> = (0..half).map(|i| 2 * i).collect();
-    let (got, st) = skyline_gpu(c, m).unwrap();
+    let (got, st) = skyline_gpu(c, m, &SkylineGpuOptions::default()).unwrap();
     assert_eq!(got, want, "{st:?}");
     if c.is_cpu_adapter() {
         assert!(st.resumed_launches > 0, "{st:?}");
     }
-    assert_eq!(skyline_cpu(m, 0).0, want);
+    assert_eq!(skyline_cpu(m, &cpu_opts()).0, want);
 }
 
 /// The iteration kernel without a step bound (what discrete GPUs run) and with a
@@ -343,7 +348,7 @@ fn step_limits() {
                 step_limit: Some(limit),
                 ..Default::default()
             };
-            let (got, st) = skyline_gpu_with(c, m, &opts).unwrap();
+            let (got, st) = skyline_gpu(c, m, &opts).unwrap();
             assert_eq!(got, want, "{dist:?} n={n} d={d} step limit {limit}");
             if limit == 0 {
                 assert_eq!(st.resumed_launches, 0, "{st:?}");
@@ -416,9 +421,9 @@ fn larger_than_binding() {
     let m = RankMatrix::new(n, d, &ranks);
     assert!(n * d * 4 > max_bind);
     let sub = RankMatrix::new(4000, d, &ranks[..4000 * d]);
-    assert_eq!(skyline_cpu(sub, 0).0, skyline_reference(sub));
-    let (want, cst) = skyline_cpu(m, 0);
-    let (got, gst) = skyline_gpu(c, m).unwrap();
+    assert_eq!(skyline_cpu(sub, &cpu_opts()).0, skyline_reference(sub));
+    let (want, cst) = skyline_cpu(m, &cpu_opts());
+    let (got, gst) = skyline_gpu(c, m, &SkylineGpuOptions::default()).unwrap();
     assert_eq!(got, want);
     assert!(gst.chunks >= 2, "{gst:?}");
     assert!(gst.dominance_tests > 0 && gst.mask_tests > 0);
@@ -458,7 +463,7 @@ fn iteration_kernels_agree() {
                 max_chunk_rows: chunk,
                 ..Default::default()
             };
-            let (got, st) = skyline_gpu_with(c, m, &opts)
+            let (got, st) = skyline_gpu(c, m, &opts)
                 .unwrap_or_else(|e| panic!("{kernel:?} {subset_lookup:?} on {what}: {e}"));
             assert_eq!(
                 got, want,
@@ -553,8 +558,8 @@ fn cpu_algorithms_agree_large() {
         }
         let ranks = dense_ranks(&vals, n, d);
         let m = RankMatrix::new(n, d, &ranks);
-        let (a, sa) = skyline_cpu_with(m, 0, CpuSkylineAlgorithm::SortedGrid);
-        let (b, sb) = skyline_cpu_with(m, 0, CpuSkylineAlgorithm::Blocked);
+        let (a, sa) = skyline_cpu(m, &CpuSkylineOptions { algorithm: CpuSkylineAlgorithm::SortedGrid, ..cpu_opts() });
+        let (b, sb) = skyline_cpu(m, &CpuSkylineOptions { algorithm: CpuSkylineAlgorithm::Blocked, ..cpu_opts() });
         assert_eq!(sa.algorithm, "cpu-sorted-grid");
         assert_eq!(sb.algorithm, "cpu-hybrid");
         assert_eq!(a, b, "{dist:?} d={d} levels={levels}");
@@ -598,7 +603,7 @@ fn device_steps_checked() {
                     check: true,
                     ..Default::default()
                 };
-                let (got, st) = skyline_gpu_with(c, m, &opts).unwrap_or_else(|e| {
+                let (got, st) = skyline_gpu(c, m, &opts).unwrap_or_else(|e| {
                     panic!("{kernel:?} rows {rows:?} cut {key_cut:?} on {what}: {e}")
                 });
                 assert_eq!(
@@ -630,7 +635,7 @@ fn device_steps_checked() {
     let vals = generate(Dist::Independent, n, d, 3);
     let ranks = dense_ranks(&vals, n, d);
     let m = RankMatrix::new(n, d, &ranks);
-    run(m, &skyline_cpu(m, 0).0, "independent n=140000 d=3");
+    run(m, &skyline_cpu(m, &cpu_opts()).0, "independent n=140000 d=3");
     // Ties: equal keys inside a partition, and rows equal to the point itself.
     let (n, d) = (2999, 6);
     let mut vals = generate(Dist::Anticorrelated, n, d, 77);
@@ -652,7 +657,7 @@ fn device_steps_checked() {
     let vals = generate(Dist::Anticorrelated, n, d, 5);
     let ranks = dense_ranks(&vals, n, d);
     let m = RankMatrix::new(n, d, &ranks);
-    let mts = run(m, &skyline_cpu(m, 0).0, "anticorrelated n=12000 d=10");
+    let mts = run(m, &skyline_cpu(m, &cpu_opts()).0, "anticorrelated n=12000 d=10");
     assert!(
         mts[0] * 4 < mts[1] * 3,
         "the key cut should remove at least a quarter of the mask tests: {mts:?}"

@@ -435,7 +435,7 @@ pub fn partition_cpu(columns: &[HostColumn<'_>], keys: &[usize], func: &Partitio
             matrix[b * nchunks + c] = h[b] as u64;
         }
     }
-    let total = crate::cpu_scan::exclusive_scan_in_place(&mut matrix);
+    let total = crate::cpu_scan::scan_in_place(&mut matrix, &crate::cpu_scan::ScanConfig::exclusive());
     debug_assert_eq!(total, n as u64);
     let mut offsets: Vec<u64> = (0..f).map(|b| matrix[b * nchunks]).collect();
     offsets.push(n as u64);

@@ -11,7 +11,7 @@ use ridgeline_operators::compact::{
     bench_compact, compact, compact_with, count_selected, Column, CompactAlgo, CompactOptions, Compacted, Selection,
     CompactPath, AUTO_JJ_MIN_SELECTIVITY, LAVAPIPE_JJ_MIN_SELECTIVITY,
 };
-use ridgeline_operators::cpu_scan::{exclusive_scan_seq, inclusive_scan_seq, ScanElem};
+use ridgeline_operators::cpu_scan::{self, ScanConfig, ScanElem};
 use ridgeline_operators::scan::{
     bench_scan, read_scalar, scan, scan_with, total, Int64Path, ScanAlgorithm, ScanKind, ScanOptions, ScanType,
 };
@@ -59,10 +59,10 @@ where
     let mut want = vec![T::ZERO; data.len()];
     let total = match kind {
         ScanKind::Inclusive => {
-            inclusive_scan_seq(data, &mut want).unwrap();
+            cpu_scan::scan(data, &mut want, &ScanConfig::sequential(cpu_scan::ScanKind::Inclusive)).unwrap();
             want.last().copied().unwrap_or(T::ZERO)
         }
-        ScanKind::Exclusive => exclusive_scan_seq(data, &mut want).unwrap(),
+        ScanKind::Exclusive => cpu_scan::scan(data, &mut want, &ScanConfig::sequential(cpu_scan::ScanKind::Exclusive)).unwrap(),
     };
     if let Some(i) = (0..data.len()).find(|&i| got[i] != want[i]) {
         panic!("{what}: n={} seg={seg_rows} {kind:?} {opts:?}: first difference at {i}: {:?} != {:?}", data.len(), got[i], want[i]);
@@ -578,7 +578,7 @@ fn scan_and_compact_above_the_binding_limit() {
     let out = scan(&ctx, &d, ScanType::U32, ScanKind::Exclusive).unwrap();
     let got = out.values.download::<u32>(&ctx).unwrap();
     let mut want = vec![0u32; n];
-    let t = exclusive_scan_seq(&data, &mut want).unwrap();
+    let t = cpu_scan::scan(&data, &mut want, &ScanConfig::sequential(cpu_scan::ScanKind::Exclusive)).unwrap();
     assert!(got == want, "exclusive scan above the binding limit differs");
     assert_eq!(read_scalar::<u32>(&ctx, &out.total).unwrap(), t);
     drop((out, got, want));
@@ -675,7 +675,7 @@ fn bench_paths() {
     let data: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761) >> 22).collect();
     let d = DeviceArray::upload(&ctx, &data).unwrap();
     let mut want = vec![0u32; n];
-    let t = exclusive_scan_seq(&data, &mut want).unwrap();
+    let t = cpu_scan::scan(&data, &mut want, &ScanConfig::sequential(cpu_scan::ScanKind::Exclusive)).unwrap();
     for opts in [ScanOptions::default(), ScanOptions::with_algorithm(ScanAlgorithm::ReduceThenScan)] {
         let out = scan_with(&ctx, &d, ScanType::U32, ScanKind::Exclusive, &opts).unwrap();
         let got = out.values.download::<u32>(&ctx).unwrap();
@@ -749,7 +749,7 @@ fn diagnose_single_pass() {
     let mut r = rng(2);
     let data: Vec<u32> = (0..200_003).map(|_| r.random()).collect();
     let mut want = vec![0u32; data.len()];
-    exclusive_scan_seq(&data, &mut want).unwrap();
+    cpu_scan::scan(&data, &mut want, &ScanConfig::sequential(cpu_scan::ScanKind::Exclusive)).unwrap();
     let d = DeviceArray::upload_segmented(&ctx, &data, 8192).unwrap();
     for (wg, vpt) in [(64u32, 3u32), (64, 4), (128, 3), (32, 3), (256, 3), (64, 1)] {
         for (name, o) in [

@@ -253,7 +253,7 @@ pub struct GroupAggOptions {
     /// rows (`dense_small`); off (the default): one set of workgroup atomics per
     /// row (`dense_main`). Off by default until measured faster: on the H100 the
     /// register fold alone (in 16,384-row tiles) did not speed up TPC-H Q1
-    /// (BENCHMARKS.md, session 26); the small tiles are not measured there yet.
+    /// (docs/benchmarks/history/session-26.md); the small tiles are not measured there yet.
     pub small_groups: bool,
 }
 

@@ -182,19 +182,7 @@ mod tests {
     use super::*;
 
     /// Raises each row's value as the error code, then adds 1 to it.
-    const KERNEL: &str = "
-struct Params { rows: u32, grid: u32, row0_lo: u32, row0_hi: u32 }
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read_write> err: array<atomic<u32>, 4>;
-@group(0) @binding(2) var<storage, read_write> a: array<u32>;
-@compute @workgroup_size({{WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-    let i = wid.y * params.grid + wid.x * {{WG}}u + lid.x;
-    if (i >= params.rows) { return; }
-    atomicMax(&err[0], a[i]);
-    a[i] = a[i] + 1u;
-}
-";
+    const KERNEL: &str = include_str!("../../shaders/rowwise_test.wgsl");
 
     #[test]
     fn recorded_runs_and_one_error_readback() {

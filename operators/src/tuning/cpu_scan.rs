@@ -10,12 +10,11 @@
 super::switches! {}
 
 /// Inputs with fewer than this many partitions are scanned single-threaded (the
-/// one-pass SIMD scan): below four partitions the second pass and the hand-over
-/// between workers cost more than a second core saves. Value: 4.
+/// one-pass SIMD scan, which reads the input once instead of twice): 4. Not measured
+/// separately.
 pub const MIN_PARALLEL_PARTITIONS: usize = 4;
 
-/// The per-core L2 size assumed when it cannot be detected: 1 MiB (the H100
-/// machine's and the 2-core machine's per-core L2 are 1-2 MiB).
+/// The per-core L2 size assumed when it cannot be detected: 1 MiB.
 pub const DEFAULT_L2_BYTES: usize = 1 << 20;
 
 /// The last-level cache size assumed when it cannot be detected: 16 MiB.
@@ -27,21 +26,22 @@ pub const DEFAULT_LLC_BYTES: usize = 16 << 20;
 /// the default on the machine it runs on.
 pub const PARTITION_L2_DIVISOR: usize = 2;
 
-/// Smallest default partition: 8 KiB (an L2 detected absurdly small still gives
-/// partitions that amortise the per-partition look-back).
+/// Smallest default partition: 8 KiB (a bound on the detected L2's half; not measured
+/// separately).
 pub const MIN_PARTITION_BYTES: usize = 8 << 10;
 
-/// Largest default partition: 8 MiB (a huge detected L2 still leaves a few
-/// partitions per worker at the benchmark sizes, 2^20 elements and up).
+/// Largest default partition: 8 MiB (a bound on the detected L2's half; not measured
+/// separately).
 pub const MAX_PARTITION_BYTES: usize = 8 << 20;
 
 /// A worker waits for a predecessor's pass one this many times as long as its own
 /// pass one took before it sums that partition itself (steals it): 2. A neighbour
-/// that started with us finishes within that unless its thread is descheduled.
+/// that started its pass one with ours should finish within that unless its thread
+/// is descheduled.
 pub const STEAL_PATIENCE_FACTOR: u32 = 2;
 
 /// Added to the stealing patience, in microseconds: 2 (avoids pointless steals on
-/// tiny, cached partitions whose pass one takes less than the wait loop's jitter).
+/// tiny, cached partitions).
 pub const STEAL_PATIENCE_FLOOR_MICROS: u64 = 2;
 
 /// Spins of a waiting worker before it starts yielding its core: 4096 (the thread

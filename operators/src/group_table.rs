@@ -26,7 +26,7 @@ use crate::select::unkey_i64;
 
 const GROUP_TABLE_WGSL: &str = include_str!("../../shaders/group_table.wgsl");
 const GROUP_TABLE_U64_WGSL: &str = include_str!("../../shaders/group_table_u64.wgsl");
-const WG: u32 = 256;
+const WG: u32 = crate::tuning::aggregate::GROUP_TABLE_WORKGROUP;
 const F_VALID: u32 = 1;
 const F_COUNT: u32 = 2;
 

@@ -14,7 +14,7 @@ use crate::error::{GpuError, GpuResult};
 use crate::DeviceArray;
 
 const MEMBER_WGSL: &str = include_str!("../../shaders/member.wgsl");
-const WG: u32 = 256;
+const WG: u32 = crate::tuning::aggregate::MEMBER_WORKGROUP;
 
 /// The widest bitmap a key set may have (2^28 bits, 32 MiB): wider key ranges are
 /// not worth a dense set.

@@ -48,7 +48,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties};
 use futures::TryStreamExt;
 use ridgeline_operators::compact::Column;
-use ridgeline_operators::group_agg::{group_agg_gpu_with, AggColumn, AggKind, ColumnAgg, DenseAccumulator, GroupAggError, GroupAggOptions, GroupAggOutput};
+use ridgeline_operators::group_agg::{group_agg_gpu, AggColumn, AggKind, ColumnAgg, DenseAccumulator, GroupAggError, GroupAggOptions, GroupAggOutput};
 use ridgeline_operators::group_table::{GroupTable, LiveColumn, TableCond};
 use ridgeline_operators::regions::RegionSelect;
 use ridgeline_operators::select::RawKind;
@@ -489,7 +489,7 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
             .iter()
             .map(|c| device(c).map(|column| AggColumn { kind: AggKind::I64, column }))
             .collect::<Result<Vec<_>>>()?;
-        let out = group_agg_gpu_with(dev, gids.values, plan.groups + 1, &values, &opts).map_err(agg_err)?;
+        let out = group_agg_gpu(dev, gids.values, plan.groups + 1, &values, &opts).map_err(agg_err)?;
         merge(out)
     })?;
     if let Some(acc) = acc {

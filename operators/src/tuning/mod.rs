@@ -51,6 +51,7 @@ macro_rules! switches {
 }
 pub(crate) use switches;
 
+pub mod aggregate;
 pub mod cpu_scan;
 pub mod device;
 pub mod partition;
@@ -59,7 +60,7 @@ pub mod select;
 pub mod skyline;
 
 /// Every family's switch table; [`all_switches`] flattens them.
-const FAMILIES: &[&[Switch]] = &[runtime::SWITCHES, select::SWITCHES, skyline::SWITCHES, partition::SWITCHES, scan::SWITCHES, cpu_scan::SWITCHES, device::SWITCHES];
+const FAMILIES: &[&[Switch]] = &[runtime::SWITCHES, select::SWITCHES, skyline::SWITCHES, partition::SWITCHES, scan::SWITCHES, cpu_scan::SWITCHES, device::SWITCHES, aggregate::SWITCHES];
 
 /// Every `RIDGELINE_*` switch the operators crate reads.
 pub fn all_switches() -> impl Iterator<Item = &'static Switch> {

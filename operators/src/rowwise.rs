@@ -87,6 +87,10 @@ impl RowwiseRun {
 /// binding `arrays` after the parameters and the error word. Every array must be
 /// split at the same rows: `Rows` arrays into `seg_rows` elements per segment,
 /// `Bits` arrays into `seg_rows / 32` words.
+///
+/// With `enc` the kernel is recorded into it instead of submitted: the caller
+/// submits it (with the work that reads its outputs, in one submission) and keeps
+/// every array alive until then.
 pub fn run_rowwise(
     ctx: &GpuContext,
     name: &str,
@@ -94,17 +98,20 @@ pub fn run_rowwise(
     rows: usize,
     seg_rows: usize,
     arrays: &[RowArray<'_>],
+    enc: Option<&mut wgpu::CommandEncoder>,
 ) -> GpuResult<RowwiseRun> {
-    let mut enc = ctx.encoder(name);
-    let run = record_rowwise(ctx, name, source, rows, seg_rows, arrays, &mut enc)?;
-    ctx.submit(enc)?;
-    Ok(run)
+    match enc {
+        Some(enc) => record_rowwise(ctx, name, source, rows, seg_rows, arrays, enc),
+        None => {
+            let mut enc = ctx.encoder(name);
+            let run = record_rowwise(ctx, name, source, rows, seg_rows, arrays, &mut enc)?;
+            ctx.submit(enc)?;
+            Ok(run)
+        }
+    }
 }
 
-/// [`run_rowwise`] recorded into `enc` instead of submitted: the caller submits
-/// it (with the work that reads its outputs, in one submission) and keeps every
-/// array alive until then.
-pub fn record_rowwise(
+fn record_rowwise(
     ctx: &GpuContext,
     name: &str,
     source: &str,
@@ -194,7 +201,7 @@ mod tests {
         let mut enc = ctx.encoder("test");
         let runs: Vec<RowwiseRun> = arrays
             .iter()
-            .map(|a| record_rowwise(&ctx, "rowwise_test", KERNEL, a.len(), a.len().div_ceil(32) * 32, &[RowArray::Rows(a)], &mut enc).unwrap())
+            .map(|a| run_rowwise(&ctx, "rowwise_test", KERNEL, a.len(), a.len().div_ceil(32) * 32, &[RowArray::Rows(a)], Some(&mut enc)).unwrap())
             .collect();
         ctx.submit(enc).unwrap();
         let refs: Vec<&RowwiseRun> = runs.iter().collect();

@@ -540,18 +540,14 @@ fn table_states(dev: &GpuContext, plan: &GpuAggregatePlan, having: &[TableCond])
     let t0 = std::time::Instant::now();
     let nvals = plan.nvals;
     let min_max: Vec<bool> = (0..nvals).map(|c| plan.states.iter().any(|s| matches!(s, AggState::Min(x) | AggState::Max(x) if *x == c))).collect();
-    let mut table = GroupTable::with_min_max(dev, plan.groups, &min_max).map_err(gpu_err)?;
+    let mut table = GroupTable::new(dev, plan.groups, &min_max).map_err(gpu_err)?;
     for_each_chunk(dev, plan, true, |outputs, enc| {
         let gids = device(&outputs[0])?;
         let values = outputs[1..1 + nvals].iter().map(device).collect::<Result<Vec<_>>>()?;
-        match enc {
-            Some(enc) => table.add_into(dev, gids.values, &values, enc),
-            None => table.add(dev, gids.values, &values),
-        }
-        .map_err(gpu_err)
+        table.add(dev, gids.values, &values, enc).map_err(gpu_err)
     })?;
     let t_add = t0.elapsed();
-    let out = table.finish_where(dev, having).map_err(gpu_err)?;
+    let out = table.finish(dev, having).map_err(gpu_err)?;
     let t_finish = t0.elapsed();
     let live: Vec<usize> = out.ids.iter().map(|&x| x as usize).collect();
     // MIN / MAX are there for the columns that keep them.

@@ -6,7 +6,7 @@
 //! and parameter uniforms, cached), `transfers.rs` (uploads, readbacks and small
 //! writes through the staging pool of [`crate::transfer`]), `report.rs` (the adapter
 //! report). The memory budget ([`crate::pool::BufferPool`]) is per process: every
-//! session of the process shares the one context.
+//! session of the process shares the global context ([`global`]) and its pool.
 mod options;
 mod pipelines;
 mod report;

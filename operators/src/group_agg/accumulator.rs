@@ -1,5 +1,5 @@
 //! Dense-tag aggregation over several calls into one set of device tables.
-use super::gpu::{check_value_columns, decode_tables, entry, Params, F_ROWS, F_SUM, F_VALID, GROUP_AGG_WGSL};
+use super::gpu::{check_value_columns, decode_tables, entry, Params, F_ROWS, F_SUM, F_VALID, DENSE_WGSL};
 use super::{dense_capacity, AggKind, GroupAggError, GroupAggOptions, GroupAggOutput, GroupAggStrategy, SMALL_GROUPS, SMALL_TILE_ROWS};
 use crate::array::DeviceArray;
 use crate::compact::Column;
@@ -44,7 +44,7 @@ impl DenseAccumulator {
         }
         let tables = (0..=ncols).map(|_| ctx.pool().alloc(g as u64 * 32)).collect::<GpuResult<Vec<_>>>()?;
         let defs = [("WG", wg.to_string()), ("TILE", opts.tile_rows.to_string()), ("GMAX", (g.div_ceil(64) * 64).to_string())];
-        let init = ctx.pipeline("group_agg", GROUP_AGG_WGSL, "init_table", &defs)?;
+        let init = ctx.pipeline("group_agg_dense", DENSE_WGSL, "init_table", &defs)?;
         let mut pass = Pass::default();
         let ub = ctx.uniform(&Params { groups: g, ..Default::default() });
         for t in &tables {
@@ -76,7 +76,7 @@ impl DenseAccumulator {
         let small = g <= SMALL_GROUPS && self.opts.small_groups;
         let tile_rows = if small { self.opts.tile_rows.min(SMALL_TILE_ROWS.max(wg)) } else { self.opts.tile_rows };
         let defs = [("WG", wg.to_string()), ("TILE", tile_rows.to_string()), ("GMAX", (g.div_ceil(64) * 64).to_string())];
-        let main = ctx.pipeline("group_agg", GROUP_AGG_WGSL, if small { "dense_small" } else { "dense_main" }, &defs)?;
+        let main = ctx.pipeline("group_agg_dense", DENSE_WGSL, if small { "dense_small" } else { "dense_main" }, &defs)?;
         let mut pass = Pass::default();
         for ci in 0..=self.ncols {
             let t = self.tables[ci].raw();

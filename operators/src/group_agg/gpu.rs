@@ -1,4 +1,4 @@
-//! The GPU path (shaders/group_agg.wgsl): the dense-tag and sparse-region strategies,
+//! The GPU path (shaders/group_agg/): the dense-tag and sparse-region strategies,
 //! and the read-back of the per-group tables.
 use super::{
     dense_capacity, AggColumn, AggKind, ColumnAgg, F64Agg, GroupAggError, GroupAggOptions, GroupAggOutput,
@@ -14,7 +14,13 @@ use crate::scan::Pass;
 use crate::select::{unkey_f64, unkey_i64};
 use rayon::prelude::*;
 
-pub(super) const GROUP_AGG_WGSL: &str = include_str!("../../../shaders/group_agg.wgsl");
+/// The dense-tag kernels (and the table's initialisation): shaders/group_agg/common.wgsl
+/// then dense.wgsl.
+pub(super) const DENSE_WGSL: &str =
+    concat!(include_str!("../../../shaders/group_agg/common.wgsl"), include_str!("../../../shaders/group_agg/dense.wgsl"));
+/// The sparse-region kernels: shaders/group_agg/common.wgsl then sparse.wgsl.
+const SPARSE_WGSL: &str =
+    concat!(include_str!("../../../shaders/group_agg/common.wgsl"), include_str!("../../../shaders/group_agg/sparse.wgsl"));
 
 pub(super) const F_VALID: u32 = 1;
 pub(super) const F_ROWS: u32 = 2;
@@ -54,7 +60,11 @@ struct Plan<'a> {
 
 impl Plan<'_> {
     fn pipe(&self, entry: &str) -> GpuResult<std::sync::Arc<wgpu::ComputePipeline>> {
-        self.ctx.pipeline("group_agg", GROUP_AGG_WGSL, entry, &self.defs)
+        let (name, source) = match entry {
+            "piece_reduce" | "piece_merge" => ("group_agg_sparse", SPARSE_WGSL),
+            _ => ("group_agg_dense", DENSE_WGSL),
+        };
+        self.ctx.pipeline(name, source, entry, &self.defs)
     }
 }
 

@@ -1,6 +1,6 @@
 //! Grouped aggregation over dense group ids: per group COUNT(*), and per value
 //! column COUNT (non-NULL rows; NULLs = rows - count), SUM, MIN and MAX, on the
-//! GPU (shaders/group_agg.wgsl) and on the CPU.
+//! GPU (shaders/group_agg/) and on the CPU.
 //!
 //! # Inputs and outputs
 //!

@@ -26,7 +26,7 @@ pub const DENSE_MAX_GROUPS: u32 = 1024;
 pub const DENSE_MIN_AVG_DIVISOR: u32 = 8;
 
 /// Groups up to which dense tags may fold each invocation's rows in registers first
-/// (`dense_small` in shaders/group_agg.wgsl; its `SMALL_G`): 8. Used only with
+/// (`dense_small` in shaders/group_agg/dense.wgsl; its `SMALL_G`): 8. Used only with
 /// `GroupAggOptions::small_groups`, off by default: on the H100 the register fold
 /// alone (in 16,384-row tiles) did not speed up TPC-H Q1
 /// (docs/benchmarks/history/session-26.md).

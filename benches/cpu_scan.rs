@@ -16,7 +16,7 @@ use criterion::{
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
-use ridgeline_operators::cpu_scan::{self, ScanConfig, ScanElem};
+use ridgeline_operators::cpu_scan::{self, ScanConfig, ScanElem, ScanKind};
 
 /// The baseline: the textbook multithreaded scan a standard library would use. The input
 /// is cut into one equal chunk per thread; pass one scans each chunk locally (scalar)
@@ -62,7 +62,8 @@ fn bench_type<T: ScanElem + PartialEq + std::fmt::Debug>(
     name: &str,
     gen: impl Fn(&mut SmallRng) -> T,
 ) {
-    let cfg = ScanConfig::default();
+    let cfg = ScanConfig::inclusive();
+    let seq = ScanConfig::sequential(ScanKind::Inclusive);
     let threads = cfg.threads;
     let mut group = c.benchmark_group(format!("cpu_scan_{name}"));
     group
@@ -78,17 +79,17 @@ fn bench_type<T: ScanElem + PartialEq + std::fmt::Debug>(
 
         // The three variants agree (integers are exact).
         let mut expected = vec![T::ZERO; n];
-        cpu_scan::inclusive_scan_seq(&input, &mut expected).unwrap();
+        cpu_scan::scan(&input, &mut expected, &seq).unwrap();
         rayon_two_pass(&input, &mut out, threads);
         assert_eq!(out, expected, "rayon baseline");
-        cpu_scan::inclusive_scan_with(&cfg, &input, &mut out).unwrap();
+        cpu_scan::scan(&input, &mut out, &cfg).unwrap();
         assert_eq!(out, expected, "fast path");
         drop(expected);
 
         group.throughput(Throughput::Elements(n as u64));
         let size = format!("2^{log}");
         group.bench_with_input(BenchmarkId::new("sequential", &size), &input, |b, input| {
-            b.iter(|| cpu_scan::inclusive_scan_seq(black_box(input), &mut out).unwrap())
+            b.iter(|| cpu_scan::scan(black_box(input), &mut out, &seq).unwrap())
         });
         group.bench_with_input(
             BenchmarkId::new("rayon_two_pass", &size),
@@ -96,7 +97,7 @@ fn bench_type<T: ScanElem + PartialEq + std::fmt::Debug>(
             |b, input| b.iter(|| rayon_two_pass(black_box(input), &mut out, threads)),
         );
         group.bench_with_input(BenchmarkId::new("fast", &size), &input, |b, input| {
-            b.iter(|| cpu_scan::inclusive_scan_with(&cfg, black_box(input), &mut out).unwrap())
+            b.iter(|| cpu_scan::scan(black_box(input), &mut out, &cfg).unwrap())
         });
         black_box(&out);
     }

@@ -1,6 +1,6 @@
 // Grouped aggregation with DENSE TAGS IN DEVICE MEMORY (operators/src/group_table.rs),
 // after the region-based state paper (seeds: region-based-state-simd-streaming.txt):
-// every row carries its group's dense tag, as in shaders/group_agg.wgsl's dense
+// every row carries its group's dense tag, as in shaders/group_agg/dense.wgsl's dense
 // strategy, but each group's state lives in device memory instead of a workgroup
 // table, so the group count is bounded by one storage binding (millions of groups,
 // e.g. GROUP BY an order key) rather than by workgroup memory. Each row adds itself
@@ -11,7 +11,7 @@
 // State, one u32 array per word (structure of arrays): `cnt` (rows, or non-NULL
 // values of a column) and a 96-bit two's-complement sum `s0 s1 s2`. Adding a 32-bit
 // word with atomicAdd wraps at most once, which `old + x < old` detects, so the
-// carries propagate exactly in any order of the atomics (as in group_agg.wgsl); an
+// carries propagate exactly in any order of the atomics (as in group_agg/dense.wgsl); an
 // addend word of zero is not added at all (small positive values touch cnt and s0
 // only).
 

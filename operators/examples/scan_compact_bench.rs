@@ -16,7 +16,7 @@
 //!   tuning), and the copy kernel's time over 1 GiB for calibration.
 use rand::{Rng, SeedableRng};
 use ridgeline_operators::compact::{bench_compact, compact, Column, CompactAlgo, CompactOptions, CompactPath, Selection, SelectionForm};
-use ridgeline_operators::cpu_scan::exclusive_scan_seq;
+use ridgeline_operators::cpu_scan::{self, ScanConfig};
 use ridgeline_operators::scan::{bench_scan, read_scalar, scan, ScanAlgorithm, ScanKind, ScanOptions, ScanType, DEFAULT_LOOKBACK_SPINS, DEFAULT_SCAN_WORKGROUP};
 use ridgeline_operators::{DeviceArray, GpuContext};
 
@@ -108,7 +108,7 @@ fn paths(ctx: &GpuContext, args: &Args) {
     let data: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761) >> 22).collect();
     let d = DeviceArray::upload(ctx, &data).unwrap();
     let mut want = vec![0u32; n];
-    let t = exclusive_scan_seq(&data, &mut want).unwrap();
+    let t = cpu_scan::scan(&data, &mut want, &ScanConfig::sequential(cpu_scan::ScanKind::Exclusive)).unwrap();
     for opts in [ScanOptions::default(), ScanOptions::with_algorithm(ScanAlgorithm::ReduceThenScan)] {
         let out = scan(ctx, &d, ScanType::U32, ScanKind::Exclusive, &opts).unwrap();
         let got = out.values.download::<u32>(ctx).unwrap();
@@ -177,7 +177,7 @@ fn diagnose(ctx: &GpuContext) {
     let mut r = rand::rngs::SmallRng::seed_from_u64(2);
     let data: Vec<u32> = (0..200_003).map(|_| r.random()).collect();
     let mut want = vec![0u32; data.len()];
-    exclusive_scan_seq(&data, &mut want).unwrap();
+    cpu_scan::scan(&data, &mut want, &ScanConfig::sequential(cpu_scan::ScanKind::Exclusive)).unwrap();
     let d = DeviceArray::upload_segmented(ctx, &data, 8192).unwrap();
     for (wg, vpt) in [(64u32, 3u32), (64, 4), (128, 3), (32, 3), (256, 3), (64, 1)] {
         for (name, o) in [

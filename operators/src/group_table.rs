@@ -26,7 +26,7 @@ use crate::select::unkey_i64;
 
 const GROUP_TABLE_WGSL: &str = include_str!("../../shaders/group_table.wgsl");
 const GROUP_TABLE_U64_WGSL: &str = include_str!("../../shaders/group_table_u64.wgsl");
-const WG: u32 = 256;
+const WG: u32 = crate::tuning::aggregate::GROUP_TABLE_WORKGROUP;
 const F_VALID: u32 = 1;
 const F_COUNT: u32 = 2;
 
@@ -210,15 +210,10 @@ fn zeroed(ctx: &GpuContext, enc: &mut wgpu::CommandEncoder, groups: u32, elem: u
 }
 
 impl GroupTable {
-    /// A zeroed table of `groups` groups and `columns` i64 value columns.
-    pub fn new(ctx: &GpuContext, groups: u32, columns: usize) -> GpuResult<GroupTable> {
-        Self::with_min_max(ctx, groups, &vec![false; columns])
-    }
-
-    /// A zeroed table with one i64 value column per entry of `min_max`, which says
-    /// whether the column also keeps its MIN and MAX (64-bit atomics: see
-    /// [`supports_min_max`]).
-    pub fn with_min_max(ctx: &GpuContext, groups: u32, min_max: &[bool]) -> GpuResult<GroupTable> {
+    /// A zeroed table of `groups` groups with one i64 value column per entry of
+    /// `min_max`, which says whether the column also keeps its MIN and MAX (64-bit
+    /// atomics: see [`supports_min_max`]).
+    pub fn new(ctx: &GpuContext, groups: u32, min_max: &[bool]) -> GpuResult<GroupTable> {
         if groups > max_groups(ctx) {
             return Err(GpuError::Invalid(format!("{groups} groups exceed the table's limit of {} on this adapter", max_groups(ctx))));
         }
@@ -249,17 +244,23 @@ impl GroupTable {
     /// Adds rows: `gids` (u32; an id `>= groups` skips the row) and one column of
     /// 8-byte i64 values (with optional validity) per value column, shaped like
     /// `gids`. Row counts are u32 words: at most `u32::MAX` rows in all calls.
-    pub fn add(&mut self, ctx: &GpuContext, gids: &DeviceArray, columns: &[Column<'_>]) -> GpuResult<()> {
-        let mut enc = ctx.encoder("group-table-add");
-        self.add_into(ctx, gids, columns, &mut enc)?;
-        ctx.submit(enc)?;
-        Ok(())
-    }
-
-    /// [`GroupTable::add`] recorded into `enc` instead of submitted (after the
+    ///
+    /// With `enc`, the work is recorded into it instead of submitted (after the
     /// commands that write `gids` and `columns`, say): the caller submits `enc` and
     /// keeps the inputs alive until then.
-    pub fn add_into(&mut self, ctx: &GpuContext, gids: &DeviceArray, columns: &[Column<'_>], enc: &mut wgpu::CommandEncoder) -> GpuResult<()> {
+    pub fn add(&mut self, ctx: &GpuContext, gids: &DeviceArray, columns: &[Column<'_>], enc: Option<&mut wgpu::CommandEncoder>) -> GpuResult<()> {
+        match enc {
+            Some(enc) => self.record_add(ctx, gids, columns, enc),
+            None => {
+                let mut enc = ctx.encoder("group-table-add");
+                self.record_add(ctx, gids, columns, &mut enc)?;
+                ctx.submit(enc)?;
+                Ok(())
+            }
+        }
+    }
+
+    fn record_add(&mut self, ctx: &GpuContext, gids: &DeviceArray, columns: &[Column<'_>], enc: &mut wgpu::CommandEncoder) -> GpuResult<()> {
         let inv = |m: String| Err(GpuError::Invalid(m));
         let n = gids.len();
         let seg = gids.seg_rows();
@@ -339,14 +340,10 @@ impl GroupTable {
         Ok(())
     }
 
-    /// Compacts the groups that received rows and reads them back.
-    pub fn finish(self, ctx: &GpuContext) -> GpuResult<LiveGroups> {
-        self.finish_where(ctx, &[])
-    }
-
     /// Compacts the groups that received rows and meet every condition of `conds`
-    /// (evaluated on the device) and reads them back.
-    pub fn finish_where(self, ctx: &GpuContext, conds: &[TableCond]) -> GpuResult<LiveGroups> {
+    /// (HAVING, evaluated on the device; `&[]`: every group with rows) and reads them
+    /// back.
+    pub fn finish(self, ctx: &GpuContext, conds: &[TableCond]) -> GpuResult<LiveGroups> {
         for c in conds {
             if let TableWord::Count(i) | TableWord::Sum(i) = c.word {
                 if i >= self.columns.len() {
@@ -364,80 +361,89 @@ impl GroupTable {
         let ub = ctx.uniform(&Params { n: g as u32, groups: self.groups, flags: 0, pad: 0 });
         let mut pass = Pass::default();
         pass.dispatch(ctx, &k, &[entry(7, &ub), entry(8, ids.segment(0).0)], (g as u64).div_ceil(WG as u64))?;
-        // HAVING: one flag per group, cleared by each condition.
-        let flags = if conds.is_empty() {
-            None
-        } else {
-            let defs = [("WG", WG.to_string())];
-            let flags = DeviceArray::alloc(ctx, g.max(1), 4)?;
-            let wgs = (g as u64).div_ceil(WG as u64);
-            let live = ctx.pipeline("group_table", GROUP_TABLE_WGSL, "table_live", &defs)?;
-            let cp = ctx.uniform(&CondParams { n: g as u32, ..Default::default() });
-            pass.dispatch(ctx, &live, &[entry(3, t(&self.rows)), entry(8, t(&flags)), entry(9, &cp)], wgs)?;
-            for c in conds {
-                // A constant beyond 96 bits makes the condition the same for every group.
-                let lim = 1i128 << 95;
-                let (op, v) = if c.value >= lim || c.value < -lim {
-                    let above = c.value >= lim;
-                    let all = match c.op {
-                        CmpOp::Lt | CmpOp::Le => above,
-                        CmpOp::Gt | CmpOp::Ge => !above,
-                        CmpOp::Eq => false,
-                        CmpOp::Ne => true,
-                    };
-                    match (all, c.word) {
-                        // Every group (with a value, for a sum: NULL still fails).
-                        (true, TableWord::Sum(_)) => (CmpOp::Ge, (-lim) as u128),
-                        (true, _) => continue,
-                        // None: no 96-bit value exceeds the largest one.
-                        (false, _) => (CmpOp::Gt, (lim - 1) as u128),
-                    }
-                } else {
-                    (c.op, c.value as u128)
-                };
-                let cp = ctx.uniform(&CondParams {
-                    n: g as u32,
-                    op: op.code(),
-                    c: [v as u32, (v >> 32) as u32, (v >> 64) as u32],
-                    ..Default::default()
-                });
-                let count_of = |i: usize| self.columns[i].cnt.as_ref().unwrap_or(&self.rows);
-                match c.word {
-                    TableWord::Sum(i) => {
-                        let k = ctx.pipeline("group_table", GROUP_TABLE_WGSL, "table_cond_sum", &defs)?;
-                        let w = &self.columns[i];
-                        pass.dispatch(
-                            ctx,
-                            &k,
-                            &[
-                                entry(3, t(count_of(i))),
-                                entry(4, t(&w.s[0])),
-                                entry(5, t(&w.s[1])),
-                                entry(6, t(&w.s[2])),
-                                entry(8, t(&flags)),
-                                entry(9, &cp),
-                            ],
-                            wgs,
-                        )?;
-                    }
-                    TableWord::Rows | TableWord::Count(_) => {
-                        let k = ctx.pipeline("group_table", GROUP_TABLE_WGSL, "table_cond_count", &defs)?;
-                        let cnt = match c.word {
-                            TableWord::Count(i) => count_of(i),
-                            _ => &self.rows,
-                        };
-                        pass.dispatch(ctx, &k, &[entry(3, t(cnt)), entry(8, t(&flags)), entry(9, &cp)], wgs)?;
-                    }
-                }
-            }
-            Some(flags)
-        };
+        let flags = if conds.is_empty() { None } else { Some(self.record_having(ctx, &mut pass, conds)?) };
         let mut enc = ctx.encoder("group-table-having");
         pass.encode(&mut enc, None);
         ctx.submit(enc)?;
+        self.read_live(ctx, &ids, flags.as_ref())
+    }
+
+    /// HAVING: one flag per group, set for the groups with rows, then cleared by each
+    /// condition; recorded into `pass`.
+    fn record_having(&self, ctx: &GpuContext, pass: &mut Pass, conds: &[TableCond]) -> GpuResult<DeviceArray> {
+        let g = self.groups as usize;
+        let defs = [("WG", WG.to_string())];
+        let flags = DeviceArray::alloc(ctx, g.max(1), 4)?;
+        let wgs = (g as u64).div_ceil(WG as u64);
+        let live = ctx.pipeline("group_table", GROUP_TABLE_WGSL, "table_live", &defs)?;
+        let cp = ctx.uniform(&CondParams { n: g as u32, ..Default::default() });
+        pass.dispatch(ctx, &live, &[entry(3, t(&self.rows)), entry(8, t(&flags)), entry(9, &cp)], wgs)?;
+        for c in conds {
+            // A constant beyond 96 bits makes the condition the same for every group.
+            let lim = 1i128 << 95;
+            let (op, v) = if c.value >= lim || c.value < -lim {
+                let above = c.value >= lim;
+                let all = match c.op {
+                    CmpOp::Lt | CmpOp::Le => above,
+                    CmpOp::Gt | CmpOp::Ge => !above,
+                    CmpOp::Eq => false,
+                    CmpOp::Ne => true,
+                };
+                match (all, c.word) {
+                    // Every group (with a value, for a sum: NULL still fails).
+                    (true, TableWord::Sum(_)) => (CmpOp::Ge, (-lim) as u128),
+                    (true, _) => continue,
+                    // None: no 96-bit value exceeds the largest one.
+                    (false, _) => (CmpOp::Gt, (lim - 1) as u128),
+                }
+            } else {
+                (c.op, c.value as u128)
+            };
+            let cp = ctx.uniform(&CondParams {
+                n: g as u32,
+                op: op.code(),
+                c: [v as u32, (v >> 32) as u32, (v >> 64) as u32],
+                ..Default::default()
+            });
+            let count_of = |i: usize| self.columns[i].cnt.as_ref().unwrap_or(&self.rows);
+            match c.word {
+                TableWord::Sum(i) => {
+                    let k = ctx.pipeline("group_table", GROUP_TABLE_WGSL, "table_cond_sum", &defs)?;
+                    let w = &self.columns[i];
+                    pass.dispatch(
+                        ctx,
+                        &k,
+                        &[
+                            entry(3, t(count_of(i))),
+                            entry(4, t(&w.s[0])),
+                            entry(5, t(&w.s[1])),
+                            entry(6, t(&w.s[2])),
+                            entry(8, t(&flags)),
+                            entry(9, &cp),
+                        ],
+                        wgs,
+                    )?;
+                }
+                TableWord::Rows | TableWord::Count(_) => {
+                    let k = ctx.pipeline("group_table", GROUP_TABLE_WGSL, "table_cond_count", &defs)?;
+                    let cnt = match c.word {
+                        TableWord::Count(i) => count_of(i),
+                        _ => &self.rows,
+                    };
+                    pass.dispatch(ctx, &k, &[entry(3, t(cnt)), entry(8, t(&flags)), entry(9, &cp)], wgs)?;
+                }
+            }
+        }
+        Ok(flags)
+    }
+
+    /// Compacts the live groups (`flags`, or those with rows) with their ids and
+    /// words, and reads them back.
+    fn read_live(&self, ctx: &GpuContext, ids: &DeviceArray, flags: Option<&DeviceArray>) -> GpuResult<LiveGroups> {
+        let ncols = self.columns.len();
         // The selection and every column cover G rows.
         let rows_view = &self.rows;
-        let mut cols: Vec<Column<'_>> = vec![Column::new(&ids), Column::new(rows_view)];
+        let mut cols: Vec<Column<'_>> = vec![Column::new(ids), Column::new(rows_view)];
         for w in &self.columns {
             if let Some(c) = &w.cnt {
                 cols.push(Column::new(c));
@@ -447,7 +453,7 @@ impl GroupTable {
                 cols.extend(mm.iter().map(Column::new));
             }
         }
-        let out = compact(ctx, Selection::Flags(flags.as_ref().unwrap_or(rows_view)), &cols, &crate::compact::CompactOptions::with_algo(CompactAlgo::Stable))?;
+        let out = compact(ctx, Selection::Flags(flags.unwrap_or(rows_view)), &cols, &crate::compact::CompactOptions::with_algo(CompactAlgo::Stable))?;
         let mut it = out.columns.into_iter();
         let mut next_col = || it.next().ok_or_else(|| GpuError::Invalid("compaction lost a column".into()));
         let ids = next_col()?.values.download::<u32>(ctx)?;
@@ -480,14 +486,9 @@ fn sum96(w0: u32, w1: u32, w2: u32) -> i128 {
 }
 
 /// The CPU reference of a [`GroupTable`] fed `gids` and `columns` in one call
-/// (i64 columns only; an id `>= groups` skips the row).
-pub fn group_table_reference(gids: &[u32], groups: u32, columns: &[HostAggColumn<'_>]) -> LiveGroups {
-    group_table_reference_where(gids, groups, columns, &vec![false; columns.len()], &[])
-}
-
-/// [`group_table_reference`] with MIN and MAX of the columns `min_max` marks,
-/// keeping the groups that meet `conds`.
-pub fn group_table_reference_where(gids: &[u32], groups: u32, columns: &[HostAggColumn<'_>], min_max: &[bool], conds: &[TableCond]) -> LiveGroups {
+/// (i64 columns only; an id `>= groups` skips the row), with MIN and MAX of the
+/// columns `min_max` marks, keeping the groups that meet `conds`.
+pub fn group_table_reference(gids: &[u32], groups: u32, columns: &[HostAggColumn<'_>], min_max: &[bool], conds: &[TableCond]) -> LiveGroups {
     let g = groups as usize;
     let mut rows = vec![0u64; g];
     let mut count = vec![vec![0u64; g]; columns.len()];

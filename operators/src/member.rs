@@ -14,7 +14,7 @@ use crate::error::{GpuError, GpuResult};
 use crate::DeviceArray;
 
 const MEMBER_WGSL: &str = include_str!("../../shaders/member.wgsl");
-const WG: u32 = 256;
+const WG: u32 = crate::tuning::aggregate::MEMBER_WORKGROUP;
 
 /// The widest bitmap a key set may have (2^28 bits, 32 MiB): wider key ranges are
 /// not worth a dense set.
@@ -201,7 +201,7 @@ struct Params {
     pad1: u32,
 }
 
-/// One key column of [`member_gpu_many`]: `rows` keys (`keys`, stored as
+/// One key column of [`member_gpu`]: `rows` keys (`keys`, stored as
 /// `width`, validity bits in `validity` when some are NULL).
 #[derive(Clone, Copy)]
 pub struct MemberInput<'a> {
@@ -218,26 +218,13 @@ pub struct MemberInput<'a> {
 /// Rows a workgroup of the kernel tests (`ITEMS * WG` in shaders/member.wgsl).
 const ROWS_PER_WG: u64 = 4 * WG as u64;
 
-/// The selection bitmap of `rows` rows whose key (`keys`, stored as `width`,
-/// validity bits in `validity` when some are NULL) is in `set`: segmented like the
-/// row-wise kernels' selections (`keys.seg_rows() / 32` words per segment), ready
-/// for `compact::Selection::Bitmap`.
-pub fn member_gpu(
-    ctx: &GpuContext,
-    keys: &DeviceArray,
-    width: KeyWidth,
-    validity: Option<&DeviceArray>,
-    rows: usize,
-    set: &DeviceKeySet,
-) -> GpuResult<DeviceArray> {
-    let mut out = member_gpu_many(ctx, &[MemberInput { keys, width, validity, rows }], set)?;
-    Ok(out.pop().expect("one input, one selection"))
-}
-
-/// [`member_gpu`] for several key columns against one set, recorded into one
-/// command buffer and submitted once (a semi-join prefilter tests every chunk of
-/// a table this way).
-pub fn member_gpu_many(ctx: &GpuContext, inputs: &[MemberInput<'_>], set: &DeviceKeySet) -> GpuResult<Vec<DeviceArray>> {
+/// The selection bitmaps of the key columns `inputs` against one set, recorded into
+/// one command buffer and submitted once (a semi-join prefilter tests every chunk of
+/// a table this way): per input, the bitmap of its `rows` rows whose key (`keys`,
+/// stored as `width`, validity bits in `validity` when some are NULL) is in `set`,
+/// segmented like the row-wise kernels' selections (`keys.seg_rows() / 32` words per
+/// segment), ready for `compact::Selection::Bitmap`.
+pub fn member_gpu(ctx: &GpuContext, inputs: &[MemberInput<'_>], set: &DeviceKeySet) -> GpuResult<Vec<DeviceArray>> {
     let pipe = ctx.pipeline("member", MEMBER_WGSL, "main", &[("WG", WG.to_string())])?;
     let layout = pipe.get_bind_group_layout(0);
     let max_dim = ctx.limits().max_compute_workgroups_per_dimension;

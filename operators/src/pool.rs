@@ -1,6 +1,9 @@
 //! A device buffer pool that reuses allocations by size class, under a memory
 //! budget. Allocations that do not fit the budget fail with
 //! [`GpuError::BudgetExceeded`], which the planner turns into a CPU fallback.
+//!
+//! The budget is per process: the process-wide context ([`crate::context::global`])
+//! owns the pool that every session of the process allocates from.
 use crate::error::{wgpu_error, GpuError, GpuResult};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -118,7 +121,7 @@ impl BufferPool {
         }
     }
 
-    /// The memory budget in bytes.
+    /// The memory budget of the process in bytes.
     pub fn budget(&self) -> u64 {
         self.inner.state.lock().unwrap().budget
     }

@@ -87,6 +87,10 @@ impl RowwiseRun {
 /// binding `arrays` after the parameters and the error word. Every array must be
 /// split at the same rows: `Rows` arrays into `seg_rows` elements per segment,
 /// `Bits` arrays into `seg_rows / 32` words.
+///
+/// With `enc` the kernel is recorded into it instead of submitted: the caller
+/// submits it (with the work that reads its outputs, in one submission) and keeps
+/// every array alive until then.
 pub fn run_rowwise(
     ctx: &GpuContext,
     name: &str,
@@ -94,17 +98,20 @@ pub fn run_rowwise(
     rows: usize,
     seg_rows: usize,
     arrays: &[RowArray<'_>],
+    enc: Option<&mut wgpu::CommandEncoder>,
 ) -> GpuResult<RowwiseRun> {
-    let mut enc = ctx.encoder(name);
-    let run = record_rowwise(ctx, name, source, rows, seg_rows, arrays, &mut enc)?;
-    ctx.submit(enc)?;
-    Ok(run)
+    match enc {
+        Some(enc) => record_rowwise(ctx, name, source, rows, seg_rows, arrays, enc),
+        None => {
+            let mut enc = ctx.encoder(name);
+            let run = record_rowwise(ctx, name, source, rows, seg_rows, arrays, &mut enc)?;
+            ctx.submit(enc)?;
+            Ok(run)
+        }
+    }
 }
 
-/// [`run_rowwise`] recorded into `enc` instead of submitted: the caller submits
-/// it (with the work that reads its outputs, in one submission) and keeps every
-/// array alive until then.
-pub fn record_rowwise(
+fn record_rowwise(
     ctx: &GpuContext,
     name: &str,
     source: &str,
@@ -182,19 +189,7 @@ mod tests {
     use super::*;
 
     /// Raises each row's value as the error code, then adds 1 to it.
-    const KERNEL: &str = "
-struct Params { rows: u32, grid: u32, row0_lo: u32, row0_hi: u32 }
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read_write> err: array<atomic<u32>, 4>;
-@group(0) @binding(2) var<storage, read_write> a: array<u32>;
-@compute @workgroup_size({{WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-    let i = wid.y * params.grid + wid.x * {{WG}}u + lid.x;
-    if (i >= params.rows) { return; }
-    atomicMax(&err[0], a[i]);
-    a[i] = a[i] + 1u;
-}
-";
+    const KERNEL: &str = include_str!("../../shaders/rowwise_test.wgsl");
 
     #[test]
     fn recorded_runs_and_one_error_readback() {
@@ -206,7 +201,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         let mut enc = ctx.encoder("test");
         let runs: Vec<RowwiseRun> = arrays
             .iter()
-            .map(|a| record_rowwise(&ctx, "rowwise_test", KERNEL, a.len(), a.len().div_ceil(32) * 32, &[RowArray::Rows(a)], &mut enc).unwrap())
+            .map(|a| run_rowwise(&ctx, "rowwise_test", KERNEL, a.len(), a.len().div_ceil(32) * 32, &[RowArray::Rows(a)], Some(&mut enc)).unwrap())
             .collect();
         ctx.submit(enc).unwrap();
         let refs: Vec<&RowwiseRun> = runs.iter().collect();

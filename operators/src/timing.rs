@@ -2,14 +2,9 @@
 use crate::context::GpuContext;
 use crate::error::{GpuError, GpuResult};
 
-/// Milliseconds of work a benchmark runs before timing. A GPU left idle (as by CPU
-/// work between measurements) drops its clock: the H100 went from 1980 MHz to
-/// 345-555 MHz within a second and stayed there under short bursts, which made the
-/// same kernel 4-5x slower (`nvidia-smi` log, 2026-11-24). Repeating the measured
-/// call for this long first brings the clock back, as the CUDA figures had it
-/// (300 ms was not always enough after seconds of CPU work: the first variant of
-/// `bench select` then still measured up to 2x slower than the next).
-pub const WARM_UP_MS: f64 = 1000.0;
+/// Milliseconds of work a benchmark runs before timing (see the constant's
+/// documentation for the measurement).
+pub use crate::tuning::device::WARM_UP_MS;
 
 /// Runs `f` at least once and then again until `min_ms` have passed (at most 1000
 /// runs): the warm-up before a timed measurement (pipelines compiled, caches and
@@ -39,7 +34,7 @@ impl KernelTimer {
     /// `RIDGELINE_TIMESTAMPS=0`. On the H100's driver a timer costs tens of
     /// milliseconds of host time (query set, buffers, readback): a benchmark that
     /// makes one per call leaves the GPU idle enough to drop its clock, and its
-    /// kernels then run up to 4x slower (BENCHMARKS.md, session 12). Wall times
+    /// kernels then run up to 4x slower (docs/benchmarks/history/session-12.md). Wall times
     /// without timers are the figures to quote.
     pub fn new(ctx: &GpuContext, passes: u32) -> Option<KernelTimer> {
         if !ctx.has_timestamps() || passes == 0 || crate::tuning::flag("RIDGELINE_TIMESTAMPS") == Some(false) {

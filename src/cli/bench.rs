@@ -84,10 +84,10 @@ pub fn scan(lo: u32, hi: u32, iterations: usize) -> Result<()> {
                 .fold(f64::INFINITY, f64::min)
         };
         let fast = best(&mut || {
-            cpu_scan::exclusive_scan(&input, &mut out).unwrap();
+            cpu_scan::scan(&input, &mut out, &cpu_scan::ScanConfig::exclusive()).unwrap();
         });
         let seq = best(&mut || {
-            cpu_scan::exclusive_scan_seq(&input, &mut out).unwrap();
+            cpu_scan::scan(&input, &mut out, &cpu_scan::ScanConfig::sequential(cpu_scan::ScanKind::Exclusive)).unwrap();
         });
         println!(
             "{:>6} | {:>10.3} | {:>9.1} | {:>6} | {:>15.3} | {:>14.3} | {:>8.2}",

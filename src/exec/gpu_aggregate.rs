@@ -48,7 +48,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties};
 use futures::TryStreamExt;
 use ridgeline_operators::compact::Column;
-use ridgeline_operators::group_agg::{group_agg_gpu_with, AggColumn, AggKind, ColumnAgg, DenseAccumulator, GroupAggError, GroupAggOptions, GroupAggOutput};
+use ridgeline_operators::group_agg::{group_agg_gpu, AggColumn, AggKind, ColumnAgg, DenseAccumulator, GroupAggError, GroupAggOptions, GroupAggOutput};
 use ridgeline_operators::group_table::{GroupTable, LiveColumn, TableCond};
 use ridgeline_operators::select::regions::RegionSelect;
 use ridgeline_operators::select::RawKind;
@@ -485,7 +485,7 @@ fn partial_states(dev: &GpuContext, plan: &GpuAggregatePlan) -> Result<RecordBat
             .iter()
             .map(|c| device(c).map(|column| AggColumn { kind: AggKind::I64, column }))
             .collect::<Result<Vec<_>>>()?;
-        let out = group_agg_gpu_with(dev, gids.values, plan.groups + 1, &values, &opts).map_err(agg_err)?;
+        let out = group_agg_gpu(dev, gids.values, plan.groups + 1, &values, &opts).map_err(agg_err)?;
         merge(out)
     })?;
     if let Some(acc) = acc {
@@ -536,18 +536,14 @@ fn table_states(dev: &GpuContext, plan: &GpuAggregatePlan, having: &[TableCond])
     let t0 = std::time::Instant::now();
     let nvals = plan.nvals;
     let min_max: Vec<bool> = (0..nvals).map(|c| plan.states.iter().any(|s| matches!(s, AggState::Min(x) | AggState::Max(x) if *x == c))).collect();
-    let mut table = GroupTable::with_min_max(dev, plan.groups, &min_max).map_err(gpu_err)?;
+    let mut table = GroupTable::new(dev, plan.groups, &min_max).map_err(gpu_err)?;
     for_each_chunk(dev, plan, true, |outputs, enc| {
         let gids = device(&outputs[0])?;
         let values = outputs[1..1 + nvals].iter().map(device).collect::<Result<Vec<_>>>()?;
-        match enc {
-            Some(enc) => table.add_into(dev, gids.values, &values, enc),
-            None => table.add(dev, gids.values, &values),
-        }
-        .map_err(gpu_err)
+        table.add(dev, gids.values, &values, enc).map_err(gpu_err)
     })?;
     let t_add = t0.elapsed();
-    let out = table.finish_where(dev, having).map_err(gpu_err)?;
+    let out = table.finish(dev, having).map_err(gpu_err)?;
     let t_finish = t0.elapsed();
     let live: Vec<usize> = out.ids.iter().map(|&x| x as usize).collect();
     // MIN / MAX are there for the columns that keep them.

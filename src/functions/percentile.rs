@@ -524,7 +524,7 @@ pub fn grouped_order_stats(
     for &t in tags {
         counts[t as usize] += 1;
     }
-    ridgeline_operators::cpu_scan::exclusive_scan_in_place(&mut counts);
+    ridgeline_operators::cpu_scan::scan_in_place(&mut counts, &ridgeline_operators::cpu_scan::ScanConfig::exclusive());
     let offsets: Vec<usize> = counts.iter().map(|&c| c as usize).collect();
     let mut next = offsets.clone();
     let mut sorted = vec![0u64; keys.len()];

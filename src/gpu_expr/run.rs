@@ -5,7 +5,7 @@ use arrow::datatypes::{DataType, SchemaRef};
 use arrow::error::ArrowError;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::physical_expr::PhysicalExpr;
-use ridgeline_operators::rowwise::{record_rowwise, run_rowwise, RowArray, RowwiseRun};
+use ridgeline_operators::rowwise::{run_rowwise, RowArray, RowwiseRun};
 use ridgeline_operators::{DeviceArray, GpuContext};
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -331,11 +331,7 @@ impl RowProgram {
         let run = if rows == 0 {
             None
         } else {
-            let r = match enc {
-                Some(enc) => record_rowwise(ctx, &name, &kernel.source, rows, seg, &arrays, enc),
-                None => run_rowwise(ctx, &name, &kernel.source, rows, seg, &arrays),
-            }
-            .map_err(gpu_err)?;
+            let r = run_rowwise(ctx, &name, &kernel.source, rows, seg, &arrays, enc).map_err(gpu_err)?;
             // Only kernels that can raise an error pay for reading the error word back.
             kernel.may_error.then_some(r)
         };

@@ -1,6 +1,6 @@
 //! Host columns, the sequential reference ([`partition_reference`]) and the CPU
 //! fast path ([`partition_cpu`]): rayon over chunks of rows, the chunk-histogram
-//! matrix prefix-summed by [`crate::cpu_scan::exclusive_scan_in_place`].
+//! matrix prefix-summed by [`crate::cpu_scan::scan_in_place`].
 use super::{hash_combine, PartitionFn, NULL_TAG};
 use rayon::prelude::*;
 
@@ -211,7 +211,7 @@ impl<T> SyncPtr<T> {
 }
 
 /// The CPU fast path: parallel histograms per chunk, the chunk-histogram matrix
-/// (partition-major) prefix-summed by [`crate::cpu_scan::exclusive_scan`], a
+/// (partition-major) prefix-summed by [`crate::cpu_scan::scan`], a
 /// parallel stable scatter of the row numbers, then every column gathered in
 /// parallel. Same output as [`partition_reference`].
 pub fn partition_cpu(columns: &[HostColumn<'_>], keys: &[usize], func: &PartitionFn) -> HostPartitioned {
@@ -238,7 +238,7 @@ pub fn partition_cpu(columns: &[HostColumn<'_>], keys: &[usize], func: &Partitio
             matrix[b * nchunks + c] = h[b] as u64;
         }
     }
-    let total = crate::cpu_scan::exclusive_scan_in_place(&mut matrix);
+    let total = crate::cpu_scan::scan_in_place(&mut matrix, &crate::cpu_scan::ScanConfig::exclusive());
     debug_assert_eq!(total, n as u64);
     let mut offsets: Vec<u64> = (0..f).map(|b| matrix[b * nchunks]).collect();
     offsets.push(n as u64);

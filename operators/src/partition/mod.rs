@@ -83,7 +83,7 @@
 //!
 //! [`partition_cpu`]: rayon over chunks of rows (a histogram per chunk, the
 //! partition-major matrix of chunk histograms prefix-summed by
-//! [`crate::cpu_scan::exclusive_scan`], the cache-partitioned SIMD scan of Zhang,
+//! [`crate::cpu_scan::scan`], the cache-partitioned SIMD scan of Zhang,
 //! Wang & Ross, then every chunk scatters its rows in order). Identical output to
 //! [`partition_reference`] (sequential counting sort) and the GPU.
 //!

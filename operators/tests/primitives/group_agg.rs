@@ -68,7 +68,7 @@ fn run_gpu(ctx: &GpuContext, gids: &[u32], g: u32, host: &[HostAggColumn<'_>], s
     }
     let cols: Vec<AggColumn<'_>> =
         arrays.iter().map(|(k, v, b)| AggColumn { kind: *k, column: Column { values: v, validity: b.as_ref() } }).collect();
-    group_agg_gpu_with(ctx, &garr, g, &cols, opts)
+    group_agg_gpu(ctx, &garr, g, &cols, opts)
 }
 
 fn check(ctx: &GpuContext, d: &Data, seg: usize, what: &str) {
@@ -197,9 +197,9 @@ fn group_agg_strategy_rule_and_errors() {
     let g = DeviceArray::upload(&ctx, &[0u32, 1]).unwrap();
     let v32 = DeviceArray::upload(&ctx, &[0u32, 1]).unwrap();
     let bad = [AggColumn { kind: AggKind::I64, column: Column::new(&v32) }];
-    assert!(matches!(group_agg_gpu(&ctx, &g, 2, &bad), Err(GroupAggError::Gpu(GpuError::Invalid(_)))));
+    assert!(matches!(group_agg_gpu(&ctx, &g, 2, &bad, &GroupAggOptions::default()), Err(GroupAggError::Gpu(GpuError::Invalid(_)))));
     let opts = GroupAggOptions { strategy: GroupAggStrategy::DenseTags, ..Default::default() };
-    assert!(matches!(group_agg_gpu_with(&ctx, &g, cap + 1, &[], &opts), Err(GroupAggError::Gpu(GpuError::Invalid(_)))));
+    assert!(matches!(group_agg_gpu(&ctx, &g, cap + 1, &[], &opts), Err(GroupAggError::Gpu(GpuError::Invalid(_)))));
 }
 
 #[test]

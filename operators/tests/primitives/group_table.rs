@@ -57,7 +57,7 @@ fn run(ctx: &GpuContext, c: &Case, parts: &[std::ops::Range<usize>], seg: usize)
 
 fn run_where(ctx: &GpuContext, c: &Case, parts: &[std::ops::Range<usize>], seg: usize, conds: &[TableCond]) -> LiveGroups {
     // MIN/MAX on the first column (where the adapter has 64-bit atomics), not the second.
-    let mut t = GroupTable::with_min_max(ctx, c.g, &mm(ctx)).unwrap();
+    let mut t = GroupTable::new(ctx, c.g, &mm(ctx)).unwrap();
     for p in parts {
         let s = p.start;
         let e = p.end;
@@ -68,9 +68,9 @@ fn run_where(ctx: &GpuContext, c: &Case, parts: &[std::ops::Range<usize>], seg: 
         assert_eq!(s % 32, 0);
         let bits: Vec<u32> = c.wide_valid[s / 32..e.div_ceil(32)].to_vec();
         let va = DeviceArray::upload_segmented(ctx, &bits, seg / 32).unwrap();
-        t.add(ctx, &ga, &[Column::with_validity(&wa, &va), Column::new(&sa)]).unwrap();
+        t.add(ctx, &ga, &[Column::with_validity(&wa, &va), Column::new(&sa)], None).unwrap();
     }
-    t.finish_where(ctx, conds).unwrap()
+    t.finish(ctx, conds).unwrap()
 }
 
 fn mm(ctx: &GpuContext) -> [bool; 2] {
@@ -78,7 +78,7 @@ fn mm(ctx: &GpuContext) -> [bool; 2] {
 }
 
 fn check(ctx: &GpuContext, c: &Case, what: &str) {
-    let want = group_table_reference_where(&c.gids, c.g, &c.host(), &mm(ctx), &[]);
+    let want = group_table_reference(&c.gids, c.g, &c.host(), &mm(ctx), &[]);
     let n = c.gids.len();
     let mid = (n / 2) / 32 * 32;
     for (parts, seg) in [(vec![0..n], ctx.segment_rows()), (vec![0..mid, mid..n], 4096 + 128)] {
@@ -103,7 +103,7 @@ fn check(ctx: &GpuContext, c: &Case, what: &str) {
         vec![TableCond { word: TableWord::Sum(0), op: CmpOp::Eq, value: mid }],
     ];
     for conds in &sets {
-        let want = group_table_reference_where(&c.gids, c.g, &c.host(), &mm(ctx), conds);
+        let want = group_table_reference(&c.gids, c.g, &c.host(), &mm(ctx), conds);
         let got = run_where(ctx, c, &[0..n], ctx.segment_rows(), conds);
         assert!(got == want, "{what}: HAVING {conds:?} n={n} g={}: {} groups, want {}", c.g, got.ids.len(), want.ids.len());
     }
@@ -151,29 +151,29 @@ fn group_table_errors() {
     }
     let too_many = max_groups(&ctx) as u64 + 1;
     if too_many <= u32::MAX as u64 {
-        assert!(matches!(GroupTable::new(&ctx, too_many as u32, 1), Err(GpuError::Invalid(_))));
+        assert!(matches!(GroupTable::new(&ctx, too_many as u32, &[false]), Err(GpuError::Invalid(_))));
     }
-    let mut t = GroupTable::new(&ctx, 10, 1).unwrap();
+    let mut t = GroupTable::new(&ctx, 10, &[false]).unwrap();
     let g = DeviceArray::upload(&ctx, &[1u32, 2, 3]).unwrap();
     let v = DeviceArray::upload(&ctx, &[1i64, 2, 3]).unwrap();
     let bits = DeviceArray::upload_segmented(&ctx, &[3u32], ctx.segment_rows() / 32).unwrap();
     // wrong column count, wrong shapes
-    assert!(matches!(t.add(&ctx, &g, &[]), Err(GpuError::Invalid(_))));
-    assert!(matches!(t.add(&ctx, &g, &[Column::new(&g)]), Err(GpuError::Invalid(_))));
+    assert!(matches!(t.add(&ctx, &g, &[], None), Err(GpuError::Invalid(_))));
+    assert!(matches!(t.add(&ctx, &g, &[Column::new(&g)], None), Err(GpuError::Invalid(_))));
     // a column without NULLs first, then with a bitmap (rows 0 and 1 valid), then without
-    t.add(&ctx, &g, &[Column::new(&v)]).unwrap();
-    t.add(&ctx, &g, &[Column::with_validity(&v, &bits)]).unwrap();
-    t.add(&ctx, &g, &[Column::new(&v)]).unwrap();
-    let got = t.finish(&ctx).unwrap();
+    t.add(&ctx, &g, &[Column::new(&v)], None).unwrap();
+    t.add(&ctx, &g, &[Column::with_validity(&v, &bits)], None).unwrap();
+    t.add(&ctx, &g, &[Column::new(&v)], None).unwrap();
+    let got = t.finish(&ctx, &[]).unwrap();
     assert_eq!(got.ids, vec![1, 2, 3]);
     assert_eq!(got.rows, vec![3, 3, 3]);
     assert_eq!(got.columns[0].count, vec![3, 3, 2]);
     assert_eq!(got.columns[0].sum, vec![3, 6, 6]);
     let bits2 = DeviceArray::upload_segmented(&ctx, &[5u32], ctx.segment_rows() / 32).unwrap();
-    let mut t = GroupTable::new(&ctx, 10, 1).unwrap();
-    t.add(&ctx, &g, &[Column::new(&v)]).unwrap();
-    t.add(&ctx, &g, &[Column::with_validity(&v, &bits2)]).unwrap();
-    let got = t.finish(&ctx).unwrap();
+    let mut t = GroupTable::new(&ctx, 10, &[false]).unwrap();
+    t.add(&ctx, &g, &[Column::new(&v)], None).unwrap();
+    t.add(&ctx, &g, &[Column::with_validity(&v, &bits2)], None).unwrap();
+    let got = t.finish(&ctx, &[]).unwrap();
     assert_eq!(got.rows, vec![2, 2, 2]);
     assert_eq!(got.columns[0].count, vec![2, 1, 2]);
     assert_eq!(got.columns[0].sum, vec![2, 2, 6]);
@@ -189,7 +189,7 @@ fn group_table_above_the_binding_limit() {
     let g = 1_000_000;
     let gids: Vec<u32> = (0..n).map(|i| if r.random_bool(0.3) { 3 } else { (i as u32 / 4) % g }).collect();
     let c = Case::new(gids, g, 11, 0.2);
-    let want = group_table_reference_where(&c.gids, g, &c.host(), &mm(&ctx), &[]);
+    let want = group_table_reference(&c.gids, g, &c.host(), &mm(&ctx), &[]);
     let got = run(&ctx, &c, &[0..n], seg);
     assert!(got == want, "above the binding limit: {} groups, want {}", got.ids.len(), want.ids.len());
 }

@@ -3,7 +3,7 @@
 //! all NULL, sizes off the workgroup, keys far outside the set's range, split
 //! segments and a column above the adapter's binding limit).
 use rand::{Rng, SeedableRng};
-use ridgeline_operators::member::{member_gpu, member_gpu_many, member_reference, member_words, DeviceKeySet, KeyBitmap, KeyWidth, Keys, MemberInput, MAX_SET_BITS};
+use ridgeline_operators::member::{member_gpu, member_reference, member_words, DeviceKeySet, KeyBitmap, KeyWidth, Keys, MemberInput, MAX_SET_BITS};
 use ridgeline_operators::testing::test_context;
 use ridgeline_operators::{DeviceArray, GpuContext};
 
@@ -45,7 +45,7 @@ fn check(ctx: &GpuContext, keys: &[i64], valid: Option<&[bool]>, set: &KeyBitmap
     .unwrap();
     let dvalid = vbits.as_ref().map(|w| DeviceArray::upload_segmented(ctx, w, seg / 32).unwrap());
     let dset = DeviceKeySet::upload(ctx, set).unwrap();
-    let sel = member_gpu(ctx, &dkeys, width, dvalid.as_ref(), n, &dset).unwrap();
+    let sel = member_gpu(ctx, &[MemberInput { keys: &dkeys, width, validity: dvalid.as_ref(), rows: n }], &dset).unwrap().remove(0);
     assert_eq!(sel.len(), n.div_ceil(32), "{what}: selection words");
     let got: Vec<u32> = sel.download(ctx).unwrap();
     assert_eq!(unpack(&got, n), want, "{what}: GPU");
@@ -138,7 +138,7 @@ fn member_above_the_binding_limit() {
     let d = DeviceArray::upload(&ctx, &keys).unwrap();
     assert!(d.num_segments() >= 2);
     let dset = DeviceKeySet::upload(&ctx, &set).unwrap();
-    let sel = member_gpu(&ctx, &d, KeyWidth::I64, None, n, &dset).unwrap();
+    let sel = member_gpu(&ctx, &[MemberInput { keys: &d, width: KeyWidth::I64, validity: None, rows: n }], &dset).unwrap().remove(0);
     let got: Vec<u32> = sel.download(&ctx).unwrap();
     let want = member_words(Keys::I64(&keys), None, &set);
     assert!(got == want, "membership above the binding limit differs");
@@ -182,7 +182,7 @@ fn member_many_in_one_submission() {
         .iter()
         .map(|(keys, _, width, dkeys, dvalid)| MemberInput { keys: dkeys, width: *width, validity: dvalid.as_ref(), rows: keys.len() })
         .collect();
-    let sels = member_gpu_many(&ctx, &inputs, &dset).unwrap();
+    let sels = member_gpu(&ctx, &inputs, &dset).unwrap();
     assert_eq!(sels.len(), cols.len());
     for (i, ((keys, valid, width, _, _), sel)) in cols.iter().zip(&sels).enumerate() {
         let want = member_reference(keys, valid.as_deref(), &set);

@@ -11,7 +11,7 @@ use ridgeline_operators::compact::{
     compact, count_selected, Column, CompactAlgo, CompactOptions, Compacted, Selection,
     CompactPath, AUTO_JJ_MIN_SELECTIVITY, LAVAPIPE_JJ_MIN_SELECTIVITY,
 };
-use ridgeline_operators::cpu_scan::{exclusive_scan_seq, inclusive_scan_seq, ScanElem};
+use ridgeline_operators::cpu_scan::{self, ScanConfig, ScanElem};
 use ridgeline_operators::scan::{
     read_scalar, scan, total, Int64Path, ScanAlgorithm, ScanKind, ScanOptions, ScanType,
 };
@@ -59,10 +59,10 @@ where
     let mut want = vec![T::ZERO; data.len()];
     let total = match kind {
         ScanKind::Inclusive => {
-            inclusive_scan_seq(data, &mut want).unwrap();
+            cpu_scan::scan(data, &mut want, &ScanConfig::sequential(cpu_scan::ScanKind::Inclusive)).unwrap();
             want.last().copied().unwrap_or(T::ZERO)
         }
-        ScanKind::Exclusive => exclusive_scan_seq(data, &mut want).unwrap(),
+        ScanKind::Exclusive => cpu_scan::scan(data, &mut want, &ScanConfig::sequential(cpu_scan::ScanKind::Exclusive)).unwrap(),
     };
     if let Some(i) = (0..data.len()).find(|&i| got[i] != want[i]) {
         panic!("{what}: n={} seg={seg_rows} {kind:?} {opts:?}: first difference at {i}: {:?} != {:?}", data.len(), got[i], want[i]);
@@ -578,7 +578,7 @@ fn scan_and_compact_above_the_binding_limit() {
     let out = scan(&ctx, &d, ScanType::U32, ScanKind::Exclusive, &ScanOptions::default()).unwrap();
     let got = out.values.download::<u32>(&ctx).unwrap();
     let mut want = vec![0u32; n];
-    let t = exclusive_scan_seq(&data, &mut want).unwrap();
+    let t = cpu_scan::scan(&data, &mut want, &ScanConfig::sequential(cpu_scan::ScanKind::Exclusive)).unwrap();
     assert!(got == want, "exclusive scan above the binding limit differs");
     assert_eq!(read_scalar::<u32>(&ctx, &out.total).unwrap(), t);
     drop((out, got, want));

@@ -36,7 +36,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use futures::{StreamExt, TryStreamExt};
 use ridgeline_operators::compact::CompactAlgo;
-use ridgeline_operators::member::{member_gpu, member_gpu_many, DeviceKeySet, KeyWidth, MemberInput};
+use ridgeline_operators::member::{member_gpu, DeviceKeySet, KeyWidth, MemberInput};
 use ridgeline_operators::GpuContext;
 use std::sync::Arc;
 
@@ -448,7 +448,7 @@ async fn scan_masks(scan: &crate::exec::GpuScanExec, key: &SemiKey, sets: Arc<Ke
             .iter()
             .map(|c| key_column(&c.columns[col].data).map(|(width, keys, validity)| MemberInput { keys, width, validity, rows: c.num_rows }))
             .collect();
-        let mut computed = member_gpu_many(&dev, &inputs.iter().flatten().copied().collect::<Vec<_>>(), &set).map_err(gpu_err)?.into_iter();
+        let mut computed = member_gpu(&dev, &inputs.iter().flatten().copied().collect::<Vec<_>>(), &set).map_err(gpu_err)?.into_iter();
         let sels: Vec<Option<(ridgeline_operators::DeviceArray, usize)>> = inputs.iter().map(|i| i.as_ref().and_then(|i| Some((computed.next()?, i.rows)))).collect();
         let t_member = t0.elapsed();
         // One readback: the selections one after another, each from a word offset.
@@ -570,7 +570,7 @@ fn semi_filter_batch(dev: &GpuContext, key: &SemiKey, set: &DeviceKeySet, b: Gpu
     }
     // not a device key column: every row passes
     let Some((width, values, validity)) = key_column(&b.columns[key.col].data) else { return Ok(Some(b)) };
-    let sel = member_gpu(dev, values, width, validity, b.num_rows, set).map_err(gpu_err)?;
+    let sel = member_gpu(dev, &[MemberInput { keys: values, width, validity, rows: b.num_rows }], set).map_err(gpu_err)?.pop().expect("one input, one selection");
     let cols: Vec<&crate::gpu_batch::GpuColumn> = b.columns.iter().map(|c| c.as_ref()).collect();
     crate::exec::gpu_filter::compact_columns(dev, &sel, b.num_rows, &cols, CompactAlgo::Stable, &b.schema)
 }

@@ -1,52 +1,6 @@
-// Grouped aggregation (operators/src/group_agg.rs) after the region-based state
-// of "region-based state on SIMD streaming" (seeds: region-based-state-simd-
-// streaming.txt): rows carry a dense group id; a group's state is carried either
-// as DENSE TAGS (every row tagged with its group, tables of all groups in
-// workgroup memory, merged into the global table) or over SPARSE REGIONS (rows
-// partitioned so every group is one contiguous region given by offsets, one
-// segmented reduction per region).
-//
-// No 64-bit types are used (WGSL lacks them on most adapters):
-// * SUM of i64: a 96-bit two's-complement accumulator of three u32 words
-//   (s0, s1, s2). Adding a 32-bit word with atomicAdd wraps at most once, which
-//   `old + x < old` detects, so carries propagate exactly in any order of the
-//   atomics: the result is the exact sum (|sum| < 2^95 for < 2^32 rows). The host
-//   checks that it fits i64 (overflow is an error).
-// * MIN/MAX: order-preserving 64-bit keys (i64: sign bit flipped; f64: Arrow's
-//   total order, NaN canonical after +inf, the crate's select::key_f64) compared as
-//   (hi, lo). Dense tags take the high word with atomicMin/Max in kernel
-//   `dense_main`, then the low word of the rows whose high word equals the
-//   group's final high word in kernel `dense_lo` (a second read of the rows).
-// * COUNT: u32 atomics per group (non-NULL rows; COUNT(*) is the same kernel with
-//   F_ROWS, which reads no values).
-//
-// Global table, 8 words per group: [cnt, s0, s1, s2, min_hi, max_hi, min_lo, max_lo].
-
-struct Params {
-    n: u32,        // rows of this segment
-    groups: u32,   // G
-    flags: u32,
-    row_base: u32, // first row of this segment
-    tiles: u32,
-    pad0: u32,
-    pad1: u32,
-    pad2: u32,
-}
-
-const WG: u32 = {{WG}}u;
-const TILE: u32 = {{TILE}}u;
-const GMAX: u32 = {{GMAX}}u;
-const F_VALID: u32 = 1u;
-const F_ROWS: u32 = 2u;
-const F_F64: u32 = 4u;
-const F_SUM: u32 = 8u;
-
-@group(0) @binding(0) var<storage, read> gids: array<u32>;
-@group(0) @binding(1) var<storage, read> vals: array<vec2<u32>>;
-@group(0) @binding(2) var<storage, read> valid: array<u32>;
-@group(0) @binding(3) var<storage, read_write> tbl: array<atomic<u32>>;
-@group(0) @binding(4) var<storage, read> roffs: array<u32>;
-@group(0) @binding(5) var<uniform> p: Params;
+// Grouped aggregation, dense tags (after common.wgsl): every row tagged with its
+// group, the tables of all groups in workgroup memory, merged into the global
+// table.
 
 var<workgroup> w_cnt: array<atomic<u32>, GMAX>;
 var<workgroup> w_s0: array<atomic<u32>, GMAX>;
@@ -54,29 +8,6 @@ var<workgroup> w_s1: array<atomic<u32>, GMAX>;
 var<workgroup> w_s2: array<atomic<u32>, GMAX>;
 var<workgroup> w_mn: array<atomic<u32>, GMAX>;
 var<workgroup> w_mx: array<atomic<u32>, GMAX>;
-
-fn key_less(a: vec2<u32>, b: vec2<u32>) -> bool {
-    return a.y < b.y || (a.y == b.y && a.x < b.x);
-}
-
-fn is_valid(i: u32) -> bool {
-    return (p.flags & F_VALID) == 0u || ((valid[i / 32u] >> (i % 32u)) & 1u) != 0u;
-}
-
-// Order-preserving key (x = low word, y = high word).
-fn sort_key(v: vec2<u32>) -> vec2<u32> {
-    if ((p.flags & F_F64) == 0u) {
-        return vec2<u32>(v.x, v.y ^ 0x80000000u);
-    }
-    let exp = (v.y >> 20u) & 0x7ffu;
-    if (exp == 0x7ffu && ((v.y & 0xfffffu) != 0u || v.x != 0u)) {
-        return vec2<u32>(0u, 0xfff80000u);
-    }
-    if ((v.y & 0x80000000u) != 0u) {
-        return vec2<u32>(~v.x, ~v.y);
-    }
-    return vec2<u32>(v.x, v.y | 0x80000000u);
-}
 
 // Adds the 96-bit value (a0, a1, a2) to the global words at `b`.
 fn global_add96(b: u32, a0: u32, a1: u32, a2: u32) {
@@ -138,14 +69,6 @@ fn clear_wg_table(lid: u32) {
         atomicStore(&w_mn[g], 0xffffffffu);
         atomicStore(&w_mx[g], 0u);
     }
-}
-
-@compute @workgroup_size(WG)
-fn init_table(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.x + wid.y * nwg.x) * WG + lid;
-    if (i >= p.groups * 8u) { return; }
-    let k = i % 8u;
-    atomicStore(&tbl[i], select(0u, 0xffffffffu, k == 4u || k == 6u));
 }
 
 // Dense tags, kernel 1: counts, sums, high words of min/max per tile.
@@ -277,101 +200,4 @@ fn dense_lo(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
         atomicMin(&tbl[g * 8u + 6u], atomicLoad(&w_mn[g]));
         atomicMax(&tbl[g * 8u + 7u], atomicLoad(&w_mx[g]));
     }
-}
-
-// Sparse regions, two-level segmented reduction. The host cuts every group's
-// region (roffs[g] .. roffs[g + 1] of the partitioned columns) into pieces of at
-// most PIECE rows that do not cross a segment (pieces[2k], pieces[2k + 1]: first
-// and end row). `piece_reduce` (one dispatch per segment, one invocation per
-// piece of the segment) reduces a piece into its 8-word partial in ptbl;
-// `piece_merge` (one invocation per group) folds the group's pieces
-// (poffs[g] .. poffs[g + 1], in row order) into the table. No atomics are needed
-// for the arithmetic, and a huge (skewed) region is spread over many invocations.
-
-struct St {
-    cnt: u32,
-    s0: u32,
-    s1: u32,
-    s2: u32,
-    mn: vec2<u32>,
-    mx: vec2<u32>,
-}
-
-fn st_new() -> St {
-    return St(0u, 0u, 0u, 0u, vec2<u32>(0xffffffffu, 0xffffffffu), vec2<u32>(0u, 0u));
-}
-
-// Adds the 96-bit (a0, a1, a2) into the state's sum.
-fn st_add96(st: ptr<function, St>, a0: u32, a1: u32, a2: u32) {
-    let t0 = (*st).s0 + a0;
-    let c0 = select(0u, 1u, t0 < (*st).s0);
-    let t1 = (*st).s1 + a1;
-    var c1 = select(0u, 1u, t1 < (*st).s1);
-    let t1b = t1 + c0;
-    c1 += select(0u, 1u, t1b < t1);
-    (*st).s0 = t0;
-    (*st).s1 = t1b;
-    (*st).s2 = (*st).s2 + a2 + c1;
-}
-
-fn st_key(st: ptr<function, St>, kmn: vec2<u32>, kmx: vec2<u32>) {
-    if (key_less(kmn, (*st).mn)) { (*st).mn = kmn; }
-    if (key_less((*st).mx, kmx)) { (*st).mx = kmx; }
-}
-
-@group(0) @binding(6) var<storage, read> pieces: array<u32>;
-@group(0) @binding(7) var<storage, read_write> ptbl: array<atomic<u32>>;
-
-@compute @workgroup_size(WG)
-fn piece_reduce(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let k = (wid.x + wid.y * nwg.x) * WG + lid;
-    if (k >= p.tiles) { return; }
-    let pc = p.groups + k; // p.groups: first piece of this segment
-    let lo = pieces[2u * pc];
-    let hi = pieces[2u * pc + 1u];
-    var st = st_new();
-    for (var gr = lo; gr < hi; gr++) {
-        let r = gr - p.row_base;
-        if (!is_valid(r)) { continue; }
-        st.cnt += 1u;
-        let v = vals[r];
-        if ((p.flags & F_SUM) != 0u) {
-            st_add96(&st, v.x, v.y, select(0u, 0xffffffffu, (v.y & 0x80000000u) != 0u));
-        }
-        let key = sort_key(v);
-        st_key(&st, key, key);
-    }
-    let b = pc * 8u;
-    atomicStore(&ptbl[b], st.cnt);
-    atomicStore(&ptbl[b + 1u], st.s0);
-    atomicStore(&ptbl[b + 2u], st.s1);
-    atomicStore(&ptbl[b + 3u], st.s2);
-    atomicStore(&ptbl[b + 4u], st.mn.y);
-    atomicStore(&ptbl[b + 5u], st.mx.y);
-    atomicStore(&ptbl[b + 6u], st.mn.x);
-    atomicStore(&ptbl[b + 7u], st.mx.x);
-}
-
-@compute @workgroup_size(WG)
-fn piece_merge(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let g = (wid.x + wid.y * nwg.x) * WG + lid;
-    if (g >= p.groups) { return; }
-    var st = st_new();
-    for (var pc = roffs[g]; pc < roffs[g + 1u]; pc++) {
-        let b = pc * 8u;
-        st.cnt += atomicLoad(&ptbl[b]);
-        st_add96(&st, atomicLoad(&ptbl[b + 1u]), atomicLoad(&ptbl[b + 2u]), atomicLoad(&ptbl[b + 3u]));
-        let kmn = vec2<u32>(atomicLoad(&ptbl[b + 6u]), atomicLoad(&ptbl[b + 4u]));
-        let kmx = vec2<u32>(atomicLoad(&ptbl[b + 7u]), atomicLoad(&ptbl[b + 5u]));
-        st_key(&st, kmn, kmx);
-    }
-    let b = g * 8u;
-    atomicStore(&tbl[b], st.cnt);
-    atomicStore(&tbl[b + 1u], st.s0);
-    atomicStore(&tbl[b + 2u], st.s1);
-    atomicStore(&tbl[b + 3u], st.s2);
-    atomicStore(&tbl[b + 4u], st.mn.y);
-    atomicStore(&tbl[b + 5u], st.mx.y);
-    atomicStore(&tbl[b + 6u], st.mn.x);
-    atomicStore(&tbl[b + 7u], st.mx.x);
 }

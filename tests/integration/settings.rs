@@ -11,7 +11,8 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Source files of both crates, their tests, benches, examples and CI script.
+/// Source files of both crates, their tests, benches, examples and CI script,
+/// and the README and architecture page (the history files keep old names).
 fn sources() -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         let Ok(rd) = std::fs::read_dir(dir) else { return };
@@ -24,14 +25,15 @@ fn sources() -> Vec<PathBuf> {
             }
         }
     }
-    let mut out = vec![root().join(".ci/run")];
+    let mut out = vec![root().join(".ci/run"), root().join("README.md"), root().join("docs/architecture.md")];
     for d in ["src", "tests", "benches", "examples", "operators/src", "operators/tests", "operators/examples"] {
         walk(&root().join(d), &mut out);
     }
     out
 }
 
-/// Every `RIDGELINE_[A-Z0-9_]+` token in `text` (a trailing `_` is not part of a name).
+/// Every `RIDGELINE_[A-Z0-9_]+` token in `text` (a trailing `_` is not part of a
+/// name; one followed by `*` is a family).
 fn names(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut rest = text;
@@ -39,7 +41,9 @@ fn names(text: &str) -> Vec<String> {
         let tail = &rest[i..];
         let len = tail.bytes().take_while(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || *b == b'_').count();
         let name = tail[..len].trim_end_matches('_');
-        if name.len() > "RIDGELINE_".len() {
+        // `RIDGELINE_SKYLINE_*` names a family, not a switch.
+        let glob = tail[len..].starts_with('*');
+        if name.len() > "RIDGELINE_".len() && !glob {
             out.push(name.to_string());
         }
         rest = &tail[len.max(1)..];

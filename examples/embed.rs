@@ -10,7 +10,7 @@ use std::sync::Arc;
 #[tokio::main]
 async fn main() -> datafusion::error::Result<()> {
     // 1. The Ridgeline engine: GPU where it pays, the CPU otherwise.
-    let rl = Ridgeline::builder().gpu_mode(GpuMode::Auto).memory_budget(2 << 30).build()?;
+    let rl = Ridgeline::builder().gpu_mode(GpuMode::Auto).process_memory_budget(2 << 30).build()?;
     let schema = Arc::new(Schema::new(vec![
         Field::new("id", DataType::Int64, false),
         Field::new("price", DataType::Float64, true),

@@ -97,11 +97,19 @@ impl RidgelineBuilder {
         self.mode = Some(mode);
         self
     }
-    /// Device memory budget in bytes (default: `RIDGELINE_GPU_MEMORY`, else a
-    /// default for the adapter type).
-    pub fn memory_budget(mut self, bytes: u64) -> Self {
+    /// The process's device memory budget in bytes (default:
+    /// `RIDGELINE_GPU_MEMORY`, else a default for the adapter type). There is one
+    /// device context per process, so every engine in the process shares this
+    /// budget: the last engine built with one sets it for all.
+    pub fn process_memory_budget(mut self, bytes: u64) -> Self {
         self.memory_budget = Some(bytes);
         self
+    }
+    /// The old name of [`RidgelineBuilder::process_memory_budget`]: the budget is
+    /// the process's, not this engine's.
+    #[deprecated(note = "the budget is per process: use process_memory_budget")]
+    pub fn memory_budget(self, bytes: u64) -> Self {
+        self.process_memory_budget(bytes)
     }
     /// A DataFusion session configuration to start from.
     pub fn config(mut self, config: SessionConfig) -> Self {

@@ -1,4 +1,4 @@
-// Reference figures for `ridgeline bench partition` (BENCHMARKS.md, session 31), not part
+// Reference figures for `ridgeline bench partition` (BENCHMARKS.md; docs/benchmarks/history/session-31.md), not part
 // of the build: compile on a machine with the CUDA toolkit,
 //   nvcc -O3 -arch=sm_90 -o cub_partition benches/cuda/cub_partition.cu && ./cub_partition 24 28
 // CUDA anchors for `bench partition` on the same machine: one-pass (8-bit) stable

@@ -192,8 +192,28 @@ fn reorder_cluster(root: &LogicalPlan) -> Result<Option<LogicalPlan>> {
     if !(fewest..=MAX_LEAVES).contains(&n) {
         return Ok(None);
     }
-    // Leaves reordered inside first, then put in a canonical order, so the result
-    // does not depend on the order of the text (and a second pass changes nothing).
+    let Some((mut leaves, mut rows)) = canonical_leaves(&cl)? else { return Ok(None) };
+    let on_top = place_semis(&cl, &mut leaves, &mut rows)?;
+    let Some(col_leaf) = column_leaves(&cl, &leaves) else { return Ok(None) };
+    let Some((classes, mut complex)) = equality_classes(&cl, &leaves, &rows, &col_leaf) else { return Ok(None) };
+    pass_sideways(&classes, &mut leaves, &mut rows)?;
+    let mut pending: Vec<Pending> = Vec::new();
+    for f in &cl.filters {
+        let Some(set) = leaves_of(f, &col_leaf) else { return Ok(None) };
+        pending.push(Pending { expr: f.clone(), leaves: set, done: false });
+    }
+    let nodes = leaf_nodes(leaves, &rows, &classes, &mut pending, &mut complex)?;
+    // Columns the root must output.
+    let out_cols: Vec<Column> = root.schema().columns();
+    let nodes = join_greedily(nodes, &classes, &mut complex, &mut pending, &out_cols)?;
+    finish_cluster(root, nodes, on_top, &pending, &complex, &out_cols)
+}
+
+/// The cluster's leaves, each reordered inside first, in a canonical order (so
+/// the result does not depend on the order of the text, and a second pass
+/// changes nothing), with their estimated rows; `None` without estimates.
+fn canonical_leaves(cl: &Cluster) -> Result<Option<(Vec<LogicalPlan>, Vec<f64>)>> {
+    let n = cl.leaves.len();
     let mut leaves: Vec<(String, LogicalPlan)> = Vec::with_capacity(n);
     for l in &cl.leaves {
         let l = reorder(l)?;
@@ -209,13 +229,18 @@ fn reorder_cluster(root: &LogicalPlan) -> Result<Option<LogicalPlan>> {
             None => return Ok(None),
         }
     }
+    Ok(Some((leaves, rows)))
+}
+
+/// Places the semi joins over the cluster; returns those that stay on top.
+fn place_semis(cl: &Cluster, leaves: &mut [LogicalPlan], rows: &mut [f64]) -> Result<Vec<Join>> {
     // Semi joins over the cluster go onto the leaf that owns their keys when that
     // leaf is no larger than the cluster's estimated result or the semi join is
     // estimated to drop three quarters of its rows (TPC-H q18: the orders whose
     // lineitems sum above 300 are picked before orders meets customer and
     // lineitem); the others stay on top (q21's EXISTS on all of lineitem).
     let top_rows = cl.inner.as_ref().and_then(est_rows);
-    let mut leaves = leaves;
+    let n = leaves.len();
     let mut on_top: Vec<Join> = Vec::new();
     for sj in &cl.semis {
         let right = Arc::new(reorder(&sj.right)?);
@@ -244,29 +269,39 @@ fn reorder_cluster(root: &LogicalPlan) -> Result<Option<LogicalPlan>> {
         kept.right = right;
         on_top.push(kept);
     }
-    // Which leaf every referenced column comes from.
+    Ok(on_top)
+}
+
+/// Which leaf every column the pairs and filters reference comes from; `None`
+/// when a column is in no leaf or in several.
+fn column_leaves(cl: &Cluster, leaves: &[LogicalPlan]) -> Option<HashMap<Column, usize>> {
+    let n = leaves.len();
     let mut col_leaf: HashMap<Column, usize> = HashMap::new();
-    {
-        let mut refs: Vec<&Column> = Vec::new();
-        for (a, b) in &cl.pairs {
-            refs.extend(a.column_refs());
-            refs.extend(b.column_refs());
-        }
-        for f in &cl.filters {
-            refs.extend(f.column_refs());
-        }
-        for c in refs {
-            if col_leaf.contains_key(c) {
-                continue;
-            }
-            let owners: Vec<usize> = (0..n).filter(|&i| leaves[i].schema().has_column(c)).collect();
-            if owners.len() != 1 {
-                return Ok(None);
-            }
-            col_leaf.insert(c.clone(), owners[0]);
-        }
+    let mut refs: Vec<&Column> = Vec::new();
+    for (a, b) in &cl.pairs {
+        refs.extend(a.column_refs());
+        refs.extend(b.column_refs());
     }
-    // Equality classes of columns (union-find), other pairs, filters.
+    for f in &cl.filters {
+        refs.extend(f.column_refs());
+    }
+    for c in refs {
+        if col_leaf.contains_key(c) {
+            continue;
+        }
+        let owners: Vec<usize> = (0..n).filter(|&i| leaves[i].schema().has_column(c)).collect();
+        if owners.len() != 1 {
+            return None;
+        }
+        col_leaf.insert(c.clone(), owners[0]);
+    }
+    Some(col_leaf)
+}
+
+/// Equality classes of columns (union-find over the column pairs), each member
+/// with its leaf and distinct-value estimate, and the other (non-column) pairs.
+#[allow(clippy::type_complexity)]
+fn equality_classes(cl: &Cluster, leaves: &[LogicalPlan], rows: &[f64], col_leaf: &HashMap<Column, usize>) -> Option<(Vec<Vec<(Column, usize, f64)>>, Vec<Pair>)> {
     let mut class_cols: Vec<Column> = Vec::new();
     let mut class_idx: HashMap<Column, usize> = HashMap::new();
     let mut parent: Vec<usize> = Vec::new();
@@ -295,7 +330,7 @@ fn reorder_cluster(root: &LogicalPlan) -> Result<Option<LogicalPlan>> {
                 }
             }
             _ => {
-                let (Some(lleaves), Some(rleaves)) = (leaves_of(a, &col_leaf), leaves_of(b, &col_leaf)) else { return Ok(None) };
+                let (Some(lleaves), Some(rleaves)) = (leaves_of(a, col_leaf), leaves_of(b, col_leaf)) else { return None };
                 complex.push(Pair { left: a.clone(), right: b.clone(), lleaves, rleaves, done: false });
             }
         }
@@ -316,6 +351,11 @@ fn reorder_cluster(root: &LogicalPlan) -> Result<Option<LogicalPlan>> {
             classes[k].push((c.clone(), leaf, ndv));
         }
     }
+    Some((classes, complex))
+}
+
+/// Sideways information passing over the classes (below).
+fn pass_sideways(classes: &[Vec<(Column, usize, f64)>], leaves: &mut [LogicalPlan], rows: &mut [f64]) -> Result<()> {
     // Sideways information passing: an aggregated input grouped by a join key
     // whose class has a much smaller (filtered) leaf elsewhere gets a semi join
     // with that leaf's keys below its aggregation, so it only aggregates the groups
@@ -341,17 +381,17 @@ fn reorder_cluster(root: &LogicalPlan) -> Result<Option<LogicalPlan>> {
             }
         }
     }
-    let mut pending: Vec<Pending> = Vec::new();
-    for f in &cl.filters {
-        let Some(set) = leaves_of(f, &col_leaf) else { return Ok(None) };
-        pending.push(Pending { expr: f.clone(), leaves: set, done: false });
-    }
-    // Leaves: the equalities a class implies inside one leaf, and single-leaf
-    // filters, go on top of the leaf.
+    Ok(())
+}
+
+/// One node per leaf, with the equalities a class implies inside the leaf and
+/// the single-leaf filters and pairs on top of it.
+fn leaf_nodes(leaves: Vec<LogicalPlan>, rows: &[f64], classes: &[Vec<(Column, usize, f64)>], pending: &mut [Pending], complex: &mut [Pair]) -> Result<Vec<Node>> {
+    let n = leaves.len();
     let mut nodes: Vec<Node> = Vec::with_capacity(n);
     for (i, leaf) in leaves.into_iter().enumerate() {
         let mut preds: Vec<Expr> = Vec::new();
-        for members in &classes {
+        for members in classes {
             let mine: Vec<&Column> = members.iter().filter(|m| m.1 == i).map(|m| &m.0).collect();
             for other in mine.iter().skip(1) {
                 preds.push(Expr::Column(mine[0].clone()).eq(Expr::Column((*other).clone())));
@@ -371,15 +411,20 @@ fn reorder_cluster(root: &LogicalPlan) -> Result<Option<LogicalPlan>> {
         };
         nodes.push(Node { plan, leaves: 1u64 << i, rows: rows[i] });
     }
-    // Columns the root must output.
-    let out_cols: Vec<Column> = root.schema().columns();
+    Ok(nodes)
+}
+
+/// Joins the nodes greedily, smallest estimated result first, placing every
+/// pair and filter at the first join that has its leaves and dropping columns
+/// nothing above needs; returns the one node left.
+fn join_greedily(mut nodes: Vec<Node>, classes: &[Vec<(Column, usize, f64)>], complex: &mut [Pair], pending: &mut [Pending], out_cols: &[Column]) -> Result<Vec<Node>> {
     while nodes.len() > 1 {
         // The connected pair with the smallest estimated result; else the two
         // smallest inputs (a cross join).
         let mut best: Option<(f64, usize, usize)> = None;
         for i in 0..nodes.len() {
             for j in i + 1..nodes.len() {
-                if let Some(size) = join_size(&nodes[i], &nodes[j], &classes, &complex) {
+                if let Some(size) = join_size(&nodes[i], &nodes[j], classes, complex) {
                     if best.is_none_or(|b| size < b.0) {
                         best = Some((size, i, j));
                     }
@@ -400,7 +445,7 @@ fn reorder_cluster(root: &LogicalPlan) -> Result<Option<LogicalPlan>> {
         // The smaller input on the left (DataFusion builds the hash table there).
         let (l, r) = if a.rows <= b.rows { (a, b) } else { (b, a) };
         let mut on: Vec<(Expr, Expr)> = Vec::new();
-        for members in &classes {
+        for members in classes {
             let lm = members.iter().find(|m| l.leaves & (1u64 << m.1) != 0);
             let rm = members.iter().find(|m| r.leaves & (1u64 << m.1) != 0);
             if let (Some(x), Some(y)) = (lm, rm) {
@@ -441,6 +486,12 @@ fn reorder_cluster(root: &LogicalPlan) -> Result<Option<LogicalPlan>> {
         }
         nodes.push(Node { plan, leaves: both, rows: size.max(1.0) });
     }
+    Ok(nodes)
+}
+
+/// The joined cluster with the semi joins that stay on top and the root's
+/// columns, or `None` when something could not be placed or the schema differs.
+fn finish_cluster(root: &LogicalPlan, mut nodes: Vec<Node>, on_top: Vec<Join>, pending: &[Pending], complex: &[Pair], out_cols: &[Column]) -> Result<Option<LogicalPlan>> {
     if pending.iter().any(|p| !p.done) || complex.iter().any(|p| !p.done) {
         return Ok(None);
     }
@@ -462,6 +513,7 @@ fn reorder_cluster(root: &LogicalPlan) -> Result<Option<LogicalPlan>> {
     }
     Ok(Some(plan))
 }
+
 
 /// The columns of a semi join's left input that its keys and filter read.
 fn left_refs(sj: &Join) -> Vec<&Column> {

@@ -816,8 +816,8 @@ pub async fn serve(service: QueryService, listen: Listen, shutdown: impl Future<
     if service.options().token.is_none() {
         for (what, addr) in [("Flight SQL", listen.flight_sql), ("HTTP", listen.http)] {
             if let Some(a) = addr.filter(|a| !a.ip().is_loopback()) {
-                eprintln!(
-                    "ridgeline: warning: {what} listens on {a}, beyond this machine, without a token: anyone who can reach it can run queries (set --token or RIDGELINE_TOKEN)"
+                log::warn!(
+                    "{what} listens on {a}, beyond this machine, without a token: anyone who can reach it can run queries (set --token or RIDGELINE_TOKEN)"
                 );
             }
         }

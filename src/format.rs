@@ -106,7 +106,7 @@ impl EncoderFactory for FloatSpelling {
 
 /// A float column with non-finite values as text (finite values exactly as the
 /// CSV writer prints them); other columns unchanged.
-pub(crate) fn spell_non_finite(a: &ArrayRef) -> Result<ArrayRef> {
+pub fn spell_non_finite(a: &ArrayRef) -> Result<ArrayRef> {
     let Some(value) = float_values(a.as_ref()) else { return Ok(a.clone()) };
     if !(0..a.len()).any(|i| a.is_valid(i) && !value(i).is_finite()) {
         return Ok(a.clone());

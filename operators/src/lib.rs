@@ -12,6 +12,7 @@ pub mod cpu_scan;
 pub mod error;
 pub mod group_agg;
 pub mod group_table;
+pub mod join;
 pub mod member;
 pub mod mode;
 pub mod partition;

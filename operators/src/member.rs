@@ -109,7 +109,7 @@ impl Keys<'_> {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    fn get(&self, i: usize) -> i64 {
+    pub(crate) fn get(&self, i: usize) -> i64 {
         match self {
             Keys::I32(k) => k[i] as i64,
             Keys::U32(k) => k[i] as i64,

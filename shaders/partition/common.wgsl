@@ -34,8 +34,8 @@
 // * move.wgsl (unfused path), `move_values` / `move_iota` / `move_validity`:
 //   `out[idx[i]] = in[i]` (or the row number, or the validity bit) restricted to
 //   one output segment.
-// * offsets.wgsl, `gather_offsets`, `fill_offsets`, `bounds`: the fan-out + 1
-//   partition offsets (from the scanned matrix in one pass, or from the sorted ids).
+// * offsets.wgsl, `gather_offsets`, `bounds`: the fan-out + 1 partition offsets
+//   (from the scanned matrix in one pass, or by binary search of the sorted ids).
 
 struct Params {
     n: u32,            // rows of this segment
@@ -89,19 +89,7 @@ const F_MULTI: u32 = 64u;
 @group(0) @binding(13) var<storage, read> pid_prev: array<u32>;
 @group(0) @binding(15) var<uniform> p: Params;
 
-fn mix32(x: u32) -> u32 {
-    var h = x;
-    h ^= h >> 16u;
-    h *= 0x85ebca6bu;
-    h ^= h >> 13u;
-    h *= 0xc2b2ae35u;
-    h ^= h >> 16u;
-    return h;
-}
-
-fn hash_combine(h: u32, w: u32) -> u32 {
-    return mix32(h ^ (w + 0x9e3779b9u + (h << 6u) + (h >> 2u)));
-}
+// mix32 and hash_combine: shaders/hash.wgsl, prepended.
 
 fn row_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
     return (wid.x + wid.y * nwg.x) * WG + lid;

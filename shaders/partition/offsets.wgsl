@@ -10,24 +10,21 @@ fn gather_offsets(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     if (b == p.fanout) { poffs[b] = p.total; }
 }
 
-@compute @workgroup_size(WG)
-fn fill_offsets(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let b = row_index(wid, nwg, lid);
-    if (b <= p.fanout) { poffs[b] = p.total; }
-}
-
-// Over ids sorted ascending: row j with id c, after a row with id c' < c (or the
-// first row), is the first row of partitions c'+1 ..= c (0 ..= c for the first).
+// Over ids sorted ascending, one invocation per partition b (0 ..= fanout): the
+// number of this segment's rows with an id below b, by binary search, is where
+// partition b starts within the segment; segments after the first add theirs
+// (dispatches of one pass run in order). So poffs[b] = rows with id < b, and
+// poffs[fanout] = all rows. (Every invocation does log2(rows) reads: no thread
+// walks a run of empty partitions, however skewed the ids.)
 @compute @workgroup_size(WG)
 fn bounds(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let i = row_index(wid, nwg, lid);
-    if (i >= p.n) { return; }
-    let cur = pid_in[i];
-    var first = 0u;
-    if (i > 0u) {
-        first = pid_in[i - 1u] + 1u;
-    } else if ((p.flags & F_PREV) != 0u) {
-        first = pid_prev[p.out_rows - 1u] + 1u;
+    let b = row_index(wid, nwg, lid);
+    if (b > p.fanout) { return; }
+    var lo = 0u;
+    var hi = p.n;
+    while (lo < hi) {
+        let mid = lo + (hi - lo) / 2u;
+        if (pid_in[mid] < b) { lo = mid + 1u; } else { hi = mid; }
     }
-    for (var b = first; b <= cur; b++) { poffs[b] = p.row_base + i; }
+    if ((p.flags & F_PREV) != 0u) { poffs[b] += lo; } else { poffs[b] = lo; }
 }

@@ -58,7 +58,12 @@ pub(super) fn partition_timed(
     let outputs = alloc_like(ctx, columns, n, seg)?;
     let mut stats = PartitionStats { passes: func.passes(), input_bytes, ..Default::default() };
     if n == 0 {
-        return Ok(Partitioned { offsets: vec![0; func.fanout() as usize + 1], columns: outputs, stats });
+        let fanout = func.fanout() as usize;
+        if opts.device_offsets {
+            let d = DeviceArray::upload_segmented(ctx, &vec![0u32; fanout + 1], (fanout + 1).div_ceil(4) * 4)?;
+            return Ok(Partitioned { offsets: Vec::new(), device_offsets: Some(d), columns: outputs, stats });
+        }
+        return Ok(Partitioned { offsets: vec![0; fanout + 1], device_offsets: None, columns: outputs, stats });
     }
     let mut job = Job::new(ctx, columns, keys, func, opts, k);
     clear_validity(&mut job.enc, &outputs);
@@ -74,9 +79,9 @@ pub(super) fn partition_timed(
     job.record_column_moves(&outputs)?;
     stats.histogram_bytes = job.hist_bytes;
     stats.row_scratch_bytes = job.row_bytes;
-    let offsets = job.finish(timing)?;
+    let (offsets, device_offsets) = job.finish(timing, opts.device_offsets)?;
     drop(temps);
-    Ok(Partitioned { offsets, columns: outputs, stats })
+    Ok(Partitioned { offsets, device_offsets, columns: outputs, stats })
 }
 
 /// Checks the columns, keys, partition function and options; the digit kernels'
@@ -446,22 +451,13 @@ impl<'a> Job<'a> {
             self.poffs = Some(poffs);
             return Ok(());
         }
-        let fill = self.k.pipe(ctx, false, "fill_offsets")?;
-        let ub = ctx.uniform(&Params { fanout, total: self.n as u32, ..Default::default() });
-        self.pass.dispatch(ctx, &fill, &[entry(12, poffs.raw()), entry(15, &ub)], fgroups)?;
         let bp = self.k.pipe(ctx, false, "bounds")?;
         let cur_ids = self.cur_ids.as_ref().expect("several passes keep an ids array");
         for s in 0..cur_ids.num_segments() {
-            let (pb, row_base, rows) = cur_ids.segment(s);
-            let (prev, prev_rows, flags) = if s > 0 {
-                let (b, _, r) = cur_ids.segment(s - 1);
-                (b, r, F_PREV)
-            } else {
-                (pb, 0, 0)
-            };
-            let ub = ctx.uniform(&Params { n: rows as u32, row_base: row_base as u32, out_rows: prev_rows as u32, flags, fanout, ..Default::default() });
-            let groups = self.groups(rows);
-            self.pass.dispatch(ctx, &bp, &[entry(3, pb), entry(13, prev), entry(12, poffs.raw()), entry(15, &ub)], groups)?;
+            let (pb, _, rows) = cur_ids.segment(s);
+            let flags = if s > 0 { F_PREV } else { 0 };
+            let ub = ctx.uniform(&Params { n: rows as u32, flags, fanout, ..Default::default() });
+            self.pass.dispatch(ctx, &bp, &[entry(3, pb), entry(12, poffs.raw()), entry(15, &ub)], fgroups)?;
         }
         self.poffs = Some(poffs);
         if self.fused.is_none() {
@@ -491,8 +487,9 @@ impl<'a> Job<'a> {
     }
 
     /// Encodes the pass (timed as `timing` asks), submits it, and reads the
-    /// offsets back (the one synchronisation); the scratch lives until then.
-    fn finish(self, timing: Timing<'_>) -> GpuResult<Vec<u64>> {
+    /// offsets back (the one synchronisation; with `keep`, a device copy of them
+    /// instead and no wait); the scratch lives until then.
+    fn finish(self, timing: Timing<'_>, keep: bool) -> GpuResult<(Vec<u64>, Option<DeviceArray>)> {
         let ctx = self.ctx;
         let mut enc = self.enc;
         // the per-dispatch profile's timer (one pass per dispatch)
@@ -524,6 +521,11 @@ impl<'a> Job<'a> {
             t.resolve(&mut enc);
         }
         ctx.submit(enc)?;
+        if keep && matches!(timing, Timing::None) {
+            // the pooled scratch goes back to the pool when `self` drops; the
+            // copy keeps the offsets (queue order makes it safe to reuse later)
+            return Ok((Vec::new(), Some(read)));
+        }
         let offsets: Vec<u64> = read.download::<u32>(ctx)?.into_iter().map(u64::from).collect();
         if let (Timing::Each(out), Some(t)) = (timing, &each) {
             for (label, ms) in self.pass.labels().zip(t.read_ms(ctx)?) {
@@ -533,6 +535,6 @@ impl<'a> Job<'a> {
                 }
             }
         }
-        Ok(offsets)
+        Ok((offsets, None))
     }
 }

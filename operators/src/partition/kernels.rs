@@ -7,8 +7,10 @@ use crate::context::GpuContext;
 use crate::error::GpuResult;
 use std::sync::Arc;
 
-/// shaders/partition/common.wgsl: the prelude every partition kernel is appended to.
-pub(super) const COMMON_WGSL: &str = include_str!("../../../shaders/partition/common.wgsl");
+/// shaders/hash.wgsl and shaders/partition/common.wgsl: the prelude every
+/// partition kernel is appended to.
+pub(super) const COMMON_WGSL: &str =
+    concat!(include_str!("../../../shaders/hash.wgsl"), include_str!("../../../shaders/partition/common.wgsl"));
 const IDS_WGSL: &str = include_str!("../../../shaders/partition/ids.wgsl");
 const HISTOGRAM_WGSL: &str = include_str!("../../../shaders/partition/histogram.wgsl");
 const RANK_WGSL: &str = include_str!("../../../shaders/partition/rank.wgsl");

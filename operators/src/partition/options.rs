@@ -1,4 +1,5 @@
 //! Options, outputs and scratch accounting of the GPU partition.
+use crate::array::DeviceArray;
 use crate::compact::CompactedColumn;
 use crate::tuning::{self, partition as tuned};
 
@@ -31,6 +32,10 @@ pub struct PartitionOptions {
     /// When the fused kernel loads the columns' values; `None`: by digit width.
     /// Default: RIDGELINE_PARTITION_PRELOAD.
     pub fused_preload: Option<FusedPreload>,
+    /// Keep the `fanout + 1` offsets on the device ([`Partitioned::device_offsets`])
+    /// instead of reading them back: for callers whose next kernels read them
+    /// (the hash join's build side), which saves the one synchronisation.
+    pub device_offsets: bool,
 }
 
 impl Default for PartitionOptions {
@@ -46,6 +51,7 @@ impl Default for PartitionOptions {
             fused_workgroup: tuning::parse("RIDGELINE_PARTITION_SWG"),
             fused_items: tuning::parse("RIDGELINE_PARTITION_ITEMS"),
             fused_preload: tuning::parse("RIDGELINE_PARTITION_PRELOAD"),
+            device_offsets: false,
         }
     }
 }
@@ -98,8 +104,12 @@ pub struct PartitionStats {
 /// A partitioned batch on the device.
 #[derive(Debug)]
 pub struct Partitioned {
-    /// `fanout + 1` offsets: partition `b` is rows `offsets[b] .. offsets[b + 1]`.
+    /// `fanout + 1` offsets: partition `b` is rows `offsets[b] .. offsets[b + 1]`
+    /// (empty with [`PartitionOptions::device_offsets`]).
     pub offsets: Vec<u64>,
+    /// With [`PartitionOptions::device_offsets`], the same offsets as `u32` on the
+    /// device (one segment), the work submitted but not waited for.
+    pub device_offsets: Option<DeviceArray>,
     /// The columns in input order, partitioned (the input's `seg_rows`; validity
     /// bitmaps `seg_rows / 32` words per segment, bits past the length zero).
     pub columns: Vec<CompactedColumn>,

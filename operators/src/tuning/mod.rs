@@ -58,13 +58,14 @@ pub(crate) use switches;
 pub mod aggregate;
 pub mod cpu_scan;
 pub mod device;
+pub mod join;
 pub mod partition;
 pub mod scan;
 pub mod select;
 pub mod skyline;
 
 /// Every family's switch table; [`all_switches`] flattens them.
-const FAMILIES: &[&[Switch]] = &[runtime::SWITCHES, select::SWITCHES, skyline::SWITCHES, partition::SWITCHES, scan::SWITCHES, cpu_scan::SWITCHES, device::SWITCHES, aggregate::SWITCHES];
+const FAMILIES: &[&[Switch]] = &[runtime::SWITCHES, select::SWITCHES, skyline::SWITCHES, partition::SWITCHES, scan::SWITCHES, cpu_scan::SWITCHES, device::SWITCHES, aggregate::SWITCHES, join::SWITCHES];
 
 /// Every `RIDGELINE_*` switch the operators crate reads.
 pub fn all_switches() -> impl Iterator<Item = &'static Switch> {

@@ -6,6 +6,7 @@ mod common;
 
 mod group_agg;
 mod group_table;
+mod join;
 mod member;
 mod partition;
 mod regions;

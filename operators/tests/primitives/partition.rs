@@ -298,3 +298,25 @@ fn partition_above_the_binding_limit() {
         assert!(st.histogram_bytes * 20 < st.input_bytes, "histogram scratch {st:?}");
     }
 }
+
+/// Several digit passes with every row in one partition far from 0 (its offsets
+/// come from the sorted ids): each entry must equal the reference. An earlier
+/// bounds kernel walked the run of empty partitions before the first row in one
+/// invocation, which lavapipe cut off after 65535 iterations.
+#[test]
+fn partition_offsets_of_skewed_ids_over_several_passes() {
+    use ridgeline_operators::compact::Column;
+    use ridgeline_operators::partition::{partition_gpu, partition_reference, HostColumn, PartitionFn, PartitionOptions};
+    let Some(ctx) = ridgeline_operators::testing::test_context() else { return };
+    for (n, fanout) in [(65_537usize, 131_072u32), (1000, 1 << 20), (70_000, 65_536), (5, 1 << 24)] {
+        let keys: Vec<u64> = vec![42; n];
+        let d = ridgeline_operators::DeviceArray::upload(&ctx, &keys).unwrap();
+        let want = partition_reference(&[HostColumn::u64(&keys)], &[0], &PartitionFn::Hash { fanout });
+        for fused in [Some(true), Some(false)] {
+            let o = PartitionOptions { fused, ..Default::default() };
+            let p = partition_gpu(&ctx, &[Column::new(&d)], &[0], &PartitionFn::Hash { fanout }, &o).unwrap();
+            let bad = (0..p.offsets.len()).find(|&i| p.offsets[i] != want.offsets[i] as u64);
+            assert!(bad.is_none(), "n={n} F={fanout} fused={fused:?}: offset {bad:?} differs");
+        }
+    }
+}

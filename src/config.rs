@@ -96,6 +96,10 @@ extensions_options! {
         /// Let a hash join's build-side keys filter its GPU-resident probe side on the
         /// device before download (the `ridgeline_gpu_join_prefilter` rule).
         pub gpu_join_prefilter: bool, default = true
+        /// Run hash joins on one integer, date, timestamp or decimal key on the GPU
+        /// (`GpuHashJoinExec`: the table and the probe on the device; mode auto only
+        /// over a probe side of a million rows or more).
+        pub gpu_joins: bool, default = true
         /// Over a resident scan under a CPU operator, how the prefilter's rows reach
         /// it: true computes every row's selection in one device pass and filters the
         /// scan's host copy with it (the mask path); false compacts on the device per

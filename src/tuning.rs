@@ -8,6 +8,19 @@
 //! ([`crate::config`]); environment switches are declared in
 //! [`crate::config::SWITCHES`]. docs/settings.md lists both.
 
+/// The GPU hash join (`exec::gpu_hash_join`, `optimizer::gpu_join`).
+pub mod join {
+    /// Probe rows a GPU join gathers before one device probe: 2^20. Each probe is
+    /// an upload of the keys, three dispatches and two waits (about 0.3 ms of fixed
+    /// cost on the H100 machine's Vulkan driver per wait, `bench filter`'s figure),
+    /// so DataFusion's 8192-row batches are gathered first. Not yet tuned on the H200.
+    pub const PROBE_MIN_ROWS: usize = 1 << 20;
+    /// Mode `auto` moves a hash join to the GPU when its probe side is estimated at
+    /// this many rows or more (below, DataFusion's CPU join finishes before the
+    /// device round trips do): the session's `ridgeline.min_gpu_rows` when larger.
+    pub const AUTO_MIN_PROBE_ROWS: usize = 1 << 20;
+}
+
 /// The GPU filter rule's cost model (`optimizer::gpu_filter`).
 pub mod filter {
     /// Host-to-device upload rate the cost model assumes (bytes per ns = GB/s;

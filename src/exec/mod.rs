@@ -9,6 +9,7 @@
 pub mod cpu_note;
 pub mod gpu_aggregate;
 pub mod gpu_filter;
+pub mod gpu_hash_join;
 pub mod gpu_load;
 pub mod gpu_repartition;
 pub mod gpu_scan;
@@ -21,6 +22,7 @@ pub mod skyline;
 pub use cpu_note::CpuNoteExec;
 pub use gpu_aggregate::GpuAggregateExec;
 pub use gpu_filter::GpuFilterExec;
+pub use gpu_hash_join::GpuHashJoinExec;
 pub use gpu_load::GpuLoadExec;
 pub use gpu_repartition::GpuRepartitionExec;
 pub use gpu_scan::GpuScanExec;
@@ -194,6 +196,7 @@ pub fn gpu_operator_names(plan: &Arc<dyn ExecutionPlan>) -> Vec<String> {
             || p.downcast_ref::<SkylineExec>().is_some_and(|s| s.uses_gpu())
             || p.downcast_ref::<GpuTopKExec>().is_some()
             || p.downcast_ref::<GpuAggregateExec>().is_some()
+            || p.downcast_ref::<GpuHashJoinExec>().is_some()
             || p.downcast_ref::<GpuRepartitionExec>().is_some();
         let counts = gpu && (p.downcast_ref::<GpuScanExec>().is_none() || parent_gpu);
         if counts && !out.iter().any(|n| n == p.name()) {

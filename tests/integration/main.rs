@@ -16,6 +16,7 @@ mod cli;
 mod fuzz;
 mod gpu_expr;
 mod gpu_filter_plan;
+mod gpu_join;
 mod join_order;
 mod join_prefilter;
 mod percentile;

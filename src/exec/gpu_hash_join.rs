@@ -1,0 +1,715 @@
+//! `GpuHashJoinExec`: DataFusion's `HashJoinExec` with the hash table and the
+//! probe on the GPU (`ridgeline_operators::join`).
+//!
+//! The build side (the join's left input: every partition of it in `CollectLeft`
+//! mode, partition `p` in `Partitioned` mode) is gathered in host memory, its key
+//! column uploaded and bucketed on the device once. Probe batches (the right
+//! input) are gathered to [`PROBE_MIN_ROWS`] rows, their key column uploaded and
+//! probed: the device returns the (probe row, build row) pairs of equal keys,
+//! probe-major, or for semi and anti joins without a residual filter one matched
+//! bit per probe row. The host then applies the residual filter to the pairs
+//! (over only the columns it reads), keeps the rows the join type asks for and
+//! gathers the output columns (`take`), so strings and every other type join as
+//! DataFusion does. Build rows no probe row matched (left, full, left semi and
+//! left anti joins) are emitted when the last probe partition finishes.
+//!
+//! Keys: one equi-key of the same integer, date, timestamp or decimal (p <= 18)
+//! type on both sides (`ridgeline_operators::join` compares them bit for bit);
+//! NULL keys never match. The output is in probe order, as DataFusion's.
+//!
+//! A GPU that fails (lost, out of memory, a build side over one binding, a probe
+//! row with more matches than one binding holds) sends the join to the CPU path
+//! of the same primitives ([`HostJoinTable`]), with one warning: the answer is
+//! the same, and the work already done is kept (each probe batch is answered
+//! whole by one path).
+use crate::config::{device_for, RidgelineOptions};
+use crate::gpu_batch::{upload_array, ColumnData, Storage};
+use arrow::array::{new_null_array, Array, ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions, UInt32Array};
+use arrow::compute::{concat_batches, take};
+use arrow::datatypes::SchemaRef;
+use datafusion::common::{JoinSide, JoinType, NullEquality};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_plan::joins::utils::JoinFilter;
+use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
+use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, Time};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties};
+use futures::StreamExt;
+use ridgeline_operators::join::{build_table_gpu, probe_gpu, probe_matched_gpu, DeviceJoinTable, HostJoinTable, JoinOptions, KeyColumn, KeyWidth, Keys};
+use ridgeline_operators::{GpuContext, GpuError};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+pub use crate::tuning::join::PROBE_MIN_ROWS;
+
+/// The key width of a join key type, or `None` when the GPU join does not take it.
+pub fn key_width(dt: &arrow::datatypes::DataType) -> Option<KeyWidth> {
+    match Storage::of(dt)? {
+        Storage::I32 => Some(KeyWidth::I32),
+        Storage::U32 => Some(KeyWidth::U32),
+        Storage::I64 => Some(KeyWidth::I64),
+        _ => None,
+    }
+}
+
+/// Join types the operator takes.
+pub fn supported_join_type(t: JoinType) -> bool {
+    matches!(
+        t,
+        JoinType::Inner | JoinType::Left | JoinType::Right | JoinType::Full | JoinType::LeftSemi | JoinType::LeftAnti | JoinType::RightSemi | JoinType::RightAnti
+    )
+}
+
+/// Why `join` cannot run as a [`GpuHashJoinExec`], or `None` when it can.
+pub fn unsupported_reason(join: &HashJoinExec) -> Option<String> {
+    if !supported_join_type(*join.join_type()) {
+        return Some(format!("join type {}", join.join_type()));
+    }
+    if !matches!(join.partition_mode(), PartitionMode::CollectLeft | PartitionMode::Partitioned) {
+        return Some(format!("partition mode {:?}", join.partition_mode()));
+    }
+    if join.null_equality() != NullEquality::NullEqualsNothing || join.null_aware {
+        return Some("NULL-equal or NULL-aware keys".into());
+    }
+    let [(l, r)] = join.on() else { return Some(format!("{} key columns", join.on().len())) };
+    let (Some(l), Some(r)) = (l.downcast_ref::<Column>(), r.downcast_ref::<Column>()) else {
+        return Some("computed join keys".into());
+    };
+    let lt = join.left().schema().field(l.index()).data_type().clone();
+    let rt = join.right().schema().field(r.index()).data_type().clone();
+    if lt != rt {
+        return Some(format!("keys of types {lt} and {rt}"));
+    }
+    if key_width(&lt).is_none() {
+        return Some(format!("keys of type {lt}"));
+    }
+    None
+}
+
+/// A hash join on the GPU (see the module documentation).
+#[derive(Debug)]
+pub struct GpuHashJoinExec {
+    join: Arc<HashJoinExec>,
+    left_key: usize,
+    right_key: usize,
+    width: KeyWidth,
+    /// The build side of a `CollectLeft` join, shared by every probe partition.
+    shared: Arc<tokio::sync::OnceCell<Arc<Build>>>,
+    metrics: ExecutionPlanMetricsSet,
+    warned: Arc<AtomicBool>,
+}
+
+impl GpuHashJoinExec {
+    /// The GPU join equivalent to `join`; `Err` with the reason when it has none.
+    pub fn try_new(join: Arc<HashJoinExec>) -> std::result::Result<GpuHashJoinExec, String> {
+        if let Some(why) = unsupported_reason(&join) {
+            return Err(why);
+        }
+        let (l, r) = &join.on()[0];
+        let left_key = l.downcast_ref::<Column>().expect("checked").index();
+        let right_key = r.downcast_ref::<Column>().expect("checked").index();
+        let width = key_width(join.left().schema().field(left_key).data_type()).expect("checked");
+        Ok(GpuHashJoinExec {
+            join,
+            left_key,
+            right_key,
+            width,
+            shared: Arc::new(tokio::sync::OnceCell::new()),
+            metrics: ExecutionPlanMetricsSet::new(),
+            warned: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// The DataFusion join it replaces (children, keys, filter, projection).
+    pub fn hash_join(&self) -> &Arc<HashJoinExec> {
+        &self.join
+    }
+
+    fn needs_visited(&self) -> bool {
+        matches!(self.join.join_type(), JoinType::Left | JoinType::Full | JoinType::LeftSemi | JoinType::LeftAnti)
+    }
+
+    /// Semi and anti joins on the probe side without a residual filter need one bit a row.
+    fn bits_only(&self) -> bool {
+        matches!(self.join.join_type(), JoinType::RightSemi | JoinType::RightAnti) && self.join.filter().is_none()
+    }
+}
+
+/// The build side: its rows, its table and what the probes found.
+struct Build {
+    batch: RecordBatch,
+    keys: ArrayRef,
+    table: Table,
+    /// Build rows some probe row matched (bits), for joins that emit by it.
+    visited: Vec<AtomicU32>,
+    /// Probe partitions still running (`CollectLeft`: the last one emits the
+    /// build rows that depend on every probe).
+    remaining: AtomicUsize,
+}
+
+enum Table {
+    Device { dev: Arc<GpuContext>, table: DeviceJoinTable, host: std::sync::OnceLock<HostJoinTable> },
+    Host(HostJoinTable),
+}
+
+impl std::fmt::Debug for Build {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Build({} rows)", self.batch.num_rows())
+    }
+}
+
+/// A key column in host memory, in its device width.
+enum HostKeys {
+    I32(Vec<i32>),
+    U32(Vec<u32>),
+    I64(Vec<i64>),
+}
+
+impl HostKeys {
+    fn of(a: &dyn Array, width: KeyWidth) -> Result<HostKeys> {
+        use arrow::array::AsArray;
+        use arrow::datatypes::*;
+        let n = a.len();
+        macro_rules! prim {
+            ($t:ty, $to:ty) => {
+                a.as_primitive::<$t>().values().iter().map(|&v| v as $to).collect::<Vec<$to>>()
+            };
+        }
+        Ok(match (width, a.data_type()) {
+            (KeyWidth::I32, DataType::Int8) => HostKeys::I32(prim!(Int8Type, i32)),
+            (KeyWidth::I32, DataType::Int16) => HostKeys::I32(prim!(Int16Type, i32)),
+            (KeyWidth::I32, DataType::Int32) => HostKeys::I32(prim!(Int32Type, i32)),
+            (KeyWidth::I32, DataType::Date32) => HostKeys::I32(prim!(Date32Type, i32)),
+            (KeyWidth::U32, DataType::UInt8) => HostKeys::U32(prim!(UInt8Type, u32)),
+            (KeyWidth::U32, DataType::UInt16) => HostKeys::U32(prim!(UInt16Type, u32)),
+            (KeyWidth::U32, DataType::UInt32) => HostKeys::U32(prim!(UInt32Type, u32)),
+            (KeyWidth::I64, DataType::Decimal128(_, _)) => HostKeys::I64(prim!(Decimal128Type, i64)),
+            (KeyWidth::I64, _) => {
+                // every other 8-byte key is a primitive array of 8-byte values
+                let data = a.to_data();
+                let buf = &data.buffers()[0];
+                let vals: &[i64] = buf.typed_data::<i64>();
+                HostKeys::I64(vals[data.offset()..data.offset() + n].to_vec())
+            }
+            (w, t) => return Err(DataFusionError::Internal(format!("join key of type {t} as {w:?}"))),
+        })
+    }
+    fn keys(&self) -> Keys<'_> {
+        match self {
+            HostKeys::I32(v) => Keys::I32(v),
+            HostKeys::U32(v) => Keys::U32(v),
+            HostKeys::I64(v) => Keys::I64(v),
+        }
+    }
+}
+
+/// Arrow-style validity words of `a` (bit 0 is row 0), `None` without NULLs.
+fn validity_words(a: &dyn Array) -> Option<Vec<u32>> {
+    let nulls = a.logical_nulls().filter(|n| n.null_count() > 0)?;
+    let bits = nulls.inner().sliced();
+    let bytes = &bits.as_slice()[..a.len().div_ceil(8)];
+    let mut words = vec![0u32; a.len().div_ceil(32)];
+    for (i, b) in bytes.iter().enumerate() {
+        words[i / 4] |= (*b as u32) << (8 * (i % 4));
+    }
+    Some(words)
+}
+
+fn host_table(keys: &dyn Array, width: KeyWidth) -> Result<HostJoinTable> {
+    let hk = HostKeys::of(keys, width)?;
+    Ok(HostJoinTable::build(hk.keys(), validity_words(keys).as_deref()))
+}
+
+fn gpu_failure(e: &DataFusionError) -> bool {
+    match e {
+        DataFusionError::External(b) => b.downcast_ref::<GpuError>().is_some(),
+        DataFusionError::Context(_, inner) => gpu_failure(inner),
+        DataFusionError::Shared(inner) => gpu_failure(inner),
+        _ => false,
+    }
+}
+
+fn gerr(e: GpuError) -> DataFusionError {
+    DataFusionError::External(Box::new(e))
+}
+
+/// Uploads a key column and runs `f` on it.
+fn with_device_keys<T>(dev: &GpuContext, keys: &dyn Array, width: KeyWidth, f: impl FnOnce(&KeyColumn<'_>) -> Result<T>) -> Result<T> {
+    let col = upload_array(dev, keys)?;
+    let ColumnData::Device { values, validity, .. } = &col.data else {
+        return Err(DataFusionError::Internal("join keys stayed in host memory".into()));
+    };
+    f(&KeyColumn { keys: values, width, validity: validity.as_ref(), rows: keys.len() })
+}
+
+/// What a probe found.
+enum Found {
+    /// (probe row, build row) pairs, probe-major.
+    Pairs(Vec<u32>, Vec<u32>),
+    /// Matched bits of the probe rows.
+    Bits(Vec<u32>),
+}
+
+/// Per-partition metrics.
+#[derive(Clone)]
+struct Metrics {
+    build_rows: Count,
+    probe_rows: Count,
+    gpu_probes: Count,
+    cpu_probes: Count,
+    output_rows: Count,
+    build_time: Time,
+    probe_time: Time,
+}
+
+impl GpuHashJoinExec {
+    fn metrics_for(&self, partition: usize) -> Metrics {
+        let m = &self.metrics;
+        Metrics {
+            build_rows: MetricBuilder::new(m).counter("build_rows", partition),
+            probe_rows: MetricBuilder::new(m).counter("probe_rows", partition),
+            gpu_probes: MetricBuilder::new(m).counter("gpu_probes", partition),
+            cpu_probes: MetricBuilder::new(m).counter("cpu_probes", partition),
+            output_rows: MetricBuilder::new(m).output_rows(partition),
+            build_time: MetricBuilder::new(m).subset_time("build_time", partition),
+            probe_time: MetricBuilder::new(m).subset_time("probe_time", partition),
+        }
+    }
+
+    /// Builds the table of `batch`'s keys: on the device when there is one, else
+    /// (or when the device fails) on the host.
+    fn make_build(&self, batch: RecordBatch, dev: Option<Arc<GpuContext>>, probe_partitions: usize) -> Result<Build> {
+        let keys = batch.column(self.left_key).clone();
+        let table = match dev {
+            Some(dev) => {
+                let built = with_device_keys(&dev, keys.as_ref(), self.width, |kc| build_table_gpu(&dev, kc, &JoinOptions::default()).map_err(gerr));
+                match built {
+                    Ok(table) => Table::Device { dev, table, host: std::sync::OnceLock::new() },
+                    Err(e) if gpu_failure(&e) => {
+                        super::warn_fallback(&self.warned, "a hash join", &e);
+                        Table::Host(host_table(keys.as_ref(), self.width)?)
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            None => Table::Host(host_table(keys.as_ref(), self.width)?),
+        };
+        let words = if self.needs_visited() { batch.num_rows().div_ceil(32) } else { 0 };
+        Ok(Build { visited: (0..words).map(|_| AtomicU32::new(0)).collect(), remaining: AtomicUsize::new(probe_partitions), batch, keys, table })
+    }
+
+    /// Probes one batch of probe keys.
+    fn probe(&self, build: &Build, keys: &dyn Array, m: &Metrics) -> Result<Found> {
+        let bits = self.bits_only();
+        if let Table::Device { dev, table, .. } = &build.table {
+            let r = with_device_keys(dev, keys, self.width, |kc| {
+                if bits {
+                    let words = probe_matched_gpu(dev, table, kc, &JoinOptions::default()).map_err(gerr)?;
+                    let mut w: Vec<u32> = words.download(dev).map_err(gerr)?;
+                    w.truncate(keys.len().div_ceil(32));
+                    return Ok(Found::Bits(w));
+                }
+                let (mut p, mut b) = (Vec::new(), Vec::new());
+                for part in probe_gpu(dev, table, kc, &JoinOptions::default()).map_err(gerr)? {
+                    let (pp, bb) = part.download(dev).map_err(gerr)?;
+                    p.extend_from_slice(&pp);
+                    b.extend_from_slice(&bb);
+                }
+                Ok(Found::Pairs(p, b))
+            });
+            match r {
+                Ok(f) => {
+                    m.gpu_probes.add(1);
+                    return Ok(f);
+                }
+                Err(e) if gpu_failure(&e) => super::warn_fallback(&self.warned, "a hash join", &e),
+                Err(e) => return Err(e),
+            }
+        }
+        m.cpu_probes.add(1);
+        let table = match &build.table {
+            Table::Host(t) => t,
+            Table::Device { host, .. } => {
+                if host.get().is_none() {
+                    let t = host_table(build.keys.as_ref(), self.width)?;
+                    let _ = host.set(t);
+                }
+                host.get().expect("set above")
+            }
+        };
+        let hk = HostKeys::of(keys, self.width)?;
+        let valid = validity_words(keys);
+        Ok(if bits {
+            Found::Bits(table.matched(hk.keys(), valid.as_deref()))
+        } else {
+            let (p, b) = table.probe(hk.keys(), valid.as_deref());
+            Found::Pairs(p, b)
+        })
+    }
+
+    /// The output of one probe batch (and the build rows it visited).
+    fn join_batch(&self, build: &Build, probe: &RecordBatch, m: &Metrics) -> Result<Option<RecordBatch>> {
+        let t = m.probe_time.timer();
+        let found = self.probe(build, probe.column(self.right_key).as_ref(), m)?;
+        drop(t);
+        let n = probe.num_rows();
+        let jt = *self.join.join_type();
+        let (p, b) = match found {
+            Found::Bits(words) => {
+                let want = jt == JoinType::RightSemi;
+                let rows: Vec<u32> = (0..n as u32).filter(|&i| ((words[i as usize / 32] >> (i % 32)) & 1 == 1) == want).collect();
+                return self.finish_batch(probe_side_only(probe, &rows)?);
+            }
+            Found::Pairs(p, b) => match self.join.filter() {
+                Some(f) => apply_filter(f, &build.batch, probe, p, b)?,
+                None => (p, b),
+            },
+        };
+        if self.needs_visited() {
+            for &j in &b {
+                build.visited[j as usize / 32].fetch_or(1 << (j % 32), Ordering::Relaxed);
+            }
+        }
+        let out = match jt {
+            JoinType::Inner | JoinType::Left => {
+                let bi = UInt32Array::from(b);
+                let pi = UInt32Array::from(p);
+                Some(self.both_sides(&build.batch, &bi, probe, &pi)?)
+            }
+            JoinType::Right | JoinType::Full => {
+                // pairs and the unmatched probe rows, in probe order
+                let mut bi: Vec<Option<u32>> = Vec::with_capacity(p.len());
+                let mut pi: Vec<u32> = Vec::with_capacity(p.len());
+                let mut k = 0;
+                for i in 0..n as u32 {
+                    if k < p.len() && p[k] == i {
+                        while k < p.len() && p[k] == i {
+                            bi.push(Some(b[k]));
+                            pi.push(i);
+                            k += 1;
+                        }
+                    } else {
+                        bi.push(None);
+                        pi.push(i);
+                    }
+                }
+                Some(self.both_sides(&build.batch, &UInt32Array::from(bi), probe, &UInt32Array::from(pi))?)
+            }
+            JoinType::RightSemi | JoinType::RightAnti => {
+                let mut matched = vec![false; n];
+                for &i in &p {
+                    matched[i as usize] = true;
+                }
+                let want = jt == JoinType::RightSemi;
+                let rows: Vec<u32> = (0..n as u32).filter(|&i| matched[i as usize] == want).collect();
+                Some(probe_side_only(probe, &rows)?)
+            }
+            // emitted when the probes are done
+            JoinType::LeftSemi | JoinType::LeftAnti => None,
+            other => return Err(DataFusionError::Internal(format!("GPU hash join of type {other}"))),
+        };
+        match out {
+            Some(o) => self.finish_batch(o),
+            None => Ok(None),
+        }
+    }
+
+    /// Build columns at `bi` beside probe columns at `pi` (the join schema's order).
+    fn both_sides(&self, build: &RecordBatch, bi: &UInt32Array, probe: &RecordBatch, pi: &UInt32Array) -> Result<RecordBatch> {
+        let mut cols: Vec<ArrayRef> = Vec::with_capacity(build.num_columns() + probe.num_columns());
+        for c in build.columns() {
+            cols.push(take(c.as_ref(), bi, None)?);
+        }
+        for c in probe.columns() {
+            cols.push(take(c.as_ref(), pi, None)?);
+        }
+        let opts = RecordBatchOptions::new().with_row_count(Some(bi.len()));
+        Ok(RecordBatch::try_new_with_options(self.join.join_schema().clone(), cols, &opts)?)
+    }
+
+    /// The build rows that depend on every probe (left, full, semi, anti), once.
+    fn final_batch(&self, build: &Build) -> Result<Option<RecordBatch>> {
+        let jt = *self.join.join_type();
+        if !self.needs_visited() {
+            return Ok(None);
+        }
+        let seen = |j: usize| (build.visited[j / 32].load(Ordering::Relaxed) >> (j % 32)) & 1 == 1;
+        let want_seen = jt == JoinType::LeftSemi;
+        let rows: Vec<u32> = (0..build.batch.num_rows()).filter(|&j| seen(j) == want_seen).map(|j| j as u32).collect();
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let idx = UInt32Array::from(rows);
+        let mut cols: Vec<ArrayRef> = build.batch.columns().iter().map(|c| take(c.as_ref(), &idx, None)).collect::<std::result::Result<_, _>>()?;
+        if matches!(jt, JoinType::Left | JoinType::Full) {
+            for f in self.join.right().schema().fields() {
+                cols.push(new_null_array(f.data_type(), idx.len()));
+            }
+        }
+        let opts = RecordBatchOptions::new().with_row_count(Some(idx.len()));
+        let out = RecordBatch::try_new_with_options(self.join.join_schema().clone(), cols, &opts)?;
+        self.finish_batch(out)
+    }
+
+    /// Applies the join's projection; `None` for an empty batch.
+    fn finish_batch(&self, out: RecordBatch) -> Result<Option<RecordBatch>> {
+        if out.num_rows() == 0 {
+            return Ok(None);
+        }
+        Ok(Some(match &self.join.projection {
+            Some(p) => out.project(p)?,
+            None => out,
+        }))
+    }
+
+    /// Gathers the build side of `partition` and builds its table.
+    async fn build_side(self: Arc<Self>, partition: usize, ctx: Arc<TaskContext>, m: Metrics) -> Result<Arc<Build>> {
+        let opts = RidgelineOptions::from_config(ctx.session_config().options());
+        let dev = device_for(opts.mode()?)?;
+        let probe_partitions = self.join.right().output_partitioning().partition_count();
+        let left = self.join.left().clone();
+        let collect = |me: Arc<Self>, batches: Vec<RecordBatch>, dev: Option<Arc<GpuContext>>, parts: usize, m: Metrics| async move {
+            tokio::task::spawn_blocking(move || {
+                let _t = m.build_time.timer();
+                let batch = concat_batches(&me.join.left().schema(), &batches)?;
+                m.build_rows.add(batch.num_rows());
+                me.make_build(batch, dev, parts).map(Arc::new)
+            })
+            .await
+            .map_err(super::blocking_err)?
+        };
+        match self.join.partition_mode() {
+            PartitionMode::CollectLeft => {
+                let me = self.clone();
+                let cell = self.shared.clone();
+                let b = cell
+                    .get_or_try_init(|| async move {
+                        let batches = datafusion::physical_plan::collect(left, ctx).await?;
+                        collect(me, batches, dev, probe_partitions, m).await
+                    })
+                    .await?;
+                Ok(b.clone())
+            }
+            _ => {
+                let batches = datafusion::physical_plan::common::collect(left.execute(partition, ctx)?).await?;
+                collect(self.clone(), batches, dev, 1, m).await
+            }
+        }
+    }
+}
+
+/// Probe rows `rows` alone (right semi and anti joins).
+fn probe_side_only(probe: &RecordBatch, rows: &[u32]) -> Result<RecordBatch> {
+    let idx = UInt32Array::from(rows.to_vec());
+    let cols = probe.columns().iter().map(|c| take(c.as_ref(), &idx, None)).collect::<std::result::Result<Vec<_>, _>>()?;
+    let opts = RecordBatchOptions::new().with_row_count(Some(rows.len()));
+    Ok(RecordBatch::try_new_with_options(probe.schema(), cols, &opts)?)
+}
+
+/// The pairs whose rows pass the join's residual filter.
+fn apply_filter(filter: &JoinFilter, build: &RecordBatch, probe: &RecordBatch, p: Vec<u32>, b: Vec<u32>) -> Result<(Vec<u32>, Vec<u32>)> {
+    if p.is_empty() {
+        return Ok((p, b));
+    }
+    let pi = UInt32Array::from(p);
+    let bi = UInt32Array::from(b);
+    let cols = filter
+        .column_indices()
+        .iter()
+        .map(|c| match c.side {
+            JoinSide::Left => Ok(take(build.column(c.index).as_ref(), &bi, None)?),
+            JoinSide::Right => Ok(take(probe.column(c.index).as_ref(), &pi, None)?),
+            JoinSide::None => Err(DataFusionError::Internal("join filter column of no side".into())),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let opts = RecordBatchOptions::new().with_row_count(Some(pi.len()));
+    let batch = RecordBatch::try_new_with_options(filter.schema().clone(), cols, &opts)?;
+    let mask = filter.expression().evaluate(&batch)?.into_array(batch.num_rows())?;
+    let mask = mask
+        .as_any()
+        .downcast_ref::<BooleanArray>()
+        .ok_or_else(|| DataFusionError::Internal(format!("join filter of type {}", mask.data_type())))?;
+    let (mut po, mut bo) = (Vec::new(), Vec::new());
+    for i in 0..mask.len() {
+        if mask.is_valid(i) && mask.value(i) {
+            po.push(pi.value(i));
+            bo.push(bi.value(i));
+        }
+    }
+    Ok((po, bo))
+}
+
+impl DisplayAs for GpuHashJoinExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        let on: Vec<String> = self.join.on().iter().map(|(l, r)| format!("({l}, {r})")).collect();
+        write!(f, "GpuHashJoinExec: mode={:?}, join_type={}, on=[{}]", self.join.partition_mode(), self.join.join_type(), on.join(", "))?;
+        if let Some(flt) = self.join.filter() {
+            write!(f, ", filter={}", flt.expression())?;
+        }
+        if let Some(p) = &self.join.projection {
+            let names: Vec<String> = p.iter().map(|&i| self.join.join_schema().field(i).name().clone()).collect();
+            write!(f, ", projection=[{}]", names.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+impl ExecutionPlan for GpuHashJoinExec {
+    fn name(&self) -> &str {
+        "GpuHashJoinExec"
+    }
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.join.properties()
+    }
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn datafusion::physical_expr::PhysicalExpr>) -> Result<datafusion::common::tree_node::TreeNodeRecursion>,
+    ) -> Result<datafusion::common::tree_node::TreeNodeRecursion> {
+        self.join.apply_expressions(f)
+    }
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![self.join.left(), self.join.right()]
+    }
+    fn maintains_input_order(&self) -> Vec<bool> {
+        self.join.maintains_input_order()
+    }
+    fn input_distribution_requirements(&self) -> datafusion::physical_plan::InputDistributionRequirements {
+        self.join.input_distribution_requirements()
+    }
+    #[allow(deprecated)]
+    fn with_new_children(self: Arc<Self>, children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
+        let join = self.join.clone().with_new_children(children)?;
+        let join = join
+            .downcast_ref::<HashJoinExec>()
+            .ok_or_else(|| DataFusionError::Internal("a hash join rebuilt as another node".into()))?
+            .builder()
+            .build()
+            .map(Arc::new)?;
+        Ok(Arc::new(GpuHashJoinExec::try_new(join).map_err(DataFusionError::Internal)?))
+    }
+    fn reset_state(self: Arc<Self>) -> Result<Arc<dyn ExecutionPlan>> {
+        let join = Arc::new(self.join.builder().reset_state().build()?);
+        Ok(Arc::new(GpuHashJoinExec::try_new(join).map_err(DataFusionError::Internal)?))
+    }
+    fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+        let me = Arc::new(GpuHashJoinExec {
+            join: self.join.clone(),
+            left_key: self.left_key,
+            right_key: self.right_key,
+            width: self.width,
+            shared: self.shared.clone(),
+            metrics: self.metrics.clone(),
+            warned: self.warned.clone(),
+        });
+        let m = self.metrics_for(partition);
+        let probe = self.join.right().execute(partition, ctx.clone())?;
+        let build = me.clone().build_side(partition, ctx, m.clone());
+        let state = ProbeState { me, build: None, build_fut: Some(Box::pin(build)), probe, pending: Vec::new(), pending_rows: 0, done: false, m };
+        let s = futures::stream::unfold(state, |mut st| async move {
+            let item = st.step().await;
+            item.map(|r| (r, st))
+        })
+        .flat_map(|r: Result<Vec<RecordBatch>>| {
+            futures::stream::iter(match r {
+                Ok(v) => v.into_iter().map(Ok).collect::<Vec<_>>(),
+                Err(e) => vec![Err(e)],
+            })
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema(), s)))
+    }
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+}
+
+/// One probe partition's progress.
+struct ProbeState {
+    me: Arc<GpuHashJoinExec>,
+    build: Option<Arc<Build>>,
+    build_fut: Option<futures::future::BoxFuture<'static, Result<Arc<Build>>>>,
+    probe: SendableRecordBatchStream,
+    pending: Vec<RecordBatch>,
+    pending_rows: usize,
+    done: bool,
+    m: Metrics,
+}
+
+impl ProbeState {
+    /// The next output batches; `None` at the end.
+    async fn step(&mut self) -> Option<Result<Vec<RecordBatch>>> {
+        if self.done {
+            return None;
+        }
+        if let Some(f) = self.build_fut.take() {
+            match f.await {
+                Ok(b) => self.build = Some(b),
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+        let build = self.build.clone().expect("built");
+        // probe on the device in batches of PROBE_MIN_ROWS rows or more
+        let min_rows = match build.table {
+            Table::Device { .. } => PROBE_MIN_ROWS,
+            Table::Host(_) => 1,
+        };
+        loop {
+            match self.probe.next().await {
+                Some(Ok(b)) => {
+                    if b.num_rows() == 0 {
+                        continue;
+                    }
+                    self.m.probe_rows.add(b.num_rows());
+                    self.pending_rows += b.num_rows();
+                    self.pending.push(b);
+                    if self.pending_rows >= min_rows {
+                        return Some(self.run(build, false).await);
+                    }
+                }
+                Some(Err(e)) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+                None => {
+                    self.done = true;
+                    return Some(self.run(build, true).await);
+                }
+            }
+        }
+    }
+
+    /// Joins the pending probe batches (and, at the end, the build rows that wait
+    /// for every probe).
+    async fn run(&mut self, build: Arc<Build>, last: bool) -> Result<Vec<RecordBatch>> {
+        let pending = std::mem::take(&mut self.pending);
+        self.pending_rows = 0;
+        let me = self.me.clone();
+        let m = self.m.clone();
+        let schema: SchemaRef = me.join.right().schema();
+        tokio::task::spawn_blocking(move || {
+            let mut out = Vec::new();
+            if !pending.is_empty() {
+                let probe = concat_batches(&schema, &pending)?;
+                drop(pending);
+                if let Some(o) = me.join_batch(&build, &probe, &m)? {
+                    out.push(o);
+                }
+            }
+            if last && build.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+                if let Some(o) = me.final_batch(&build)? {
+                    out.push(o);
+                }
+            }
+            for o in &out {
+                m.output_rows.add(o.num_rows());
+            }
+            Ok(out)
+        })
+        .await
+        .map_err(super::blocking_err)?
+    }
+}

@@ -2,6 +2,7 @@
 //! `demo` and `bench`.
 pub mod bench;
 pub mod bench_aggregate;
+pub mod bench_join;
 pub mod bench_skyline;
 pub mod bench_tpch;
 pub mod demo;
@@ -247,6 +248,9 @@ pub enum BenchCommand {
         #[command(flatten)]
         range: SizeRange,
     },
+    /// GPU hash join primitives (build table, probe to pairs) on resident i64 keys vs the
+    /// CPU path and DataFusion's hash join, by build and probe size and match rate.
+    Join(bench_join::JoinArgs),
     /// GROUP BY aggregation by regions on the GPU (4, 1k, 1M groups) vs the CPU and DataFusion;
     /// with --sql, the GROUP BY query in GPU and CPU mode (and DuckDB).
     Aggregate {
@@ -373,6 +377,7 @@ async fn run_command(cli: Cli) -> Result<()> {
                 bench::select(range.min_log2, range.max_log2, range.iterations, probe, approx_variants, py.as_deref())
             }
             BenchCommand::Partition { range } => bench::partition(range.min_log2, range.max_log2, range.iterations),
+            BenchCommand::Join(args) => bench_join::run(args),
             BenchCommand::Aggregate { range, .. } => bench::aggregate(range.min_log2, range.max_log2, range.iterations),
             BenchCommand::Tpch(_) | BenchCommand::Skyline(_) => {
                 Err(DataFusionError::Internal("this benchmark runs on the async runtime".into()))

@@ -23,7 +23,7 @@
 //! the same, and the work already done is kept (each probe batch is answered
 //! whole by one path).
 use crate::config::{device_for, RidgelineOptions};
-use crate::gpu_batch::{upload_array, ColumnData, Storage};
+use crate::gpu_batch::{is_gpu_error, upload_array, ColumnData, GpuBatch, GpuColumn, Storage};
 use arrow::array::{new_null_array, Array, ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions, UInt32Array};
 use arrow::compute::{concat_batches, take};
 use arrow::datatypes::SchemaRef;
@@ -147,6 +147,8 @@ struct Build {
     /// Probe partitions still running (`CollectLeft`: the last one emits the
     /// build rows that depend on every probe).
     remaining: AtomicUsize,
+    /// The build rows' share of the query's memory pool.
+    _reservation: datafusion::execution::memory_pool::MemoryReservation,
 }
 
 enum Table {
@@ -280,7 +282,14 @@ impl GpuHashJoinExec {
 
     /// Builds the table of `batch`'s keys: on the device when there is one, else
     /// (or when the device fails) on the host.
-    fn make_build(&self, batch: RecordBatch, dev: Option<Arc<GpuContext>>, probe_partitions: usize) -> Result<Build> {
+    fn make_build(
+        &self,
+        batch: RecordBatch,
+        dev: Option<Arc<GpuContext>>,
+        probe_partitions: usize,
+        reservation: datafusion::execution::memory_pool::MemoryReservation,
+    ) -> Result<Build> {
+        reservation.try_grow(batch.get_array_memory_size())?;
         let keys = batch.column(self.left_key).clone();
         let table = match dev {
             Some(dev) => {
@@ -297,14 +306,21 @@ impl GpuHashJoinExec {
             None => Table::Host(host_table(keys.as_ref(), self.width)?),
         };
         let words = if self.needs_visited() { batch.num_rows().div_ceil(32) } else { 0 };
-        Ok(Build { visited: (0..words).map(|_| AtomicU32::new(0)).collect(), remaining: AtomicUsize::new(probe_partitions), batch, keys, table })
+        Ok(Build {
+            visited: (0..words).map(|_| AtomicU32::new(0)).collect(),
+            remaining: AtomicUsize::new(probe_partitions),
+            batch,
+            keys,
+            table,
+            _reservation: reservation,
+        })
     }
 
-    /// Probes one batch of probe keys.
-    fn probe(&self, build: &Build, keys: &dyn Array, m: &Metrics) -> Result<Found> {
+    /// Probes one batch of probe keys (`device`: the same keys already on the device).
+    fn probe(&self, build: &Build, keys: &dyn Array, device: Option<&GpuColumn>, m: &Metrics) -> Result<Found> {
         let bits = self.bits_only();
         if let Table::Device { dev, table, .. } = &build.table {
-            let r = with_device_keys(dev, keys, self.width, |kc| {
+            let on_device = |kc: &KeyColumn<'_>| -> Result<Found> {
                 if bits {
                     let words = probe_matched_gpu(dev, table, kc, &JoinOptions::default()).map_err(gerr)?;
                     let mut w: Vec<u32> = words.download(dev).map_err(gerr)?;
@@ -318,7 +334,13 @@ impl GpuHashJoinExec {
                     b.extend_from_slice(&bb);
                 }
                 Ok(Found::Pairs(p, b))
-            });
+            };
+            let r = match device.map(|c| &c.data) {
+                Some(ColumnData::Device { values, validity, .. }) => {
+                    on_device(&KeyColumn { keys: values, width: self.width, validity: validity.as_ref(), rows: keys.len() })
+                }
+                _ => with_device_keys(dev, keys, self.width, on_device),
+            };
             match r {
                 Ok(f) => {
                     m.gpu_probes.add(1);
@@ -350,9 +372,9 @@ impl GpuHashJoinExec {
     }
 
     /// The output of one probe batch (and the build rows it visited).
-    fn join_batch(&self, build: &Build, probe: &RecordBatch, m: &Metrics) -> Result<Option<RecordBatch>> {
+    fn join_batch(&self, build: &Build, probe: &RecordBatch, device_key: Option<&GpuColumn>, m: &Metrics) -> Result<Option<RecordBatch>> {
         let t = m.probe_time.timer();
-        let found = self.probe(build, probe.column(self.right_key).as_ref(), m)?;
+        let found = self.probe(build, probe.column(self.right_key).as_ref(), device_key, m)?;
         drop(t);
         let n = probe.num_rows();
         let jt = *self.join.join_type();
@@ -470,12 +492,14 @@ impl GpuHashJoinExec {
         let dev = device_for(opts.mode()?)?;
         let probe_partitions = self.join.right().output_partitioning().partition_count();
         let left = self.join.left().clone();
+        let reservation = datafusion::execution::memory_pool::MemoryConsumer::new(format!("GpuHashJoinExec[{partition}]")).register(ctx.memory_pool());
         let collect = |me: Arc<Self>, batches: Vec<RecordBatch>, dev: Option<Arc<GpuContext>>, parts: usize, m: Metrics| async move {
             tokio::task::spawn_blocking(move || {
                 let _t = m.build_time.timer();
                 let batch = concat_batches(&me.join.left().schema(), &batches)?;
+                drop(batches);
                 m.build_rows.add(batch.num_rows());
-                me.make_build(batch, dev, parts).map(Arc::new)
+                me.make_build(batch, dev, parts, reservation).map(Arc::new)
             })
             .await
             .map_err(super::blocking_err)?
@@ -556,6 +580,34 @@ impl DisplayAs for GpuHashJoinExec {
     }
 }
 
+/// A probe batch: host rows, or a device batch from a GPU input (its key column
+/// is probed where it is; its host rows are its host copy or downloaded).
+enum ProbeBatch {
+    Host(RecordBatch),
+    Device(GpuBatch),
+}
+
+impl GpuHashJoinExec {
+    /// The probe side's batches: device batches when it is a GPU operator (or a
+    /// download of one), so its keys need no upload; host batches otherwise, and
+    /// when the GPU input cannot start (its boundary's CPU replay then runs).
+    fn probe_stream(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<futures::stream::BoxStream<'static, Result<ProbeBatch>>> {
+        let right = self.join.right();
+        let src = match right.downcast_ref::<super::GpuUnloadExec>() {
+            Some(u) => u.input(),
+            None => right,
+        };
+        if let Some(g) = super::as_gpu(src) {
+            match g.execute_gpu(partition, ctx.clone()) {
+                Ok(s) => return Ok(s.map(|r| r.map(ProbeBatch::Device)).boxed()),
+                Err(e) if is_gpu_error(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(right.execute(partition, ctx)?.map(|r| r.map(ProbeBatch::Host)).boxed())
+    }
+}
+
 impl ExecutionPlan for GpuHashJoinExec {
     fn name(&self) -> &str {
         "GpuHashJoinExec"
@@ -604,7 +656,7 @@ impl ExecutionPlan for GpuHashJoinExec {
             warned: self.warned.clone(),
         });
         let m = self.metrics_for(partition);
-        let probe = self.join.right().execute(partition, ctx.clone())?;
+        let probe = self.probe_stream(partition, ctx.clone())?;
         let build = me.clone().build_side(partition, ctx, m.clone());
         let state = ProbeState { me, build: None, build_fut: Some(Box::pin(build)), probe, pending: Vec::new(), pending_rows: 0, done: false, m };
         let s = futures::stream::unfold(state, |mut st| async move {
@@ -629,7 +681,7 @@ struct ProbeState {
     me: Arc<GpuHashJoinExec>,
     build: Option<Arc<Build>>,
     build_fut: Option<futures::future::BoxFuture<'static, Result<Arc<Build>>>>,
-    probe: SendableRecordBatchStream,
+    probe: futures::stream::BoxStream<'static, Result<ProbeBatch>>,
     pending: Vec<RecordBatch>,
     pending_rows: usize,
     done: bool,
@@ -659,7 +711,7 @@ impl ProbeState {
         };
         loop {
             match self.probe.next().await {
-                Some(Ok(b)) => {
+                Some(Ok(ProbeBatch::Host(b))) => {
                     if b.num_rows() == 0 {
                         continue;
                     }
@@ -667,8 +719,17 @@ impl ProbeState {
                     self.pending_rows += b.num_rows();
                     self.pending.push(b);
                     if self.pending_rows >= min_rows {
-                        return Some(self.run(build, false).await);
+                        return Some(self.run(build, false, None).await);
                     }
+                }
+                Some(Ok(ProbeBatch::Device(g))) => {
+                    if g.num_rows == 0 {
+                        continue;
+                    }
+                    self.m.probe_rows.add(g.num_rows);
+                    // a large device batch is probed where it is (after the rows
+                    // gathered before it, to keep the probe order)
+                    return Some(self.run(build, false, Some(g)).await);
                 }
                 Some(Err(e)) => {
                     self.done = true;
@@ -676,7 +737,7 @@ impl ProbeState {
                 }
                 None => {
                     self.done = true;
-                    return Some(self.run(build, true).await);
+                    return Some(self.run(build, true, None).await);
                 }
             }
         }
@@ -684,7 +745,7 @@ impl ProbeState {
 
     /// Joins the pending probe batches (and, at the end, the build rows that wait
     /// for every probe).
-    async fn run(&mut self, build: Arc<Build>, last: bool) -> Result<Vec<RecordBatch>> {
+    async fn run(&mut self, build: Arc<Build>, last: bool, device: Option<GpuBatch>) -> Result<Vec<RecordBatch>> {
         let pending = std::mem::take(&mut self.pending);
         self.pending_rows = 0;
         let me = self.me.clone();
@@ -695,7 +756,18 @@ impl ProbeState {
             if !pending.is_empty() {
                 let probe = concat_batches(&schema, &pending)?;
                 drop(pending);
-                if let Some(o) = me.join_batch(&build, &probe, &m)? {
+                if let Some(o) = me.join_batch(&build, &probe, None, &m)? {
+                    out.push(o);
+                }
+            }
+            if let Some(g) = device {
+                let dev = match &build.table {
+                    Table::Device { dev, .. } => dev.clone(),
+                    Table::Host(_) => ridgeline_operators::context::global().map_err(gerr)?,
+                };
+                let host = g.to_host(&dev)?;
+                let key = g.columns.get(me.right_key).map(|c| c.as_ref());
+                if let Some(o) = me.join_batch(&build, &host, key, &m)? {
                     out.push(o);
                 }
             }

@@ -23,6 +23,10 @@ pub struct GpuUnloadExec {
 }
 
 impl GpuUnloadExec {
+    /// The GPU plan it downloads.
+    pub fn input(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.input
+    }
     /// Wraps a GPU plan.
     pub fn new(input: Arc<dyn ExecutionPlan>) -> Self {
         let props = input.properties().clone();

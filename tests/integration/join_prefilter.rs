@@ -30,7 +30,9 @@ async fn plan(rl: &Ridgeline, sql: &str) -> Arc<dyn ExecutionPlan> {
 /// got the prefilter.
 fn check_placement(p: &Arc<dyn ExecutionPlan>) -> usize {
     let mut n = 0;
-    if let Some(j) = p.downcast_ref::<HashJoinExec>() {
+    // a GPU join keeps the hash join it replaced (children, keys, mode)
+    let hj = p.downcast_ref::<HashJoinExec>().or_else(|| p.downcast_ref::<ridgeline::exec::GpuHashJoinExec>().map(|g| g.hash_join().as_ref()));
+    if let Some(j) = hj {
         let collect_left = j.left().downcast_ref::<JoinKeysExec>().is_some();
         let partitioned = j.left().downcast_ref::<RepartitionExec>().is_some_and(|r| r.input().downcast_ref::<JoinKeysExec>().is_some());
         if collect_left || partitioned {

@@ -207,3 +207,52 @@ async fn bad_settings_are_refused_and_not_kept() {
     rl.sql("SET ridgeline.gpu = 'AUTO'").await.unwrap().collect().await.unwrap();
     assert_eq!(rl.gpu_mode().unwrap(), GpuMode::Auto);
 }
+
+/// GPU hash joins under device budgets from "nothing fits" (the build table
+/// cannot be made: the CPU path of the same primitives answers) to "the table
+/// fits, some probes do not" (those probe batches fall back, the others stay on
+/// the device) answer exactly as CPU mode, for inner, outer, semi and anti joins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpu_join_fallback_is_exact() {
+    let Some(ctx) = test_context() else { return };
+    let _turn = BUDGET.lock().await;
+    let n = 300_000i64;
+    let fk: ArrayRef = Arc::new(Int64Array::from_iter_values((0..n).map(|i| (i * 7919) % 60_000)));
+    let v: ArrayRef = Arc::new(Int64Array::from_iter_values(0..n));
+    let fact = RecordBatch::try_from_iter([("fk", fk), ("v", v)]).unwrap();
+    let dk: ArrayRef = Arc::new(Int64Array::from_iter_values((0..40_000).map(|i| i * 2)));
+    let dim = RecordBatch::try_from_iter([("dk", dk)]).unwrap();
+    let cpu = Ridgeline::builder().gpu_mode(GpuMode::Off).build().unwrap();
+    let gpu = Ridgeline::builder().gpu_mode(GpuMode::On).build().unwrap();
+    for rl in [&cpu, &gpu] {
+        let parts: Vec<RecordBatch> = (0..n as usize).step_by(50_000).map(|o| fact.slice(o, 50_000)).collect();
+        rl.register_batches("fact", fact.schema(), parts).unwrap();
+        rl.register_batches("dim", dim.schema(), vec![dim.clone()]).unwrap();
+    }
+    let queries = [
+        "SELECT count(*), sum(v) FROM fact JOIN dim ON fk = dk",
+        "SELECT count(*), sum(v), count(dk) FROM fact LEFT JOIN dim ON fk = dk",
+        "SELECT count(*), sum(v) FROM fact WHERE fk IN (SELECT dk FROM dim)",
+        "SELECT count(*), sum(v) FROM fact WHERE NOT EXISTS (SELECT 1 FROM dim WHERE dk = fk)",
+        "SELECT count(*) FROM dim WHERE EXISTS (SELECT 1 FROM fact WHERE dk = fk AND v > 100)",
+    ];
+    let live = ctx.pool().stats().live_bytes;
+    for budget in [4u64 << 30, live + (3 << 20), live + (64 << 10), live] {
+        ctx.pool().trim();
+        ctx.pool().set_budget(budget);
+        for q in queries {
+            let plan = gpu.sql(q).await.unwrap().create_physical_plan().await.unwrap();
+            assert!(ridgeline::exec::gpu_operator_names(&plan).iter().any(|n| n == "GpuHashJoinExec"), "{q}: a GPU join is planned");
+            assert_eq!(text(&answer(&gpu, q).await), text(&answer(&cpu, q).await), "{q} under a budget of {budget} bytes");
+        }
+        // where the probes ran: all on the device with room, none without
+        let t = text(&answer(&gpu, &format!("EXPLAIN ANALYZE {}", queries[0])).await);
+        let line = t.lines().find(|l| l.contains("GpuHashJoinExec")).unwrap().to_string();
+        if budget == 4 << 30 {
+            assert!(line.contains("cpu_probes=0") && !line.contains("gpu_probes=0"), "{line}");
+        } else if budget == live {
+            assert!(line.contains("gpu_probes=0") && !line.contains("cpu_probes=0"), "{line}");
+        }
+    }
+    ctx.pool().set_budget(4 << 30);
+}

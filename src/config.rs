@@ -96,9 +96,9 @@ extensions_options! {
         /// Let a hash join's build-side keys filter its GPU-resident probe side on the
         /// device before download (the `ridgeline_gpu_join_prefilter` rule).
         pub gpu_join_prefilter: bool, default = true
-        /// Run hash joins on one integer, date, timestamp or decimal key on the GPU
+        /// Run hash joins on integer, date, timestamp or decimal keys on the GPU
         /// (`GpuHashJoinExec`: the table and the probe on the device; mode auto only
-        /// over a probe side of a million rows or more).
+        /// when both sides are estimated at 2^23 rows or more).
         pub gpu_joins: bool, default = true
         /// Over a resident scan under a CPU operator, how the prefilter's rows reach
         /// it: true computes every row's selection in one device pass and filters the

@@ -15,10 +15,18 @@ pub mod join {
     /// cost on the H100 machine's Vulkan driver per wait, `bench filter`'s figure),
     /// so DataFusion's 8192-row batches are gathered first. Not yet tuned on the H200.
     pub const PROBE_MIN_ROWS: usize = 1 << 20;
-    /// Mode `auto` moves a hash join to the GPU when its probe side is estimated at
-    /// this many rows or more (below, DataFusion's CPU join finishes before the
-    /// device round trips do): the session's `ridgeline.min_gpu_rows` when larger.
-    pub const AUTO_MIN_PROBE_ROWS: usize = 1 << 20;
+    /// Mode `auto` moves a hash join to the GPU only when both sides are estimated
+    /// at this many rows or more (and `ridgeline.min_gpu_rows`): 2^23. Measured on
+    /// the H200 machine (docs/benchmarks/history/session-36.md): the primitives
+    /// themselves beat DataFusion's CPU join everywhere (`bench join`: 2^20 build x
+    /// 2^26 probe at 50% matches 22 ms against 140 ms; 2^24 x 2^24 38 ms with the
+    /// build against 249 ms), but inside TPC-H at SF 10 the joins' host side (the
+    /// build gathered on the host, key uploads, pairs downloaded, the output
+    /// gathered on the host) made every join query slower: resident geomean 59.7 ms
+    /// with GPU joins on the joins of a million probe rows against 51.0 without,
+    /// host tables 194 against 146. Only joins whose CPU hash table falls far out of
+    /// cache are left to it until the join's output stays on the device.
+    pub const AUTO_MIN_ROWS: usize = 1 << 23;
 }
 
 /// The GPU filter rule's cost model (`optimizer::gpu_filter`).

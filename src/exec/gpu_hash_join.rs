@@ -13,9 +13,12 @@
 //! DataFusion does. Build rows no probe row matched (left, full, left semi and
 //! left anti joins) are emitted when the last probe partition finishes.
 //!
-//! Keys: one equi-key of the same integer, date, timestamp or decimal (p <= 18)
+//! Keys: equi-keys of the same integer, date, timestamp or decimal (p <= 18)
 //! type on both sides (`ridgeline_operators::join` compares them bit for bit);
-//! NULL keys never match. The output is in probe order, as DataFusion's.
+//! NULL keys never match. Several key columns become one 64-bit key: packed
+//! (`(k_i - min_i) * mult_i` over the build side's ranges) when those ranges
+//! multiply to less than 2^63, else hashed, and then every pair is checked on
+//! each key column on the host. The output is in probe order, as DataFusion's.
 //!
 //! A GPU that fails (lost, out of memory, a build side over one binding, a probe
 //! row with more matches than one binding holds) sends the join to the CPU path
@@ -54,6 +57,9 @@ pub fn key_width(dt: &arrow::datatypes::DataType) -> Option<KeyWidth> {
     }
 }
 
+/// Most key columns a GPU join takes (several are packed or hashed into one 64-bit key).
+pub const MAX_KEY_COLUMNS: usize = 8;
+
 /// Join types the operator takes.
 pub fn supported_join_type(t: JoinType) -> bool {
     matches!(
@@ -73,17 +79,21 @@ pub fn unsupported_reason(join: &HashJoinExec) -> Option<String> {
     if join.null_equality() != NullEquality::NullEqualsNothing || join.null_aware {
         return Some("NULL-equal or NULL-aware keys".into());
     }
-    let [(l, r)] = join.on() else { return Some(format!("{} key columns", join.on().len())) };
-    let (Some(l), Some(r)) = (l.downcast_ref::<Column>(), r.downcast_ref::<Column>()) else {
-        return Some("computed join keys".into());
-    };
-    let lt = join.left().schema().field(l.index()).data_type().clone();
-    let rt = join.right().schema().field(r.index()).data_type().clone();
-    if lt != rt {
-        return Some(format!("keys of types {lt} and {rt}"));
+    if join.on().is_empty() || join.on().len() > MAX_KEY_COLUMNS {
+        return Some(format!("{} key columns", join.on().len()));
     }
-    if key_width(&lt).is_none() {
-        return Some(format!("keys of type {lt}"));
+    for (l, r) in join.on() {
+        let (Some(l), Some(r)) = (l.downcast_ref::<Column>(), r.downcast_ref::<Column>()) else {
+            return Some("computed join keys".into());
+        };
+        let lt = join.left().schema().field(l.index()).data_type().clone();
+        let rt = join.right().schema().field(r.index()).data_type().clone();
+        if lt != rt {
+            return Some(format!("keys of types {lt} and {rt}"));
+        }
+        if key_width(&lt).is_none() {
+            return Some(format!("keys of type {lt}"));
+        }
     }
     None
 }
@@ -92,8 +102,9 @@ pub fn unsupported_reason(join: &HashJoinExec) -> Option<String> {
 #[derive(Debug)]
 pub struct GpuHashJoinExec {
     join: Arc<HashJoinExec>,
-    left_key: usize,
-    right_key: usize,
+    /// (left, right) column of each key.
+    keys: Vec<(usize, usize)>,
+    /// The device width of the one key, or of the packed or hashed key (I64) of several.
     width: KeyWidth,
     /// The build side of a `CollectLeft` join, shared by every probe partition.
     shared: Arc<tokio::sync::OnceCell<Arc<Build>>>,
@@ -107,14 +118,15 @@ impl GpuHashJoinExec {
         if let Some(why) = unsupported_reason(&join) {
             return Err(why);
         }
-        let (l, r) = &join.on()[0];
-        let left_key = l.downcast_ref::<Column>().expect("checked").index();
-        let right_key = r.downcast_ref::<Column>().expect("checked").index();
-        let width = key_width(join.left().schema().field(left_key).data_type()).expect("checked");
+        let keys: Vec<(usize, usize)> = join
+            .on()
+            .iter()
+            .map(|(l, r)| (l.downcast_ref::<Column>().expect("checked").index(), r.downcast_ref::<Column>().expect("checked").index()))
+            .collect();
+        let width = if keys.len() == 1 { key_width(join.left().schema().field(keys[0].0).data_type()).expect("checked") } else { KeyWidth::I64 };
         Ok(GpuHashJoinExec {
             join,
-            left_key,
-            right_key,
+            keys,
             width,
             shared: Arc::new(tokio::sync::OnceCell::new()),
             metrics: ExecutionPlanMetricsSet::new(),
@@ -131,16 +143,34 @@ impl GpuHashJoinExec {
         matches!(self.join.join_type(), JoinType::Left | JoinType::Full | JoinType::LeftSemi | JoinType::LeftAnti)
     }
 
-    /// Semi and anti joins on the probe side without a residual filter need one bit a row.
-    fn bits_only(&self) -> bool {
-        matches!(self.join.join_type(), JoinType::RightSemi | JoinType::RightAnti) && self.join.filter().is_none()
+    /// Semi and anti joins on the probe side without a residual filter need one bit
+    /// a row (not over hashed keys, whose pairs are checked on the host).
+    fn bits_only(&self, build: &Build) -> bool {
+        matches!(self.join.join_type(), JoinType::RightSemi | JoinType::RightAnti) && self.join.filter().is_none() && !build.composite.is_hashed()
+    }
+
+    /// The one key column of a side's batch, or its packed or hashed composite key.
+    fn key_of(&self, batch: &RecordBatch, side: JoinSide, composite: &Composite) -> Result<ArrayRef> {
+        let col = |&(l, r): &(usize, usize)| batch.column(if side == JoinSide::Left { l } else { r }).clone();
+        match composite {
+            Composite::One => Ok(col(&self.keys[0])),
+            c => {
+                let cols: Vec<ArrayRef> = self.keys.iter().map(col).collect();
+                c.key(&cols)
+            }
+        }
     }
 }
 
 /// The build side: its rows, its table and what the probes found.
 struct Build {
     batch: RecordBatch,
+    /// The key the table holds (the one key column, or the composite key).
     keys: ArrayRef,
+    /// How several key columns make that key.
+    composite: Composite,
+    /// The build side's key columns widened to i64, for checking hashed pairs.
+    wide_keys: Vec<Vec<i64>>,
     table: Table,
     /// Build rows some probe row matched (bits), for joins that emit by it.
     visited: Vec<AtomicU32>,
@@ -149,6 +179,106 @@ struct Build {
     remaining: AtomicUsize,
     /// The build rows' share of the query's memory pool.
     _reservation: datafusion::execution::memory_pool::MemoryReservation,
+}
+
+/// How several key columns become one 64-bit key.
+#[derive(Debug)]
+enum Composite {
+    /// One key column: the key itself.
+    One,
+    /// `sum((k_i - min_i) * mult_i)` over the build side's ranges (exact; a probe key
+    /// outside a range cannot match and is NULL).
+    Packed { mins: Vec<i128>, maxs: Vec<i128>, mults: Vec<u128> },
+    /// A 64-bit hash of the keys: equal keys, equal hashes; the pairs are checked on
+    /// every key column on the host.
+    Hashed,
+}
+
+fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+impl Composite {
+    fn is_hashed(&self) -> bool {
+        matches!(self, Composite::Hashed)
+    }
+    /// Packed when the build side's key ranges multiply to less than 2^63, else hashed.
+    fn plan(build_cols: &[Vec<i64>], valid: &dyn Fn(usize) -> bool) -> Composite {
+        let mut mins = Vec::new();
+        let mut maxs = Vec::new();
+        for c in build_cols {
+            let (mut lo, mut hi) = (i128::MAX, i128::MIN);
+            for (i, &v) in c.iter().enumerate() {
+                if valid(i) {
+                    lo = lo.min(v as i128);
+                    hi = hi.max(v as i128);
+                }
+            }
+            if lo > hi {
+                (lo, hi) = (0, 0);
+            }
+            mins.push(lo);
+            maxs.push(hi);
+        }
+        let mut mults = vec![0u128; mins.len()];
+        let mut m: u128 = 1;
+        for i in (0..mins.len()).rev() {
+            mults[i] = m;
+            m = match m.checked_mul((maxs[i] - mins[i] + 1) as u128) {
+                Some(x) if x <= i64::MAX as u128 => x,
+                _ => return Composite::Hashed,
+            };
+        }
+        Composite::Packed { mins, maxs, mults }
+    }
+    /// The key of every row of `cols` (NULL where a key column is NULL, or, packed,
+    /// outside the build side's range).
+    fn key(&self, cols: &[ArrayRef]) -> Result<ArrayRef> {
+        let n = cols.first().map_or(0, |c| c.len());
+        let wide: Vec<Vec<i64>> = cols.iter().map(|c| widen(c.as_ref())).collect::<Result<_>>()?;
+        let mut out = arrow::array::Int64Builder::with_capacity(n);
+        for i in 0..n {
+            if cols.iter().any(|c| c.is_null(i)) {
+                out.append_null();
+                continue;
+            }
+            match self {
+                Composite::Packed { mins, maxs, mults } => {
+                    let mut k: u128 = 0;
+                    let mut inside = true;
+                    for (j, w) in wide.iter().enumerate() {
+                        let v = w[i] as i128;
+                        if v < mins[j] || v > maxs[j] {
+                            inside = false;
+                            break;
+                        }
+                        k += (v - mins[j]) as u128 * mults[j];
+                    }
+                    if inside { out.append_value(k as i64) } else { out.append_null() }
+                }
+                _ => {
+                    let mut h = 0x243f_6a88_85a3_08d3u64;
+                    for w in &wide {
+                        h = mix64(h ^ (w[i] as u64).wrapping_add(0x9e37_79b9_7f4a_7c15));
+                    }
+                    out.append_value(h as i64)
+                }
+            }
+        }
+        Ok(Arc::new(out.finish()))
+    }
+}
+
+/// A key column widened to i64 (its device width's values, sign- or zero-extended).
+fn widen(a: &dyn Array) -> Result<Vec<i64>> {
+    let w = key_width(a.data_type()).ok_or_else(|| DataFusionError::Internal(format!("join key of type {}", a.data_type())))?;
+    Ok(match HostKeys::of(a, w)? {
+        HostKeys::I32(v) => v.into_iter().map(i64::from).collect(),
+        HostKeys::U32(v) => v.into_iter().map(i64::from).collect(),
+        HostKeys::I64(v) => v,
+    })
 }
 
 enum Table {
@@ -290,7 +420,17 @@ impl GpuHashJoinExec {
         reservation: datafusion::execution::memory_pool::MemoryReservation,
     ) -> Result<Build> {
         reservation.try_grow(batch.get_array_memory_size())?;
-        let keys = batch.column(self.left_key).clone();
+        let (composite, wide_keys) = if self.keys.len() == 1 {
+            (Composite::One, Vec::new())
+        } else {
+            let cols: Vec<ArrayRef> = self.keys.iter().map(|&(l, _)| batch.column(l).clone()).collect();
+            let wide: Vec<Vec<i64>> = cols.iter().map(|c| widen(c.as_ref())).collect::<Result<_>>()?;
+            let valid = |i: usize| cols.iter().all(|c| c.is_valid(i));
+            let plan = Composite::plan(&wide, &valid);
+            let keep = if plan.is_hashed() { wide } else { Vec::new() };
+            (plan, keep)
+        };
+        let keys = self.key_of(&batch, JoinSide::Left, &composite)?;
         let table = match dev {
             Some(dev) => {
                 let built = with_device_keys(&dev, keys.as_ref(), self.width, |kc| build_table_gpu(&dev, kc, &JoinOptions::default()).map_err(gerr));
@@ -311,6 +451,8 @@ impl GpuHashJoinExec {
             remaining: AtomicUsize::new(probe_partitions),
             batch,
             keys,
+            composite,
+            wide_keys,
             table,
             _reservation: reservation,
         })
@@ -318,7 +460,7 @@ impl GpuHashJoinExec {
 
     /// Probes one batch of probe keys (`device`: the same keys already on the device).
     fn probe(&self, build: &Build, keys: &dyn Array, device: Option<&GpuColumn>, m: &Metrics) -> Result<Found> {
-        let bits = self.bits_only();
+        let bits = self.bits_only(build);
         if let Table::Device { dev, table, .. } = &build.table {
             let on_device = |kc: &KeyColumn<'_>| -> Result<Found> {
                 if bits {
@@ -374,8 +516,60 @@ impl GpuHashJoinExec {
     /// The output of one probe batch (and the build rows it visited).
     fn join_batch(&self, build: &Build, probe: &RecordBatch, device_key: Option<&GpuColumn>, m: &Metrics) -> Result<Option<RecordBatch>> {
         let t = m.probe_time.timer();
-        let found = self.probe(build, probe.column(self.right_key).as_ref(), device_key, m)?;
+        let pkeys = self.key_of(probe, JoinSide::Right, &build.composite)?;
+        let device_key = if self.keys.len() == 1 { device_key } else { None };
+        let found = self.probe(build, pkeys.as_ref(), device_key, m)?;
         drop(t);
+        self.emit(build, probe, found)
+    }
+
+    /// The outputs of several probe batches probed as one: their keys are gathered
+    /// (only the keys are copied) and probed once, and each batch gets its share
+    /// of what was found.
+    fn join_batches(&self, build: &Build, probes: &[RecordBatch], m: &Metrics) -> Result<Vec<RecordBatch>> {
+        let t = m.probe_time.timer();
+        let keys: Vec<ArrayRef> = probes.iter().map(|b| self.key_of(b, JoinSide::Right, &build.composite)).collect::<Result<_>>()?;
+        let refs: Vec<&dyn Array> = keys.iter().map(|k| k.as_ref()).collect();
+        let all = arrow::compute::concat(&refs)?;
+        drop(keys);
+        let found = self.probe(build, all.as_ref(), None, m)?;
+        drop(t);
+        let mut out = Vec::new();
+        let mut start = 0usize;
+        let mut k = 0usize;
+        for b in probes {
+            let n = b.num_rows();
+            let part = match &found {
+                Found::Bits(words) => {
+                    let mut w = vec![0u32; n.div_ceil(32)];
+                    for i in 0..n {
+                        let g = start + i;
+                        if (words[g / 32] >> (g % 32)) & 1 == 1 {
+                            w[i / 32] |= 1 << (i % 32);
+                        }
+                    }
+                    Found::Bits(w)
+                }
+                Found::Pairs(p, bb) => {
+                    let end = (start + n) as u32;
+                    let first = k;
+                    while k < p.len() && p[k] < end {
+                        k += 1;
+                    }
+                    Found::Pairs(p[first..k].iter().map(|&i| i - start as u32).collect(), bb[first..k].to_vec())
+                }
+            };
+            if let Some(o) = self.emit(build, b, part)? {
+                out.push(o);
+            }
+            start += n;
+        }
+        Ok(out)
+    }
+
+    /// The output of one probe batch from what its probe found (and the build rows
+    /// it visited).
+    fn emit(&self, build: &Build, probe: &RecordBatch, found: Found) -> Result<Option<RecordBatch>> {
         let n = probe.num_rows();
         let jt = *self.join.join_type();
         let (p, b) = match found {
@@ -384,10 +578,13 @@ impl GpuHashJoinExec {
                 let rows: Vec<u32> = (0..n as u32).filter(|&i| ((words[i as usize / 32] >> (i % 32)) & 1 == 1) == want).collect();
                 return self.finish_batch(probe_side_only(probe, &rows)?);
             }
-            Found::Pairs(p, b) => match self.join.filter() {
-                Some(f) => apply_filter(f, &build.batch, probe, p, b)?,
-                None => (p, b),
-            },
+            Found::Pairs(p, b) => {
+                let (p, b) = if build.composite.is_hashed() { self.check_hashed(build, probe, p, b)? } else { (p, b) };
+                match self.join.filter() {
+                    Some(f) => apply_filter(f, &build.batch, probe, p, b)?,
+                    None => (p, b),
+                }
+            }
         };
         if self.needs_visited() {
             for &j in &b {
@@ -436,6 +633,19 @@ impl GpuHashJoinExec {
             Some(o) => self.finish_batch(o),
             None => Ok(None),
         }
+    }
+
+    /// The pairs of hashed composite keys whose key columns are all equal.
+    fn check_hashed(&self, build: &Build, probe: &RecordBatch, p: Vec<u32>, b: Vec<u32>) -> Result<(Vec<u32>, Vec<u32>)> {
+        let pw: Vec<Vec<i64>> = self.keys.iter().map(|&(_, r)| widen(probe.column(r).as_ref())).collect::<Result<_>>()?;
+        let (mut po, mut bo) = (Vec::with_capacity(p.len()), Vec::with_capacity(b.len()));
+        for (&i, &j) in p.iter().zip(&b) {
+            if pw.iter().zip(&build.wide_keys).all(|(pc, bc)| pc[i as usize] == bc[j as usize]) {
+                po.push(i);
+                bo.push(j);
+            }
+        }
+        Ok((po, bo))
     }
 
     /// Build columns at `bi` beside probe columns at `pi` (the join schema's order).
@@ -593,11 +803,16 @@ impl GpuHashJoinExec {
     /// when the GPU input cannot start (its boundary's CPU replay then runs).
     fn probe_stream(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<futures::stream::BoxStream<'static, Result<ProbeBatch>>> {
         let right = self.join.right();
+        // A boundary's GPU input hands over what the boundary would download; a
+        // resident scan hands over its chunks with their host copies. (Other GPU
+        // nodes that serve CPU parents, the semi-join prefilter, keep their own
+        // fallbacks on the host side: they are read as host batches.)
         let src = match right.downcast_ref::<super::GpuUnloadExec>() {
-            Some(u) => u.input(),
-            None => right,
+            Some(u) => Some(u.input()),
+            None if right.downcast_ref::<super::GpuScanExec>().is_some() => Some(right),
+            None => None,
         };
-        if let Some(g) = super::as_gpu(src) {
+        if let Some(g) = src.and_then(super::as_gpu) {
             match g.execute_gpu(partition, ctx.clone()) {
                 Ok(s) => return Ok(s.map(|r| r.map(ProbeBatch::Device)).boxed()),
                 Err(e) if is_gpu_error(&e) => {}
@@ -648,8 +863,7 @@ impl ExecutionPlan for GpuHashJoinExec {
     fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
         let me = Arc::new(GpuHashJoinExec {
             join: self.join.clone(),
-            left_key: self.left_key,
-            right_key: self.right_key,
+            keys: self.keys.clone(),
             width: self.width,
             shared: self.shared.clone(),
             metrics: self.metrics.clone(),
@@ -753,20 +967,20 @@ impl ProbeState {
         let schema: SchemaRef = me.join.right().schema();
         tokio::task::spawn_blocking(move || {
             let mut out = Vec::new();
-            if !pending.is_empty() {
-                let probe = concat_batches(&schema, &pending)?;
-                drop(pending);
-                if let Some(o) = me.join_batch(&build, &probe, None, &m)? {
-                    out.push(o);
-                }
+            let _ = &schema;
+            match pending.len() {
+                0 => {}
+                1 => out.extend(me.join_batch(&build, &pending[0], None, &m)?),
+                _ => out.extend(me.join_batches(&build, &pending, &m)?),
             }
+            drop(pending);
             if let Some(g) = device {
                 let dev = match &build.table {
                     Table::Device { dev, .. } => dev.clone(),
                     Table::Host(_) => ridgeline_operators::context::global().map_err(gerr)?,
                 };
                 let host = g.to_host(&dev)?;
-                let key = g.columns.get(me.right_key).map(|c| c.as_ref());
+                let key = g.columns.get(me.keys[0].1).map(|c| c.as_ref());
                 if let Some(o) = me.join_batch(&build, &host, key, &m)? {
                     out.push(o);
                 }

@@ -46,7 +46,10 @@ async fn gpu_mode_plans_gpu_joins() {
     assert!(!g.contains(" HashJoinExec"), "{g}");
     let c = plan_text(&cpu.sql(q).await.unwrap().collect().await.unwrap());
     assert!(c.contains("HashJoinExec") && !c.contains("GpuHashJoinExec"), "{c}");
-    // a join the GPU does not take stays DataFusion's: string keys, two keys
+    // several key columns: one packed key
+    let two = plan_text(&gpu.sql("EXPLAIN SELECT count(*) FROM lineitem l JOIN partsupp ps ON l.l_partkey = ps.ps_partkey AND l.l_suppkey = ps.ps_suppkey").await.unwrap().collect().await.unwrap());
+    assert!(two.contains("GpuHashJoinExec"), "{two}");
+    // a join the GPU does not take stays DataFusion's: string keys
     let s = plan_text(&gpu.sql("EXPLAIN SELECT count(*) FROM nation a JOIN nation b ON a.n_name = b.n_name").await.unwrap().collect().await.unwrap());
     assert!(s.contains("HashJoinExec") && !s.contains("GpuHashJoinExec"), "{s}");
     // the setting turns it off

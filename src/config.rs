@@ -100,6 +100,9 @@ extensions_options! {
         /// (`GpuHashJoinExec`: the table and the probe on the device; mode auto only
         /// when both sides are estimated at 2^23 rows or more).
         pub gpu_joins: bool, default = true
+        /// Rows DataFusion's statistics must give both sides of a hash join before
+        /// mode auto runs it on the GPU.
+        pub gpu_join_min_rows: usize, default = crate::tuning::join::AUTO_MIN_ROWS
         /// Over a resident scan under a CPU operator, how the prefilter's rows reach
         /// it: true computes every row's selection in one device pass and filters the
         /// scan's host copy with it (the mask path); false compacts on the device per

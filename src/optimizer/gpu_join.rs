@@ -5,9 +5,9 @@
 //! says why not otherwise).
 //!
 //! Mode `on`: every such join. Mode `auto`: on a GPU that is not a CPU adapter,
-//! when DataFusion's statistics put both sides at
-//! [`AUTO_MIN_ROWS`](crate::tuning::join::AUTO_MIN_ROWS) rows or more (and
-//! `ridgeline.min_gpu_rows`): the measurement there says why. `ridgeline.gpu_joins = false` turns the rule off.
+//! when DataFusion's statistics put both sides at `ridgeline.gpu_join_min_rows`
+//! rows or more (default [`AUTO_MIN_ROWS`](crate::tuning::join::AUTO_MIN_ROWS):
+//! the measurement there says why). `ridgeline.gpu_joins = false` turns the rule off.
 //! Runs after the semi-join prefilter (which looks for `HashJoinExec`) and before
 //! the boundary rule.
 use crate::config::rule_device;
@@ -31,7 +31,7 @@ impl PhysicalOptimizerRule for GpuJoinRule {
         if !opts.gpu_joins || (mode == GpuMode::Auto && dev.is_cpu_adapter()) {
             return Ok(plan);
         }
-        let min_rows = crate::tuning::join::AUTO_MIN_ROWS.max(opts.min_gpu_rows);
+        let min_rows = opts.gpu_join_min_rows;
         Ok(plan
             .transform_up(|node| {
                 let Some(hj) = node.downcast_ref::<HashJoinExec>() else { return Ok(Transformed::no(node)) };

@@ -9,10 +9,6 @@ use std::process::ExitCode;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    // Mesa's Vulkan WSI complains on stderr when this is unset, even for compute.
-    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
-        std::env::set_var("XDG_RUNTIME_DIR", std::env::temp_dir());
-    }
     ridgeline::guard::install_panic_hook();
     // Warnings and errors print as `warning: ...` / `error: ...` lines (each once);
     // `RUST_LOG` turns on the other levels with their targets.

@@ -439,3 +439,19 @@ fn deep_sql_answers() {
     assert!(o.status.success(), "{err}");
     assert_eq!(String::from_utf8_lossy(&o.stdout), "n\n3\nm,s\n2000,1999000\n");
 }
+
+/// A headless machine without `XDG_RUNTIME_DIR` (a service's environment): the
+/// GPU starts without driver noise on standard error (the library creates its
+/// Vulkan instance without window-system extensions, so Mesa does not look for a
+/// Wayland display), and a GPU query answers.
+#[test]
+fn gpu_start_is_quiet_without_a_display() {
+    for args in [&["gpu"][..], &["--gpu", "auto", "query", "SELECT 1 + 1 AS two", "--format", "csv"][..]] {
+        let o = bin().args(args).env_remove("XDG_RUNTIME_DIR").env_remove("WAYLAND_DISPLAY").output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "ridgeline {args:?}: {err}");
+        assert!(!err.contains("XDG_RUNTIME_DIR"), "ridgeline {args:?} printed driver noise:\n{err}");
+    }
+    let out = String::from_utf8(bin().args(["query", "SELECT 1 + 1 AS two", "--format", "csv"]).env_remove("XDG_RUNTIME_DIR").output().unwrap().stdout).unwrap();
+    assert_eq!(out.trim(), "two\n2");
+}

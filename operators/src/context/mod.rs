@@ -7,6 +7,8 @@
 //! writes through the staging pool of [`crate::transfer`]), `report.rs` (the adapter
 //! report). The memory budget ([`crate::pool::BufferPool`]) is per process: every
 //! session of the process shares the global context ([`global`]) and its pool.
+#[cfg(all(unix, not(target_os = "macos"), not(target_os = "ios"), not(target_os = "android")))]
+mod headless;
 mod options;
 mod pipelines;
 mod report;
@@ -76,6 +78,24 @@ pub fn warn_once(msg: &str) {
     }
 }
 
+/// Vulkan adapters through an instance without window-system extensions
+/// ([`headless`]), where the platform has one and Vulkan is wanted; else none.
+#[cfg(all(unix, not(target_os = "macos"), not(target_os = "ios"), not(target_os = "android")))]
+fn headless_adapters(desc: &wgpu::InstanceDescriptor) -> Vec<wgpu::Adapter> {
+    if !desc.backends.contains(wgpu::Backends::VULKAN) {
+        return Vec::new();
+    }
+    match headless::instance(desc.flags) {
+        Some(i) => pollster::block_on(i.enumerate_adapters(wgpu::Backends::VULKAN)),
+        None => Vec::new(),
+    }
+}
+
+#[cfg(not(all(unix, not(target_os = "macos"), not(target_os = "ios"), not(target_os = "android"))))]
+fn headless_adapters(_desc: &wgpu::InstanceDescriptor) -> Vec<wgpu::Adapter> {
+    Vec::new()
+}
+
 fn backend_bits() -> wgpu::Backends {
     wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY)
 }
@@ -95,8 +115,11 @@ fn type_rank(t: wgpu::DeviceType) -> u8 {
 fn pick_adapter(opts: &ContextOptions) -> GpuResult<wgpu::Adapter> {
     let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
     desc.backends = backend_bits();
-    let instance = wgpu::Instance::new(desc);
-    let mut adapters = pollster::block_on(instance.enumerate_adapters(backend_bits()));
+    let mut adapters = headless_adapters(&desc);
+    if adapters.is_empty() {
+        let instance = wgpu::Instance::new(desc);
+        adapters = pollster::block_on(instance.enumerate_adapters(backend_bits()));
+    }
     if adapters.is_empty() {
         return Err(GpuError::NoAdapter(
             "no Vulkan/Metal/DX12 adapter found (on a CPU-only Linux machine install a Vulkan driver: apt-get install mesa-vulkan-drivers)".into(),

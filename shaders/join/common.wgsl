@@ -86,3 +86,25 @@ fn round_of(b: u32) -> vec2<u32> {
     let first = min(end, boffs[b] + p.skip);
     return vec2<u32>(first, select(first + p.run, end, end - first <= p.run));
 }
+
+// What a probe row walks this round: its key and the bucket entries
+// [first, last) (empty for a NULL key or a row past the dispatch).
+struct Walk {
+    key: vec2<u32>,
+    first: u32,
+    last: u32,
+}
+
+fn walk_of(i: u32) -> Walk {
+    var w = Walk(vec2<u32>(0u, 0u), 0u, 0u);
+    if (i < p.rows) {
+        let r = p.row_base + i;
+        if (probe_valid(r)) {
+            w.key = probe_key(r);
+            let rd = round_of(bucket_of(w.key));
+            w.first = rd.x;
+            w.last = rd.y;
+        }
+    }
+    return w;
+}

@@ -19,17 +19,12 @@ fn count(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
     }
     workgroupBarrier();
     let i = dispatch_row(wid, lid);
+    let w = walk_of(i);
     var c = 0u;
+    for (var j = w.first; j < w.last; j++) {
+        if (build_match(j, w.key)) { c += 1u; }
+    }
     if (i < p.rows) {
-        let r = p.row_base + i;
-        if (probe_valid(r)) {
-            let k = probe_key(r);
-            let b = bucket_of(k);
-            let rd = round_of(b);
-            for (var j = rd.x; j < rd.y; j++) {
-                if (build_match(j, k)) { c += 1u; }
-            }
-        }
         if (p.skip == 0u) { counts[i] = c; } else { counts[i] += c; }
     }
     if (c != 0u) {

@@ -14,23 +14,15 @@ fn matched(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
     if (lid < WG / 32u) { atomicStore(&wbits[lid], 0u); }
     workgroupBarrier();
     let i = dispatch_row(wid, lid);
-    if (i < p.rows) {
-        let r = p.row_base + i;
-        if (probe_valid(r)) {
-            let k = probe_key(r);
-            let b = bucket_of(k);
-            let rd = round_of(b);
-            for (var j = rd.x; j < rd.y; j++) {
-                if (build_match(j, k)) {
-                    atomicOr(&wbits[lid >> 5u], 1u << (lid & 31u));
-                    break;
-                }
-            }
+    let w = walk_of(i);
+    for (var j = w.first; j < w.last; j++) {
+        if (build_match(j, w.key)) {
+            atomicOr(&wbits[lid >> 5u], 1u << (lid & 31u));
+            break;
         }
     }
     workgroupBarrier();
-    let w = i >> 5u;
     if ((lid & 31u) == 0u && i < p.rows) {
-        bits[(p.out_base >> 5u) + w] |= atomicLoad(&wbits[lid >> 5u]);
+        bits[(p.out_base >> 5u) + (i >> 5u)] |= atomicLoad(&wbits[lid >> 5u]);
     }
 }

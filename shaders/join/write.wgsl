@@ -13,14 +13,10 @@
 fn write(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let i = dispatch_row(wid, lid);
     if (i >= p.rows) { return; }
-    let r = p.row_base + i;
-    if (!probe_valid(r)) { return; }
-    let k = probe_key(r);
-    let b = bucket_of(k);
-    let rd = round_of(b);
+    let w = walk_of(i);
     var o = starts[i];
-    for (var j = rd.x; j < rd.y; j++) {
-        if (build_match(j, k)) {
+    for (var j = w.first; j < w.last; j++) {
+        if (build_match(j, w.key)) {
             if (o < p.capacity) {
                 out_probe[o] = p.out_base + i;
                 out_build[o] = brows[j];

@@ -15,6 +15,10 @@ pub mod join {
     /// cost on the H100 machine's Vulkan driver per wait, `bench filter`'s figure),
     /// so DataFusion's 8192-row batches are gathered first. Not yet tuned on the H200.
     pub const PROBE_MIN_ROWS: usize = 1 << 20;
+    /// Rows of one output batch of a GPU join at most: 2^16 (the output of a probe
+    /// batch is gathered in pieces of this many pairs, so a many-to-many probe never
+    /// holds one huge batch; eight of DataFusion's default batches).
+    pub const OUTPUT_ROWS: usize = 1 << 16;
     /// Mode `auto` moves a hash join to the GPU only when both sides are estimated
     /// at this many rows or more (and `ridgeline.min_gpu_rows`): 2^23. Measured on
     /// the H200 machine (docs/benchmarks/history/session-36.md): the primitives

@@ -45,7 +45,7 @@ use ridgeline_operators::{GpuContext, GpuError};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-pub use crate::tuning::join::PROBE_MIN_ROWS;
+pub use crate::tuning::join::{OUTPUT_ROWS, PROBE_MIN_ROWS};
 
 /// The key width of a join key type, or `None` when the GPU join does not take it.
 pub fn key_width(dt: &arrow::datatypes::DataType) -> Option<KeyWidth> {
@@ -514,7 +514,7 @@ impl GpuHashJoinExec {
     }
 
     /// The output of one probe batch (and the build rows it visited).
-    fn join_batch(&self, build: &Build, probe: &RecordBatch, device_key: Option<&GpuColumn>, m: &Metrics) -> Result<Option<RecordBatch>> {
+    fn join_batch(&self, build: &Build, probe: &RecordBatch, device_key: Option<&GpuColumn>, m: &Metrics) -> Result<Vec<RecordBatch>> {
         let t = m.probe_time.timer();
         let pkeys = self.key_of(probe, JoinSide::Right, &build.composite)?;
         let device_key = if self.keys.len() == 1 { device_key } else { None };
@@ -559,9 +559,7 @@ impl GpuHashJoinExec {
                     Found::Pairs(p[first..k].iter().map(|&i| i - start as u32).collect(), bb[first..k].to_vec())
                 }
             };
-            if let Some(o) = self.emit(build, b, part)? {
-                out.push(o);
-            }
+            out.extend(self.emit(build, b, part)?);
             start += n;
         }
         Ok(out)
@@ -569,14 +567,14 @@ impl GpuHashJoinExec {
 
     /// The output of one probe batch from what its probe found (and the build rows
     /// it visited).
-    fn emit(&self, build: &Build, probe: &RecordBatch, found: Found) -> Result<Option<RecordBatch>> {
+    fn emit(&self, build: &Build, probe: &RecordBatch, found: Found) -> Result<Vec<RecordBatch>> {
         let n = probe.num_rows();
         let jt = *self.join.join_type();
         let (p, b) = match found {
             Found::Bits(words) => {
                 let want = jt == JoinType::RightSemi;
                 let rows: Vec<u32> = (0..n as u32).filter(|&i| ((words[i as usize / 32] >> (i % 32)) & 1 == 1) == want).collect();
-                return self.finish_batch(probe_side_only(probe, &rows)?);
+                return Ok(self.finish_batch(probe_side_only(probe, &rows)?)?.into_iter().collect());
             }
             Found::Pairs(p, b) => {
                 let (p, b) = if build.composite.is_hashed() { self.check_hashed(build, probe, p, b)? } else { (p, b) };
@@ -595,7 +593,7 @@ impl GpuHashJoinExec {
             JoinType::Inner | JoinType::Left => {
                 let bi = UInt32Array::from(b);
                 let pi = UInt32Array::from(p);
-                Some(self.both_sides(&build.batch, &bi, probe, &pi)?)
+                self.both_sides(&build.batch, &bi, probe, &pi)?
             }
             JoinType::Right | JoinType::Full => {
                 // pairs and the unmatched probe rows, in probe order
@@ -614,7 +612,7 @@ impl GpuHashJoinExec {
                         pi.push(i);
                     }
                 }
-                Some(self.both_sides(&build.batch, &UInt32Array::from(bi), probe, &UInt32Array::from(pi))?)
+                self.both_sides(&build.batch, &UInt32Array::from(bi), probe, &UInt32Array::from(pi))?
             }
             JoinType::RightSemi | JoinType::RightAnti => {
                 let mut matched = vec![false; n];
@@ -623,16 +621,17 @@ impl GpuHashJoinExec {
                 }
                 let want = jt == JoinType::RightSemi;
                 let rows: Vec<u32> = (0..n as u32).filter(|&i| matched[i as usize] == want).collect();
-                Some(probe_side_only(probe, &rows)?)
+                vec![probe_side_only(probe, &rows)?]
             }
             // emitted when the probes are done
-            JoinType::LeftSemi | JoinType::LeftAnti => None,
+            JoinType::LeftSemi | JoinType::LeftAnti => Vec::new(),
             other => return Err(DataFusionError::Internal(format!("GPU hash join of type {other}"))),
         };
-        match out {
-            Some(o) => self.finish_batch(o),
-            None => Ok(None),
+        let mut done = Vec::with_capacity(out.len());
+        for o in out {
+            done.extend(self.finish_batch(o)?);
         }
+        Ok(done)
     }
 
     /// The pairs of hashed composite keys whose key columns are all equal.
@@ -648,17 +647,26 @@ impl GpuHashJoinExec {
         Ok((po, bo))
     }
 
-    /// Build columns at `bi` beside probe columns at `pi` (the join schema's order).
-    fn both_sides(&self, build: &RecordBatch, bi: &UInt32Array, probe: &RecordBatch, pi: &UInt32Array) -> Result<RecordBatch> {
-        let mut cols: Vec<ArrayRef> = Vec::with_capacity(build.num_columns() + probe.num_columns());
-        for c in build.columns() {
-            cols.push(take(c.as_ref(), bi, None)?);
+    /// Build columns at `bi` beside probe columns at `pi` (the join schema's order),
+    /// in batches of at most [`OUTPUT_ROWS`] rows (a probe batch of many matches
+    /// is not gathered into one huge batch).
+    fn both_sides(&self, build: &RecordBatch, bi: &UInt32Array, probe: &RecordBatch, pi: &UInt32Array) -> Result<Vec<RecordBatch>> {
+        let n = bi.len();
+        let mut out = Vec::with_capacity(n.div_ceil(OUTPUT_ROWS));
+        for start in (0..n).step_by(OUTPUT_ROWS) {
+            let len = OUTPUT_ROWS.min(n - start);
+            let (b, p) = (bi.slice(start, len), pi.slice(start, len));
+            let mut cols: Vec<ArrayRef> = Vec::with_capacity(build.num_columns() + probe.num_columns());
+            for c in build.columns() {
+                cols.push(take(c.as_ref(), &b, None)?);
+            }
+            for c in probe.columns() {
+                cols.push(take(c.as_ref(), &p, None)?);
+            }
+            let opts = RecordBatchOptions::new().with_row_count(Some(len));
+            out.push(RecordBatch::try_new_with_options(self.join.join_schema().clone(), cols, &opts)?);
         }
-        for c in probe.columns() {
-            cols.push(take(c.as_ref(), pi, None)?);
-        }
-        let opts = RecordBatchOptions::new().with_row_count(Some(bi.len()));
-        Ok(RecordBatch::try_new_with_options(self.join.join_schema().clone(), cols, &opts)?)
+        Ok(out)
     }
 
     /// The build rows that depend on every probe (left, full, semi, anti), once.
@@ -981,9 +989,7 @@ impl ProbeState {
                 };
                 let host = g.to_host(&dev)?;
                 let key = g.columns.get(me.keys[0].1).map(|c| c.as_ref());
-                if let Some(o) = me.join_batch(&build, &host, key, &m)? {
-                    out.push(o);
-                }
+                out.extend(me.join_batch(&build, &host, key, &m)?);
             }
             if last && build.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
                 if let Some(o) = me.final_batch(&build)? {

@@ -90,3 +90,22 @@ async fn tpch_over_memory_tables_equals_cpu_mode() {
     }
     assert!(with_joins >= 15, "only {with_joins} queries planned a GPU join");
 }
+
+/// A many-to-many join's output comes in batches of at most
+/// `gpu_hash_join::OUTPUT_ROWS` rows, with every pair in them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_to_many_output_is_batched() {
+    if ridgeline_operators::testing::test_context().is_none() {
+        return;
+    }
+    let gpu = Ridgeline::builder().gpu_mode(GpuMode::On).build().unwrap();
+    gpu.sql("CREATE TABLE big AS SELECT value % 10 AS k, value AS v FROM generate_series(1, 20000)").await.unwrap().collect().await.unwrap();
+    let q = "SELECT a.v, b.v FROM big a JOIN big b ON a.k = b.k";
+    let plan = gpu.sql(q).await.unwrap().create_physical_plan().await.unwrap();
+    assert!(ridgeline::exec::gpu_operator_names(&plan).iter().any(|n| n == "GpuHashJoinExec"));
+    let batches = gpu.sql(q).await.unwrap().collect().await.unwrap();
+    let total: usize = batches.iter().map(|b| b.num_rows()).sum();
+    assert_eq!(total, 10 * 2000 * 2000);
+    let widest = batches.iter().map(|b| b.num_rows()).max().unwrap();
+    assert!(widest <= ridgeline::exec::gpu_hash_join::OUTPUT_ROWS, "a batch of {widest} rows");
+}

@@ -29,7 +29,6 @@ use crate::config::{device_for, RidgelineOptions};
 use crate::gpu_batch::{is_gpu_error, upload_array, ColumnData, GpuBatch, GpuColumn, Storage};
 use arrow::array::{new_null_array, Array, ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions, UInt32Array};
 use arrow::compute::{concat_batches, take};
-use arrow::datatypes::SchemaRef;
 use datafusion::common::{JoinSide, JoinType, NullEquality};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -972,10 +971,8 @@ impl ProbeState {
         self.pending_rows = 0;
         let me = self.me.clone();
         let m = self.m.clone();
-        let schema: SchemaRef = me.join.right().schema();
         tokio::task::spawn_blocking(move || {
             let mut out = Vec::new();
-            let _ = &schema;
             match pending.len() {
                 0 => {}
                 1 => out.extend(me.join_batch(&build, &pending[0], None, &m)?),

@@ -12,9 +12,14 @@
 //!
 //! Quoted paths go through DataFusion's [`DynamicFileCatalog`] with Ridgeline's
 //! [`FileTables`] as its factory ([`enable_file_tables`]); the table functions
-//! are [`ReadFiles`]. Options are `name = value` arguments after the path:
-//! `read_csv('x.csv', header = false, delim = ';')` (DataFusion 55's planner
-//! refuses `name => value` arguments to table functions before they reach us).
+//! are [`ReadFiles`]. Options are `name = value` or `name => value` arguments
+//! after the path: `read_csv('x.csv', header = false, delim = ';')`. DataFusion
+//! 55's planner refuses `name => value` in table functions and resolves `name`
+//! in `name = value` as a column (and type-checks the comparison), so
+//! [`rewrite_read_options`] turns both into `named_struct('name', value)` before
+//! planning, which reaches the function as it is. Ridgeline's statement planner
+//! ([`crate::sql_ext::plan_sql`]) does that; a plain DataFusion session with
+//! Ridgeline installed can spell an option `named_struct('header', false)`.
 //! The setting `ridgeline.file_access` (default true; the server turns it off)
 //! gates both.
 use crate::config::RidgelineOptions;
@@ -29,9 +34,16 @@ use datafusion::datasource::file_format::FileFormat;
 use datafusion::datasource::listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::session_state::SessionState;
-use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
+use arrow::array::Array;
+use datafusion::logical_expr::Expr;
 use datafusion::prelude::SessionContext;
+use datafusion::sql::parser::Statement as DFStatement;
+use datafusion::sql::sqlparser::ast::{
+    BinaryOperator, Expr as SqlExpr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments,
+    Ident, ObjectName, ObjectNamePart, TableFactor, Value, VisitMut, VisitorMut,
+};
 use futures::TryStreamExt;
+use std::ops::ControlFlow;
 use std::sync::{Arc, OnceLock};
 
 /// A file format Ridgeline reads by name.
@@ -307,11 +319,11 @@ impl ReadFiles {
     /// `read_ndjson` and `read_arrow`.
     pub fn all() -> Vec<(&'static str, Arc<dyn TableFunctionImpl>)> {
         [
-            ("read_parquet", FileKind::Parquet),
-            ("read_csv", FileKind::Csv),
-            ("read_json", FileKind::Json),
-            ("read_ndjson", FileKind::Json),
-            ("read_arrow", FileKind::Arrow),
+            (READ_FUNCTIONS[0], FileKind::Parquet),
+            (READ_FUNCTIONS[1], FileKind::Csv),
+            (READ_FUNCTIONS[2], FileKind::Json),
+            (READ_FUNCTIONS[3], FileKind::Json),
+            (READ_FUNCTIONS[4], FileKind::Arrow),
         ]
         .into_iter()
         .map(|(name, kind)| (name, Arc::new(ReadFiles { name, kind }) as Arc<dyn TableFunctionImpl>))
@@ -336,7 +348,7 @@ impl ReadFiles {
         let mut opts = FileOptions { kind: Some(self.kind), ..FileOptions::default() };
         for arg in &args[1..] {
             let (name, value) = named_arg(arg).ok_or_else(|| DataFusionError::Plan(format!("{}; got {arg}", usage())))?;
-            self.set(&mut opts, &name, value)?;
+            self.set(&mut opts, &name, &value)?;
         }
         Ok((path, opts))
     }
@@ -375,13 +387,89 @@ fn string_literal(e: &Expr) -> Option<String> {
     }
 }
 
-/// `name = value` (as the planner gives it: a column compared with a literal).
-fn named_arg(e: &Expr) -> Option<(String, &ScalarValue)> {
-    let Expr::BinaryExpr(BinaryExpr { left, op: Operator::Eq, right }) = e else { return None };
-    match (left.as_ref(), right.as_ref()) {
-        (Expr::Column(c), Expr::Literal(v, _)) => Some((c.name.to_ascii_lowercase(), v)),
+/// `named_struct('name', value)` (as [`rewrite_read_options`] leaves an option):
+/// the call, or the one-field struct the planner folds it into.
+fn named_arg(e: &Expr) -> Option<(String, ScalarValue)> {
+    match e {
+        Expr::ScalarFunction(f) => match (f.name(), f.args.as_slice()) {
+            (OPTION_FUNCTION, [name, Expr::Literal(v, _)]) => Some((string_literal(name)?.to_ascii_lowercase(), v.clone())),
+            _ => None,
+        },
+        Expr::Literal(ScalarValue::Struct(s), _) if s.num_columns() == 1 && s.len() == 1 => {
+            let value = ScalarValue::try_from_array(s.column(0), 0).ok()?;
+            Some((s.fields()[0].name().to_ascii_lowercase(), value))
+        }
         _ => None,
     }
+}
+
+/// The function an option travels in through the planner.
+const OPTION_FUNCTION: &str = "named_struct";
+
+/// The names of the `read_*` table functions.
+const READ_FUNCTIONS: &[&str] = &["read_parquet", "read_csv", "read_json", "read_ndjson", "read_arrow"];
+
+/// Rewrites the options of every `read_*` call in `stmt`, `name => value` and
+/// `name = value`, to `named_struct('name', value)`, which DataFusion's planner
+/// passes on to the table function as it is (see the module docs).
+pub fn rewrite_read_options(stmt: &mut DFStatement) {
+    match stmt {
+        DFStatement::Statement(s) => {
+            let _ = s.visit(&mut ReadOptions);
+        }
+        DFStatement::Explain(e) => rewrite_read_options(&mut e.statement),
+        _ => {}
+    }
+}
+
+/// The visitor of [`rewrite_read_options`].
+struct ReadOptions;
+
+impl VisitorMut for ReadOptions {
+    type Break = ();
+    fn pre_visit_table_factor(&mut self, t: &mut TableFactor) -> ControlFlow<()> {
+        let TableFactor::Table { name, args: Some(args), .. } = t else { return ControlFlow::Continue(()) };
+        let Some(ObjectNamePart::Identifier(f)) = name.0.first_mut() else { return ControlFlow::Continue(()) };
+        let lower = f.value.to_ascii_lowercase();
+        if READ_FUNCTIONS.contains(&lower.as_str()) {
+            // DataFusion looks table functions up by their spelling: READ_CSV is read_csv.
+            if f.quote_style.is_none() {
+                f.value = lower;
+            }
+            args.args.iter_mut().for_each(quote_option_name);
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// `name => value` or `name = value` as `named_struct('name', value)`; other
+/// arguments stay.
+fn quote_option_name(arg: &mut FunctionArg) {
+    let (name, value) = match arg {
+        FunctionArg::Named { name, arg: FunctionArgExpr::Expr(v), .. } => (name.value.clone(), v.clone()),
+        FunctionArg::Unnamed(FunctionArgExpr::Expr(SqlExpr::BinaryOp { left, op: BinaryOperator::Eq, right })) => {
+            let SqlExpr::Identifier(name) = left.as_ref() else { return };
+            (name.value.clone(), right.as_ref().clone())
+        }
+        _ => return,
+    };
+    let name = SqlExpr::Value(Value::SingleQuotedString(name).with_empty_span());
+    let unnamed = |e| FunctionArg::Unnamed(FunctionArgExpr::Expr(e));
+    let call = Function {
+        name: ObjectName::from(vec![Ident::new(OPTION_FUNCTION)]),
+        uses_odbc_syntax: false,
+        parameters: FunctionArguments::None,
+        args: FunctionArguments::List(FunctionArgumentList {
+            duplicate_treatment: None,
+            args: vec![unnamed(name), unnamed(value)],
+            clauses: vec![],
+        }),
+        filter: None,
+        null_treatment: None,
+        over: None,
+        within_group: vec![],
+    };
+    *arg = unnamed(SqlExpr::Function(call));
 }
 
 /// A boolean option: true / false, or the strings 'true' / 'false'.

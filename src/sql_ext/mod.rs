@@ -1,5 +1,6 @@
-//! SQL extensions: `SKYLINE OF` (see [`skyline`]) and the statement planner that
-//! applies them, [`plan_sql`].
+//! SQL extensions: `SKYLINE OF` (see [`skyline`]), the options of the `read_*`
+//! table functions ([`create_logical_plan`], see [`crate::files`]) and the
+//! statement planner that applies them, [`plan_sql`].
 //!
 //! DataFusion 55 has no hook for a new query-level clause, so a statement that
 //! contains `SKYLINE OF` is rewritten at the token level before DataFusion parses
@@ -24,7 +25,10 @@ use datafusion::prelude::{DataFrame, SessionContext};
 pub async fn create_logical_plan(state: &SessionState, sql: &str) -> Result<LogicalPlan> {
     let dialect = state.config().options().sql_parser.dialect;
     let mut statement = state.sql_to_statement(sql, &dialect)?;
-    crate::files::rewrite_read_options(&mut statement);
+    // Only statements that can call one are walked.
+    if sql.to_ascii_lowercase().contains("read_") {
+        crate::files::rewrite_read_options(&mut statement);
+    }
     state.statement_to_plan(statement).await
 }
 

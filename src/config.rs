@@ -109,6 +109,10 @@ extensions_options! {
         /// partition and downloads the rows; auto takes the cheaper once the build
         /// side's keys are known.
         pub gpu_semi_filter_mask: Choice, default = Choice::new("gpu_semi_filter_mask", "auto", check_tri)
+        /// Let SQL read local files by path: `FROM 'data/x.parquet'` and the
+        /// `read_parquet` / `read_csv` / `read_json` / `read_arrow` functions (the
+        /// server turns it off: its clients see only the tables it registers).
+        pub file_access: bool, default = true
     }
 }
 

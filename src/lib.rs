@@ -21,6 +21,7 @@
 pub mod cli;
 pub mod config;
 pub mod exec;
+pub mod files;
 pub mod format;
 pub mod functions;
 #[cfg(feature = "gen")]

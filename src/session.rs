@@ -6,6 +6,7 @@ use crate::optimizer::{GpuBoundaries, GpuFilterRule};
 use crate::resident::{HostTable, ResidentData, ResidentTable};
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
+use datafusion::catalog::TableFunction;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::prelude::{CsvReadOptions, DataFrame, ParquetReadOptions, SessionConfig, SessionContext};
@@ -47,6 +48,10 @@ impl RidgelineSessionExt for SessionStateBuilder {
             po.rules.insert(at, timed(Arc::new(crate::optimizer::FilterEstimates)));
         }
         *self.physical_optimizers() = Some(po);
+        let tfs = self.table_functions().get_or_insert_with(Default::default);
+        for (name, f) in crate::files::ReadFiles::all() {
+            tfs.insert(name.to_string(), Arc::new(TableFunction::new(name.to_string(), f)));
+        }
         let mut udfs = self.scalar_functions().take().unwrap_or_default();
         udfs.push(Arc::new(crate::logical::skyline::skyline_marker_udf()));
         self.with_scalar_functions(udfs)
@@ -134,7 +139,8 @@ impl RidgelineBuilder {
             d.pool().set_budget(b);
         }
         let state = SessionStateBuilder::new().with_default_features().with_config(config).with_ridgeline().build();
-        Ok(Ridgeline { ctx: SessionContext::new_with_state(state) })
+        let ctx = crate::files::enable_file_tables(SessionContext::new_with_state(state));
+        Ok(Ridgeline { ctx })
     }
 }
 
@@ -180,7 +186,9 @@ impl Ridgeline {
     pub async fn register_arrow(&self, name: &str, path: &str) -> Result<()> {
         self.ctx.register_arrow(name, path, Default::default()).await
     }
-    /// Registers a file by its extension (.csv, .parquet, .arrow / .ipc / .feather).
+    /// Registers a file, directory or glob by its file names, as SQL reads a
+    /// quoted path (see [`crate::files`]: Parquet, CSV with a header line, TSV,
+    /// newline-delimited JSON, Arrow IPC; compressed CSV and JSON; any case).
     ///
     /// A file whose reader fails, even by panicking (a corrupt Parquet footer or
     /// embedded schema trips assertions in the readers), is an error that names it.
@@ -196,18 +204,17 @@ impl Ridgeline {
     }
 
     async fn register_file_inner(&self, name: &str, path: &str) -> Result<()> {
-        let lower = path.to_ascii_lowercase();
-        if lower.ends_with(".csv") {
-            self.register_csv(name, path).await
-        } else if lower.ends_with(".parquet") || std::path::Path::new(path).is_dir() {
-            self.register_parquet(name, path).await
-        } else if lower.ends_with(".arrow") || lower.ends_with(".ipc") || lower.ends_with(".feather") {
-            self.register_arrow(name, path).await
-        } else {
-            Err(DataFusionError::Plan(format!(
-                "cannot tell the format of '{path}': expected a .csv, .parquet or .arrow file (or a Parquet directory)"
-            )))
+        let is_dir = std::path::Path::new(path).is_dir();
+        if !is_dir && !path.contains(['*', '?', '[']) && crate::files::FileKind::of(path).is_none() {
+            return Err(DataFusionError::Plan(format!(
+                "cannot tell the format of '{path}': expected a name ending in {}, a directory or a glob",
+                crate::files::KNOWN_ENDINGS
+            )));
         }
+        let state = self.ctx.state();
+        let table = crate::files::listing_table(&state, path, &crate::files::FileOptions::default()).await?;
+        self.ctx.register_table(name, table)?;
+        Ok(())
     }
     /// Registers in-memory batches (host memory) as a [`HostTable`]: chunked and
     /// described by exact statistics (row count, NULL counts, min / max) as a

@@ -321,8 +321,12 @@ pub struct QueryService {
 }
 
 impl QueryService {
-    /// A service over `engine` (its registered tables are what clients see).
+    /// A service over `engine` (its registered tables are what clients see: the
+    /// engine's `ridgeline.file_access` is turned off, so SQL cannot read files).
     pub fn new(engine: Ridgeline, options: ServiceOptions) -> Self {
+        if let Err(e) = engine.session().state_ref().write().config_mut().options_mut().set("ridgeline.file_access", "false") {
+            log::warn!("cannot turn off file access: {e}");
+        }
         let shared_pool: Arc<dyn MemoryPool> = match options.total_memory_limit {
             Some(l) => Arc::new(GreedyMemoryPool::new(l)),
             None => Arc::new(UnboundedMemoryPool::default()),

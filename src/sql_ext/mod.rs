@@ -1,5 +1,6 @@
-//! SQL extensions: `SKYLINE OF` (see [`skyline`]) and the statement planner that
-//! applies them, [`plan_sql`].
+//! SQL extensions: `SKYLINE OF` (see [`skyline`]), the options of the `read_*`
+//! table functions ([`create_logical_plan`], see [`crate::files`]) and the
+//! statement planner that applies them, [`plan_sql`].
 //!
 //! DataFusion 55 has no hook for a new query-level clause, so a statement that
 //! contains `SKYLINE OF` is rewritten at the token level before DataFusion parses
@@ -15,7 +16,21 @@ pub mod skyline;
 use crate::logical::skyline::replace_skyline_markers;
 use datafusion::error::Result;
 use datafusion::execution::context::SQLOptions;
+use datafusion::execution::session_state::SessionState;
+use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::{DataFrame, SessionContext};
+
+/// DataFusion's `SessionState::create_logical_plan` with the options of `read_*`
+/// calls rewritten first ([`crate::files::rewrite_read_options`]).
+pub async fn create_logical_plan(state: &SessionState, sql: &str) -> Result<LogicalPlan> {
+    let dialect = state.config().options().sql_parser.dialect;
+    let mut statement = state.sql_to_statement(sql, &dialect)?;
+    // Only statements that can call one are walked.
+    if sql.to_ascii_lowercase().contains("read_") {
+        crate::files::rewrite_read_options(&mut statement);
+    }
+    state.statement_to_plan(statement).await
+}
 
 /// Plans and runs one SQL statement with Ridgeline's extensions (as
 /// `SessionContext::sql` does for plain SQL: DDL runs at once, queries return a
@@ -28,14 +43,16 @@ pub async fn plan_sql(ctx: &SessionContext, sql: &str) -> Result<DataFrame> {
 /// `SET` statements: every client shares one catalog).
 pub async fn plan_sql_with(ctx: &SessionContext, sql: &str, options: &SQLOptions) -> Result<DataFrame> {
     let Some(rw) = skyline::rewrite(sql)? else {
-        return ctx.sql_with_options(sql, *options).await;
+        let plan = create_logical_plan(&ctx.state(), sql).await?;
+        options.verify_plan(&plan)?;
+        return ctx.execute_logical_plan(plan).await;
     };
     // DataFusion drops ORDER BY without LIMIT in subqueries while planning; the
     // skyline keys travel as ORDER BY keys, so keep them (a statement with a
     // skyline keeps its other subquery sorts too).
     let mut state = ctx.state();
     state.config_mut().options_mut().sql_parser.enable_subquery_sort_elimination = false;
-    let plan = state.create_logical_plan(&rw.sql).await.map_err(|e| rw.map_error(e))?;
+    let plan = create_logical_plan(&state, &rw.sql).await.map_err(|e| rw.map_error(e))?;
     let plan = replace_skyline_markers(plan, &rw).map_err(|e| rw.map_error(e))?;
     options.verify_plan(&plan)?;
     ctx.execute_logical_plan(plan).await

@@ -42,6 +42,22 @@ fn query_csv_formats() {
 }
 
 #[test]
+fn query_files_by_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = write_csv(dir.path());
+    let semi = dir.path().join("semi.csv");
+    std::fs::write(&semi, "id;name\n1;ann\n2;bob\n").unwrap();
+    let q = format!("SELECT count(*) AS n, sum(id) AS s FROM '{csv}'");
+    assert_eq!(ok(&["query", &q, "--format", "csv"]), "n,s\n3,6\n");
+    let q = format!("SELECT name FROM read_csv('{}', delim = ';') WHERE id = 2", semi.display());
+    assert_eq!(ok(&["query", &q, "--format", "csv"]), "name\nbob\n");
+    let o = run(&["query", "SELECT * FROM 's3://bucket/x.parquet'"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("remote URLs are not supported"), "{err}");
+}
+
+#[test]
 fn sql_errors_are_one_line_with_position() {
     let o = run(&["query", "SELECT 1;\nSELEC x FROM y"]);
     assert!(!o.status.success());

@@ -13,6 +13,7 @@ mod arrow_transfer;
 mod bench_select;
 mod bench_tpch;
 mod cli;
+mod files_in_sql;
 mod fuzz;
 mod gpu_expr;
 mod gpu_filter_plan;

@@ -147,6 +147,15 @@ async fn bad_input_gets_error_answers_and_the_server_keeps_serving() {
         let r = query(s.http, ddl, None).await;
         assert_eq!(r.status, 400, "{ddl}: {}", r.text());
     }
+    // SQL cannot read the server's files (the service turns ridgeline.file_access off).
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("secret.csv");
+    std::fs::write(&csv, "a\n1\n").unwrap();
+    for q in [format!("SELECT * FROM '{}'", csv.display()), format!("SELECT * FROM read_csv('{}')", csv.display())] {
+        let r = query(s.http, &q, None).await;
+        assert_eq!(r.status, 400, "{q}: {}", r.text());
+        assert!(r.json()["error"].as_str().unwrap().contains("ridgeline.file_access"), "{}", r.text());
+    }
     // Oversized request: 413.
     let big = format!("SELECT 1 /* {} */", "x".repeat(10_000));
     let r = query(s.http, &big, None).await;

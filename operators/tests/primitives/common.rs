@@ -7,6 +7,17 @@ pub fn rng(seed: u64) -> rand::rngs::SmallRng {
     rand::rngs::SmallRng::seed_from_u64(seed)
 }
 
+/// The bitmap words (bit `i % 32` of word `i / 32`) of per-row flags.
+pub fn bits_of(valid: &[bool]) -> Vec<u32> {
+    let mut w = vec![0u32; valid.len().div_ceil(32)];
+    for (i, &v) in valid.iter().enumerate() {
+        if v {
+            w[i / 32] |= 1 << (i % 32);
+        }
+    }
+    w
+}
+
 /// A validity bitmap of `n` rows (`ceil(n / 32)` words, bit set = not NULL), each
 /// row NULL with probability `p_null`.
 pub fn bitmap(n: usize, r: &mut impl Rng, p_null: f64) -> Vec<u32> {

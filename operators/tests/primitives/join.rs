@@ -4,26 +4,14 @@
 //! repeated, many-to-many, keys at the type extremes, sizes off the workgroup,
 //! probe columns split into segments and above the binding limit, a probe range
 //! split because its pairs exceed the output limit).
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 use ridgeline_operators::join::{
     build_table_gpu, join_reference, matched_reference, probe_gpu, probe_matched_gpu, HostJoinTable, JoinOptions, KeyColumn, KeyWidth, Keys,
 };
 use ridgeline_operators::testing::test_context;
 use ridgeline_operators::{DeviceArray, GpuContext};
 
-fn rng(seed: u64) -> rand::rngs::SmallRng {
-    rand::rngs::SmallRng::seed_from_u64(seed)
-}
-
-fn bits_of(valid: &[bool]) -> Vec<u32> {
-    let mut w = vec![0u32; valid.len().div_ceil(32)];
-    for (i, &v) in valid.iter().enumerate() {
-        if v {
-            w[i / 32] |= 1 << (i % 32);
-        }
-    }
-    w
-}
+use crate::common::{bits_of, rng};
 
 /// A key column in host memory: values as `width` and NULLs.
 struct Side {

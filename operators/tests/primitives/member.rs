@@ -2,24 +2,12 @@
 //! CPU fast path: random, adversarial and edge inputs (empty, one row, all equal,
 //! all NULL, sizes off the workgroup, keys far outside the set's range, split
 //! segments and a column above the adapter's binding limit).
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 use ridgeline_operators::member::{member_gpu, member_reference, member_words, DeviceKeySet, KeyBitmap, KeyWidth, Keys, MemberInput, MAX_SET_BITS};
 use ridgeline_operators::testing::test_context;
 use ridgeline_operators::{DeviceArray, GpuContext};
 
-fn rng(seed: u64) -> rand::rngs::SmallRng {
-    rand::rngs::SmallRng::seed_from_u64(seed)
-}
-
-fn bits_of(valid: &[bool]) -> Vec<u32> {
-    let mut w = vec![0u32; valid.len().div_ceil(32)];
-    for (i, &v) in valid.iter().enumerate() {
-        if v {
-            w[i / 32] |= 1 << (i % 32);
-        }
-    }
-    w
-}
+use crate::common::{bits_of, rng};
 
 fn unpack(words: &[u32], n: usize) -> Vec<bool> {
     (0..n).map(|i| (words[i / 32] >> (i % 32)) & 1 == 1).collect()

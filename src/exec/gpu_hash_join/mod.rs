@@ -46,6 +46,13 @@ use std::sync::Arc;
 
 pub use crate::tuning::join::{OUTPUT_ROWS, PROBE_MIN_ROWS};
 
+mod keys;
+mod output;
+mod stream;
+use keys::*;
+use output::*;
+use stream::*;
+
 /// The key width of a join key type, or `None` when the GPU join does not take it.
 pub fn key_width(dt: &arrow::datatypes::DataType) -> Option<KeyWidth> {
     match Storage::of(dt)? {
@@ -180,106 +187,6 @@ struct Build {
     _reservation: datafusion::execution::memory_pool::MemoryReservation,
 }
 
-/// How several key columns become one 64-bit key.
-#[derive(Debug)]
-enum Composite {
-    /// One key column: the key itself.
-    One,
-    /// `sum((k_i - min_i) * mult_i)` over the build side's ranges (exact; a probe key
-    /// outside a range cannot match and is NULL).
-    Packed { mins: Vec<i128>, maxs: Vec<i128>, mults: Vec<u128> },
-    /// A 64-bit hash of the keys: equal keys, equal hashes; the pairs are checked on
-    /// every key column on the host.
-    Hashed,
-}
-
-fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-impl Composite {
-    fn is_hashed(&self) -> bool {
-        matches!(self, Composite::Hashed)
-    }
-    /// Packed when the build side's key ranges multiply to less than 2^63, else hashed.
-    fn plan(build_cols: &[Vec<i64>], valid: &dyn Fn(usize) -> bool) -> Composite {
-        let mut mins = Vec::new();
-        let mut maxs = Vec::new();
-        for c in build_cols {
-            let (mut lo, mut hi) = (i128::MAX, i128::MIN);
-            for (i, &v) in c.iter().enumerate() {
-                if valid(i) {
-                    lo = lo.min(v as i128);
-                    hi = hi.max(v as i128);
-                }
-            }
-            if lo > hi {
-                (lo, hi) = (0, 0);
-            }
-            mins.push(lo);
-            maxs.push(hi);
-        }
-        let mut mults = vec![0u128; mins.len()];
-        let mut m: u128 = 1;
-        for i in (0..mins.len()).rev() {
-            mults[i] = m;
-            m = match m.checked_mul((maxs[i] - mins[i] + 1) as u128) {
-                Some(x) if x <= i64::MAX as u128 => x,
-                _ => return Composite::Hashed,
-            };
-        }
-        Composite::Packed { mins, maxs, mults }
-    }
-    /// The key of every row of `cols` (NULL where a key column is NULL, or, packed,
-    /// outside the build side's range).
-    fn key(&self, cols: &[ArrayRef]) -> Result<ArrayRef> {
-        let n = cols.first().map_or(0, |c| c.len());
-        let wide: Vec<Vec<i64>> = cols.iter().map(|c| widen(c.as_ref())).collect::<Result<_>>()?;
-        let mut out = arrow::array::Int64Builder::with_capacity(n);
-        for i in 0..n {
-            if cols.iter().any(|c| c.is_null(i)) {
-                out.append_null();
-                continue;
-            }
-            match self {
-                Composite::Packed { mins, maxs, mults } => {
-                    let mut k: u128 = 0;
-                    let mut inside = true;
-                    for (j, w) in wide.iter().enumerate() {
-                        let v = w[i] as i128;
-                        if v < mins[j] || v > maxs[j] {
-                            inside = false;
-                            break;
-                        }
-                        k += (v - mins[j]) as u128 * mults[j];
-                    }
-                    if inside { out.append_value(k as i64) } else { out.append_null() }
-                }
-                _ => {
-                    let mut h = 0x243f_6a88_85a3_08d3u64;
-                    for w in &wide {
-                        h = mix64(h ^ (w[i] as u64).wrapping_add(0x9e37_79b9_7f4a_7c15));
-                    }
-                    out.append_value(h as i64)
-                }
-            }
-        }
-        Ok(Arc::new(out.finish()))
-    }
-}
-
-/// A key column widened to i64 (its device width's values, sign- or zero-extended).
-fn widen(a: &dyn Array) -> Result<Vec<i64>> {
-    let w = key_width(a.data_type()).ok_or_else(|| DataFusionError::Internal(format!("join key of type {}", a.data_type())))?;
-    Ok(match HostKeys::of(a, w)? {
-        HostKeys::I32(v) => v.into_iter().map(i64::from).collect(),
-        HostKeys::U32(v) => v.into_iter().map(i64::from).collect(),
-        HostKeys::I64(v) => v,
-    })
-}
-
 enum Table {
     Device { dev: Arc<GpuContext>, table: DeviceJoinTable, host: std::sync::OnceLock<HostJoinTable> },
     Host(HostJoinTable),
@@ -289,90 +196,6 @@ impl std::fmt::Debug for Build {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Build({} rows)", self.batch.num_rows())
     }
-}
-
-/// A key column in host memory, in its device width.
-enum HostKeys {
-    I32(Vec<i32>),
-    U32(Vec<u32>),
-    I64(Vec<i64>),
-}
-
-impl HostKeys {
-    fn of(a: &dyn Array, width: KeyWidth) -> Result<HostKeys> {
-        use arrow::array::AsArray;
-        use arrow::datatypes::*;
-        let n = a.len();
-        macro_rules! prim {
-            ($t:ty, $to:ty) => {
-                a.as_primitive::<$t>().values().iter().map(|&v| v as $to).collect::<Vec<$to>>()
-            };
-        }
-        Ok(match (width, a.data_type()) {
-            (KeyWidth::I32, DataType::Int8) => HostKeys::I32(prim!(Int8Type, i32)),
-            (KeyWidth::I32, DataType::Int16) => HostKeys::I32(prim!(Int16Type, i32)),
-            (KeyWidth::I32, DataType::Int32) => HostKeys::I32(prim!(Int32Type, i32)),
-            (KeyWidth::I32, DataType::Date32) => HostKeys::I32(prim!(Date32Type, i32)),
-            (KeyWidth::U32, DataType::UInt8) => HostKeys::U32(prim!(UInt8Type, u32)),
-            (KeyWidth::U32, DataType::UInt16) => HostKeys::U32(prim!(UInt16Type, u32)),
-            (KeyWidth::U32, DataType::UInt32) => HostKeys::U32(prim!(UInt32Type, u32)),
-            (KeyWidth::I64, DataType::Decimal128(_, _)) => HostKeys::I64(prim!(Decimal128Type, i64)),
-            (KeyWidth::I64, _) => {
-                // every other 8-byte key is a primitive array of 8-byte values
-                let data = a.to_data();
-                let buf = &data.buffers()[0];
-                let vals: &[i64] = buf.typed_data::<i64>();
-                HostKeys::I64(vals[data.offset()..data.offset() + n].to_vec())
-            }
-            (w, t) => return Err(DataFusionError::Internal(format!("join key of type {t} as {w:?}"))),
-        })
-    }
-    fn keys(&self) -> Keys<'_> {
-        match self {
-            HostKeys::I32(v) => Keys::I32(v),
-            HostKeys::U32(v) => Keys::U32(v),
-            HostKeys::I64(v) => Keys::I64(v),
-        }
-    }
-}
-
-/// Arrow-style validity words of `a` (bit 0 is row 0), `None` without NULLs.
-fn validity_words(a: &dyn Array) -> Option<Vec<u32>> {
-    let nulls = a.logical_nulls().filter(|n| n.null_count() > 0)?;
-    let bits = nulls.inner().sliced();
-    let bytes = &bits.as_slice()[..a.len().div_ceil(8)];
-    let mut words = vec![0u32; a.len().div_ceil(32)];
-    for (i, b) in bytes.iter().enumerate() {
-        words[i / 4] |= (*b as u32) << (8 * (i % 4));
-    }
-    Some(words)
-}
-
-fn host_table(keys: &dyn Array, width: KeyWidth) -> Result<HostJoinTable> {
-    let hk = HostKeys::of(keys, width)?;
-    Ok(HostJoinTable::build(hk.keys(), validity_words(keys).as_deref()))
-}
-
-fn gpu_failure(e: &DataFusionError) -> bool {
-    match e {
-        DataFusionError::External(b) => b.downcast_ref::<GpuError>().is_some(),
-        DataFusionError::Context(_, inner) => gpu_failure(inner),
-        DataFusionError::Shared(inner) => gpu_failure(inner),
-        _ => false,
-    }
-}
-
-fn gerr(e: GpuError) -> DataFusionError {
-    DataFusionError::External(Box::new(e))
-}
-
-/// Uploads a key column and runs `f` on it.
-fn with_device_keys<T>(dev: &GpuContext, keys: &dyn Array, width: KeyWidth, f: impl FnOnce(&KeyColumn<'_>) -> Result<T>) -> Result<T> {
-    let col = upload_array(dev, keys)?;
-    let ColumnData::Device { values, validity, .. } = &col.data else {
-        return Err(DataFusionError::Internal("join keys stayed in host memory".into()));
-    };
-    f(&KeyColumn { keys: values, width, validity: validity.as_ref(), rows: keys.len() })
 }
 
 /// What a probe found.
@@ -741,47 +564,6 @@ impl GpuHashJoinExec {
     }
 }
 
-/// Probe rows `rows` alone (right semi and anti joins).
-fn probe_side_only(probe: &RecordBatch, rows: &[u32]) -> Result<RecordBatch> {
-    let idx = UInt32Array::from(rows.to_vec());
-    let cols = probe.columns().iter().map(|c| take(c.as_ref(), &idx, None)).collect::<std::result::Result<Vec<_>, _>>()?;
-    let opts = RecordBatchOptions::new().with_row_count(Some(rows.len()));
-    Ok(RecordBatch::try_new_with_options(probe.schema(), cols, &opts)?)
-}
-
-/// The pairs whose rows pass the join's residual filter.
-fn apply_filter(filter: &JoinFilter, build: &RecordBatch, probe: &RecordBatch, p: Vec<u32>, b: Vec<u32>) -> Result<(Vec<u32>, Vec<u32>)> {
-    if p.is_empty() {
-        return Ok((p, b));
-    }
-    let pi = UInt32Array::from(p);
-    let bi = UInt32Array::from(b);
-    let cols = filter
-        .column_indices()
-        .iter()
-        .map(|c| match c.side {
-            JoinSide::Left => Ok(take(build.column(c.index).as_ref(), &bi, None)?),
-            JoinSide::Right => Ok(take(probe.column(c.index).as_ref(), &pi, None)?),
-            JoinSide::None => Err(DataFusionError::Internal("join filter column of no side".into())),
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let opts = RecordBatchOptions::new().with_row_count(Some(pi.len()));
-    let batch = RecordBatch::try_new_with_options(filter.schema().clone(), cols, &opts)?;
-    let mask = filter.expression().evaluate(&batch)?.into_array(batch.num_rows())?;
-    let mask = mask
-        .as_any()
-        .downcast_ref::<BooleanArray>()
-        .ok_or_else(|| DataFusionError::Internal(format!("join filter of type {}", mask.data_type())))?;
-    let (mut po, mut bo) = (Vec::new(), Vec::new());
-    for i in 0..mask.len() {
-        if mask.is_valid(i) && mask.value(i) {
-            po.push(pi.value(i));
-            bo.push(bi.value(i));
-        }
-    }
-    Ok((po, bo))
-}
-
 impl DisplayAs for GpuHashJoinExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         let on: Vec<String> = self.join.on().iter().map(|(l, r)| format!("({l}, {r})")).collect();
@@ -794,39 +576,6 @@ impl DisplayAs for GpuHashJoinExec {
             write!(f, ", projection=[{}]", names.join(", "))?;
         }
         Ok(())
-    }
-}
-
-/// A probe batch: host rows, or a device batch from a GPU input (its key column
-/// is probed where it is; its host rows are its host copy or downloaded).
-enum ProbeBatch {
-    Host(RecordBatch),
-    Device(GpuBatch),
-}
-
-impl GpuHashJoinExec {
-    /// The probe side's batches: device batches when it is a GPU operator (or a
-    /// download of one), so its keys need no upload; host batches otherwise, and
-    /// when the GPU input cannot start (its boundary's CPU replay then runs).
-    fn probe_stream(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<futures::stream::BoxStream<'static, Result<ProbeBatch>>> {
-        let right = self.join.right();
-        // A boundary's GPU input hands over what the boundary would download; a
-        // resident scan hands over its chunks with their host copies. (Other GPU
-        // nodes that serve CPU parents, the semi-join prefilter, keep their own
-        // fallbacks on the host side: they are read as host batches.)
-        let src = match right.downcast_ref::<super::GpuUnloadExec>() {
-            Some(u) => Some(u.input()),
-            None if right.downcast_ref::<super::GpuScanExec>().is_some() => Some(right),
-            None => None,
-        };
-        if let Some(g) = src.and_then(super::as_gpu) {
-            match g.execute_gpu(partition, ctx.clone()) {
-                Ok(s) => return Ok(s.map(|r| r.map(ProbeBatch::Device)).boxed()),
-                Err(e) if is_gpu_error(&e) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(right.execute(partition, ctx)?.map(|r| r.map(ProbeBatch::Host)).boxed())
     }
 }
 
@@ -894,111 +643,5 @@ impl ExecutionPlan for GpuHashJoinExec {
     }
     fn metrics(&self) -> Option<MetricsSet> {
         Some(self.metrics.clone_inner())
-    }
-}
-
-/// One probe partition's progress.
-struct ProbeState {
-    me: Arc<GpuHashJoinExec>,
-    build: Option<Arc<Build>>,
-    build_fut: Option<futures::future::BoxFuture<'static, Result<Arc<Build>>>>,
-    probe: futures::stream::BoxStream<'static, Result<ProbeBatch>>,
-    pending: Vec<RecordBatch>,
-    pending_rows: usize,
-    done: bool,
-    m: Metrics,
-}
-
-impl ProbeState {
-    /// The next output batches; `None` at the end.
-    async fn step(&mut self) -> Option<Result<Vec<RecordBatch>>> {
-        if self.done {
-            return None;
-        }
-        if let Some(f) = self.build_fut.take() {
-            match f.await {
-                Ok(b) => self.build = Some(b),
-                Err(e) => {
-                    self.done = true;
-                    return Some(Err(e));
-                }
-            }
-        }
-        let build = self.build.clone().expect("built");
-        // probe on the device in batches of PROBE_MIN_ROWS rows or more
-        let min_rows = match build.table {
-            Table::Device { .. } => PROBE_MIN_ROWS,
-            Table::Host(_) => 1,
-        };
-        loop {
-            match self.probe.next().await {
-                Some(Ok(ProbeBatch::Host(b))) => {
-                    if b.num_rows() == 0 {
-                        continue;
-                    }
-                    self.m.probe_rows.add(b.num_rows());
-                    self.pending_rows += b.num_rows();
-                    self.pending.push(b);
-                    if self.pending_rows >= min_rows {
-                        return Some(self.run(build, false, None).await);
-                    }
-                }
-                Some(Ok(ProbeBatch::Device(g))) => {
-                    if g.num_rows == 0 {
-                        continue;
-                    }
-                    self.m.probe_rows.add(g.num_rows);
-                    // a large device batch is probed where it is (after the rows
-                    // gathered before it, to keep the probe order)
-                    return Some(self.run(build, false, Some(g)).await);
-                }
-                Some(Err(e)) => {
-                    self.done = true;
-                    return Some(Err(e));
-                }
-                None => {
-                    self.done = true;
-                    return Some(self.run(build, true, None).await);
-                }
-            }
-        }
-    }
-
-    /// Joins the pending probe batches (and, at the end, the build rows that wait
-    /// for every probe).
-    async fn run(&mut self, build: Arc<Build>, last: bool, device: Option<GpuBatch>) -> Result<Vec<RecordBatch>> {
-        let pending = std::mem::take(&mut self.pending);
-        self.pending_rows = 0;
-        let me = self.me.clone();
-        let m = self.m.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut out = Vec::new();
-            match pending.len() {
-                0 => {}
-                1 => out.extend(me.join_batch(&build, &pending[0], None, &m)?),
-                _ => out.extend(me.join_batches(&build, &pending, &m)?),
-            }
-            drop(pending);
-            if let Some(g) = device {
-                let dev = match &build.table {
-                    Table::Device { dev, .. } => dev.clone(),
-                    Table::Host(_) => ridgeline_operators::context::global().map_err(gerr)?,
-                };
-                let host = g.to_host(&dev)?;
-                let key = g.columns.get(me.keys[0].1).map(|c| c.as_ref());
-                out.extend(me.join_batch(&build, &host, key, &m)?);
-            }
-            if last && build.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-                if let Some(o) = me.final_batch(&build)? {
-                    out.push(o);
-                }
-            }
-            for o in &out {
-                m.output_rows.add(o.num_rows());
-            }
-            Ok(out)
-        })
-        .await
-        .map_err(super::blocking_err)?
     }
 }

@@ -23,7 +23,10 @@ use std::path::PathBuf;
     name = "ridgeline",
     version,
     about,
-    after_help = "Exit status: 0 on success, also when the reader of standard output goes away (as with `| head`); \
+    after_help = "Without a command, ridgeline starts the interactive shell over the tables given by --table \
+                  (`ridgeline [--table NAME=PATH]... [--resident] [-c SQL] [-f FILE]...`); with -c or -f it runs \
+                  that SQL instead and exits.\n\n\
+                  Exit status: 0 on success, also when the reader of standard output goes away (as with `| head`); \
                   1 on an error, printed as one `error: ...` line (a script on standard input stops at its first error); \
                   2 on a usage error."
 )]
@@ -31,6 +34,18 @@ pub struct Cli {
     /// Where operators run: off, auto or on (default: RIDGELINE_GPU, else auto).
     #[arg(long, global = true)]
     pub gpu: Option<GpuMode>,
+    /// Shell: register a table first, NAME=PATH (repeatable; the file's kind by its extension).
+    #[arg(long = "table", value_name = "NAME=PATH")]
+    pub tables: Vec<String>,
+    /// Shell: keep the --table tables on the GPU.
+    #[arg(long)]
+    pub resident: bool,
+    /// Shell: run this SQL (`;`-separated statements) and exit instead of starting the shell.
+    #[arg(short = 'c', value_name = "SQL", conflicts_with = "files")]
+    pub command_sql: Option<String>,
+    /// Shell: run the SQL in FILE (repeatable) and exit instead of starting the shell.
+    #[arg(short = 'f', value_name = "FILE")]
+    pub files: Vec<PathBuf>,
     /// Command; none starts the interactive shell.
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -324,7 +339,22 @@ pub async fn run(cli: Cli) -> Result<()> {
 
 async fn run_command(cli: Cli) -> Result<()> {
     match cli.command {
-        None => shell::run(engine(cli.gpu)?).await,
+        None => {
+            let texts: Vec<String> = match &cli.command_sql {
+                Some(sql) => vec![sql.clone()],
+                None => cli.files.iter().map(|f| read_sql(f)).collect::<Result<_>>()?,
+            };
+            let rl = engine(cli.gpu)?;
+            register_tables(&rl, &cli.tables, cli.resident).await?;
+            if texts.is_empty() {
+                return shell::run(rl).await;
+            }
+            let mut out = output::Stdout::new();
+            for text in &texts {
+                output::run_statements(&rl, text, Format::Table, false, &mut out).await?;
+            }
+            Ok(())
+        }
         Some(Command::Query { sql, files, tables, format, resident, explain }) => {
             // Read every input first: a missing file fails before any work.
             let texts: Vec<(Option<&std::path::Path>, String)> = match &sql {

@@ -471,3 +471,24 @@ fn gpu_start_is_quiet_without_a_display() {
     let out = String::from_utf8(bin().args(["query", "SELECT 1 + 1 AS two", "--format", "csv"]).env_remove("XDG_RUNTIME_DIR").output().unwrap().stdout).unwrap();
     assert_eq!(out.trim(), "two\n2");
 }
+
+/// `ridgeline` without a command: `--help` names the shell and its options;
+/// `--table` registers tables for it, and `-c` / `-f` run SQL over them and exit.
+#[test]
+fn shell_arguments_register_tables_and_run_sql() {
+    let help = ok(&["--help"]);
+    assert!(help.contains("interactive shell") && help.contains("--table") && help.contains("-c <SQL>"), "{help}");
+    let dir = tempfile::tempdir().unwrap();
+    let csv = write_csv(dir.path());
+    let t = format!("people={csv}");
+    let out = ok(&["--gpu", "off", "--table", &t, "-c", "SELECT count(*) AS n FROM people"]);
+    assert!(out.contains('3'), "{out}");
+    let sql = dir.path().join("q.sql");
+    std::fs::write(&sql, "SELECT max(id) AS top FROM people;").unwrap();
+    let out = ok(&["--gpu", "off", "--table", &t, "-f", sql.to_str().unwrap()]);
+    assert!(out.contains("top") && out.contains('3'), "{out}");
+    // a bad table is one error line and exit status 1
+    let o = run(&["--gpu", "off", "--table", "nope", "-c", "SELECT 1"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("NAME=PATH"));
+}

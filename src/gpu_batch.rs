@@ -346,3 +346,55 @@ pub fn download_column(ctx: &GpuContext, col: &GpuColumn) -> Result<ArrayRef> {
     let data = ArrayData::builder(col.data_type.clone()).len(len).add_buffer(values).nulls(nulls).build()?;
     Ok(make_array(data))
 }
+
+/// A key column in host memory as the device stores it (what the GPU hashes and
+/// compares): 4-byte keys as their 32-bit patterns (narrow integers sign- or
+/// zero-extended first, as on upload), 8-byte keys (decimals of at most 18 digits
+/// as their scaled `i64`) as 64-bit patterns.
+pub(crate) enum KeyWords {
+    /// 4-byte keys.
+    W32(Vec<u32>),
+    /// 8-byte keys.
+    W64(Vec<u64>),
+}
+
+impl KeyWords {
+    /// The words of `a`, an integer, date, timestamp, duration or decimal (p <= 18) column.
+    pub(crate) fn of(a: &dyn Array) -> Result<KeyWords> {
+        use arrow::array::AsArray;
+        use arrow::datatypes::*;
+        Ok(match a.data_type() {
+            DataType::Int8 => KeyWords::W32(a.as_primitive::<Int8Type>().values().iter().map(|&v| v as i32 as u32).collect()),
+            DataType::Int16 => KeyWords::W32(a.as_primitive::<Int16Type>().values().iter().map(|&v| v as i32 as u32).collect()),
+            DataType::Int32 => KeyWords::W32(a.as_primitive::<Int32Type>().values().iter().map(|&v| v as u32).collect()),
+            DataType::Date32 => KeyWords::W32(a.as_primitive::<Date32Type>().values().iter().map(|&v| v as u32).collect()),
+            DataType::UInt8 => KeyWords::W32(a.as_primitive::<UInt8Type>().values().iter().map(|&v| v as u32).collect()),
+            DataType::UInt16 => KeyWords::W32(a.as_primitive::<UInt16Type>().values().iter().map(|&v| v as u32).collect()),
+            DataType::UInt32 => KeyWords::W32(a.as_primitive::<UInt32Type>().values().to_vec()),
+            DataType::Int64 => KeyWords::W64(a.as_primitive::<Int64Type>().values().iter().map(|&v| v as u64).collect()),
+            DataType::UInt64 => KeyWords::W64(a.as_primitive::<UInt64Type>().values().to_vec()),
+            DataType::Decimal128(p, _) if *p <= 18 => {
+                KeyWords::W64(a.as_primitive::<Decimal128Type>().values().iter().map(|&v| v as i64 as u64).collect())
+            }
+            DataType::Date64 | DataType::Timestamp(_, _) | DataType::Duration(_) => {
+                let d = a.to_data();
+                let vals: &[i64] = d.buffer::<i64>(0);
+                KeyWords::W64(vals[d.offset()..d.offset() + d.len()].iter().map(|&v| v as u64).collect())
+            }
+            other => return Err(DataFusionError::Internal(format!("a key of type {other} has no device words"))),
+        })
+    }
+}
+
+/// Arrow-style validity words of `a` (bit `i % 32` of word `i / 32` set for a
+/// valid row `i`), `None` without NULLs.
+pub(crate) fn validity_words(a: &dyn Array) -> Option<Vec<u32>> {
+    let nulls = a.logical_nulls().filter(|n| n.null_count() > 0)?;
+    let bits = nulls.inner().sliced();
+    let bytes = &bits.as_slice()[..a.len().div_ceil(8)];
+    let mut words = vec![0u32; a.len().div_ceil(32)];
+    for (i, b) in bytes.iter().enumerate() {
+        words[i / 4] |= (*b as u32) << (8 * (i % 4));
+    }
+    Some(words)
+}

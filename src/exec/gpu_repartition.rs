@@ -14,8 +14,8 @@
 //! CPU (the fallback plan, or a GPU that failed) hashes the same key words on the
 //! CPU ([`partition_ids`]), so equal keys always meet in the same partition.
 use super::{as_gpu, cpu_equivalent};
-use crate::gpu_batch::{download_column, gpu_err, is_gpu_error, ColumnData, GpuBatch, GpuColumn, Storage};
-use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt32Array};
+use crate::gpu_batch::{download_column, gpu_err, is_gpu_error, validity_words, ColumnData, GpuBatch, GpuColumn, KeyWords, Storage};
+use arrow::array::{ArrayRef, RecordBatch, UInt32Array};
 use arrow::datatypes::DataType;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -219,56 +219,21 @@ fn split_gpu(dev: &ridgeline_operators::GpuContext, b: &GpuBatch, keys: &[usize]
     Ok(())
 }
 
-/// A key column in the device's words (what the GPU hashes).
-enum Words {
-    W32(Vec<u32>),
-    W64(Vec<u64>),
-}
-
-fn key_words(a: &ArrayRef) -> Result<(Words, Option<Vec<u32>>)> {
-    use arrow::datatypes::*;
-    let w = match a.data_type() {
-        DataType::Int8 => Words::W32(a.as_primitive::<Int8Type>().values().iter().map(|&v| v as i32 as u32).collect()),
-        DataType::Int16 => Words::W32(a.as_primitive::<Int16Type>().values().iter().map(|&v| v as i32 as u32).collect()),
-        DataType::Int32 => Words::W32(a.as_primitive::<Int32Type>().values().iter().map(|&v| v as u32).collect()),
-        DataType::Date32 => Words::W32(a.as_primitive::<Date32Type>().values().iter().map(|&v| v as u32).collect()),
-        DataType::UInt8 => Words::W32(a.as_primitive::<UInt8Type>().values().iter().map(|&v| v as u32).collect()),
-        DataType::UInt16 => Words::W32(a.as_primitive::<UInt16Type>().values().iter().map(|&v| v as u32).collect()),
-        DataType::UInt32 => Words::W32(a.as_primitive::<UInt32Type>().values().to_vec()),
-        DataType::Int64 => Words::W64(a.as_primitive::<Int64Type>().values().iter().map(|&v| v as u64).collect()),
-        DataType::UInt64 => Words::W64(a.as_primitive::<UInt64Type>().values().to_vec()),
-        DataType::Decimal128(p, _) if *p <= 18 => Words::W64(a.as_primitive::<Decimal128Type>().values().iter().map(|&v| v as i64 as u64).collect()),
-        DataType::Date64 | DataType::Timestamp(_, _) | DataType::Duration(_) => {
-            let d = a.to_data();
-            let vals: &[i64] = d.buffer::<i64>(0);
-            Words::W64(vals[d.offset()..d.offset() + d.len()].iter().map(|&v| v as u64).collect())
-        }
-        other => return Err(DataFusionError::Internal(format!("GPU repartition key of type {other}"))),
-    };
-    let valid = a.logical_nulls().filter(|n| n.null_count() > 0).map(|n| {
-        let mut words = vec![0u32; n.len().div_ceil(32)];
-        for (i, v) in n.iter().enumerate() {
-            if v {
-                words[i / 32] |= 1 << (i % 32);
-            }
-        }
-        words
-    });
-    Ok((w, valid))
-}
-
 /// Partitions one host batch with the GPU's hash, on the CPU.
 fn split_cpu(b: &RecordBatch, keys: &[usize], n: usize, out: &mut [Vec<RecordBatch>]) -> Result<()> {
     if b.num_rows() == 0 {
         return Ok(());
     }
-    let words = keys.iter().map(|&k| key_words(b.column(k))).collect::<Result<Vec<_>>>()?;
+    let words = keys
+        .iter()
+        .map(|&k| Ok((KeyWords::of(b.column(k).as_ref())?, validity_words(b.column(k).as_ref()))))
+        .collect::<Result<Vec<_>>>()?;
     let cols: Vec<HostColumn<'_>> = words
         .iter()
         .map(|(w, v)| HostColumn {
             values: match w {
-                Words::W32(x) => HostValues::U32(x),
-                Words::W64(x) => HostValues::U64(x),
+                KeyWords::W32(x) => HostValues::U32(x),
+                KeyWords::W64(x) => HostValues::U64(x),
             },
             validity: v.as_deref(),
         })

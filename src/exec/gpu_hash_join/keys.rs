@@ -58,8 +58,12 @@ impl Composite {
     /// The key of every row of `cols` (NULL where a key column is NULL, or, packed,
     /// outside the build side's range).
     pub(super) fn key(&self, cols: &[ArrayRef]) -> Result<ArrayRef> {
-        let n = cols.first().map_or(0, |c| c.len());
         let wide: Vec<Vec<i64>> = cols.iter().map(|c| widen(c.as_ref())).collect::<Result<_>>()?;
+        Ok(self.key_of_wide(cols, &wide))
+    }
+    /// [`Composite::key`] over `cols` already widened to `wide`.
+    pub(super) fn key_of_wide(&self, cols: &[ArrayRef], wide: &[Vec<i64>]) -> ArrayRef {
+        let n = cols.first().map_or(0, |c| c.len());
         let mut out = arrow::array::Int64Builder::with_capacity(n);
         for i in 0..n {
             if cols.iter().any(|c| c.is_null(i)) {
@@ -82,87 +86,41 @@ impl Composite {
                 }
                 _ => {
                     let mut h = 0x243f_6a88_85a3_08d3u64;
-                    for w in &wide {
+                    for w in wide {
                         h = mix64(h ^ (w[i] as u64).wrapping_add(0x9e37_79b9_7f4a_7c15));
                     }
                     out.append_value(h as i64)
                 }
             }
         }
-        Ok(Arc::new(out.finish()))
+        Arc::new(out.finish())
     }
 }
 
-/// A key column widened to i64 (its device width's values, sign- or zero-extended).
+/// A key column widened to i64: 4-byte keys of signed types sign-extended, the
+/// others zero-extended (the order packing over ranges relies on).
 pub(super) fn widen(a: &dyn Array) -> Result<Vec<i64>> {
-    let w = key_width(a.data_type()).ok_or_else(|| DataFusionError::Internal(format!("join key of type {}", a.data_type())))?;
-    Ok(match HostKeys::of(a, w)? {
-        HostKeys::I32(v) => v.into_iter().map(i64::from).collect(),
-        HostKeys::U32(v) => v.into_iter().map(i64::from).collect(),
-        HostKeys::I64(v) => v,
+    use arrow::datatypes::DataType::*;
+    let signed = matches!(a.data_type(), Int8 | Int16 | Int32 | Date32);
+    Ok(match KeyWords::of(a)? {
+        KeyWords::W32(v) if signed => v.into_iter().map(|w| w as i32 as i64).collect(),
+        KeyWords::W32(v) => v.into_iter().map(i64::from).collect(),
+        KeyWords::W64(v) => v.into_iter().map(|w| w as i64).collect(),
     })
 }
 
-/// A key column in host memory, in its device width.
-pub(super) enum HostKeys {
-    I32(Vec<i32>),
-    U32(Vec<u32>),
-    I64(Vec<i64>),
-}
-
-impl HostKeys {
-    pub(super) fn of(a: &dyn Array, width: KeyWidth) -> Result<HostKeys> {
-        use arrow::array::AsArray;
-        use arrow::datatypes::*;
-        let n = a.len();
-        macro_rules! prim {
-            ($t:ty, $to:ty) => {
-                a.as_primitive::<$t>().values().iter().map(|&v| v as $to).collect::<Vec<$to>>()
-            };
-        }
-        Ok(match (width, a.data_type()) {
-            (KeyWidth::I32, DataType::Int8) => HostKeys::I32(prim!(Int8Type, i32)),
-            (KeyWidth::I32, DataType::Int16) => HostKeys::I32(prim!(Int16Type, i32)),
-            (KeyWidth::I32, DataType::Int32) => HostKeys::I32(prim!(Int32Type, i32)),
-            (KeyWidth::I32, DataType::Date32) => HostKeys::I32(prim!(Date32Type, i32)),
-            (KeyWidth::U32, DataType::UInt8) => HostKeys::U32(prim!(UInt8Type, u32)),
-            (KeyWidth::U32, DataType::UInt16) => HostKeys::U32(prim!(UInt16Type, u32)),
-            (KeyWidth::U32, DataType::UInt32) => HostKeys::U32(prim!(UInt32Type, u32)),
-            (KeyWidth::I64, DataType::Decimal128(_, _)) => HostKeys::I64(prim!(Decimal128Type, i64)),
-            (KeyWidth::I64, _) => {
-                // every other 8-byte key is a primitive array of 8-byte values
-                let data = a.to_data();
-                let buf = &data.buffers()[0];
-                let vals: &[i64] = buf.typed_data::<i64>();
-                HostKeys::I64(vals[data.offset()..data.offset() + n].to_vec())
-            }
-            (w, t) => return Err(DataFusionError::Internal(format!("join key of type {t} as {w:?}"))),
-        })
-    }
-    pub(super) fn keys(&self) -> Keys<'_> {
-        match self {
-            HostKeys::I32(v) => Keys::I32(v),
-            HostKeys::U32(v) => Keys::U32(v),
-            HostKeys::I64(v) => Keys::I64(v),
-        }
+/// The device words of a key column as the host table's keys (4-byte keys by
+/// their bit patterns: equality, all a join asks, is the same).
+pub(super) fn host_keys(w: &KeyWords) -> Keys<'_> {
+    match w {
+        KeyWords::W32(v) => Keys::U32(v),
+        KeyWords::W64(v) => Keys::I64(bytemuck::cast_slice(v)),
     }
 }
 
-/// Arrow-style validity words of `a` (bit 0 is row 0), `None` without NULLs.
-pub(super) fn validity_words(a: &dyn Array) -> Option<Vec<u32>> {
-    let nulls = a.logical_nulls().filter(|n| n.null_count() > 0)?;
-    let bits = nulls.inner().sliced();
-    let bytes = &bits.as_slice()[..a.len().div_ceil(8)];
-    let mut words = vec![0u32; a.len().div_ceil(32)];
-    for (i, b) in bytes.iter().enumerate() {
-        words[i / 4] |= (*b as u32) << (8 * (i % 4));
-    }
-    Some(words)
-}
-
-pub(super) fn host_table(keys: &dyn Array, width: KeyWidth) -> Result<HostJoinTable> {
-    let hk = HostKeys::of(keys, width)?;
-    Ok(HostJoinTable::build(hk.keys(), validity_words(keys).as_deref()))
+pub(super) fn host_table(keys: &dyn Array) -> Result<HostJoinTable> {
+    let words = KeyWords::of(keys)?;
+    Ok(HostJoinTable::build(host_keys(&words), validity_words(keys).as_deref()))
 }
 
 pub(super) fn gpu_failure(e: &DataFusionError) -> bool {

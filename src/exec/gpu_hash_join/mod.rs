@@ -26,7 +26,7 @@
 //! the same, and the work already done is kept (each probe batch is answered
 //! whole by one path).
 use crate::config::{device_for, RidgelineOptions};
-use crate::gpu_batch::{is_gpu_error, upload_array, ColumnData, GpuBatch, GpuColumn, Storage};
+use crate::gpu_batch::{is_gpu_error, upload_array, validity_words, ColumnData, GpuBatch, GpuColumn, KeyWords, Storage};
 use arrow::array::{new_null_array, Array, ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions, UInt32Array};
 use arrow::compute::{concat_batches, take};
 use datafusion::common::{JoinSide, JoinType, NullEquality};
@@ -104,8 +104,9 @@ pub fn unsupported_reason(join: &HashJoinExec) -> Option<String> {
     None
 }
 
-/// A hash join on the GPU (see the module documentation).
-#[derive(Debug)]
+/// A hash join on the GPU (see the module documentation). A clone shares the
+/// original's build side, metrics and warning flag.
+#[derive(Debug, Clone)]
 pub struct GpuHashJoinExec {
     join: Arc<HashJoinExec>,
     /// (left, right) column of each key.
@@ -242,17 +243,18 @@ impl GpuHashJoinExec {
         reservation: datafusion::execution::memory_pool::MemoryReservation,
     ) -> Result<Build> {
         reservation.try_grow(batch.get_array_memory_size())?;
-        let (composite, wide_keys) = if self.keys.len() == 1 {
-            (Composite::One, Vec::new())
+        // several key columns: widened once, for the plan, the key and (hashed) the checks
+        let (composite, keys, wide_keys) = if self.keys.len() == 1 {
+            (Composite::One, batch.column(self.keys[0].0).clone(), Vec::new())
         } else {
             let cols: Vec<ArrayRef> = self.keys.iter().map(|&(l, _)| batch.column(l).clone()).collect();
             let wide: Vec<Vec<i64>> = cols.iter().map(|c| widen(c.as_ref())).collect::<Result<_>>()?;
             let valid = |i: usize| cols.iter().all(|c| c.is_valid(i));
             let plan = Composite::plan(&wide, &valid);
+            let keys = plan.key_of_wide(&cols, &wide);
             let keep = if plan.is_hashed() { wide } else { Vec::new() };
-            (plan, keep)
+            (plan, keys, keep)
         };
-        let keys = self.key_of(&batch, JoinSide::Left, &composite)?;
         let table = match dev {
             Some(dev) => {
                 let built = with_device_keys(&dev, keys.as_ref(), self.width, |kc| build_table_gpu(&dev, kc, &JoinOptions::default()).map_err(gerr));
@@ -260,12 +262,12 @@ impl GpuHashJoinExec {
                     Ok(table) => Table::Device { dev, table, host: std::sync::OnceLock::new() },
                     Err(e) if gpu_failure(&e) => {
                         super::warn_fallback(&self.warned, "a hash join", &e);
-                        Table::Host(host_table(keys.as_ref(), self.width)?)
+                        Table::Host(host_table(keys.as_ref())?)
                     }
                     Err(e) => return Err(e),
                 }
             }
-            None => Table::Host(host_table(keys.as_ref(), self.width)?),
+            None => Table::Host(host_table(keys.as_ref())?),
         };
         let words = if self.needs_visited() { batch.num_rows().div_ceil(32) } else { 0 };
         Ok(Build {
@@ -319,18 +321,19 @@ impl GpuHashJoinExec {
             Table::Host(t) => t,
             Table::Device { host, .. } => {
                 if host.get().is_none() {
-                    let t = host_table(build.keys.as_ref(), self.width)?;
+                    let t = host_table(build.keys.as_ref())?;
                     let _ = host.set(t);
                 }
                 host.get().expect("set above")
             }
         };
-        let hk = HostKeys::of(keys, self.width)?;
+        let words = KeyWords::of(keys)?;
+        let hk = host_keys(&words);
         let valid = validity_words(keys);
         Ok(if bits {
-            Found::Bits(table.matched(hk.keys(), valid.as_deref()))
+            Found::Bits(table.matched(hk, valid.as_deref()))
         } else {
-            let (p, b) = table.probe(hk.keys(), valid.as_deref());
+            let (p, b) = table.probe(hk, valid.as_deref());
             Found::Pairs(p, b)
         })
     }
@@ -617,14 +620,8 @@ impl ExecutionPlan for GpuHashJoinExec {
         Ok(Arc::new(GpuHashJoinExec::try_new(join).map_err(DataFusionError::Internal)?))
     }
     fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
-        let me = Arc::new(GpuHashJoinExec {
-            join: self.join.clone(),
-            keys: self.keys.clone(),
-            width: self.width,
-            shared: self.shared.clone(),
-            metrics: self.metrics.clone(),
-            warned: self.warned.clone(),
-        });
+        // the stream's tasks own a copy of the node sharing its state (the plan only lends `self`)
+        let me = Arc::new(self.clone());
         let m = self.metrics_for(partition);
         let probe = self.probe_stream(partition, ctx.clone())?;
         let build = me.clone().build_side(partition, ctx, m.clone());

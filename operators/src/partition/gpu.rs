@@ -521,12 +521,13 @@ impl<'a> Job<'a> {
             t.resolve(&mut enc);
         }
         ctx.submit(enc)?;
-        if keep && matches!(timing, Timing::None) {
-            // the pooled scratch goes back to the pool when `self` drops; the
-            // copy keeps the offsets (queue order makes it safe to reuse later)
-            return Ok((Vec::new(), Some(read)));
-        }
-        let offsets: Vec<u64> = read.download::<u32>(ctx)?.into_iter().map(u64::from).collect();
+        // Kept, the copy holds the offsets while the pooled scratch goes back to
+        // the pool when `self` drops (queue order makes its reuse safe).
+        let (offsets, device) = if keep {
+            (Vec::new(), Some(read))
+        } else {
+            (read.download::<u32>(ctx)?.into_iter().map(u64::from).collect(), None)
+        };
         if let (Timing::Each(out), Some(t)) = (timing, &each) {
             for (label, ms) in self.pass.labels().zip(t.read_ms(ctx)?) {
                 match out.iter_mut().find(|(l, _)| *l == label) {
@@ -535,6 +536,6 @@ impl<'a> Job<'a> {
                 }
             }
         }
-        Ok((offsets, None))
+        Ok((offsets, device))
     }
 }

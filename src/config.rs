@@ -103,6 +103,11 @@ extensions_options! {
         /// Rows DataFusion's statistics must give both sides of a hash join before
         /// mode auto runs it on the GPU.
         pub gpu_join_min_rows: usize, default = crate::tuning::join::AUTO_MIN_ROWS
+        /// Mode on: run an aggregation over host inputs (Parquet, CSV, JSON, Arrow,
+        /// memory tables) as a GPU island (`GpuIslandExec`: the inputs uploaded once
+        /// when the query runs, the GPU operators planned over them then). Mode auto
+        /// never does (no cost model of the upload yet).
+        pub gpu_islands: bool, default = true
         /// Over a resident scan under a CPU operator, how the prefilter's rows reach
         /// it: true computes every row's selection in one device pass and filters the
         /// scan's host copy with it (the mask path); false compacts on the device per

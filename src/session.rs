@@ -64,6 +64,7 @@ impl RidgelineSessionExt for SessionStateBuilder {
             .with_physical_optimizer_rule(timed(Arc::new(crate::optimizer::GpuJoinPrefilter)))
             .with_physical_optimizer_rule(timed(Arc::new(crate::optimizer::GpuJoinRule)))
             .with_physical_optimizer_rule(timed(Arc::new(GpuBoundaries)))
+            .with_physical_optimizer_rule(timed(Arc::new(crate::optimizer::GpuIslandRule)))
     }
 }
 

@@ -28,6 +28,130 @@ pub struct JoinArgs {
     /// HBM bandwidth in GB/s for the bytes-moved floor (default: the H200's 4800).
     #[arg(long, default_value_t = 4800.0)]
     pub hbm_gbps: f64,
+    /// Key-column layouts for the second table, a whole query (`SELECT count(*)
+    /// .. JOIN ..` over resident tables, GPU mode against CPU mode): `1` (one i64
+    /// key), `2` (two columns whose ranges pack into 64 bits) and `2h` (two columns
+    /// too wide to pack: hashed, every pair checked); empty: no such table.
+    #[arg(long, value_name = "LIST", default_value = "1,2,2h")]
+    pub sql_keys: String,
+    /// Largest probe side (log2) of the whole-query table.
+    #[arg(long, default_value_t = 26)]
+    pub sql_max_log2: u32,
+}
+
+/// A key-column layout of the whole-query table.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum KeyLayout {
+    One,
+    Packed,
+    Hashed,
+}
+
+impl KeyLayout {
+    fn parse(s: &str) -> Result<Vec<KeyLayout>> {
+        s.split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(|t| match t {
+                "1" => Ok(KeyLayout::One),
+                "2" => Ok(KeyLayout::Packed),
+                "2h" => Ok(KeyLayout::Hashed),
+                other => Err(DataFusionError::Plan(format!("--sql-keys: '{other}' is not one of 1, 2, 2h"))),
+            })
+            .collect()
+    }
+    fn label(self) -> &'static str {
+        match self {
+            KeyLayout::One => "1",
+            KeyLayout::Packed => "2 packed",
+            KeyLayout::Hashed => "2 hashed",
+        }
+    }
+    /// The key columns of one side from single keys: a pair is equal exactly when
+    /// the single keys are (the low 10 bits and the rest), spread over 60 bits in
+    /// the hashed layout so the ranges' product leaves 64 bits.
+    fn columns(self, k: &[i64]) -> Vec<Vec<i64>> {
+        match self {
+            KeyLayout::One => vec![k.to_vec()],
+            KeyLayout::Packed => vec![k.iter().map(|x| x >> 10).collect(), k.iter().map(|x| x & 1023).collect()],
+            KeyLayout::Hashed => vec![k.iter().map(|x| x >> 10).collect(), k.iter().map(|x| (x & 1023) << 50).collect()],
+        }
+    }
+}
+
+/// Registers `name` as a resident table of i64 columns `c0, c1, ..`.
+fn register_keys(rt: &tokio::runtime::Runtime, rl: &crate::Ridgeline, name: &str, cols: &[Vec<i64>]) -> Result<()> {
+    use arrow::array::{ArrayRef, Int64Array, RecordBatch};
+    let n = cols[0].len();
+    let mut batches = Vec::new();
+    for start in (0..n).step_by(1 << 20) {
+        let end = (start + (1 << 20)).min(n);
+        let arrays: Vec<(String, ArrayRef)> =
+            cols.iter().enumerate().map(|(i, c)| (format!("c{i}"), std::sync::Arc::new(Int64Array::from(c[start..end].to_vec())) as ArrayRef)).collect();
+        batches.push(RecordBatch::try_from_iter(arrays)?);
+    }
+    let schema = batches[0].schema();
+    rt.block_on(rl.register_resident(name, schema, batches))?;
+    Ok(())
+}
+
+/// Best milliseconds of a counting join query and its count.
+fn count_query_ms(rt: &tokio::runtime::Runtime, rl: &crate::Ridgeline, sql: &str, iterations: usize) -> Result<(f64, i64)> {
+    use arrow::array::Int64Array;
+    let mut best = f64::INFINITY;
+    let mut n = -1;
+    for _ in 0..=iterations.max(1) {
+        let t = Instant::now();
+        let out = rt.block_on(async { rl.sql(sql).await?.collect().await })?;
+        best = best.min(t.elapsed().as_secs_f64() * 1e3);
+        n = out[0].column(0).as_any().downcast_ref::<Int64Array>().map_or(-1, |a| a.value(0));
+    }
+    Ok((best, n))
+}
+
+/// The whole-query table: one and two key columns through `GpuHashJoinExec`
+/// (mode on) and DataFusion's hash join (mode off) on the same resident tables.
+fn sql_table(args: &JoinArgs, layouts: &[KeyLayout], rt: &tokio::runtime::Runtime, builds: &[u32], probes: &[u32], rates: &[u32]) -> Result<()> {
+    if layouts.is_empty() {
+        return Ok(());
+    }
+    let it = args.iterations;
+    println!();
+    println!(
+        "whole query: `SELECT count(*) FROM p JOIN b ON p.c0 = b.c0 [AND p.c1 = b.c1]` over resident tables of i64 columns; best of {it} wall ms after a warm-up; GPU = mode on (GpuHashJoinExec), CPU = mode off (DataFusion's hash join), same session, same tables"
+    );
+    println!("| build | probe | match % | key columns | pairs | GPU ms | CPU ms | CPU / GPU |");
+    println!("|{}", " --- |".repeat(8));
+    for &bl in builds {
+        for &pl in probes.iter().filter(|&&p| p <= args.sql_max_log2) {
+            for &rate in rates {
+                let (build, probe) = keys(1 << bl, 1 << pl, rate, 0x9E37_79B9 ^ (bl as u64) << 32 ^ pl as u64);
+                let want = HostJoinTable::build(Keys::I64(&build), None).probe(Keys::I64(&probe), None).0.len() as i64;
+                for &layout in layouts {
+                    let rl = crate::Ridgeline::builder().gpu_mode(crate::GpuMode::On).build()?;
+                    let (bc, pc) = (layout.columns(&build), layout.columns(&probe));
+                    register_keys(rt, &rl, "b", &bc)?;
+                    register_keys(rt, &rl, "p", &pc)?;
+                    let on = (0..bc.len()).map(|i| format!("p.c{i} = b.c{i}")).collect::<Vec<_>>().join(" AND ");
+                    let sql = format!("SELECT count(*) FROM p JOIN b ON {on}");
+                    // The GPU column must time the GPU join, not a plan the rule left alone.
+                    let plan = rt.block_on(async { rl.sql(&sql).await?.create_physical_plan().await })?;
+                    let shown = datafusion::physical_plan::displayable(plan.as_ref()).indent(false).to_string();
+                    if !shown.contains("GpuHashJoinExec") {
+                        return Err(DataFusionError::Execution(format!("{} key columns: the plan has no GpuHashJoinExec:\n{shown}", layout.label())));
+                    }
+                    let (g_ms, g_n) = count_query_ms(rt, &rl, &sql, it)?;
+                    rl.set_gpu_mode(crate::GpuMode::Off)?;
+                    let (c_ms, c_n) = count_query_ms(rt, &rl, &sql, it)?;
+                    if g_n != want || c_n != want {
+                        return Err(DataFusionError::Execution(format!("{} key columns: GPU mode counted {g_n} pairs, CPU mode {c_n}, the reference {want}", layout.label())));
+                    }
+                    println!("| 2^{bl} | 2^{pl} | {rate} | {} | {want} | {g_ms:.2} | {c_ms:.2} | {:.1} |", layout.label(), c_ms / g_ms);
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn list(s: &str, what: &str) -> Result<Vec<u32>> {
@@ -126,10 +250,11 @@ fn datafusion_ms(rt: &tokio::runtime::Runtime, build: &[i64], probe: &[i64], ite
 
 /// `bench join`.
 pub fn run(args: JoinArgs) -> Result<()> {
-    let ctx = context::global().map_err(gerr)?;
     let builds = list(&args.build_log2, "build-log2")?;
     let probes = list(&args.probe_log2, "probe-log2")?;
     let rates = list(&args.rates, "rates")?;
+    let layouts = KeyLayout::parse(&args.sql_keys)?;
+    let ctx = context::global().map_err(gerr)?;
     let threads = rayon::current_num_threads();
     let it = args.iterations;
     println!(
@@ -177,5 +302,5 @@ pub fn run(args: JoinArgs) -> Result<()> {
             }
         }
     }
-    Ok(())
+    sql_table(&args, &layouts, &rt, &builds, &probes, &rates)
 }

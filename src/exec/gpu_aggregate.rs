@@ -367,7 +367,7 @@ impl ExecutionPlan for GpuAggregateExec {
 /// rows: round-robin, or with `hash` by DataFusion's hash partitioner over its
 /// expressions (group key columns, at the same positions in the partial state as in
 /// the result; slices hashed in parallel). An empty batch goes to partition 0.
-fn deal(batch: &RecordBatch, parts: usize, hash: Option<(Vec<Arc<dyn datafusion::physical_expr::PhysicalExpr>>, usize)>, batch_rows: usize) -> Result<Vec<Vec<RecordBatch>>> {
+pub(crate) fn deal(batch: &RecordBatch, parts: usize, hash: Option<(Vec<Arc<dyn datafusion::physical_expr::PhysicalExpr>>, usize)>, batch_rows: usize) -> Result<Vec<Vec<RecordBatch>>> {
     use datafusion::physical_plan::metrics::Time;
     use datafusion::physical_plan::repartition::BatchPartitioner;
     use rayon::prelude::*;

@@ -10,6 +10,7 @@ pub mod cpu_note;
 pub mod gpu_aggregate;
 pub mod gpu_filter;
 pub mod gpu_hash_join;
+pub mod gpu_island;
 pub mod gpu_load;
 pub mod gpu_repartition;
 pub mod gpu_scan;
@@ -23,6 +24,7 @@ pub use cpu_note::CpuNoteExec;
 pub use gpu_aggregate::GpuAggregateExec;
 pub use gpu_filter::GpuFilterExec;
 pub use gpu_hash_join::GpuHashJoinExec;
+pub use gpu_island::GpuIslandExec;
 pub use gpu_load::GpuLoadExec;
 pub use gpu_repartition::GpuRepartitionExec;
 pub use gpu_scan::GpuScanExec;
@@ -201,6 +203,16 @@ pub fn gpu_operator_names(plan: &Arc<dyn ExecutionPlan>) -> Vec<String> {
         let counts = gpu && (p.downcast_ref::<GpuScanExec>().is_none() || parent_gpu);
         if counts && !out.iter().any(|n| n == p.name()) {
             out.push(p.name().to_string());
+        }
+        // An island over host inputs: the operators it ran (its subtree as planned is
+        // what a fallback ran, or what has not run yet).
+        if let Some(ops) = p.downcast_ref::<GpuIslandExec>().and_then(|i| i.ran_operators()) {
+            for o in ops {
+                if !out.contains(&o) {
+                    out.push(o);
+                }
+            }
+            return;
         }
         let consumes = as_gpu(p).is_some_and(|g| g.consumes_gpu_input()) || p.downcast_ref::<GpuRepartitionExec>().is_some();
         for c in p.children() {

@@ -10,6 +10,7 @@ mod slt;
 
 mod aggregate;
 mod arrow_transfer;
+mod bench_join;
 mod bench_select;
 mod bench_tpch;
 mod cli;
@@ -17,6 +18,7 @@ mod files_in_sql;
 mod fuzz;
 mod gpu_expr;
 mod gpu_filter_plan;
+mod gpu_island;
 mod gpu_join;
 mod join_order;
 mod join_prefilter;

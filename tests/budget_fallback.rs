@@ -256,3 +256,40 @@ async fn gpu_join_fallback_is_exact() {
     }
     ctx.pool().set_budget(4 << 30);
 }
+
+/// A GPU island over host inputs (a GROUP BY over files and a memory table in
+/// mode on) under device budgets from "nothing fits" to "everything fits":
+/// always CPU mode's answer; with room it ran `GpuAggregateExec`, without it the
+/// subtree as planned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpu_island_fallback_is_exact() {
+    let Some(ctx) = test_context() else { return };
+    let _turn = BUDGET.lock().await;
+    let b = xg_batch(100_000);
+    let dir = tempfile::tempdir().unwrap();
+    let files = write_files(dir.path(), &b);
+    let cpu = Ridgeline::builder().gpu_mode(GpuMode::Off).build().unwrap();
+    let gpu = Ridgeline::builder().gpu_mode(GpuMode::On).build().unwrap();
+    for rl in [&cpu, &gpu] {
+        for (name, path) in &files {
+            rl.register_file(name, path).await.unwrap();
+        }
+        rl.register_batches("memory", b.schema(), vec![b.clone()]).unwrap();
+    }
+    for budget in [1u64 << 10, 256 << 10, 4 << 30] {
+        ctx.pool().trim();
+        ctx.pool().set_budget(budget);
+        for t in ["parquet", "csv", "memory"] {
+            let q = format!("SELECT g, count(*) c, sum(x) s, max(x) m FROM {t} WHERE x % 3 <> 1 GROUP BY g ORDER BY g");
+            let analyzed = text(&answer(&gpu, &format!("EXPLAIN ANALYZE {q}")).await);
+            assert!(analyzed.contains("GpuIslandExec"), "{analyzed}");
+            if budget == 4 << 30 {
+                assert!(analyzed.contains("ran: GpuAggregateExec"), "{analyzed}");
+            } else if budget == 1 << 10 {
+                assert!(analyzed.contains("GPU fallback"), "{analyzed}");
+            }
+            assert_eq!(text(&answer(&cpu, &q).await), text(&answer(&gpu, &q).await), "{q} under a budget of {budget} bytes");
+        }
+    }
+    ctx.pool().set_budget(4 << 30);
+}

@@ -20,8 +20,8 @@
 //! Nothing is handed up before the island has finished, so a GPU that fails on
 //! the way (lost, out of memory, over the budget) costs one warning and the
 //! subtree as planned runs instead: never a partial answer. EXPLAIN shows the
-//! subtree as planned under this node; EXPLAIN ANALYZE adds which GPU operators
-//! the island ran.
+//! subtree as planned under this node; EXPLAIN ANALYZE the island as it ran (its
+//! operators and their metrics) and names the GPU operators in it.
 use crate::config::{device_for, RidgelineOptions};
 use crate::gpu_batch::is_gpu_error;
 use crate::resident::ResidentData;
@@ -50,6 +50,9 @@ pub struct GpuIslandExec {
     result: Arc<tokio::sync::OnceCell<std::result::Result<Parts, Arc<DataFusionError>>>>,
     /// The GPU operators of the plan that ran (`None` before a run, or after a fallback).
     ran: Arc<OnceLock<Option<String>>>,
+    /// The island as it ran: after a run, the node's child (so EXPLAIN ANALYZE
+    /// shows the operators that ran, with their metrics).
+    executed: Arc<OnceLock<Arc<dyn ExecutionPlan>>>,
     metrics: ExecutionPlanMetricsSet,
 }
 
@@ -69,6 +72,7 @@ impl GpuIslandExec {
             props: Arc::new(props),
             result: Default::default(),
             ran: Default::default(),
+            executed: Default::default(),
             metrics: ExecutionPlanMetricsSet::new(),
         }
     }
@@ -111,7 +115,7 @@ impl ExecutionPlan for GpuIslandExec {
         super::no_expressions(f)
     }
     fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![&self.input]
+        vec![self.executed.get().unwrap_or(&self.input)]
     }
     fn with_new_children(self: Arc<Self>, mut children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
         Ok(Arc::new(GpuIslandExec::new(children.swap_remove(0))))
@@ -121,7 +125,7 @@ impl ExecutionPlan for GpuIslandExec {
     }
     fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
         let schema = self.schema();
-        let (input, cell, ran) = (self.input.clone(), self.result.clone(), self.ran.clone());
+        let (input, cell, ran, executed) = (self.input.clone(), self.result.clone(), self.ran.clone(), self.executed.clone());
         let partitioning = self.props.output_partitioning().clone();
         let upload_rows = MetricBuilder::new(&self.metrics).global_counter("uploaded_rows");
         let upload_time = MetricBuilder::new(&self.metrics).subset_time("upload_time", partition);
@@ -129,7 +133,7 @@ impl ExecutionPlan for GpuIslandExec {
         let parts = async move {
             let r = cell
                 .get_or_init(|| async move {
-                    run(input, ctx, partitioning, out_schema, ran, upload_rows, upload_time).await.map_err(Arc::new)
+                    run(input, ctx, partitioning, out_schema, ran, executed, upload_rows, upload_time).await.map_err(Arc::new)
                 })
                 .await;
             let parts = r.clone().map_err(DataFusionError::Shared)?;
@@ -160,15 +164,18 @@ async fn run(
     partitioning: Partitioning,
     schema: arrow::datatypes::SchemaRef,
     ran: Arc<OnceLock<Option<String>>>,
+    executed: Arc<OnceLock<Arc<dyn ExecutionPlan>>>,
     upload_rows: datafusion::physical_plan::metrics::Count,
     upload_time: datafusion::physical_plan::metrics::Time,
 ) -> Result<Parts> {
-    match island(&input, &ctx, &partitioning, &schema, &ran, &upload_rows, &upload_time).await {
+    match island(&input, &ctx, &partitioning, &schema, &ran, &executed, &upload_rows, &upload_time).await {
         Ok(parts) => Ok(parts),
         Err(e) if is_gpu_error(&e) || matches!(e, DataFusionError::Context(ref c, _) if c == UPLOAD) => {
             warn_once(&e);
             let _ = ran.set(None);
-            let parts = datafusion::physical_plan::collect_partitioned(input, ctx).await?;
+            // A fresh copy: the island read the file scans once already (their shared
+            // work queues are drained) and may have run repartitions part-way.
+            let parts = datafusion::physical_plan::collect_partitioned(super::fresh_plan(&input)?, super::replay_context(&ctx)).await?;
             Ok(Arc::new(parts))
         }
         Err(e) => Err(e),
@@ -199,6 +206,9 @@ fn gpu_rules() -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
         Arc::new(GpuJoinPrefilter),
         Arc::new(GpuJoinRule),
         Arc::new(GpuBoundaries),
+        // The new scans yield to the runtime like the planned plan's leaves did (a
+        // query timeout or a cancelled client must get through a long join).
+        Arc::new(datafusion::physical_optimizer::ensure_coop::EnsureCooperative::new()),
     ];
     rules.into_iter().map(|r| Arc::new(Timed(r)) as Arc<dyn PhysicalOptimizerRule + Send + Sync>).collect()
 }
@@ -238,6 +248,7 @@ async fn island(
     partitioning: &Partitioning,
     schema: &arrow::datatypes::SchemaRef,
     ran: &OnceLock<Option<String>>,
+    executed: &OnceLock<Arc<dyn ExecutionPlan>>,
     upload_rows: &datafusion::physical_plan::metrics::Count,
     upload_time: &datafusion::physical_plan::metrics::Time,
 ) -> Result<Parts> {
@@ -253,8 +264,13 @@ async fn island(
     let chunk_rows = opts.chunk_rows(Some(&dev));
     let parts = config.execution.target_partitions;
     let mut scans: HashMap<usize, Arc<dyn ExecutionPlan>> = HashMap::new();
+    // The inputs' host copies count against the query's memory pool while the
+    // island lives; where they do not fit, the subtree as planned streams instead.
+    let reservation = datafusion::execution::memory_pool::MemoryConsumer::new("GpuIslandExec").register(ctx.memory_pool());
     for (i, leaf) in leaves.iter().enumerate() {
         let batches: Vec<RecordBatch> = datafusion::physical_plan::collect(leaf.clone(), ctx.clone()).await?;
+        let bytes: usize = batches.iter().map(|b| b.get_array_memory_size()).sum();
+        reservation.try_grow(bytes).map_err(|e| DataFusionError::Context(UPLOAD.into(), Box::new(e)))?;
         let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
         let scan: Arc<dyn ExecutionPlan> = if rows == 0 {
             Arc::new(EmptyExec::new(leaf.schema()).with_partitions(leaf.output_partitioning().partition_count()))
@@ -270,18 +286,21 @@ async fn island(
         };
         scans.insert(key(leaf), scan);
     }
-    let mut plan = plan
+    let plan = plan
         .transform_up(|n| match scans.get(&key(&n)) {
             Some(s) => Ok(Transformed::yes(s.clone())),
             None => Ok(Transformed::no(n)),
         })?
         .data;
+    // Its own execution state: the nodes it shares with the subtree as planned
+    // (repartitions, joins) must be new for a fallback to start from nothing.
+    let mut plan = super::fresh_plan(&plan)?;
     for rule in gpu_rules() {
         plan = rule.optimize(plan, &config)?;
     }
     let ops = super::gpu_operator_names(&plan);
     log::debug!("GPU island plan:\n{}", datafusion::physical_plan::displayable(plan.as_ref()).indent(true));
-    let batches = datafusion::physical_plan::collect(plan, ctx.clone()).await?;
+    let batches = datafusion::physical_plan::collect(plan.clone(), ctx.clone()).await?;
     let n = partitioning.partition_count().max(1);
     let mut out = vec![Vec::new(); n];
     match partitioning {
@@ -303,6 +322,7 @@ async fn island(
             }
         }
     }
+    let _ = executed.set(plan);
     let _ = ran.set(Some(if ops.is_empty() { NO_GPU_OPERATOR.into() } else { ops.join(", ") }));
     Ok(Arc::new(out))
 }

@@ -204,16 +204,6 @@ pub fn gpu_operator_names(plan: &Arc<dyn ExecutionPlan>) -> Vec<String> {
         if counts && !out.iter().any(|n| n == p.name()) {
             out.push(p.name().to_string());
         }
-        // An island over host inputs: the operators it ran (its subtree as planned is
-        // what a fallback ran, or what has not run yet).
-        if let Some(ops) = p.downcast_ref::<GpuIslandExec>().and_then(|i| i.ran_operators()) {
-            for o in ops {
-                if !out.contains(&o) {
-                    out.push(o);
-                }
-            }
-            return;
-        }
         let consumes = as_gpu(p).is_some_and(|g| g.consumes_gpu_input()) || p.downcast_ref::<GpuRepartitionExec>().is_some();
         for c in p.children() {
             walk(c, consumes, out);

@@ -5,7 +5,9 @@
 //! It applies in mode `on` (with `ridgeline.gpu_islands`, default true) to the
 //! highest aggregation (final or single) whose leaves are all host sources
 //! (DataFusion's file and memory scans, Ridgeline's host tables; rowless leaves
-//! such as `EmptyExec` may sit beside them) and that promises no output order.
+//! such as `EmptyExec` may sit beside them), that promises no output order and
+//! that has an aggregation over a host source through filters and projections
+//! (what the GPU aggregation rule can take once the source is resident).
 //! A subtree with a resident scan, or a GPU aggregation or top-k already planned,
 //! is left to the planning-time rules. Mode `auto` leaves every plan alone: an
 //! upload per query pays only where the device work saves more than the bus
@@ -47,6 +49,37 @@ fn over_host_inputs(p: &Arc<dyn ExecutionPlan>) -> bool {
     walk(p, &mut hosts) && hosts > 0
 }
 
+/// Whether some aggregation in `p` reads a host source through nodes the GPU
+/// aggregation rule composes (filters, projections, repartitions, coalesces and
+/// the boundaries or GPU filters planned over them): only then can the island run
+/// more on the device than the plan already does (joins and filters over host
+/// inputs are planned on the GPU without one), so only then is the upload worth it.
+fn aggregates_a_source(p: &Arc<dyn ExecutionPlan>) -> bool {
+    use datafusion::physical_plan::filter::FilterExec;
+    use datafusion::physical_plan::projection::ProjectionExec;
+    use datafusion::physical_plan::repartition::RepartitionExec;
+    let composes = |n: &Arc<dyn ExecutionPlan>| {
+        n.downcast_ref::<FilterExec>().is_some()
+            || n.downcast_ref::<ProjectionExec>().is_some()
+            || n.downcast_ref::<RepartitionExec>().is_some()
+            || n.downcast_ref::<crate::exec::GpuFilterExec>().is_some()
+            || n.downcast_ref::<crate::exec::GpuLoadExec>().is_some()
+            || n.downcast_ref::<crate::exec::GpuUnloadExec>().is_some()
+            || n.downcast_ref::<crate::exec::CpuNoteExec>().is_some()
+            || matches!(n.name(), "CoalescePartitionsExec" | "CoalesceBatchesExec" | "CooperativeExec")
+    };
+    if p.downcast_ref::<AggregateExec>().is_some() {
+        let mut n = p.children()[0].clone();
+        while composes(&n) && n.children().len() == 1 {
+            n = n.children()[0].clone();
+        }
+        if is_host_source(&n) {
+            return true;
+        }
+    }
+    p.children().into_iter().any(aggregates_a_source)
+}
+
 /// An aggregation that produces its final result.
 fn is_root(p: &Arc<dyn ExecutionPlan>) -> bool {
     p.downcast_ref::<AggregateExec>().is_some_and(|a| {
@@ -66,6 +99,7 @@ impl PhysicalOptimizerRule for GpuIslandRule {
                     && node.output_ordering().is_none()
                     && node.boundedness() == Boundedness::Bounded
                     && over_host_inputs(&node)
+                    && aggregates_a_source(&node)
                 {
                     return Ok(Transformed::new(Arc::new(GpuIslandExec::new(node)) as Arc<dyn ExecutionPlan>, true, TreeNodeRecursion::Jump));
                 }

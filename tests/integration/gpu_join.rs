@@ -66,7 +66,7 @@ async fn explain_analyze_shows_build_and_probe_rows() {
     let gpu = memory_engine(GpuMode::On).await;
     let b = gpu.sql("EXPLAIN ANALYZE SELECT count(*) FROM orders o JOIN customer c ON o.o_custkey = c.c_custkey").await.unwrap().collect().await.unwrap();
     let t = plan_text(&b);
-    let line = t.lines().find(|l| l.contains("GpuHashJoinExec")).unwrap_or_else(|| panic!("{t}"));
+    let line = t.lines().find(|l| l.contains("GpuHashJoinExec:")).unwrap_or_else(|| panic!("{t}"));
     assert!(line.contains("build_rows=") && line.contains("probe_rows=") && line.contains("gpu_probes="), "{line}");
     assert!(!line.contains("gpu_probes=0"), "every probe ran on the device: {line}");
     assert!(line.contains("cpu_probes=0") || !line.contains("cpu_probes="), "no probe fell back: {line}");

@@ -12,7 +12,8 @@ fn root() -> PathBuf {
 }
 
 /// Source files of both crates, their tests, benches, examples and CI script,
-/// and the README and architecture page (the history files keep old names).
+/// and the README, the architecture page and the user guide and internals pages
+/// (the history files keep old names).
 fn sources() -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         let Ok(rd) = std::fs::read_dir(dir) else { return };
@@ -28,6 +29,10 @@ fn sources() -> Vec<PathBuf> {
     let mut out = vec![root().join(".ci/run"), root().join("README.md"), root().join("docs/architecture.md")];
     for d in ["src", "tests", "benches", "examples", "operators/src", "operators/tests", "operators/examples"] {
         walk(&root().join(d), &mut out);
+    }
+    for d in ["docs/guide", "docs/internals"] {
+        let Ok(rd) = std::fs::read_dir(root().join(d)) else { continue };
+        out.extend(rd.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "md")));
     }
     out
 }

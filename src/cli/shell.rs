@@ -40,7 +40,7 @@ Tab completes key words, tables, columns and functions.";
 pub const DEFAULT_MAX_ROWS: usize = 40;
 
 /// How deeply `.read` files may read others.
-const MAX_READ_DEPTH: usize = 16;
+const MAX_READ_DEPTH: usize = 8;
 
 fn io(e: std::io::Error) -> DataFusionError {
     DataFusionError::External(Box::new(e))
@@ -418,7 +418,13 @@ impl Shell {
                 let _ = rd.file.flush();
                 r
             }
-            None => f(self, out, &mut std::io::sink()).await,
+            None => {
+                // The console is `out` too: its lines (the timer's) follow the result.
+                let mut console = Vec::new();
+                let r = f(self, out, &mut console).await;
+                let _ = out.write_all(&console);
+                r
+            }
         };
         // A command that set its own (`.read` of a file that ran `.output`) keeps it.
         if self.redirect.is_none() {

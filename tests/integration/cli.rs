@@ -672,14 +672,18 @@ fn interactive_shell_under_a_terminal() {
         assert!(t.elapsed() < Duration::from_secs(10), "history not saved: {:?}", std::fs::read_to_string(&history));
         std::thread::sleep(Duration::from_millis(50));
     }
+    // Input typed before the editor takes the terminal again may be flushed: wait for each prompt.
     stdin.write_all(b".progress 0.2\r").unwrap();
+    at = wait_for(".progress 0.2", at);
     at = wait_for("ridgeline> ", at);
     stdin.write_all(b"SELECT max(value % 7) FROM generate_series(1, 1000000000000);\r").unwrap();
     at = wait_for("running for", at);
     stdin.write_all(b"\x03").unwrap();
     at = wait_for("error: interrupted (Ctrl-C)", at);
+    at = wait_for("ridgeline> ", at);
     stdin.write_all(b"SELECT 'still here' AS s;\r").unwrap();
     at = wait_for("still here", at);
+    at = wait_for("ridgeline> ", at);
     // Ctrl-C at the prompt drops the line being typed.
     stdin.write_all(b"SELECT 'dropped'\x03").unwrap();
     std::thread::sleep(Duration::from_millis(300));

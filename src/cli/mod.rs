@@ -5,6 +5,7 @@ pub mod bench_aggregate;
 pub mod bench_join;
 pub mod bench_skyline;
 pub mod bench_tpch;
+pub mod complete;
 pub mod demo;
 pub mod output;
 pub mod shell;
@@ -23,16 +24,20 @@ use std::path::PathBuf;
     name = "ridgeline",
     version,
     about,
-    after_help = "Without a command, ridgeline starts the interactive shell over the tables given by --table \
-                  (`ridgeline [--table NAME=PATH]... [--resident] [-c SQL] [-f FILE]...`); with -c or -f it runs \
-                  that SQL instead and exits.\n\n\
+    override_usage = "ridgeline [--table NAME=PATH]... [--resident] [--gpu MODE] [-c SQL | -f FILE...]   (the shell)\n       \
+                      ridgeline <COMMAND> [OPTIONS]",
+    after_help = "Without a command, ridgeline starts the interactive shell over the tables given by --table; \
+                  with -c or -f it runs that SQL (and dot commands) instead and exits. In the shell, .help lists \
+                  the dot commands (.tables, .schema, .mode, .read, .output, .once, .timer, .maxrows, .quit, ...); \
+                  Tab completes, Ctrl-C cancels the running statement, Ctrl-D or .quit leaves.\n\n\
                   Exit status: 0 on success, also when the reader of standard output goes away (as with `| head`); \
                   1 on an error, printed as one `error: ...` line (a script on standard input stops at its first error); \
                   2 on a usage error."
 )]
 pub struct Cli {
-    /// Where operators run: off, auto or on (default: RIDGELINE_GPU, else auto).
-    #[arg(long, global = true)]
+    /// Shell: where operators run, off, auto or on (default: RIDGELINE_GPU, else auto);
+    /// also taken before `query`, `demo` and `serve`.
+    #[arg(long, value_name = "MODE")]
     pub gpu: Option<GpuMode>,
     /// Shell: register a table first, NAME=PATH (repeatable; the file's kind by its extension).
     #[arg(long = "table", value_name = "NAME=PATH")]
@@ -75,6 +80,9 @@ pub enum Command {
         /// Print the physical plan (GPU nodes marked) instead of running.
         #[arg(long)]
         explain: bool,
+        /// Where operators run: off, auto or on (default: RIDGELINE_GPU, else auto).
+        #[arg(long, value_name = "MODE")]
+        gpu: Option<GpuMode>,
     },
     /// Generate data sets.
     Gen {
@@ -89,9 +97,18 @@ pub enum Command {
         /// TPC-H scale factor.
         #[arg(long, default_value_t = 0.1)]
         sf: f64,
+        /// Where operators run: off, auto or on (default: RIDGELINE_GPU, else auto).
+        #[arg(long, value_name = "MODE")]
+        gpu: Option<GpuMode>,
     },
     /// Serve SQL over Arrow Flight SQL and HTTP (`POST /query`, `GET /health`).
-    Serve(ServeArgs),
+    Serve {
+        #[command(flatten)]
+        args: ServeArgs,
+        /// Where operators run: off, auto or on (default: RIDGELINE_GPU, else auto).
+        #[arg(long, value_name = "MODE")]
+        gpu: Option<GpuMode>,
+    },
     /// Benchmarks.
     Bench {
         /// Which benchmark.
@@ -171,6 +188,9 @@ pub enum GenCommand {
         /// parquet or csv.
         #[arg(long, default_value = "parquet")]
         format: OutputFormat,
+        /// Overwrite the tables' files if the directory holds them already.
+        #[arg(long)]
+        force: bool,
     },
     /// Börzsönyi-style skyline data (columns d0..d{D-1}, smaller is better).
     Skyline {
@@ -189,6 +209,9 @@ pub enum GenCommand {
         /// Output file (.csv, .parquet or .arrow).
         #[arg(long)]
         out: PathBuf,
+        /// Overwrite the file if it exists.
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -295,7 +318,10 @@ pub fn engine(mode: Option<GpuMode>) -> Result<Ridgeline> {
     if let Some(m) = mode {
         b = b.gpu_mode(m);
     }
-    b.build()
+    let rl = b.build()?;
+    // Planning errors then know where in the statement they are (`at Line: L, Column: C`).
+    rl.session().state_ref().write().config_mut().options_mut().sql_parser.collect_spans = true;
+    Ok(rl)
 }
 
 /// Registers `NAME=PATH` tables.
@@ -337,32 +363,52 @@ pub async fn run(cli: Cli) -> Result<()> {
     }
 }
 
+/// The GPU mode of a command: its own `--gpu`, else the one given before it.
+fn gpu_mode(before: Option<GpuMode>, own: Option<GpuMode>) -> Option<GpuMode> {
+    own.or(before)
+}
+
 async fn run_command(cli: Cli) -> Result<()> {
+    if cli.gpu.is_some() {
+        let other = match &cli.command {
+            Some(Command::Gen { .. }) => Some("gen"),
+            Some(Command::Gpu) => Some("gpu"),
+            Some(Command::Bench { .. }) => Some("bench"),
+            _ => None,
+        };
+        if let Some(c) = other {
+            return Err(DataFusionError::Plan(format!(
+                "--gpu does not apply to `ridgeline {c}` (it sets where the shell, query, demo and serve run operators{})",
+                if c == "bench" { "; `bench tpch` takes its own --gpu off|on|both" } else { "" }
+            )));
+        }
+    }
+    if cli.command.is_some() && (cli.command_sql.is_some() || !cli.files.is_empty() || !cli.tables.is_empty() || cli.resident) {
+        return Err(DataFusionError::Plan(
+            "--table, --resident, -c and -f before a command are the shell's; give them after the command (`ridgeline query --table ...`)".into(),
+        ));
+    }
     match cli.command {
         None => {
-            let texts: Vec<String> = match &cli.command_sql {
-                Some(sql) => vec![sql.clone()],
-                None => cli.files.iter().map(|f| read_sql(f)).collect::<Result<_>>()?,
+            let texts: Vec<(Option<PathBuf>, String)> = match &cli.command_sql {
+                Some(sql) => vec![(None, sql.clone())],
+                None => cli.files.iter().map(|f| Ok((Some(f.clone()), read_sql(f)?))).collect::<Result<_>>()?,
             };
             let rl = engine(cli.gpu)?;
             register_tables(&rl, &cli.tables, cli.resident).await?;
             if texts.is_empty() {
                 return shell::run(rl).await;
             }
-            let mut out = output::Stdout::new();
-            for text in &texts {
-                output::run_statements(&rl, text, Format::Table, false, &mut out).await?;
-            }
-            Ok(())
+            shell::run_texts(rl, &texts).await
         }
-        Some(Command::Query { sql, files, tables, format, resident, explain }) => {
+        Some(Command::Query { sql, files, tables, format, resident, explain, gpu }) => {
             // Read every input first: a missing file fails before any work.
             let texts: Vec<(Option<&std::path::Path>, String)> = match &sql {
                 Some(s) if s == "-" => vec![(None, read_sql(std::path::Path::new("-"))?)],
                 Some(s) => vec![(None, s.clone())],
                 None => files.iter().map(|f| Ok((Some(f.as_path()), read_sql(f)?))).collect::<Result<_>>()?,
             };
-            let rl = engine(cli.gpu)?;
+            let rl = engine(gpu_mode(cli.gpu, gpu))?;
             register_tables(&rl, &tables, resident).await?;
             let mut out = output::Stdout::new();
             for (path, text) in &texts {
@@ -373,7 +419,16 @@ async fn run_command(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Some(Command::Gen { what: GenCommand::Tpch { sf, out, format } }) => {
+        Some(Command::Gen { what: GenCommand::Tpch { sf, out, format, force } }) => {
+            let existing = crate::gen::tpch::existing_files(&out, format);
+            if !force && !existing.is_empty() {
+                let names: Vec<String> = existing.iter().filter_map(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned()).collect();
+                return Err(DataFusionError::Plan(format!(
+                    "{} already holds TPC-H data ({}); --force overwrites it",
+                    out.display(),
+                    names.join(", ")
+                )));
+            }
             let files = tokio::task::spawn_blocking(move || write_tpch(sf, &out, format, true))
                 .await
                 .map_err(|e| DataFusionError::Execution(e.to_string()))??;
@@ -382,7 +437,10 @@ async fn run_command(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Some(Command::Gen { what: GenCommand::Skyline { dist, dims, rows, seed, out } }) => {
+        Some(Command::Gen { what: GenCommand::Skyline { dist, dims, rows, seed, out, force } }) => {
+            if !force && out.exists() {
+                return Err(DataFusionError::Plan(format!("{} exists; --force overwrites it", out.display())));
+            }
             write_skyline(dist, dims, rows, seed, &out)?;
             say(format_args!("{} ({rows} rows, {dims} dims, {dist})", out.display()))
         }
@@ -390,8 +448,8 @@ async fn run_command(cli: Cli) -> Result<()> {
             Ok(ctx) => say(format_args!("{}", ctx.report())),
             Err(e) => Err(DataFusionError::Execution(format!("{e}"))),
         },
-        Some(Command::Demo { sf }) => demo::run(engine(cli.gpu)?, sf).await,
-        Some(Command::Serve(args)) => serve(engine(cli.gpu)?, args).await,
+        Some(Command::Demo { sf, gpu }) => demo::run(engine(gpu_mode(cli.gpu, gpu))?, sf).await,
+        Some(Command::Serve { args, gpu }) => serve(engine(gpu_mode(cli.gpu, gpu))?, args).await,
         Some(Command::Bench { what: BenchCommand::Tpch(args) }) => bench_tpch::run(args).await,
         Some(Command::Bench { what: BenchCommand::Skyline(args) }) => bench_skyline::run(args).await,
         Some(Command::Bench { what: BenchCommand::Aggregate { range, sql: true, duckdb, duckdb_wheel } }) => {

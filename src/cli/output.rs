@@ -1,11 +1,14 @@
 //! Running statements and printing results as a table, CSV or JSON.
 //!
-//! Formats keep every column and every row:
-//! - `table`: arrow's pretty table; NULL is an empty cell, an empty result prints
-//!   `(columns) 0 rows`.
+//! Formats keep every column and every row (the shell's table display may be
+//! bounded, see [`Display`]):
+//! - `table`: an aligned table (NULL is `NULL`) and a row-count footer (`3 rows`);
+//!   an empty result prints its header and `0 rows`.
 //! - `csv`: a header line, then one line per row; NULL is an empty field.
 //! - `json`: one JSON array of objects per statement (`[]` when empty), every
 //!   column present (NULL is `null`).
+//!
+//! A statement without a result (DDL, `SET`: no columns) prints nothing.
 //!
 //! Floating-point NaN and infinities are not JSON numbers: `json` and `csv`
 //! spell them `"NaN"`, `"Infinity"` and `"-Infinity"` (strings in JSON, as
@@ -109,10 +112,97 @@ pub fn is_closed_stdout(e: &DataFusionError) -> bool {
     stdout_closed() || e.to_string().contains("failed printing to stdout")
 }
 
-/// Prints `error: ...` as one line on standard error; a closed standard error
-/// is ignored (no panic, unlike `eprintln!`).
+/// Prints `error: ...` as one line on standard error ([`error_line`]); a closed
+/// standard error is ignored (no panic, unlike `eprintln!`).
 pub fn report_error(e: &DataFusionError) {
-    let _ = writeln!(std::io::stderr(), "error: {}", crate::format::one_line(e));
+    let _ = writeln!(std::io::stderr(), "error: {}", error_line(e));
+}
+
+/// A statement stopped by Ctrl-C (see [`super::shell::Interrupt`]).
+#[derive(Debug)]
+pub struct Interrupted;
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("interrupted")
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
+/// Whether an error is [`Interrupted`].
+pub fn is_interrupted(e: &DataFusionError) -> bool {
+    match e {
+        DataFusionError::External(x) => x.is::<Interrupted>(),
+        DataFusionError::Context(_, inner) | DataFusionError::Diagnostic(_, inner) => is_interrupted(inner),
+        _ => false,
+    }
+}
+
+/// An error as one line for people: a syntax error as its message (not the
+/// parser's `ParserError("...")` debug text), a context as `context: error`, the
+/// position a planner's diagnostic knows as `at Line: L, Column: C`, and file
+/// paths with their leading `/` (the object store drops it).
+pub fn error_line(e: &DataFusionError) -> String {
+    let mut s = render(e);
+    if !s.contains("Line: ") {
+        if let Some(span) = e.diagnostic().and_then(|d| d.span) {
+            if span.start.line > 0 {
+                s.push_str(&format!(" at Line: {}, Column: {}", span.start.line, span.start.column));
+            }
+        }
+    }
+    let s = match s.find("internal error (please report it)") {
+        Some(i) => &s[i..],
+        None => &s,
+    };
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn render(e: &DataFusionError) -> String {
+    use datafusion::sql::sqlparser::parser::ParserError;
+    match e {
+        DataFusionError::SQL(pe, _) => match pe.as_ref() {
+            ParserError::ParserError(m) | ParserError::TokenizerError(m) => format!("syntax error: {m}"),
+            ParserError::RecursionLimitExceeded => "syntax error: the statement is nested too deeply".to_string(),
+            #[allow(unreachable_patterns)]
+            other => format!("syntax error: {other}"),
+        },
+        DataFusionError::Context(c, inner) => format!("{c}: {}", render(inner)),
+        DataFusionError::Diagnostic(_, inner) => render(inner),
+        DataFusionError::Shared(inner) => render(inner),
+        DataFusionError::External(x) if x.is::<Interrupted>() => "interrupted (Ctrl-C)".to_string(),
+        DataFusionError::External(x) => match x.downcast_ref::<DataFusionError>() {
+            Some(inner) => render(inner),
+            None => e.to_string(),
+        },
+        DataFusionError::ObjectStore(os) => rooted_paths(&e.to_string(), os),
+        other => other.to_string(),
+    }
+}
+
+/// The object store's message with the path it names given back its leading
+/// `/` (`object_store::path::Path` is relative to the root: `tmp/x.parquet`).
+fn rooted_paths(msg: &str, e: &datafusion::object_store::Error) -> String {
+    let path = match e {
+        datafusion::object_store::Error::NotFound { path, .. } | datafusion::object_store::Error::AlreadyExists { path, .. } => path.as_str(),
+        datafusion::object_store::Error::Precondition { path, .. } | datafusion::object_store::Error::NotModified { path, .. } => path.as_str(),
+        _ => "",
+    };
+    if path.is_empty() || path.starts_with('/') {
+        return msg.to_string();
+    }
+    let rooted = format!("/{path}");
+    let mut out = String::with_capacity(msg.len() + 4);
+    let mut rest = msg;
+    while let Some(i) = rest.find(path) {
+        let before_ok = i == 0 || !rest.as_bytes()[i - 1].is_ascii_alphanumeric() && rest.as_bytes()[i - 1] != b'/';
+        out.push_str(&rest[..i]);
+        out.push_str(if before_ok { &rooted } else { path });
+        rest = &rest[i + path.len()..];
+    }
+    out.push_str(rest);
+    out
 }
 
 fn csv_batch(b: &RecordBatch) -> Result<RecordBatch> {
@@ -127,31 +217,141 @@ fn csv_batch(b: &RecordBatch) -> Result<RecordBatch> {
     Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)?)
 }
 
-/// Writes a result in a format, batch by batch (the table format needs them all).
+/// How results print: the format and, for the table format, how many rows at
+/// most (the shell's bound; the first half and the last half of them, with a `…`
+/// row between, and a footer `N rows (M shown)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Display {
+    /// The format.
+    pub format: Format,
+    /// The table format's row bound (`None`: every row).
+    pub max_rows: Option<usize>,
+}
+
+impl Display {
+    /// Every row in `format`.
+    pub fn all(format: Format) -> Display {
+        Display { format, max_rows: None }
+    }
+}
+
+/// How the table format spells values: NULL as `NULL`.
+fn table_options() -> arrow::util::display::FormatOptions<'static> {
+    arrow::util::display::FormatOptions::default().with_display_error(true).with_null("NULL")
+}
+
+/// `N rows` (`1 row`), with `(M shown)` when fewer are shown.
+pub fn row_footer(total: usize, shown: usize) -> String {
+    let noun = if total == 1 { "row" } else { "rows" };
+    if shown < total {
+        format!("{total} {noun} ({shown} shown)")
+    } else {
+        format!("{total} {noun}")
+    }
+}
+
+/// Rows of `batches` as text columns (as the table shows them), for the
+/// elided table.
+fn text_batch(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<RecordBatch> {
+    let options = table_options();
+    let mut cols: Vec<Vec<String>> = vec![Vec::new(); schema.fields().len()];
+    for b in batches {
+        for (c, col) in b.columns().iter().enumerate() {
+            let f = arrow::util::display::ArrayFormatter::try_new(col.as_ref(), &options)?;
+            for i in 0..b.num_rows() {
+                cols[c].push(f.value(i).to_string());
+            }
+        }
+    }
+    text_columns(schema, cols)
+}
+
+fn text_columns(schema: &SchemaRef, cols: Vec<Vec<String>>) -> Result<RecordBatch> {
+    use arrow::datatypes::{DataType, Field};
+    let fields: Vec<Field> = schema.fields().iter().map(|f| Field::new(f.name(), DataType::Utf8, false)).collect();
+    let arrays: Vec<arrow::array::ArrayRef> = cols.into_iter().map(|c| Arc::new(arrow::array::StringArray::from(c)) as arrow::array::ArrayRef).collect();
+    Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?)
+}
+
+/// Writes a result in a format, batch by batch (the table format prints at the
+/// end; bounded, it keeps only the rows it shows).
 struct ResultWriter<'o> {
-    format: Format,
+    display: Display,
     schema: SchemaRef,
     out: &'o mut dyn Write,
-    rows: Vec<RecordBatch>,
+    /// Table: the first rows (all of them when unbounded).
+    head: Vec<RecordBatch>,
+    head_rows: usize,
+    /// Table, bounded: the last rows after the head.
+    tail: std::collections::VecDeque<RecordBatch>,
+    tail_rows: usize,
+    total: usize,
     /// JSON: whether the array's `[` is written.
     started: bool,
 }
 
 impl<'o> ResultWriter<'o> {
-    fn new(schema: &SchemaRef, format: Format, out: &'o mut dyn Write) -> Result<Self> {
-        if format == Format::Csv {
+    fn new(schema: &SchemaRef, display: Display, out: &'o mut dyn Write) -> Result<Self> {
+        if display.format == Format::Csv && !schema.fields().is_empty() {
             let names: Vec<String> = schema.fields().iter().map(|f| csv_field(f.name())).collect();
             writeln!(out, "{}", names.join(",")).map_err(io)?;
         }
-        Ok(ResultWriter { format, schema: schema.clone(), out, rows: vec![], started: false })
+        Ok(ResultWriter {
+            display,
+            schema: schema.clone(),
+            out,
+            head: vec![],
+            head_rows: 0,
+            tail: Default::default(),
+            tail_rows: 0,
+            total: 0,
+            started: false,
+        })
+    }
+
+    /// Table, bounded: rows kept at the start and at the end.
+    fn halves(&self) -> Option<(usize, usize)> {
+        self.display.max_rows.map(|m| (m.div_ceil(2), m / 2))
+    }
+
+    fn keep(&mut self, b: RecordBatch) {
+        let Some((top, bottom)) = self.halves() else {
+            self.head_rows += b.num_rows();
+            self.head.push(b);
+            return;
+        };
+        let mut b = b;
+        if self.head_rows < top {
+            let k = (top - self.head_rows).min(b.num_rows());
+            self.head.push(b.slice(0, k));
+            self.head_rows += k;
+            b = b.slice(k, b.num_rows() - k);
+        }
+        if b.num_rows() == 0 || bottom == 0 {
+            return;
+        }
+        self.tail_rows += b.num_rows();
+        self.tail.push_back(b);
+        while self.tail_rows > bottom {
+            let extra = self.tail_rows - bottom;
+            let first = self.tail.front().map_or(0, |f| f.num_rows());
+            if first <= extra {
+                self.tail.pop_front();
+                self.tail_rows -= first;
+            } else if let Some(f) = self.tail.front_mut() {
+                *f = f.slice(extra, first - extra);
+                self.tail_rows -= extra;
+            }
+        }
     }
 
     fn write(&mut self, b: RecordBatch) -> Result<()> {
-        if b.num_rows() == 0 {
+        if b.num_rows() == 0 || self.schema.fields().is_empty() {
             return Ok(());
         }
-        match self.format {
-            Format::Table => self.rows.push(b),
+        self.total += b.num_rows();
+        match self.display.format {
+            Format::Table => self.keep(b),
             Format::Csv => {
                 let b = csv_batch(&b)?;
                 let mut w = arrow::csv::WriterBuilder::new().with_header(false).build(&mut *self.out);
@@ -169,15 +369,24 @@ impl<'o> ResultWriter<'o> {
     }
 
     fn finish(self) -> Result<()> {
-        match self.format {
+        if self.schema.fields().is_empty() {
+            // DDL, SET: no result to show.
+            return self.out.flush().map_err(io);
+        }
+        match self.display.format {
             Format::Table => {
-                if self.rows.is_empty() {
-                    let names: Vec<&str> = self.schema.fields().iter().map(|f| f.name().as_str()).collect();
-                    writeln!(self.out, "({}) 0 rows", names.join(", ")).map_err(io)?;
+                let shown = self.head_rows + self.tail_rows;
+                let text = if self.total == 0 {
+                    catch_sync(|| Ok(arrow::util::pretty::pretty_format_batches_with_schema(self.schema.clone(), &[])?.to_string()))?
+                } else if shown == self.total {
+                    let all: Vec<RecordBatch> = self.head.iter().chain(self.tail.iter()).cloned().collect();
+                    catch_sync(|| Ok(arrow::util::pretty::pretty_format_batches_with_options(&all, &table_options())?.to_string()))?
                 } else {
-                    let text = catch_sync(|| Ok(arrow::util::pretty::pretty_format_batches(&self.rows)?))?;
-                    writeln!(self.out, "{text}").map_err(io)?;
-                }
+                    let gap = text_columns(&self.schema, vec![vec!["…".to_string()]; self.schema.fields().len()])?;
+                    let parts = [text_batch(&self.schema, &self.head)?, gap, text_batch(&self.schema, &self.tail.iter().cloned().collect::<Vec<_>>())?];
+                    catch_sync(|| Ok(arrow::util::pretty::pretty_format_batches(&parts)?.to_string()))?
+                };
+                writeln!(self.out, "{text}\n{}", row_footer(self.total, shown)).map_err(io)?;
             }
             Format::Csv => {}
             Format::Json => writeln!(self.out, "{}", if self.started { "]" } else { "[]" }).map_err(io)?,
@@ -186,9 +395,14 @@ impl<'o> ResultWriter<'o> {
     }
 }
 
-/// Writes batches in `format`.
+/// Writes batches in `format`, every row.
 pub fn write_batches(schema: &SchemaRef, batches: &[RecordBatch], format: Format, out: &mut dyn Write) -> Result<()> {
-    let mut w = ResultWriter::new(schema, format, out)?;
+    write_batches_as(schema, batches, Display::all(format), out)
+}
+
+/// Writes batches as `display` says.
+pub fn write_batches_as(schema: &SchemaRef, batches: &[RecordBatch], display: Display, out: &mut dyn Write) -> Result<()> {
+    let mut w = ResultWriter::new(schema, display, out)?;
     for b in batches {
         w.write(b.clone())?;
     }
@@ -362,6 +576,19 @@ impl Statement<'_> {
                 DataFusionError::SQL(Box::new(pe), bt)
             }
             DataFusionError::Context(d, inner) => DataFusionError::Context(d, Box::new(self.locate(*inner))),
+            DataFusionError::Diagnostic(mut d, inner) => {
+                if let Some(span) = d.span.as_mut() {
+                    for at in [&mut span.start, &mut span.end] {
+                        if at.line == 1 {
+                            at.column += self.column as u64;
+                        }
+                        if at.line > 0 {
+                            at.line += self.line as u64;
+                        }
+                    }
+                }
+                DataFusionError::Diagnostic(d, Box::new(self.locate(*inner)))
+            }
             other => other,
         }
     }
@@ -443,7 +670,7 @@ pub async fn explain(rl: &Ridgeline, sql: &str) -> Result<String> {
 /// Runs one statement (already split), printing its result as it streams in
 /// (the table format prints at the end). A panic in planning, execution or
 /// printing becomes an `internal error` (see [`crate::guard`]).
-pub async fn run_statement(rl: &Ridgeline, sql: &str, format: Format, explain_only: bool, out: &mut dyn Write) -> Result<()> {
+pub async fn run_statement(rl: &Ridgeline, sql: &str, display: Display, explain_only: bool, out: &mut dyn Write) -> Result<()> {
     if explain_only {
         let text = catch(explain(rl, sql)).await?;
         writeln!(out, "{text}").map_err(io)?;
@@ -452,7 +679,7 @@ pub async fn run_statement(rl: &Ridgeline, sql: &str, format: Format, explain_on
     let df = catch(rl.sql(sql)).await?;
     let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
     let mut stream = catch_stream(catch(df.execute_stream()).await?);
-    let mut w = ResultWriter::new(&schema, format, out)?;
+    let mut w = ResultWriter::new(&schema, display, out)?;
     while let Some(b) = stream.next().await {
         w.write(b?)?;
     }
@@ -466,7 +693,7 @@ pub async fn run_statements(rl: &Ridgeline, sql: &str, format: Format, explain_o
         return Err(DataFusionError::Plan("no SQL statement given".into()));
     }
     for s in stmts {
-        run_statement(rl, s.sql, format, explain_only, out).await.map_err(|e| s.locate(e))?;
+        run_statement(rl, s.sql, Display::all(format), explain_only, out).await.map_err(|e| s.locate(e))?;
     }
     Ok(())
 }

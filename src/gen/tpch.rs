@@ -373,6 +373,11 @@ fn write_table(
     sink.finish()
 }
 
+/// The tables' files that [`write_tpch`] would write in `out` and that exist already.
+pub fn existing_files(out: &Path, format: OutputFormat) -> Vec<PathBuf> {
+    TPCH_TABLES.iter().map(|t| out.join(format!("{t}.{}", format.extension()))).filter(|p| p.exists()).collect()
+}
+
 /// Write all eight TPC-H tables at scale factor `sf` into the directory
 /// `out` (created if needed), one file per table: `out/<table>.parquet`
 /// (zstd, row groups of 1Mi rows) or `out/<table>.csv` (with a header line).

@@ -365,7 +365,17 @@ impl Rewritten {
             }
             DataFusionError::Plan(s) => DataFusionError::Plan(self.map_message(&s)),
             DataFusionError::Context(c, inner) => DataFusionError::Context(c, Box::new(self.map_error(*inner))),
-            DataFusionError::Diagnostic(d, inner) => DataFusionError::Diagnostic(d, Box::new(self.map_error(*inner))),
+            DataFusionError::Diagnostic(mut d, inner) => {
+                // The span points into the rewritten text too.
+                if let Some(span) = d.span.as_mut() {
+                    for at in [&mut span.start, &mut span.end] {
+                        if at.line > 0 {
+                            (at.line, at.column) = self.original_position(at.line, at.column);
+                        }
+                    }
+                }
+                DataFusionError::Diagnostic(d, Box::new(self.map_error(*inner)))
+            }
             other => other,
         }
     }

@@ -492,3 +492,215 @@ fn shell_arguments_register_tables_and_run_sql() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("NAME=PATH"));
 }
+
+/// `gen` refuses to overwrite data without `--force`.
+#[test]
+fn gen_refuses_to_overwrite_without_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let sky = dir.path().join("sky.csv");
+    let sky_s = sky.to_str().unwrap();
+    let args = ["gen", "skyline", "--dist", "independent", "--dims", "2", "--rows", "10", "--out", sky_s];
+    ok(&args);
+    std::fs::write(&sky, "keep me").unwrap();
+    let o = run(&args);
+    assert_eq!(o.status.code(), Some(1));
+    let errs = error_lines(&o);
+    assert!(errs.len() == 1 && errs[0].ends_with(&format!("{sky_s} exists; --force overwrites it")), "{errs:?}");
+    assert_eq!(std::fs::read_to_string(&sky).unwrap(), "keep me");
+    let mut forced = args.to_vec();
+    forced.push("--force");
+    ok(&forced);
+    assert!(std::fs::read_to_string(&sky).unwrap().starts_with("d0,d1"));
+    let tpch = dir.path().join("tpch");
+    std::fs::create_dir_all(&tpch).unwrap();
+    std::fs::write(tpch.join("nation.csv"), "old").unwrap();
+    let o = run(&["gen", "tpch", "--sf", "0.01", "--format", "csv", "--out", tpch.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let errs = error_lines(&o);
+    assert!(errs.len() == 1 && errs[0].contains("already holds TPC-H data (nation.csv); --force overwrites it"), "{errs:?}");
+    assert_eq!(std::fs::read_to_string(tpch.join("nation.csv")).unwrap(), "old");
+    // Parquet files of the same directory are another data set: no conflict.
+    assert_eq!(ok(&["gen", "tpch", "--sf", "0.01", "--out", tpch.to_str().unwrap()]).lines().count(), 8);
+}
+
+/// `--help` names the shell and its options; `--gpu` is where it applies.
+#[test]
+fn help_names_the_shell_and_gpu_is_where_it_applies() {
+    let help = ok(&["--help"]);
+    assert!(help.contains("(the shell)") && help.contains("--table <NAME=PATH>") && help.contains("--gpu <MODE>"), "{help}");
+    assert!(help.contains(".help lists") && help.contains("Ctrl-C cancels"), "{help}");
+    for sub in [&["gen", "tpch", "--help"][..], &["gen", "--help"][..], &["gpu", "--help"][..], &["bench", "scan", "--help"][..]] {
+        let h = ok(sub);
+        assert!(!h.contains("--gpu"), "ridgeline {sub:?} lists --gpu:\n{h}");
+    }
+    for sub in ["query", "demo", "serve"] {
+        assert!(ok(&[sub, "--help"]).contains("--gpu <MODE>"), "{sub}");
+    }
+    // Before or after the command.
+    assert_eq!(ok(&["query", "--gpu", "off", "SELECT 1 AS x", "--format", "csv"]), "x\n1\n");
+    assert_eq!(ok(&["--gpu", "off", "query", "SELECT 1 AS x", "--format", "csv"]), "x\n1\n");
+    let o = run(&["--gpu", "off", "gen", "skyline", "--dist", "independent", "--dims", "2", "--rows", "1", "--out", "/nonexistent/x.csv"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(error_lines(&o)[0].contains("--gpu does not apply to `ridgeline gen`"), "{o:?}");
+    let o = run(&["--table", "t=x.csv", "gpu"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(error_lines(&o)[0].contains("are the shell's"), "{o:?}");
+}
+
+/// `-c` and `-f` run through the shell: dot commands work, a file's error names it.
+#[test]
+fn shell_c_and_f_take_dot_commands() {
+    let out = ok(&["--gpu", "off", "-c", ".mode csv\nSELECT 1 AS a; SELECT NULL AS b"]);
+    assert_eq!(out, "a\n1\nb\n\"\"\n");
+    let out = ok(&["--gpu", "off", "-c", "SELECT value FROM generate_series(1, 100)"]);
+    assert!(out.ends_with("100 rows (40 shown)\n"), "{out}");
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("bad.sql");
+    std::fs::write(&f, "SELECT 1 AS fine;\n\nSELEC 2;\n").unwrap();
+    let o = run(&["--gpu", "off", "-f", f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let errs = error_lines(&o);
+    assert_eq!(errs.len(), 1, "{o:?}");
+    assert!(errs[0].starts_with(&format!("error: in {}: syntax error: Expected: an SQL statement, found: SELEC at Line: 3, Column: 1", f.display())), "{errs:?}");
+}
+
+/// Errors: no parser debug text, positions of planner errors, paths with their `/`.
+#[test]
+fn error_lines_for_people() {
+    let o = run(&["--gpu", "off", "query", "SELECT 1;\nSELEC x FROM y"]);
+    let errs = error_lines(&o);
+    assert_eq!(errs, ["error: syntax error: Expected: an SQL statement, found: SELEC at Line: 2, Column: 1"], "{o:?}");
+    let o = run(&["--gpu", "off", "query", "SELECT 1 AS a;\nSELECT\n   nope FROM (SELECT 1 AS a)"]);
+    let errs = error_lines(&o);
+    assert!(errs.len() == 1 && errs[0].contains("nope") && errs[0].contains("Line: 3, Column: 4"), "{errs:?}");
+    let o = run(&["--gpu", "off", "query", "SELECT * FROM '/no/such/dir/x.parquet'"]);
+    let errs = error_lines(&o);
+    assert_eq!(errs.len(), 1, "{o:?}");
+    assert!(errs[0].contains("/no/such/dir/x.parquet"), "{errs:?}");
+}
+
+/// The demo: every `N rows` line matches the rows it printed (or says how many
+/// are shown), and the adapter line says what the adapter is.
+#[test]
+fn demo_says_what_it_shows() {
+    let out = ok(&["demo", "--sf", "0.01"]);
+    let mut sections = 0;
+    for part in out.split("\n== ").skip(1) {
+        sections += 1;
+        let lines: Vec<&str> = part.lines().collect();
+        let body = lines.iter().filter(|l| l.starts_with('|')).count().saturating_sub(1);
+        let summary = lines.iter().find(|l| l.contains("GPU operators:")).unwrap_or_else(|| panic!("{part}"));
+        let total: usize = summary.split_whitespace().next().unwrap().parse().unwrap();
+        if summary.contains("shown)") {
+            assert!(summary.contains(&format!("({body} shown)")) && total > body, "{part}");
+        } else {
+            assert_eq!(total, body, "{part}");
+        }
+        assert!(summary.contains("planned in") && summary.contains("ran in"), "{summary}");
+    }
+    assert_eq!(sections, 5, "{out}");
+    let adapter = out.lines().find(|l| l.starts_with("GPU:")).unwrap();
+    if gpu_expected() {
+        let report = ok(&["gpu"]);
+        if report.contains("Cpu") || report.to_ascii_lowercase().contains("llvmpipe") {
+            assert!(adapter.contains("CPU adapter"), "{adapter}");
+        }
+    }
+    let off = ok(&["demo", "--sf", "0.01", "--gpu", "off"]);
+    assert!(off.contains("GPU: off") && off.contains("GPU operators: none (--gpu off)"), "{off}");
+}
+
+/// The interactive shell under a pseudo-terminal (through `script`): Tab
+/// completes, a long statement shows a progress line, Ctrl-C cancels it and
+/// the shell goes on, history is saved as it goes.
+#[test]
+fn interactive_shell_under_a_terminal() {
+    use std::io::Read;
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+    if Command::new("script").arg("--version").output().map(|o| !o.status.success()).unwrap_or(true) {
+        eprintln!("skipped: no `script` (util-linux) to give the shell a terminal");
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let cmd = format!("'{}' --gpu off", env!("CARGO_BIN_EXE_ridgeline"));
+    let mut child = Command::new("script")
+        .args(["-qfec", &cmd, "/dev/null"])
+        .env("HOME", home.path())
+        .env("TERM", "xterm")
+        .env_remove("RUST_BACKTRACE")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let seen = Arc::new(Mutex::new(String::new()));
+    let mut stdout = child.stdout.take().unwrap();
+    let s2 = seen.clone();
+    let reader = std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stdout.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            s2.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    let mut stdin = child.stdin.take().unwrap();
+    let wait_for = |what: &str, after: usize| -> usize {
+        let t = Instant::now();
+        loop {
+            {
+                let s = seen.lock().unwrap();
+                if let Some(i) = s[after.min(s.len())..].find(what) {
+                    return after + i + what.len();
+                }
+            }
+            assert!(t.elapsed() < Duration::from_secs(60), "no {what:?} in:\n{}", seen.lock().unwrap());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let mut at = wait_for("ridgeline> ", 0);
+    // Tab completes `SEL` to `SELECT`.
+    stdin.write_all(b"SEL\t 40 + 2 AS answer;\r").unwrap();
+    at = wait_for("| 42     |", at);
+    at = wait_for("1 row", at);
+    // History is on disk before the shell ends.
+    let history = home.path().join(".ridgeline_history");
+    let t = Instant::now();
+    while !std::fs::read_to_string(&history).unwrap_or_default().contains("SELECT 40 + 2 AS answer;") {
+        assert!(t.elapsed() < Duration::from_secs(10), "history not saved: {:?}", std::fs::read_to_string(&history));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Input typed before the editor takes the terminal again may be flushed: wait for each prompt.
+    stdin.write_all(b".progress 0.2\r").unwrap();
+    at = wait_for(".progress 0.2", at);
+    at = wait_for("ridgeline> ", at);
+    stdin.write_all(b"SELECT max(value % 7) FROM generate_series(1, 1000000000000);\r").unwrap();
+    at = wait_for("running for", at);
+    stdin.write_all(b"\x03").unwrap();
+    at = wait_for("error: interrupted (Ctrl-C)", at);
+    at = wait_for("ridgeline> ", at);
+    stdin.write_all(b"SELECT 'still here' AS s;\r").unwrap();
+    at = wait_for("still here", at);
+    at = wait_for("ridgeline> ", at);
+    // Ctrl-C at the prompt drops the line being typed.
+    stdin.write_all(b"SELECT 'dropped'\x03").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    stdin.write_all(b"SELECT 'kept' AS k;\r").unwrap();
+    at = wait_for("| kept |", at);
+    stdin.write_all(b".quit\r").unwrap();
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "the shell did not quit:\n{}", seen.lock().unwrap());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    reader.join().unwrap();
+    let all = seen.lock().unwrap().clone();
+    assert!(status.success(), "{all}");
+    assert!(!all[at..].contains("dropped"), "{all}");
+    assert!(!all.contains("panicked"), "{all}");
+}

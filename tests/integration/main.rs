@@ -27,6 +27,7 @@ mod repartition;
 mod serve;
 mod serve_adbc;
 mod settings;
+mod shell;
 mod skyline;
 mod sqllogictests;
 mod topk;

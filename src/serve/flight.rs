@@ -46,7 +46,7 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::sql::metadata::{
-    GetCatalogsBuilder, GetDbSchemasBuilder, GetTableTypesBuilder, SqlInfoData, SqlInfoDataBuilder, XdbcTypeInfo,
+    GetDbSchemasBuilder, GetTableTypesBuilder, SqlInfoData, SqlInfoDataBuilder, XdbcTypeInfo,
     XdbcTypeInfoData, XdbcTypeInfoDataBuilder,
 };
 use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};

@@ -177,7 +177,7 @@ pub fn bind(types: &HashMap<String, Option<DataType>>, batch: Option<&RecordBatc
     let schema = batch.schema();
     let mut values = HashMap::new();
     for (id, t) in ordered(types) {
-        let name = &id[1..];
+        let name = id.get(1..).unwrap_or("");
         let i = schema
             .index_of(name)
             .or_else(|_| schema.index_of(&id))

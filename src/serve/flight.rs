@@ -46,7 +46,7 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::sql::metadata::{
-    GetDbSchemasBuilder, GetTableTypesBuilder, SqlInfoData, SqlInfoDataBuilder, XdbcTypeInfo,
+    GetDbSchemasBuilder, SqlInfoData, SqlInfoDataBuilder, XdbcTypeInfo,
     XdbcTypeInfoData, XdbcTypeInfoDataBuilder,
 };
 use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
@@ -562,7 +562,7 @@ impl FlightSqlService for RidgelineFlightSql {
 
     async fn do_get_table_types(&self, query: CommandGetTableTypes, request: Request<Ticket>) -> Result<Response<BoxStream<arrow_flight::FlightData>>, Status> {
         self.check(request.metadata())?;
-        let mut b: GetTableTypesBuilder = query.into_builder();
+        let mut b = query.into_builder();
         for t in [TableType::Base, TableType::View, TableType::Temporary] {
             b.append(table_type_name(t));
         }

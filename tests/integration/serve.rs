@@ -787,7 +787,7 @@ async fn flight_sql_catalog_calls() {
 
     // No token, no catalog: every call, and a ticket taken from an authorized one.
     let mut anon = FlightSqlServiceClient::new(Channel::from_shared(format!("http://{}", s.flight)).unwrap().connect().await.unwrap());
-    let unauth = |e: arrow::error::ArrowError| {
+    let unauth = |e: arrow_flight::error::FlightError| {
         let e = e.to_string();
         assert!(e.contains("Unauthenticated") || e.contains("authentication"), "{e}");
     };
@@ -851,7 +851,7 @@ async fn flight_sql_prepared_statements_with_parameters() {
     }
 
     // Wrong values: clear errors, at bind time.
-    let err = |e: arrow::error::ArrowError| e.to_string();
+    let err = |e: arrow_flight::error::FlightError| e.to_string();
     p.set_parameters(params(vec![("a", int(1))])).unwrap();
     let e = err(p.execute().await.unwrap_err());
     assert!(e.contains("2 positional parameter(s) ($1, $2), but 1 value(s) are bound"), "{e}");

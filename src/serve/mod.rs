@@ -55,6 +55,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub mod flight;
 pub mod http;
+pub mod params;
 
 /// Limits and access control of a [`QueryService`].
 #[derive(Debug, Clone)]
@@ -419,14 +420,40 @@ impl QueryService {
     /// Plans `sql` and returns the schema of its answer (for Flight SQL's
     /// GetFlightInfo and prepared statements).
     pub async fn schema(&self, sql: &str) -> Result<SchemaRef, QueryError> {
+        self.schema_bound(sql, None).await
+    }
+
+    /// [`schema`](Self::schema) of `sql` with `values` bound to its parameters
+    /// ([`params::bind`]).
+    pub async fn schema_bound(&self, sql: &str, values: Option<&RecordBatch>) -> Result<SchemaRef, QueryError> {
+        Ok(self.plan_only(sql, Some(values)).await?.schema)
+    }
+
+    /// Plans `sql` (whose parameters need no values yet) and returns the schema
+    /// of its answer and of its parameters (Flight SQL's CreatePreparedStatement).
+    pub async fn prepare(&self, sql: &str) -> Result<Prepared, QueryError> {
+        self.plan_only(sql, None).await
+    }
+
+    /// Plans `sql` (with `values` bound; `None`: parameters stay unbound), within
+    /// the size limit and the timeout, panics caught; a failure counts as a
+    /// failed query.
+    async fn plan_only(&self, sql: &str, values: Option<Option<&RecordBatch>>) -> Result<Prepared, QueryError> {
         if let Err(e) = self.check_size(sql) {
             self.inner.stats.failed.fetch_add(1, Ordering::Relaxed);
             return Err(e);
         }
         let fut = crate::guard::catch(async {
             let (ctx, _) = self.query_session()?;
-            let df = crate::sql_ext::plan_sql_with(&ctx, sql, &read_only()).await?;
-            Ok::<_, DataFusionError>(Arc::new(df.schema().as_arrow().clone()))
+            let df = match values {
+                Some(v) => plan_bound(&ctx, sql, v).await?,
+                None => plan_numbered(&ctx, sql).await?,
+            };
+            let types = df.logical_plan().get_parameter_types()?;
+            Ok::<_, DataFusionError>(Prepared {
+                schema: Arc::new(df.schema().as_arrow().clone()),
+                parameters: Arc::new(params::parameter_schema(&types)),
+            })
         });
         let r = match self.inner.options.query_timeout {
             Some(t) => tokio::time::timeout(t, fut).await.map_err(|_| QueryError::timeout(t)).and_then(|r| r.map_err(Into::into)),
@@ -445,6 +472,12 @@ impl QueryService {
     /// The query runs while the stream is polled and stops when it is dropped or
     /// when its timeout passes (polled or not).
     pub async fn execute(&self, sql: &str) -> Result<QueryStream, QueryError> {
+        self.execute_bound(sql, None).await
+    }
+
+    /// [`execute`](Self::execute) `sql` with `values` bound to its parameters
+    /// ([`params::bind`]; without values, a statement with parameters fails).
+    pub async fn execute_bound(&self, sql: &str, values: Option<&RecordBatch>) -> Result<QueryStream, QueryError> {
         let started = Instant::now();
         let guard = QueryGuard::new(self.inner.clone());
         let timeout = self.inner.options.query_timeout;
@@ -456,7 +489,7 @@ impl QueryService {
         let fut = crate::guard::catch(async {
             let permit = self.inner.slots.clone().acquire_owned().await.map_err(|e| DataFusionError::Execution(e.to_string()))?;
             let (ctx, pool) = self.query_session()?;
-            let df = crate::sql_ext::plan_sql_with(&ctx, sql, &read_only()).await?;
+            let df = plan_bound(&ctx, sql, values).await?;
             let stream = df.execute_stream().await?;
             Ok::<_, DataFusionError>((permit, pool, stream))
         });
@@ -540,6 +573,30 @@ impl QueryService {
             batches.push(b);
         }
         Ok((schema, batches))
+    }
+}
+
+/// What a prepared statement is: the schemas of its answer and of its parameters.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub schema: SchemaRef,
+    pub parameters: SchemaRef,
+}
+
+/// Plans `sql` read-only with its `?` placeholders numbered ([`params::number_placeholders`]).
+async fn plan_numbered(ctx: &SessionContext, sql: &str) -> datafusion::error::Result<datafusion::prelude::DataFrame> {
+    let dialect = ctx.copied_config().options().sql_parser.dialect.to_string();
+    let sql = params::number_placeholders(sql, &dialect)?;
+    crate::sql_ext::plan_sql_with(ctx, &sql, &read_only()).await
+}
+
+/// [`plan_numbered`] with `values` bound to the statement's parameters.
+async fn plan_bound(ctx: &SessionContext, sql: &str, values: Option<&RecordBatch>) -> datafusion::error::Result<datafusion::prelude::DataFrame> {
+    let df = plan_numbered(ctx, sql).await?;
+    let types = df.logical_plan().get_parameter_types()?;
+    match params::bind(&types, values)? {
+        Some(v) => df.with_param_values(v),
+        None => Ok(df),
     }
 }
 
@@ -811,6 +868,20 @@ pub struct Listen {
     pub http: Option<SocketAddr>,
 }
 
+/// A listener on `addr` for the `what` endpoint, or an error that names the
+/// address (`cannot listen on 127.0.0.1:50051: address in use (Flight SQL)`).
+async fn bind(addr: SocketAddr, what: &str) -> datafusion::error::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+        let why = match e.kind() {
+            std::io::ErrorKind::AddrInUse => "address in use".to_string(),
+            std::io::ErrorKind::AddrNotAvailable => "no such address on this machine".to_string(),
+            std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+            _ => e.to_string(),
+        };
+        DataFusionError::Execution(format!("cannot listen on {addr}: {why} ({what})"))
+    })
+}
+
 /// Binds the endpoints, prints one `listening` line per endpoint (with the bound
 /// address, so port 0 works), and serves until `shutdown` completes.
 pub async fn serve(service: QueryService, listen: Listen, shutdown: impl Future<Output = ()> + Send + 'static) -> datafusion::error::Result<()> {
@@ -827,7 +898,7 @@ pub async fn serve(service: QueryService, listen: Listen, shutdown: impl Future<
         }
     }
     if let Some(addr) = listen.flight_sql {
-        let listener = tokio::net::TcpListener::bind(addr).await.map_err(io)?;
+        let listener = bind(addr, "Flight SQL").await?;
         let local = listener.local_addr().map_err(io)?;
         println!("ridgeline: Flight SQL listening on grpc://{local}");
         let mut rx = tx.subscribe();
@@ -835,7 +906,7 @@ pub async fn serve(service: QueryService, listen: Listen, shutdown: impl Future<
         tasks.spawn(async move { flight::serve_listener(svc, listener, async move { let _ = rx.recv().await; }).await });
     }
     if let Some(addr) = listen.http {
-        let listener = tokio::net::TcpListener::bind(addr).await.map_err(io)?;
+        let listener = bind(addr, "HTTP").await?;
         let local = listener.local_addr().map_err(io)?;
         println!("ridgeline: HTTP listening on http://{local}");
         let mut rx = tx.subscribe();

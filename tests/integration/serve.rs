@@ -669,3 +669,255 @@ async fn answers_stream_within_the_pool_and_fail_visibly() {
     assert_eq!(r.json()["rows"][0]["n"], 25);
     assert!(s.alive(), "{}", s.stderr());
 }
+
+/// Every batch of a Flight SQL answer (all endpoints).
+async fn fetch(c: &mut FlightSqlServiceClient<Channel>, info: arrow_flight::FlightInfo) -> Vec<RecordBatch> {
+    let mut out = Vec::new();
+    for ep in info.endpoint {
+        let s = c.do_get(ep.ticket.expect("ticket")).await.expect("do_get");
+        out.extend(s.try_collect::<Vec<_>>().await.expect("answer"));
+    }
+    out
+}
+
+/// Column `col` of `batches` as strings (NULL as "NULL").
+fn column_strings(batches: &[RecordBatch], col: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for b in batches {
+        let a = b.column_by_name(col).unwrap_or_else(|| panic!("no column {col} in {:?}", b.schema()));
+        let a = arrow::compute::cast(a, &arrow::datatypes::DataType::Utf8).unwrap();
+        let s = a.as_any().downcast_ref::<arrow::array::StringArray>().unwrap();
+        out.extend(s.iter().map(|v| v.unwrap_or("NULL").to_string()));
+    }
+    out
+}
+
+const TPCH_TABLES: [&str; 8] = ["customer", "lineitem", "nation", "orders", "part", "partsupp", "region", "supplier"];
+
+/// What BI tools browse with: catalogs, schemas, tables (with their schemas),
+/// table types, primary keys, type info, all behind the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn flight_sql_catalog_calls() {
+    use arrow_flight::sql::{CommandGetDbSchemas, CommandGetPrimaryKeys, CommandGetTables, CommandGetXdbcTypeInfo, XdbcDataType};
+    let mut s = Server::start(&[]);
+    let mut c = flight_client(&s).await;
+
+    let info = c.get_catalogs().await.expect("GetCatalogs");
+    assert_eq!(column_strings(&fetch(&mut c, info).await, "catalog_name"), ["datafusion"]);
+
+    let schemas = |catalog: Option<&str>, pattern: Option<&str>| CommandGetDbSchemas {
+        catalog: catalog.map(String::from),
+        db_schema_filter_pattern: pattern.map(String::from),
+    };
+    for (catalog, pattern, want) in [
+        (None, None, vec!["public"]),
+        (Some("datafusion"), Some("pub%"), vec!["public"]),
+        (None, Some("p_blic"), vec!["public"]),
+        (None, Some("x%"), vec![]),
+        (Some("nope"), None, vec![]),
+    ] {
+        let info = c.get_db_schemas(schemas(catalog, pattern)).await.expect("GetDbSchemas");
+        let b = fetch(&mut c, info).await;
+        assert_eq!(column_strings(&b, "db_schema_name"), want, "{catalog:?} {pattern:?}");
+        assert!(column_strings(&b, "catalog_name").iter().all(|c| c == "datafusion"));
+    }
+
+    let tables = |name: Option<&str>, types: &[&str], include_schema: bool| CommandGetTables {
+        catalog: None,
+        db_schema_filter_pattern: None,
+        table_name_filter_pattern: name.map(String::from),
+        table_types: types.iter().map(|t| t.to_string()).collect(),
+        include_schema,
+    };
+    let info = c.get_tables(tables(None, &[], false)).await.expect("GetTables");
+    let b = fetch(&mut c, info).await;
+    assert_eq!(column_strings(&b, "table_name"), TPCH_TABLES);
+    assert!(column_strings(&b, "table_type").iter().all(|t| t == "TABLE"));
+    assert!(column_strings(&b, "db_schema_name").iter().all(|t| t == "public"));
+    assert!(b.iter().all(|b| b.column_by_name("table_schema").is_none()));
+    for (name, types, want) in [
+        (Some("part%"), vec![], vec!["part", "partsupp"]),
+        (Some("n_tion"), vec!["TABLE"], vec!["nation"]),
+        (Some("%"), vec!["VIEW"], vec![]),
+        (Some("no_such_table"), vec![], vec![]),
+    ] {
+        let info = c.get_tables(tables(name, &types, false)).await.expect("GetTables");
+        assert_eq!(column_strings(&fetch(&mut c, info).await, "table_name"), want, "{name:?} {types:?}");
+    }
+    // With schemas: each table's schema, IPC-encoded, as the server has it.
+    let info = c.get_tables(tables(None, &[], true)).await.expect("GetTables with schemas");
+    let b = fetch(&mut c, info).await;
+    let names = column_strings(&b, "table_name");
+    assert_eq!(names, TPCH_TABLES);
+    let mut i = 0;
+    for batch in &b {
+        let col = batch.column_by_name("table_schema").expect("table_schema column");
+        let col = col.as_any().downcast_ref::<arrow::array::BinaryArray>().expect("binary");
+        for bytes in col.iter() {
+            let got = arrow::ipc::convert::try_schema_from_ipc_buffer(bytes.unwrap()).expect("IPC schema");
+            let want = ridgeline::gen::tpch::table_schema(&names[i]).unwrap();
+            let f = |s: &arrow::datatypes::Schema| s.fields().iter().map(|f| (f.name().clone(), f.data_type().clone())).collect::<Vec<_>>();
+            assert_eq!(f(&got), f(&want), "schema of {}", names[i]);
+            i += 1;
+        }
+    }
+    assert_eq!(i, 8);
+
+    let info = c.get_table_types().await.expect("GetTableTypes");
+    assert_eq!(column_strings(&fetch(&mut c, info).await, "table_type"), ["LOCAL TEMPORARY", "TABLE", "VIEW"]);
+
+    let pk = CommandGetPrimaryKeys { catalog: None, db_schema: None, table: "nation".into() };
+    let info = c.get_primary_keys(pk).await.expect("GetPrimaryKeys");
+    let pk_schema = info.clone().try_decode_schema().unwrap();
+    assert_eq!(
+        pk_schema.fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>(),
+        ["catalog_name", "db_schema_name", "table_name", "column_name", "key_name", "key_sequence"]
+    );
+    assert_eq!(fetch(&mut c, info).await.iter().map(|b| b.num_rows()).sum::<usize>(), 0);
+
+    let info = c.get_xdbc_type_info(CommandGetXdbcTypeInfo { data_type: None }).await.expect("GetXdbcTypeInfo");
+    let names = column_strings(&fetch(&mut c, info).await, "type_name");
+    for t in ["BOOLEAN", "INTEGER", "BIGINT", "DOUBLE", "DECIMAL", "VARCHAR", "DATE", "TIMESTAMP"] {
+        assert!(names.iter().any(|n| n == t), "{t} in {names:?}");
+    }
+    let info = c.get_xdbc_type_info(CommandGetXdbcTypeInfo { data_type: Some(XdbcDataType::XdbcInteger as i32) }).await.unwrap();
+    let b = fetch(&mut c, info).await;
+    assert_eq!(column_strings(&b, "type_name"), ["INTEGER"]);
+    assert_eq!(column_strings(&b, "column_size"), ["10"]);
+
+    // No token, no catalog: every call, and a ticket taken from an authorized one.
+    let mut anon = FlightSqlServiceClient::new(Channel::from_shared(format!("http://{}", s.flight)).unwrap().connect().await.unwrap());
+    let unauth = |e: arrow_flight::error::FlightError| {
+        let e = e.to_string();
+        assert!(e.contains("Unauthenticated") || e.contains("authentication"), "{e}");
+    };
+    unauth(anon.get_catalogs().await.unwrap_err());
+    unauth(anon.get_db_schemas(schemas(None, None)).await.unwrap_err());
+    unauth(anon.get_tables(tables(None, &[], true)).await.unwrap_err());
+    unauth(anon.get_table_types().await.unwrap_err());
+    unauth(anon.get_xdbc_type_info(CommandGetXdbcTypeInfo { data_type: None }).await.unwrap_err());
+    unauth(anon.get_primary_keys(CommandGetPrimaryKeys { catalog: None, db_schema: None, table: "nation".into() }).await.unwrap_err());
+    unauth(anon.prepare("SELECT 1".into(), None).await.unwrap_err());
+    let info = c.get_tables(tables(None, &[], true)).await.unwrap();
+    let ticket = info.endpoint[0].ticket.clone().unwrap();
+    let e = match anon.do_get(ticket).await {
+        Err(e) => e.to_string(),
+        Ok(stream) => stream.try_collect::<Vec<_>>().await.unwrap_err().to_string(),
+    };
+    assert!(e.contains("Unauthenticated") || e.contains("authentication"), "{e}");
+    assert!(s.alive(), "{}", s.stderr());
+}
+
+/// Prepared statements with `?` and `$1` parameters, bound as record batches;
+/// wrong values are clear errors and the server keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn flight_sql_prepared_statements_with_parameters() {
+    use arrow::array::{ArrayRef, Int64Array, StringArray};
+    use std::sync::Arc;
+    let mut s = Server::start(&[]);
+    let mut c = flight_client(&s).await;
+    let params = |cols: Vec<(&str, ArrayRef)>| RecordBatch::try_from_iter(cols).unwrap();
+    let int = |v: i64| Arc::new(Int64Array::from(vec![v])) as ArrayRef;
+    let text = |v: &str| Arc::new(StringArray::from(vec![v])) as ArrayRef;
+
+    // `?`: the parameter schema has the column's type; values are cast to it.
+    let mut p = c.prepare("SELECT n_name FROM nation WHERE n_nationkey = ? ORDER BY 1".into(), None).await.expect("prepare");
+    let ps = p.parameter_schema().unwrap().clone();
+    assert_eq!(ps.fields().len(), 1, "{ps:?}");
+    assert_eq!(ps.field(0).name(), "$1");
+    let key_type = ridgeline::gen::tpch::table_schema("nation").unwrap().field(0).data_type().clone();
+    assert_eq!(ps.field(0).data_type(), &key_type);
+    assert_eq!(p.dataset_schema().unwrap().field(0).name(), "n_name");
+    for key in [5, 7, 24] {
+        p.set_parameters(params(vec![("0", int(key))])).unwrap();
+        let info = p.execute().await.expect("execute with a parameter");
+        let want = flight_query(&mut c, &format!("SELECT n_name FROM nation WHERE n_nationkey = {key}")).await.unwrap();
+        assert_eq!(json_rows(&fetch(&mut c, info).await), json_rows(&want), "key {key}");
+        assert_eq!(json_rows(&want).as_array().unwrap().len(), 1);
+    }
+    p.close().await.unwrap();
+
+    // `$1`, `$2` of other types (decimal and text), and a parameter used twice.
+    let sql = "SELECT count(*) AS n FROM lineitem WHERE l_quantity < $1 AND l_returnflag = $2 AND l_linestatus <> $2";
+    let mut p = c.prepare(sql.into(), None).await.expect("prepare $n");
+    assert_eq!(p.parameter_schema().unwrap().fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>(), ["$1", "$2"]);
+    for (q, flag) in [(24, "R"), (10, "N"), (50, "A")] {
+        p.set_parameters(params(vec![("a", int(q)), ("b", text(flag))])).unwrap();
+        let info = p.execute().await.expect("execute $n");
+        let want = format!("SELECT count(*) AS n FROM lineitem WHERE l_quantity < {q} AND l_returnflag = '{flag}' AND l_linestatus <> '{flag}'");
+        let want = flight_query(&mut c, &want).await.unwrap();
+        let got = fetch(&mut c, info).await;
+        assert_eq!(json_rows(&got), json_rows(&want), "{q} {flag}");
+    }
+
+    // Wrong values: clear errors, at bind time.
+    let err = |e: arrow_flight::error::FlightError| e.to_string();
+    p.set_parameters(params(vec![("a", int(1))])).unwrap();
+    let e = err(p.execute().await.unwrap_err());
+    assert!(e.contains("2 positional parameter(s) ($1, $2), but 1 value(s) are bound"), "{e}");
+    p.set_parameters(params(vec![("a", text("many")), ("b", text("R"))])).unwrap();
+    let e = err(p.execute().await.unwrap_err());
+    assert!(e.contains("parameter $1") && e.contains("does not convert"), "{e}");
+    let two = RecordBatch::try_from_iter(vec![
+        ("a", Arc::new(Int64Array::from(vec![1, 2])) as ArrayRef),
+        ("b", Arc::new(StringArray::from(vec!["R", "N"])) as ArrayRef),
+    ])
+    .unwrap();
+    p.set_parameters(two).unwrap();
+    let e = err(p.execute().await.unwrap_err());
+    assert!(e.contains("exactly one row"), "{e}");
+    p.close().await.unwrap();
+
+    // Without values: the statement says which parameters it has.
+    let p = c.prepare("SELECT $1 + 1 AS v".into(), None).await.unwrap();
+    let e = err(p.clone().execute().await.unwrap_err());
+    assert!(e.contains("no values are bound") && e.contains("$1"), "{e}");
+    let e = flight_query(&mut c, "SELECT n_name FROM nation WHERE n_nationkey = ?").await.unwrap_err();
+    assert!(e.contains("no values are bound"), "{e}");
+    let e = flight_query(&mut c, "SELECT ? + $1").await.unwrap_err();
+    assert!(e.contains("mixes"), "{e}");
+    // Values for a statement without parameters.
+    let mut p = c.prepare("SELECT 1 AS one".into(), None).await.unwrap();
+    assert_eq!(p.parameter_schema().unwrap().fields().len(), 0);
+    p.set_parameters(params(vec![("a", int(1))])).unwrap();
+    let e = err(p.execute().await.unwrap_err());
+    assert!(e.contains("no parameters"), "{e}");
+    // A `?` in a literal is no placeholder.
+    let b = flight_query(&mut c, "SELECT '?' AS q").await.unwrap();
+    assert_eq!(json_rows(&b), serde_json::json!([{"q": "?"}]));
+
+    // A forged handle is refused, not trusted.
+    use prost::Message as _;
+    let cmd = arrow_flight::sql::CommandPreparedStatementQuery { prepared_statement_handle: b"\xffRL1\x05\x00\x00\x00SELECTgarbage".to_vec().into() };
+    let ticket = arrow_flight::Ticket::new(arrow_flight::sql::ProstMessageExt::as_any(&cmd).encode_to_vec());
+    let e = match c.do_get(ticket).await {
+        Err(e) => e.to_string(),
+        Ok(st) => st.try_collect::<Vec<_>>().await.unwrap_err().to_string(),
+    };
+    assert!(e.contains("damaged"), "{e}");
+
+    assert!(s.alive(), "{}", s.stderr());
+    assert!(!s.stderr().contains("panicked"), "{}", s.stderr());
+    let h = s.health().await;
+    assert_eq!(h["running_queries"], 0, "{h}");
+}
+
+/// An endpoint whose address is taken: one error line that names the address.
+#[test]
+fn serve_names_an_address_in_use() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    for (flight, http, what) in [(addr.as_str(), "127.0.0.1:0", "Flight SQL"), ("127.0.0.1:0", addr.as_str(), "HTTP")] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ridgeline"))
+            .args(["serve", "--flight-sql", flight, "--http", http])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{what}: {err}");
+        assert!(!err.contains("panicked"), "{what}: {err}");
+        let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+        assert_eq!(errors.len(), 1, "{what}: {err}");
+        assert!(errors[0].contains(&format!("cannot listen on {addr}: address in use ({what})")), "{what}: {err}");
+    }
+    drop(taken);
+}

@@ -2,7 +2,8 @@
 //! (PyPI `adbc-driver-flightsql`, with pyarrow), installed on demand into the
 //! project's own virtual environment (RIDGELINE_ADBC_VENV, default ./.venv-adbc).
 //! Under CI=true a missing Python or a failed install fails the test; elsewhere it
-//! is reported and skipped.
+//! is reported and skipped. Queries, errors, catalog browsing (`adbc_get_objects`,
+//! `adbc_get_table_schema`, `adbc_get_table_types`) and bound parameters.
 use crate::server;
 
 use server::*;
@@ -84,6 +85,55 @@ for bad, needle in [("SELECT * FRM nation", "Line: 1"), ("SELECT * FROM no_such_
         raise SystemExit("no error for " + bad)
     except adbc_driver_manager.Error as e:
         assert needle in str(e), str(e)
+cur.execute("SELECT 41 + 1")
+assert cur.fetchone()[0] == 42
+
+# Browsing, as BI tools do: catalogs, schemas, tables and their columns.
+TPCH = ["customer", "lineitem", "nation", "orders", "part", "partsupp", "region", "supplier"]
+objs = conn.adbc_get_objects().read_all().to_pylist()
+cats = {c["catalog_name"]: c for c in objs}
+assert list(cats) == ["datafusion"], objs
+schemas = {s["db_schema_name"]: s for s in cats["datafusion"]["catalog_db_schemas"]}
+assert list(schemas) == ["public"], schemas.keys()
+tables = {t["table_name"]: t for t in schemas["public"]["db_schema_tables"]}
+assert sorted(tables) == TPCH, sorted(tables)
+assert all(t["table_type"] == "TABLE" for t in tables.values()), tables
+cols = [(c["column_name"], c["ordinal_position"]) for c in tables["nation"]["table_columns"]]
+assert cols == [("n_nationkey", 1), ("n_name", 2), ("n_regionkey", 3), ("n_comment", 4)], cols
+objs = conn.adbc_get_objects(depth="tables", table_name_filter="part%").read_all().to_pylist()
+names = sorted(t["table_name"] for c in objs for s in (c["catalog_db_schemas"] or []) for t in (s["db_schema_tables"] or []))
+assert names == ["part", "partsupp"], names
+objs = conn.adbc_get_objects(depth="db_schemas", db_schema_filter="nope%").read_all().to_pylist()
+assert all(not c["catalog_db_schemas"] for c in objs), objs
+schema = conn.adbc_get_table_schema("region")
+assert schema.names == ["r_regionkey", "r_name", "r_comment"], schema
+assert str(schema.field("r_regionkey").type) in ("int32", "int64"), schema
+schema = conn.adbc_get_table_schema("lineitem", db_schema_filter="public")
+assert len(schema.names) == 16 and schema.names[0] == "l_orderkey", schema
+try:
+    conn.adbc_get_table_schema("no_such_table")
+    raise SystemExit("a schema for no_such_table")
+except adbc_driver_manager.Error as e:
+    pass
+assert sorted(conn.adbc_get_table_types()) == ["LOCAL TEMPORARY", "TABLE", "VIEW"], conn.adbc_get_table_types()
+
+# Parameters, `?` and `$n`, bound by the driver.
+cur.execute("SELECT n_name FROM nation WHERE n_nationkey = ?", parameters=(5,))
+assert cur.fetchall() == [("ETHIOPIA",)]
+cur.execute("SELECT n_name FROM nation WHERE n_nationkey = ?", parameters=(7,))
+assert cur.fetchall() == [("GERMANY",)]
+cur.execute("SELECT count(*) FROM lineitem WHERE l_quantity < $1 AND l_returnflag = $2", parameters=(24, "R"))
+bound = cur.fetchone()[0]
+cur.execute("SELECT count(*) FROM lineitem WHERE l_quantity < 24 AND l_returnflag = 'R'")
+assert bound == cur.fetchone()[0] and bound > 0, bound
+cur.execute("SELECT ? AS s, ? + 1 AS n", parameters=("x", 41))
+assert cur.fetchall() == [("x", 42)]
+try:
+    cur.execute("SELECT n_name FROM nation WHERE n_nationkey = ?", parameters=("five",))
+    cur.fetchall()
+    raise SystemExit("no error for a text key")
+except adbc_driver_manager.Error as e:
+    assert "does not convert" in str(e), str(e)
 cur.execute("SELECT 41 + 1")
 assert cur.fetchone()[0] == 42
 

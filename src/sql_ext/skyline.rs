@@ -323,6 +323,8 @@ impl Rewritten {
 
     /// `msg` with every `Line: L, Column: C` mapped into the original text.
     pub fn map_message(&self, msg: &str) -> String {
+        let reworded = aggregate_dimension_message(msg);
+        let msg = reworded.as_str();
         let mut out = String::new();
         let mut rest = msg;
         while let Some(i) = rest.find("Line: ") {
@@ -353,6 +355,10 @@ impl Rewritten {
     }
 
     /// An error about the rewritten text, its positions mapped into the original.
+    /// DataFusion's error for a selected column that is neither grouped nor
+    /// aggregated, in a statement with a skyline: the "wildcard" it names is the
+    /// rewrite's, not the user's; say what happened instead (an aggregate dimension
+    /// such as `count(*)` makes the query an aggregation).
     pub fn map_error(&self, e: DataFusionError) -> DataFusionError {
         match e {
             DataFusionError::SQL(pe, bt) => {
@@ -381,9 +387,36 @@ impl Rewritten {
     }
 }
 
+/// [`Rewrite::map_message`]'s rewording of DataFusion's "While expanding
+/// wildcard, column .. must appear in the GROUP BY clause" in a skyline statement.
+fn aggregate_dimension_message(msg: &str) -> String {
+    const WILDCARD: &str = "While expanding wildcard, column ";
+    const MUST: &str = " must appear in the GROUP BY clause or must be part of an aggregate function";
+    let (Some(a), Some(b)) = (msg.find(WILDCARD), msg.find(MUST)) else { return msg.to_string() };
+    if b < a {
+        return msg.to_string();
+    }
+    let column = &msg[a + WILDCARD.len()..b];
+    // Keep a position DataFusion gave (" at Line: L, Column: C") at the end.
+    let at = msg[b..].find(" at Line: ").map(|i| &msg[b + i..]).unwrap_or("");
+    format!(
+        "{}an aggregate (such as count(*)) in SKYLINE OF or ORDER BY makes the query an aggregation, so every selected column must be grouped or aggregated: column {column} is neither; add GROUP BY or aggregate it{at}",
+        &msg[..msg.find("Column in SELECT must be in GROUP BY").unwrap_or(a)]
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_aggregate_dimension_is_explained() {
+        let df = "Error during planning: Column in SELECT must be in GROUP BY or an aggregate function: While expanding wildcard, column \"a\" must appear in the GROUP BY clause or must be part of an aggregate function, currently only \"count(Int64(1))\" appears in the SELECT clause satisfies this requirement at Line: 1, Column: 8";
+        let m = aggregate_dimension_message(df);
+        assert!(m.contains("column \"a\" is neither; add GROUP BY") && m.ends_with("at Line: 1, Column: 8"), "{m}");
+        assert!(!m.contains("wildcard"), "{m}");
+        assert_eq!(aggregate_dimension_message("other"), "other");
+    }
 
     #[test]
     fn no_clause_is_untouched() {

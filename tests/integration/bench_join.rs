@@ -16,7 +16,7 @@ fn rows(out: &str) -> Vec<Vec<String>> {
 #[test]
 fn primitives_and_whole_queries_with_one_and_two_key_columns() {
     let o = bin()
-        .args(["--gpu", "on", "bench", "join", "--build-log2", "8", "--probe-log2", "11", "--rates", "50,100", "--iterations", "1", "--sql-max-log2", "11"])
+        .args(["bench", "join", "--build-log2", "8", "--probe-log2", "11", "--rates", "50,100", "--iterations", "1", "--sql-max-log2", "11"])
         .output()
         .unwrap();
     let out = String::from_utf8_lossy(&o.stdout).to_string();

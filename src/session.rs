@@ -2,7 +2,6 @@
 //! the one-line opt-in for existing DataFusion users,
 //! [`RidgelineSessionExt::with_ridgeline`].
 use crate::config::{device_for, RidgelineOptions};
-use crate::optimizer::{GpuBoundaries, GpuFilterRule};
 use crate::resident::{HostTable, ResidentData, ResidentTable};
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
@@ -54,17 +53,14 @@ impl RidgelineSessionExt for SessionStateBuilder {
         }
         let mut udfs = self.scalar_functions().take().unwrap_or_default();
         udfs.push(Arc::new(crate::logical::skyline::skyline_marker_udf()));
-        self.with_scalar_functions(udfs)
+        let mut state = self
+            .with_scalar_functions(udfs)
             .with_query_planner(Arc::new(crate::planner::RidgelineQueryPlanner))
-            .with_optimizer_rule(Arc::new(crate::optimizer::JoinReorder))
-            .with_physical_optimizer_rule(timed(Arc::new(GpuFilterRule)))
-            .with_physical_optimizer_rule(timed(Arc::new(crate::optimizer::GpuAggregateRule)))
-            .with_physical_optimizer_rule(timed(Arc::new(crate::optimizer::GpuTopKRule)))
-            .with_physical_optimizer_rule(timed(Arc::new(crate::optimizer::GpuRepartitionRule)))
-            .with_physical_optimizer_rule(timed(Arc::new(crate::optimizer::GpuJoinPrefilter)))
-            .with_physical_optimizer_rule(timed(Arc::new(crate::optimizer::GpuJoinRule)))
-            .with_physical_optimizer_rule(timed(Arc::new(GpuBoundaries)))
-            .with_physical_optimizer_rule(timed(Arc::new(crate::optimizer::GpuIslandRule)))
+            .with_optimizer_rule(Arc::new(crate::optimizer::JoinReorder));
+        for rule in crate::optimizer::gpu_placement_rules() {
+            state = state.with_physical_optimizer_rule(rule);
+        }
+        state.with_physical_optimizer_rule(timed(Arc::new(crate::optimizer::GpuIslandRule)))
     }
 }
 

@@ -80,14 +80,6 @@ impl GpuIslandExec {
     pub fn input(&self) -> &Arc<dyn ExecutionPlan> {
         &self.input
     }
-    /// The GPU operators the island ran (`None` before it ran or after a fallback).
-    pub fn ran_operators(&self) -> Option<Vec<String>> {
-        match self.ran.get() {
-            Some(Some(ops)) if ops != NO_GPU_OPERATOR => Some(ops.split(", ").map(String::from).collect()),
-            Some(Some(_)) => Some(Vec::new()),
-            _ => None,
-        }
-    }
 }
 
 impl DisplayAs for GpuIslandExec {
@@ -182,8 +174,6 @@ async fn run(
     }
 }
 
-const NO_GPU_OPERATOR: &str = "no GPU operator";
-
 const UPLOAD: &str = "GPU island upload";
 
 fn warn_once(e: &DataFusionError) {
@@ -195,22 +185,13 @@ fn warn_once(e: &DataFusionError) {
     }
 }
 
-/// The GPU rules in the session's order (see `RidgelineSessionExt`).
+/// The session's GPU placement rules, then DataFusion's cooperative wrapping: the
+/// new scans yield to the runtime like the planned plan's leaves did (a query
+/// timeout or a cancelled client must get through a long join).
 fn gpu_rules() -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
-    use crate::optimizer::*;
-    let rules: Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> = vec![
-        Arc::new(GpuFilterRule),
-        Arc::new(GpuAggregateRule),
-        Arc::new(GpuTopKRule),
-        Arc::new(GpuRepartitionRule),
-        Arc::new(GpuJoinPrefilter),
-        Arc::new(GpuJoinRule),
-        Arc::new(GpuBoundaries),
-        // The new scans yield to the runtime like the planned plan's leaves did (a
-        // query timeout or a cancelled client must get through a long join).
-        Arc::new(datafusion::physical_optimizer::ensure_coop::EnsureCooperative::new()),
-    ];
-    rules.into_iter().map(|r| Arc::new(Timed(r)) as Arc<dyn PhysicalOptimizerRule + Send + Sync>).collect()
+    let mut rules = crate::optimizer::gpu_placement_rules();
+    rules.push(Arc::new(datafusion::physical_optimizer::ensure_coop::EnsureCooperative::new()));
+    rules
 }
 
 /// The subtree without its CPU/GPU boundary nodes (the rules put them back).
@@ -323,7 +304,7 @@ async fn island(
         }
     }
     let _ = executed.set(plan);
-    let _ = ran.set(Some(if ops.is_empty() { NO_GPU_OPERATOR.into() } else { ops.join(", ") }));
+    let _ = ran.set(Some(if ops.is_empty() { "no GPU operator".into() } else { ops.join(", ") }));
     Ok(Arc::new(out))
 }
 

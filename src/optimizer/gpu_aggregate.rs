@@ -315,7 +315,7 @@ fn having(node: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
 }
 
 /// Nodes that only move rows between partitions or batches.
-fn passes_rows(p: &Arc<dyn ExecutionPlan>) -> bool {
+pub(crate) fn passes_rows(p: &Arc<dyn ExecutionPlan>) -> bool {
     p.downcast_ref::<RepartitionExec>().is_some()
         || p.downcast_ref::<CoalescePartitionsExec>().is_some()
         || p.downcast_ref::<CpuNoteExec>().is_some()

@@ -57,16 +57,13 @@ fn over_host_inputs(p: &Arc<dyn ExecutionPlan>) -> bool {
 fn aggregates_a_source(p: &Arc<dyn ExecutionPlan>) -> bool {
     use datafusion::physical_plan::filter::FilterExec;
     use datafusion::physical_plan::projection::ProjectionExec;
-    use datafusion::physical_plan::repartition::RepartitionExec;
     let composes = |n: &Arc<dyn ExecutionPlan>| {
-        n.downcast_ref::<FilterExec>().is_some()
+        super::gpu_aggregate::passes_rows(n)
+            || n.downcast_ref::<FilterExec>().is_some()
             || n.downcast_ref::<ProjectionExec>().is_some()
-            || n.downcast_ref::<RepartitionExec>().is_some()
             || n.downcast_ref::<crate::exec::GpuFilterExec>().is_some()
             || n.downcast_ref::<crate::exec::GpuLoadExec>().is_some()
             || n.downcast_ref::<crate::exec::GpuUnloadExec>().is_some()
-            || n.downcast_ref::<crate::exec::CpuNoteExec>().is_some()
-            || matches!(n.name(), "CoalescePartitionsExec" | "CoalesceBatchesExec" | "CooperativeExec")
     };
     if p.downcast_ref::<AggregateExec>().is_some() {
         let mut n = p.children()[0].clone();

@@ -22,6 +22,23 @@ pub use gpu_topk::GpuTopKRule;
 pub use join_prefilter::GpuJoinPrefilter;
 pub use join_reorder::JoinReorder;
 
+/// The rules that place operators on the GPU, in the order they run (each
+/// [`Timed`]): the session appends them after DataFusion's rules, and a GPU island
+/// (`GpuIslandExec`) runs them over its subtree once its inputs are resident.
+pub fn gpu_placement_rules() -> Vec<std::sync::Arc<dyn datafusion::physical_optimizer::PhysicalOptimizerRule + Send + Sync>> {
+    use std::sync::Arc;
+    let rules: Vec<Arc<dyn datafusion::physical_optimizer::PhysicalOptimizerRule + Send + Sync>> = vec![
+        Arc::new(GpuFilterRule),
+        Arc::new(GpuAggregateRule),
+        Arc::new(GpuTopKRule),
+        Arc::new(GpuRepartitionRule),
+        Arc::new(GpuJoinPrefilter),
+        Arc::new(GpuJoinRule),
+        Arc::new(GpuBoundaries),
+    ];
+    rules.into_iter().map(|r| Arc::new(Timed(r)) as Arc<dyn datafusion::physical_optimizer::PhysicalOptimizerRule + Send + Sync>).collect()
+}
+
 /// A physical optimizer rule that logs its planning time at debug level
 /// (`RUST_LOG=ridgeline::optimizer=debug`): where a GPU-mode session's extra
 /// planning time goes, with the time of the parts marked by [`span`] and whether

@@ -623,11 +623,15 @@ fn interactive_shell_under_a_terminal() {
         return;
     }
     let home = tempfile::tempdir().unwrap();
-    let cmd = format!("'{}' --gpu off", env!("CARGO_BIN_EXE_ridgeline"));
+    // `exec`: `script` runs the command through $SHELL (dash where SHELL is
+    // unset), and a dash that waits on the shell gets the Ctrl-C too and then
+    // exits with SIGINT's status after the shell quits.
+    let cmd = format!("exec '{}' --gpu off", env!("CARGO_BIN_EXE_ridgeline"));
     let mut child = Command::new("script")
         .args(["-qfec", &cmd, "/dev/null"])
         .env("HOME", home.path())
         .env("TERM", "xterm")
+        .env("SHELL", "/bin/sh")
         .env_remove("RUST_BACKTRACE")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -700,7 +704,7 @@ fn interactive_shell_under_a_terminal() {
     };
     reader.join().unwrap();
     let all = seen.lock().unwrap().clone();
-    assert!(status.success(), "{all}");
+    assert!(status.success(), "{status}:\n{all}");
     assert!(!all[at..].contains("dropped"), "{all}");
     assert!(!all.contains("panicked"), "{all}");
 }
